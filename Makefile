@@ -1,0 +1,41 @@
+# chipswap: `make demo` and `make test` are the only two set-up commands a newcomer needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export AOTI_RUNTIME_CHECK_INPUTS := 1
+
+.PHONY: install demo test test-fast lint bench browser clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install chipswap with everything it needs (torch 2.13.0 CPU)
+
+demo: $(STAMP) ## run the main job on the bundled example: chipswap plan
+	$(VENV)/bin/chipswap plan
+
+# Headless Chromium renders the HTML report in a test; installed from Debian's packages when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	    else echo "chromium missing: run 'sudo apt-get install chromium' for the report rendering test"; fi; }
+
+test: $(STAMP) browser ## the whole test suite
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-fast: $(STAMP) ## the pure-core tests only (seconds)
+	$(PY) -m pytest -q -m "not slow and not browser"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+bench: $(STAMP) ## every benchmark in bench/; results land in docs/benchmarks.md
+	@set -e; for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -1,0 +1,48 @@
+"""Write one benchmark's section into docs/benchmarks.md, leaving the other sections untouched.
+
+Each benchmark owns the text between `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "benchmarks.md"
+HEADER = (
+    "# Benchmarks\n\n"
+    "Each section is written by the script that produced it (`make bench` runs them all; the command for each\n"
+    "section is quoted in it). Numbers are medians of repeated runs on the machine named in the section;\n"
+    "these machines are noisy, so compare ratios measured side by side in one run.\n"
+)
+
+
+def machine_line() -> str:
+    import os
+
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+        f"run {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}"
+    )
+
+
+def write_section(name: str, title: str, command: str, body: str) -> None:
+    """Replace (or append) the section `name` in docs/benchmarks.md."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from chipswap.atomic import atomic_write_text
+
+    text = DOC.read_text() if DOC.exists() else HEADER
+    section = (
+        f"<!-- bench:{name} -->\n## {title}\n\nCommand: `{command}`  \nMachine: {machine_line()}\n\n"
+        f"{body.strip()}\n<!-- /bench:{name} -->"
+    )
+    pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _m: section, text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    atomic_write_text(DOC, text)

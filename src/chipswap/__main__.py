@@ -1,0 +1,3 @@
+from chipswap.cli import main
+
+main()

@@ -1,0 +1,86 @@
+"""Command-line entry point: a thin Typer layer over plain functions.
+
+Each command lives in chipswap.commands.<name> and exposes `register(app)`. This module only wires them up and
+turns ChipswapError into one line on stderr with exit code 2 (no traceback). It may not hold any logic.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+import typer
+
+from chipswap import __version__
+from chipswap.errors import ChipswapError
+
+# Order is the order shown in --help.
+COMMAND_MODULES = ("plan", "shapes", "check", "cost", "catalog", "compile", "cache")
+
+app = typer.Typer(
+    name="chipswap",
+    help=(
+        "Should this model move from GPUs to AWS Inferentia / Trainium? chipswap plans fixed shapes from your "
+        "traffic, checks what the Neuron compiler will reject, prices the move with break-even, and compiles "
+        "and serves the model once per shape."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"chipswap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """chipswap command line."""
+
+
+for _name in COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(f"chipswap.commands.{_name}")
+    except ModuleNotFoundError as _exc:  # a command still being written must not break the others
+        if _exc.name != f"chipswap.commands.{_name}":
+            raise
+        continue
+    _mod.register(app)
+
+
+def fail(message: str, code: int = 2) -> None:
+    sys.stderr.write(f"chipswap: error: {message}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
+    except ChipswapError as exc:
+        fail(str(exc), exc.exit_code)
+    except click.exceptions.Abort:
+        fail("interrupted", 130)
+    except click.ClickException as exc:
+        # usage errors: keep them to one line naming the option
+        fail(exc.format_message().replace("\n", " "), 2)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except BrokenPipeError:
+        os._exit(0)
+    if isinstance(rv, int):
+        raise SystemExit(rv)
+
+
+if __name__ == "__main__":
+    main()
