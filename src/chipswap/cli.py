@@ -10,8 +10,15 @@ import importlib
 import os
 import sys
 
-import click
 import typer
+
+try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
+    from typer._click import exceptions as _click_exc
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as _click_exc  # type: ignore[no-redef]
+
+_NoArgsIsHelp = getattr(_click_exc, "NoArgsIsHelpError", type("_NeverRaised", (Exception,), {}))
+_Abort = getattr(_click_exc, "Abort", KeyboardInterrupt)
 
 from chipswap import __version__
 from chipswap.errors import ChipswapError
@@ -69,12 +76,16 @@ def main(argv: list[str] | None = None) -> None:
         rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:
         fail(str(exc), exc.exit_code)
-    except click.exceptions.Abort:
-        fail("interrupted", 130)
-    except click.ClickException as exc:
-        # usage errors: keep them to one line naming the option
+    except _NoArgsIsHelp as exc:
+        # `chipswap` (or a sub-app) with no arguments: show help, as --help would
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            typer.echo(ctx.get_help())
+        raise SystemExit(0) from None
+    except _click_exc.ClickException as exc:
+        # usage errors: one line naming the option, exit 2
         fail(exc.format_message().replace("\n", " "), 2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Abort):
         fail("interrupted", 130)
     except BrokenPipeError:
         os._exit(0)
