@@ -1,0 +1,124 @@
+"""`chipswap catalog` list / filter / show / chips, --json, --catalog, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chipswap.catalog_io import load_catalog
+from chipswap.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_list_json_filters(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "catalog", "--family", "inf2", "--json")
+    assert code == 0
+    data = json.loads(out)
+    names = [i["name"] for i in data["instances"]]
+    assert names == [i.name for i in load_catalog().select(family="inf2")]
+    assert len(names) == 4
+    code, out, _ = run(capsys, "catalog", "--accelerator", "h100", "--region", "ap-south-1", "--json")
+    data = json.loads(out)
+    assert {i["name"] for i in data["instances"]} == {"p5.48xlarge", "p5.4xlarge"}
+    assert all(p["region"] == "ap-south-1" for i in data["instances"] for p in i["prices"])
+
+
+def test_list_table_shows_unknown_price_as_dash(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "catalog", "--family", "trn2", "--region", "us-east-2")
+    assert code == 0
+    row = next(x for x in out.splitlines() if "trn2.48xlarge" in x)
+    assert "-" in row.split("│")[8]  # on-demand column: unknown, not a number
+
+
+def test_show_json_has_chip_and_priced_terms(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "catalog", "show", "TRN1.32xlarge", "--json", "--region", "us-east-1")
+    assert code == 0
+    data = json.loads(out)
+    assert data["chip"]["name"] == "Trainium"
+    terms = {p["term"]: p for p in data["prices"]}
+    assert set(terms) == {"on-demand", "spot", "1yr", "3yr", "ri-effective"}
+    assert all(p["source"] and p["as_of"] for p in data["prices"])
+
+
+def test_show_table_and_chips(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "catalog", "show", "trn2.48xlarge")
+    assert code == 0 and "Capacity Blocks" in out and "no known price" in out
+    code, out, _ = run(capsys, "catalog", "chips", "--json")
+    assert code == 0
+    assert {c["name"] for c in json.loads(out)} >= {"Trainium3", "B200", "A10G"}
+
+
+def test_catalog_override_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        '[[price]]\ninstance = "inf2.xlarge"\nregion = "us-east-1"\nterm = "on-demand"\n'
+        'usd_per_hour = 0.5\nsource = "quote"\nas_of = "2026-11-01"\n'
+    )
+    code, out, _ = run(
+        capsys, "catalog", "show", "inf2.xlarge", "--region", "us-east-1", "--json", "--catalog", str(f)
+    )
+    assert code == 0
+    od = next(p for p in json.loads(out)["prices"] if p["term"] == "on-demand")
+    assert od["usd_per_hour"] == 0.5 and od["source"] == "quote"
+    code, out, err = run(
+        capsys,
+        "cost",
+        "serve",
+        "--instance",
+        "inf2.xlarge",
+        "--throughput",
+        "1000",
+        "--json",
+        "--catalog",
+        str(f),
+    )
+    assert code == 0, err
+    assert json.loads(out)["fleets"][0]["usd_per_hour"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["catalog", "show", "p5.48xl"], "p5.48xlarge"),
+        (["catalog", "--family", "trn3"], "--family"),
+        (["catalog", "--region", "mars-1"], "--region"),
+        (["catalog", "--accelerator", "TPU"], "--accelerator"),
+        (["catalog", "--catalog", "/no/such/file.toml"], "/no/such/file.toml"),
+    ],
+)
+def test_bad_input_one_line_exit_2(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == 2
+    assert err.startswith("chipswap: error: ") and err.count("\n") == 1
+    assert needle in err
+
+
+def test_malformed_override_via_real_cli(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(
+        '[[price]]\ninstance = "inf2.xlarge"\nregion = "us-east-1"\nterm = "on-demand"\n'
+        'usd_per_hour = "free"\nsource = "q"\nas_of = "d"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "chipswap", "catalog", "--catalog", str(f)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"chipswap: error: {f}:1:")
+    assert "usd_per_hour" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert "Traceback" not in proc.stderr
