@@ -1,0 +1,313 @@
+"""`chipswap shapes TRACE`: optimal fixed-shape buckets from a request trace, compared with the fixed rules.
+
+Parses flags, calls chipswap.traces.read_trace and chipswap.shapeplan.plan_shapes, prints tables (rich) or
+JSON,
+writes the plan file and the SVG plot atomically. No planning logic here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from chipswap.errors import ChipswapError
+
+HELP = (
+    "Plan the fixed input shapes (buckets) Neuron will compile, from your own traffic: the exact "
+    "minimum-padding "
+    "bucket edges for K buckets, compared with powers of two and other fixed rules, with ready-to-paste "
+    "NxDI, "
+    "vLLM-neuron and optimum-neuron settings. TRACE is a CSV, JSONL or Parquet file (Azure LLM trace columns "
+    "TIMESTAMP,ContextTokens,GeneratedTokens are recognised; map others with --prompt-col etc.). Without "
+    "TRACE "
+    "the bundled Azure code trace is used."
+)
+
+
+def _read_latency_table(path: Path) -> dict[int, float]:
+    """Latency table: JSON {"shape": seconds}, a JSON list of {"shape", "latency_s"}, or CSV shape,latency."""
+    if not path.exists():
+        raise ChipswapError(f"latency table not found: {path}; give a JSON or CSV file of shape -> latency")
+    try:
+        if path.suffix.lower() == ".csv":
+            with path.open(newline="") as fh:
+                rows = list(csv.reader(fh))
+            body = rows[1:] if rows and not rows[0][0].strip().isdigit() else rows
+            table = {}
+            for i, r in enumerate(body, start=2 if body is not rows else 1):
+                try:
+                    table[int(r[0])] = float(r[1])
+                except (ValueError, IndexError):
+                    raise ChipswapError(
+                        f"{path}: row {i} {r!r} is not 'shape,latency'; two numbers per row"
+                    ) from None
+            return table
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ChipswapError(f'{path}: not JSON ({exc.msg}); give {{"128": 0.004, ...}}') from None
+    if isinstance(data, dict):
+        data = data.get("latency_s", data.get("latencies", data))
+    if isinstance(data, dict):
+        try:
+            return {int(k): float(v) for k, v in data.items()}
+        except (TypeError, ValueError):
+            raise ChipswapError(
+                f'{path}: keys must be shapes and values latencies, e.g. {{"128": 0.004}}'
+            ) from None
+    if isinstance(data, list):
+        out = {}
+        for i, row in enumerate(data):
+            shape = row.get("shape", row.get("sequence_length")) if isinstance(row, dict) else None
+            lat = row.get("latency_s", row.get("latency")) if isinstance(row, dict) else None
+            if shape is None or lat is None:
+                raise ChipswapError(f"{path}: entry {i} lacks 'shape' and 'latency_s'; give both")
+            out[int(shape)] = float(lat)
+        return out
+    raise ChipswapError(f"{path}: expected an object or list of shape/latency pairs")
+
+
+def _fmt_int(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def _print_tables(console: Console, plan: Any) -> None:
+    console.print(
+        f"[bold]{plan.requests:,} requests[/bold] from {plan.source_trace} · mode {plan.mode} · cost model "
+        f"{plan.cost_model} · overflow policy {plan.overflow_policy} "
+        f"(share above {plan.max_length}: {100 * plan.overflow_share:.2f}%)"
+    )
+    if plan.cost_coefficients.get("kind") == "attention":
+        c = plan.cost_coefficients
+        console.print(f"attention cost: a={c['a']:,} b={c['b']:,} FLOPs ({c['source']})")
+    if plan.note:
+        console.print(f"note: {plan.note}")
+    sections = [("prefill" if plan.mode == "llm" else "sequence", plan.buckets, plan.totals, plan.baselines)]
+    if plan.mode == "llm":
+        sections.append(
+            ("decode (running total length)", plan.decode_table, plan.decode_totals, plan.decode_baselines)
+        )
+    for label, rows, totals, baselines in sections:
+        unit = "decode steps" if label.startswith("decode") else "requests"
+        t = Table(
+            title=f"{label} buckets: padding overhead {totals['overhead_pct']:.1f}%", title_justify="left"
+        )
+        t.add_column("bucket", justify="right")
+        t.add_column("lengths", justify="right")
+        t.add_column(f"share of {unit}", justify="right")
+        t.add_column("padding overhead", justify="right")
+        for r in rows:
+            t.add_row(
+                str(r["upper"]),
+                f"{r['lower_exclusive'] + 1}..{r['upper']}",
+                f"{100 * r['share']:.1f}%",
+                f"{r['padding_overhead_pct']:.1f}%",
+            )
+        console.print(t)
+        b = Table(title=f"{label}: optimal vs baselines", title_justify="left")
+        b.add_column("plan", no_wrap=True)
+        for col in ("K", "overhead", "waste (tokens)", "optimal saves"):
+            b.add_column(col, justify="right", no_wrap=True)
+        b.add_column("edges", overflow="ellipsis", no_wrap=True, max_width=36)
+        b.add_row(
+            "optimal",
+            str(totals["k"]),
+            f"{totals['overhead_pct']:.1f}%",
+            _fmt_int(totals["waste_tokens"]),
+            "-",
+            _edges(totals["edges"]),
+        )
+        for name, row in baselines.items():
+            b.add_row(
+                name,
+                str(row["k"]),
+                f"{row['overhead_pct']:.1f}%",
+                _fmt_int(row["waste_tokens"]),
+                f"{row['waste_reduction_pct']:.1f}%",
+                _edges(row["edges"]),
+            )
+        console.print(b)
+    if plan.batch:
+        console.print(
+            f"batch buckets {plan.batch_buckets} for {plan.batch['arrival_rate_rps']:.3g} req/s in "
+            f"{1000 * plan.batch['window_s']:g} ms windows (max batch {plan.batch['max_batch']})"
+        )
+
+
+def _edges(edges: list[int]) -> str:
+    s = ",".join(map(str, edges))
+    return s if len(s) <= 48 else s[:45] + "..."
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("shapes", help=HELP)
+    def shapes(
+        trace: Path | None = typer.Argument(
+            None, help="trace file (.csv/.jsonl/.parquet); default: bundled Azure"
+        ),
+        mode: str = typer.Option(
+            "llm", "--mode", help="encoder (one length per request) or llm (prefill+decode)"
+        ),
+        k: int | None = typer.Option(
+            None, "-k", "--k", help="exactly K buckets (default: up to --max-buckets)"
+        ),
+        max_buckets: int = typer.Option(6, "--max-buckets", help="at most this many buckets"),
+        decode_k: int | None = typer.Option(None, "--decode-k", help="decode buckets (llm; default: as -k)"),
+        cost_model: str = typer.Option("tokens", "--cost-model", help="tokens | attention | measured"),
+        max_length: int | None = typer.Option(
+            None, "--max-length", help="largest bucket (default: longest prompt)"
+        ),
+        max_total_length: int | None = typer.Option(
+            None, "--max-total-length", help="largest decode bucket (llm; default: longest total)"
+        ),
+        policy: str = typer.Option(
+            "reject", "--policy", help="requests above --max-length: reject | truncate"
+        ),
+        align: int = typer.Option(1, "--align", help="bucket edges are multiples of this (e.g. 128)"),
+        out: Path | None = typer.Option(
+            None, "--out", help="write the plan JSON here (read by chipswap compile)"
+        ),
+        plot: Path | None = typer.Option(None, "--plot", help="write histogram + bucket edges as SVG here"),
+        as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
+        prompt_col: str | None = typer.Option(
+            None, "--prompt-col", help="column with prompt/input token counts"
+        ),
+        output_col: str | None = typer.Option(
+            None, "--output-col", help="column with generated token counts"
+        ),
+        time_col: str | None = typer.Option(None, "--time-col", help="column with arrival times"),
+        hidden_size: int | None = typer.Option(None, "--hidden-size", help="attention model: hidden size"),
+        num_layers: int | None = typer.Option(None, "--num-layers", help="attention model: layers"),
+        intermediate_size: int | None = typer.Option(
+            None, "--intermediate-size", help="attention model: MLP"
+        ),
+        heads: int | None = typer.Option(None, "--heads", help="attention model: attention heads"),
+        kv_heads: int | None = typer.Option(None, "--kv-heads", help="attention model: key/value heads"),
+        gated_mlp: bool = typer.Option(False, "--gated-mlp", help="attention model: gated MLP (Llama style)"),
+        latency_table: Path | None = typer.Option(
+            None, "--latency-table", help="measured model: JSON/CSV of shape -> latency"
+        ),
+        listed_only: bool = typer.Option(
+            False, "--listed-only", help="measured model: buckets only at measured shapes (no interpolation)"
+        ),
+        max_compile_s: float | None = typer.Option(
+            None, "--max-compile-s", help="budget: total compile seconds"
+        ),
+        compile_s_per_bucket: float | None = typer.Option(
+            None, "--compile-s-per-bucket", help="compile-time estimate per bucket (seconds)"
+        ),
+        compile_s_per_token: float = typer.Option(
+            0.0, "--compile-s-per-token", help="extra compile seconds per token of bucket length"
+        ),
+        device_memory_gib: float | None = typer.Option(
+            None, "--device-memory-gib", help="budget: device memory per bucket (GiB)"
+        ),
+        bucket_memory_gib: float = typer.Option(
+            0.0, "--bucket-memory-gib", help="per-bucket fixed memory (GiB)"
+        ),
+        bucket_memory_per_token: int = typer.Option(
+            0, "--bucket-memory-per-token", help="per-bucket memory bytes per token of length"
+        ),
+        arrival_rate: str | None = typer.Option(
+            None, "--arrival-rate", help="plan batch buckets for RPS (a number, or 'trace')"
+        ),
+        batch_window_ms: float = typer.Option(50.0, "--batch-window-ms", help="batching window"),
+        max_batch: int = typer.Option(8, "--max-batch", help="largest batch size"),
+        model: str = typer.Option("MODEL_ID", "--model", help="model id used in the printed snippets"),
+    ) -> None:
+        from chipswap.core.buckets import Budgets
+        from chipswap.shapeplan import config_snippets, plan_shapes
+        from chipswap.traces import bundled_trace_path, read_trace
+
+        columns = {
+            f: c
+            for f, c in (
+                ("prompt_tokens", prompt_col),
+                ("output_tokens", output_col),
+                ("timestamp", time_col),
+            )
+            if c
+        }
+        tr = read_trace(trace if trace is not None else bundled_trace_path(), columns=columns or None)
+        dims = None
+        if hidden_size is not None or num_layers is not None:
+            if hidden_size is None or num_layers is None:
+                raise ChipswapError("attention model dims need both --hidden-size and --num-layers")
+            dims = {
+                "hidden_size": hidden_size,
+                "num_layers": num_layers,
+                "intermediate_size": intermediate_size,
+                "num_attention_heads": heads,
+                "num_key_value_heads": kv_heads,
+                "gated_mlp": gated_mlp,
+            }
+        table = _read_latency_table(latency_table) if latency_table else None
+        budgets = None
+        if max_compile_s is not None or device_memory_gib is not None or compile_s_per_bucket is not None:
+            budgets = Budgets(
+                max_buckets=None,
+                max_compile_s=max_compile_s,
+                compile_fixed_s=compile_s_per_bucket,
+                compile_per_token_s=compile_s_per_token,
+                device_memory_bytes=None if device_memory_gib is None else int(device_memory_gib * 2**30),
+                memory_fixed_bytes=int(bucket_memory_gib * 2**30),
+                memory_per_token_bytes=bucket_memory_per_token,
+            )
+        rate: float | str | None = None
+        if arrival_rate is not None:
+            if arrival_rate == "trace":
+                rate = "trace"
+            else:
+                try:
+                    rate = float(arrival_rate)
+                except ValueError:
+                    raise ChipswapError(
+                        f"--arrival-rate {arrival_rate!r} is not a number; give requests per second or "
+                        "'trace'"
+                    ) from None
+        plan = plan_shapes(
+            tr,
+            mode=mode,
+            k=k,
+            max_buckets=max_buckets,
+            decode_k=decode_k,
+            cost_model=cost_model,
+            max_length=max_length,
+            max_total_length=max_total_length,
+            policy=policy,
+            align=align,
+            model_dims=dims,
+            measured_table=table,
+            measured_interpolate=not listed_only,
+            budgets=budgets,
+            arrival_rate_rps=rate,
+            batch_window_s=batch_window_ms / 1000.0,
+            max_batch=max_batch,
+        )
+        if out is not None:
+            plan.save(out)
+        if plot is not None:
+            from chipswap.atomic import atomic_write_text
+            from chipswap.report.shapes_plot import histogram_svg
+
+            pow2 = plan.baselines.get("powers_of_two_natural", {}).get("edges")
+            atomic_write_text(plot, histogram_svg(plan, plan.sequence_buckets, compare_edges=pow2))
+        if as_json:
+            typer.echo(plan.to_json(), nl=False)
+            return
+        console = Console(width=None if sys.stdout.isatty() else 120)
+        _print_tables(console, plan)
+        snippets = config_snippets(plan, model=model)
+        for name, text in snippets.items():
+            console.print(f"[bold]{name}[/bold]")
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+        if out is not None:
+            console.print(f"plan written to {out}")
+        if plot is not None:
+            console.print(f"plot written to {plot}")

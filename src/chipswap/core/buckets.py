@@ -1,0 +1,942 @@
+"""Optimal fixed-shape buckets for a length histogram, the fixed-rule baselines, and the cost models behind
+both.
+
+Neuron compiles one graph per input shape, so every request is padded up to the smallest bucket that holds
+it. Given
+a histogram of lengths, this module picks the K bucket upper edges that minimise the expected padded cost,
+exactly:
+a dynamic programme over the candidate edges (the distinct lengths, rounded up to the alignment) with prefix
+sums,
+O(K * n) per plan thanks to a monotone convex-hull trick (the group cost (W_j - W_i) * c(E_j) is Monge
+because the
+cost c is non-decreasing). Arithmetic is done in Python integers whenever weights and costs are integral
+(token and
+FLOP models), so "optimal" means exactly optimal there; with fractional costs (measured latencies) it is
+optimal up to
+floating-point rounding.
+
+Pure: numpy and the standard library only. It may not read or write files, read the clock, print, or import
+torch.
+Everything it returns is a frozen dataclass or a numpy array. User errors are raised as ChipswapError (one
+line).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chipswap.errors import ChipswapError
+
+POLICIES = ("reject", "truncate")
+
+# ------------------------------------------------------------------------------------------------------------
+# Histogram
+# ------------------------------------------------------------------------------------------------------------
+
+# np.bincount is used (O(n), no sort) when the longest length is below this; np.unique (a sort) above it.
+_BINCOUNT_MAX_LENGTH = 50_000_000
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Distinct positive integer lengths (ascending) and how often each occurs (weights may be fractional)."""
+
+    lengths: np.ndarray  # int64, strictly ascending, > 0
+    counts: np.ndarray  # int64 or float64, >= 0, same shape
+
+    @property
+    def total(self) -> float:
+        return float(self.counts.sum())
+
+    @property
+    def max_length(self) -> int:
+        return int(self.lengths[-1]) if self.lengths.size else 0
+
+    def quantile(self, q: float) -> int:
+        """Smallest length L with share(length <= L) >= q."""
+        cum = np.cumsum(self.counts, dtype=np.float64)
+        idx = int(np.searchsorted(cum, q * cum[-1] - 1e-9 * cum[-1], side="left"))
+        return int(self.lengths[min(idx, self.lengths.size - 1)])
+
+
+def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ChipswapError(
+            f"{what} must be a flat list of lengths, got shape {arr.shape}; pass one length each"
+        )
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            bad = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))[0])
+            raise ChipswapError(
+                f"{what}[{bad}] = {arr[bad]!r} is not a whole number; lengths are positive integers"
+            )
+        arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and int(arr.min()) < 1:
+        bad = int(np.argmin(arr))
+        raise ChipswapError(f"{what}[{bad}] = {int(arr[bad])} is not positive; lengths are integers >= 1")
+    return arr
+
+
+def histogram_from_lengths(
+    lengths: np.ndarray | Sequence[int], weights: np.ndarray | Sequence[float] | None = None
+) -> Histogram:
+    """Histogram of positive integer lengths, optionally weighted. Fast path: bincount (no sort)."""
+    arr = _as_lengths(lengths, "lengths")
+    if arr.size == 0:
+        raise ChipswapError(
+            "no lengths to plan for: the trace is empty; give a trace with at least one request"
+        )
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if w is not None and (w.shape != arr.shape or np.any(w < 0) or not np.all(np.isfinite(w))):
+        raise ChipswapError("weights must be finite, >= 0 and one per length; fix the weights array")
+    top = int(arr.max())
+    if top <= _BINCOUNT_MAX_LENGTH:
+        dense = np.bincount(arr, weights=w, minlength=top + 1)
+        nz = np.flatnonzero(dense)
+        counts = dense[nz]
+        return Histogram(nz.astype(np.int64), counts if w is not None else counts.astype(np.int64))
+    uniq, inv = np.unique(arr, return_inverse=True)
+    counts = np.bincount(inv, weights=w)
+    return Histogram(uniq.astype(np.int64), counts if w is not None else counts.astype(np.int64))
+
+
+def histogram_from_pairs(lengths: Sequence[int], counts: Sequence[float]) -> Histogram:
+    """Histogram from (length, count) pairs; lengths may repeat and be unsorted; zero counts are dropped."""
+    arr = _as_lengths(np.asarray(lengths), "lengths")
+    c = np.asarray(counts, dtype=np.float64)
+    if c.shape != arr.shape:
+        raise ChipswapError(f"{arr.size} lengths but {c.size} counts; give one count per length")
+    if np.any(c < 0) or not np.all(np.isfinite(c)):
+        raise ChipswapError("histogram counts must be finite and >= 0; fix the counts")
+    keep = c > 0
+    if not keep.any():
+        raise ChipswapError("the histogram is empty (all counts are zero); give at least one request")
+    uniq, inv = np.unique(arr[keep], return_inverse=True)
+    summed = np.bincount(inv, weights=c[keep])
+    if np.all(summed == np.round(summed)):
+        return Histogram(uniq.astype(np.int64), summed.astype(np.int64))
+    return Histogram(uniq.astype(np.int64), summed)
+
+
+def decode_histogram(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> Histogram:
+    """Histogram of the running total length seen by decode steps.
+
+    A request with prompt p and g generated tokens runs g decode steps at total lengths p+1, p+2, ..., p+g;
+    each step
+    counts once (so long generations weigh in proportion to the decode work they cause). Built with a
+    difference
+    array in O(requests + max length).
+    """
+    p = _as_lengths(prompt_tokens, "prompt_tokens")
+    g = np.asarray(output_tokens, dtype=np.int64)
+    if g.shape != p.shape:
+        raise ChipswapError(
+            "prompt and output token arrays differ in length; give one output count per prompt"
+        )
+    if g.size and int(g.min()) < 0:
+        raise ChipswapError(f"output_tokens[{int(np.argmin(g))}] is negative; output counts are >= 0")
+    keep = g > 0
+    if not keep.any():
+        raise ChipswapError("no decode steps: every request generates 0 tokens; use --mode encoder instead")
+    p, g = p[keep], g[keep]
+    top = int((p + g).max())
+    diff = np.bincount(p + 1, minlength=top + 2) - np.bincount(p + g + 1, minlength=top + 2)
+    dense = np.cumsum(diff)[: top + 1]
+    nz = np.flatnonzero(dense)
+    return Histogram(nz.astype(np.int64), dense[nz].astype(np.int64))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Cost models
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Cost of running one sequence padded to length L.
+
+    kind "tokens":    c(L) = L                      (padded tokens)
+    kind "attention": c(L) = linear*L + quadratic*L^2 (+ constant), e.g. FLOPs from attention_coefficients()
+    kind "measured":  c(L) from a per-shape latency table: linear interpolation between listed shapes
+                      (interpolate=True) or only the listed shapes may be buckets (interpolate=False).
+                      Lengths outside
+                      the table are never extrapolated: they raise.
+    """
+
+    kind: str
+    linear: float | int = 1
+    quadratic: float | int = 0
+    constant: float | int = 0
+    table_lengths: tuple[int, ...] = ()
+    table_costs: tuple[float, ...] = ()
+    interpolate: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    @property
+    def listed_only(self) -> bool:
+        return self.kind == "measured" and not self.interpolate
+
+    @property
+    def integral(self) -> bool:
+        if self.kind == "measured":
+            return all(float(c).is_integer() for c in self.table_costs)
+        return all(float(x).is_integer() for x in (self.linear, self.quadratic, self.constant))
+
+    def cost(self, lengths: np.ndarray | Sequence[int]) -> np.ndarray:
+        L = np.asarray(lengths, dtype=np.float64)
+        if self.kind == "measured":
+            xs = np.asarray(self.table_lengths, dtype=np.float64)
+            if L.size and (L.min() < xs[0] or L.max() > xs[-1]):
+                bad = L.min() if L.min() < xs[0] else L.max()
+                raise ChipswapError(
+                    f"length {int(bad)} is outside the measured latency table ({int(xs[0])}..{int(xs[-1])}); "
+                    "measure that shape, lower --max-length, or use --cost-model tokens|attention"
+                )
+            return np.interp(L, xs, np.asarray(self.table_costs, dtype=np.float64))
+        return self.constant + self.linear * L + self.quadratic * L * L
+
+    def cost_exact(self, lengths: Sequence[int]) -> list:
+        """Costs as Python ints when the model is integral (exact DP), else floats."""
+        vals = self.cost(np.asarray(lengths, dtype=np.int64))
+        if self.integral and self.kind != "measured":
+            a, b, c0 = int(self.linear), int(self.quadratic), int(self.constant)
+            return [c0 + a * int(x) + b * int(x) * int(x) for x in lengths]
+        if self.integral:
+            return [int(round(v)) for v in vals.tolist()]
+        return vals.tolist()
+
+    def real_cost(self, lengths: np.ndarray) -> np.ndarray:
+        """Cost of each length unpadded; for a table, lengths below the first shape cost as that shape."""
+        if self.kind == "measured":
+            xs = np.asarray(self.table_lengths, dtype=np.float64)
+            return self.cost(np.clip(np.asarray(lengths, dtype=np.float64), xs[0], xs[-1]))
+        return self.cost(lengths)
+
+
+def tokens_cost() -> CostModel:
+    return CostModel("tokens", linear=1)
+
+
+def attention_cost(linear: float, quadratic: float) -> CostModel:
+    if not (linear >= 0 and quadratic >= 0) or (linear == 0 and quadratic == 0):
+        raise ChipswapError(
+            f"attention cost coefficients a={linear}, b={quadratic} must be >= 0 and not both 0; "
+            "derive them with attention_coefficients(hidden_size, num_layers)"
+        )
+    return CostModel("attention", linear=linear, quadratic=quadratic)
+
+
+def measured_cost(
+    lengths: Sequence[int], latencies: Sequence[float], *, interpolate: bool = True
+) -> CostModel:
+    """Per-shape latency table -> cost model. Shapes: distinct positive ints; latency non-decreasing."""
+    if len(lengths) == 0 or len(lengths) != len(latencies):
+        raise ChipswapError(
+            "the measured latency table needs at least one (shape, latency) row with one latency per shape; "
+            "run the benchmark first or use --cost-model tokens"
+        )
+    order = np.argsort(np.asarray(lengths))
+    xs = [int(lengths[i]) for i in order]
+    ys = [float(latencies[i]) for i in order]
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        if x < 1 or (i and x == xs[i - 1]):
+            raise ChipswapError(
+                f"measured table shape {x} is not a distinct positive length; list each shape once"
+            )
+        if not math.isfinite(y) or y < 0:
+            raise ChipswapError(
+                f"measured latency {y} for shape {x} is not a finite number >= 0; re-measure it"
+            )
+        if i and y < ys[i - 1]:
+            raise ChipswapError(
+                f"measured latency falls from {ys[i - 1]} at shape {xs[i - 1]} to {y} at shape {x}; "
+                "the planner needs latency non-decreasing in length: re-measure or take the running maximum"
+            )
+    return CostModel(
+        "measured", linear=0, table_lengths=tuple(xs), table_costs=tuple(ys), interpolate=interpolate
+    )
+
+
+def attention_coefficients(
+    hidden_size: int,
+    num_layers: int,
+    *,
+    intermediate_size: int | None = None,
+    num_attention_heads: int | None = None,
+    num_key_value_heads: int | None = None,
+    gated_mlp: bool = False,
+    vocab_size: int = 0,
+) -> tuple[int, int]:
+    """FLOPs of one forward pass over L tokens = a*L + b*L^2 (dense, no causal halving: padded shapes compute
+    all).
+
+    Per layer and token, matmul FLOPs (2 per multiply-add): Q and O projections 2*2*h*h, K and V projections
+    2*2*h*kv_dim (kv_dim = h * kv_heads / heads under grouped-query attention), MLP 2*(2 or 3)*h*i (3 when
+    gated,
+    as in Llama). The L^2 term is QK^T and attention*V: 2*2*h per layer per (query, key) pair. An LM head adds
+    2*h*vocab per token. For one decode step over a context of L, the same model costs a + b*L.
+    """
+    for name, v in (("hidden_size", hidden_size), ("num_layers", num_layers)):
+        if not isinstance(v, int) or v < 1:
+            raise ChipswapError(f"{name} = {v!r} must be a positive integer; take it from the model config")
+    h = hidden_size
+    inter = 4 * h if intermediate_size is None else intermediate_size
+    heads = num_attention_heads or 1
+    kv_heads = num_key_value_heads or heads
+    if heads < 1 or kv_heads < 1 or heads % kv_heads:
+        raise ChipswapError(
+            f"num_attention_heads {heads} must be a multiple of num_key_value_heads {kv_heads}; check the "
+            "config"
+        )
+    kv_dim = h * kv_heads // heads
+    mlp_mats = 3 if gated_mlp else 2
+    per_layer_linear = 4 * h * h + 4 * h * kv_dim + 2 * mlp_mats * h * inter
+    a = num_layers * per_layer_linear + 2 * h * vocab_size
+    b = num_layers * 4 * h
+    return int(a), int(b)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Budgets
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits a plan must meet. None means unlimited.
+
+    max_buckets:      at most this many buckets (graphs to compile and keep loaded).
+    max_compile_s:    total estimated compile time over buckets; per bucket compile_fixed_s +
+    compile_per_token_s*L.
+    device_memory_bytes: every bucket's memory estimate memory_fixed_bytes + memory_per_token_bytes*L
+                      + memory_per_token2_bytes*L^2 must fit on the device (checked per bucket; the estimate
+                      grows
+                      with L, so this caps the largest bucket).
+    """
+
+    max_buckets: int | None = None
+    max_compile_s: float | None = None
+    compile_fixed_s: float | None = None
+    compile_per_token_s: float = 0.0
+    device_memory_bytes: int | None = None
+    memory_fixed_bytes: int = 0
+    memory_per_token_bytes: int = 0
+    memory_per_token2_bytes: int = 0
+
+    def compile_s(self, length: int | np.ndarray) -> np.ndarray | float:
+        return (self.compile_fixed_s or 0.0) + self.compile_per_token_s * np.asarray(length, dtype=np.float64)
+
+    def memory_bytes(self, length: int) -> int:
+        L = int(length)
+        return (
+            self.memory_fixed_bytes + self.memory_per_token_bytes * L + self.memory_per_token2_bytes * L * L
+        )
+
+
+def _largest_length_in_memory(b: Budgets) -> int:
+    """Largest L whose bucket fits device memory (0 if none)."""
+    assert b.device_memory_bytes is not None
+    lo, hi = 0, 1
+    while b.memory_bytes(hi) <= b.device_memory_bytes and hi < 1 << 40:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if b.memory_bytes(mid) <= b.device_memory_bytes:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Evaluation of a set of edges
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A bucket plan scored on a histogram under one cost model.
+
+    Per bucket i (edges ascending; bucket i holds lengths in (edges[i-1], edges[i]]): weight, real cost
+    (unpadded),
+    padded cost (weight * c(edge)). waste = padded - real. Overflow: lengths above the largest edge; rejected
+    (excluded from cost) or truncated (counted at the largest edge, their real cost taken at that edge too).
+    """
+
+    name: str
+    edges: np.ndarray
+    cost_model: str
+    weights: np.ndarray
+    real: np.ndarray
+    padded: np.ndarray
+    overflow_weight: float
+    total_weight: float
+    policy: str
+    exact: bool = True
+    note: str = ""
+    compile_s: float | None = None
+
+    @property
+    def k(self) -> int:
+        return int(self.edges.size)
+
+    @property
+    def real_total(self) -> float:
+        return float(self.real.sum())
+
+    @property
+    def padded_total(self) -> float:
+        return float(self.padded.sum())
+
+    @property
+    def waste(self) -> float:
+        return self.padded_total - self.real_total
+
+    @property
+    def overhead_pct(self) -> float:
+        r = self.real_total
+        return 100.0 * self.waste / r if r > 0 else 0.0
+
+    @property
+    def overflow_share(self) -> float:
+        return self.overflow_weight / self.total_weight if self.total_weight > 0 else 0.0
+
+    @property
+    def shares(self) -> np.ndarray:
+        return self.weights / self.total_weight if self.total_weight > 0 else self.weights * 0.0
+
+    def bucket_overhead_pct(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(
+                self.real > 0, 100.0 * (self.padded - self.real) / np.where(self.real > 0, self.real, 1), 0.0
+            )
+        return out
+
+
+def _effective(hist: Histogram, max_length: int, policy: str) -> tuple[np.ndarray, np.ndarray, float]:
+    """Apply the overflow policy: lengths and weights at or under max_length, and the overflow weight."""
+    if policy not in POLICIES:
+        raise ChipswapError(f"overflow policy {policy!r} is unknown; use one of {', '.join(POLICIES)}")
+    cut = int(np.searchsorted(hist.lengths, max_length, side="right"))
+    lengths = hist.lengths[:cut]
+    weights = hist.counts[:cut]
+    over = hist.counts[cut:]
+    over_w = float(over.sum())
+    if policy == "truncate" and over.size:
+        lengths = np.append(lengths, np.int64(max_length))
+        weights = np.append(weights, over.sum())
+        if (
+            lengths.size > 1 and lengths[-2] == max_length
+        ):  # cannot happen (cut is side=right), kept for safety
+            weights[-2] += weights[-1]
+            lengths, weights = lengths[:-1], weights[:-1]
+    return lengths, weights, over_w
+
+
+def evaluate(
+    hist: Histogram,
+    edges: Sequence[int] | np.ndarray,
+    cost_model: CostModel,
+    *,
+    policy: str = "reject",
+    name: str = "plan",
+    exact: bool = True,
+    note: str = "",
+    budgets: Budgets | None = None,
+) -> Evaluation:
+    """Score `edges` (ascending; the largest is the max length served) on `hist`."""
+    e = np.asarray(sorted({int(x) for x in edges}), dtype=np.int64)
+    if e.size == 0 or e[0] < 1:
+        raise ChipswapError(f"bucket edges {list(edges)} must be positive lengths; give at least one bucket")
+    lengths, weights, over_w = _effective(hist, int(e[-1]), policy)
+    idx = np.searchsorted(e, lengths, side="left")  # bucket index per length
+    w = np.bincount(idx, weights=weights, minlength=e.size).astype(np.float64)
+    real = np.bincount(idx, weights=weights * cost_model.real_cost(lengths), minlength=e.size)
+    padded = w * cost_model.cost(e)
+    comp = float(np.sum(budgets.compile_s(e))) if budgets and budgets.compile_fixed_s is not None else None
+    return Evaluation(
+        name=name,
+        edges=e,
+        cost_model=cost_model.name,
+        weights=w,
+        real=real,
+        padded=padded,
+        overflow_weight=over_w,
+        total_weight=hist.total,
+        policy=policy,
+        exact=exact,
+        note=note,
+        compile_s=comp,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The exact dynamic programme
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _dp_layers(W: list, C: list, extra: list | None, kmax: int) -> tuple[list, list[list[int]]]:
+    """f_k(j) = min cost of covering candidates 0..j with exactly k groups, the last ending at j.
+
+    Group (i, j] costs (W[j] - W[i]) * C[j] (+ extra[j]); W is the prefix weight. Returns, for k = 1..kmax,
+    the
+    value at the last candidate and the argmin tables for backtracking. Monotone convex-hull trick: lines
+    y = f_{k-1}(i) - W[i] * x with slopes -W[i] non-increasing in i, queried at x = C[j] non-decreasing in j.
+    """
+    n = len(W)
+    ex = extra if extra is not None else [0] * n
+    f_prev = [W[j] * C[j] + ex[j] for j in range(n)]
+    finals = [f_prev[-1]]
+    args: list[list[int]] = [[-1] * n]
+    inf = None
+    for k in range(2, kmax + 1):
+        f = [inf] * n
+        arg = [-1] * n
+        hm: list = []  # slopes
+        hb: list = []  # intercepts
+        hi: list[int] = []  # source index
+        ptr = 0
+        for j in range(k - 1, n):
+            # add line from i = j-1 (which has k-1 groups ending there)
+            i = j - 1
+            bi = f_prev[i]
+            if bi is not None:
+                m = -W[i]
+                if hm and hm[-1] == m:
+                    if hb[-1] <= bi:
+                        m = None
+                    else:
+                        hm.pop()
+                        hb.pop()
+                        hi.pop()
+                if m is not None:
+                    while len(hm) >= 2:
+                        m1, b1, m2, b2 = hm[-2], hb[-2], hm[-1], hb[-1]
+                        # line 2 useless if intersect(1,3) <= intersect(1,2)
+                        if (bi - b1) * (m1 - m2) <= (b2 - b1) * (m1 - m):
+                            hm.pop()
+                            hb.pop()
+                            hi.pop()
+                        else:
+                            break
+                    hm.append(m)
+                    hb.append(bi)
+                    hi.append(i)
+                    if ptr >= len(hm):
+                        ptr = len(hm) - 1
+            if not hm:
+                continue
+            x = C[j]
+            if ptr >= len(hm):
+                ptr = len(hm) - 1
+            while ptr + 1 < len(hm) and hm[ptr + 1] * x + hb[ptr + 1] <= hm[ptr] * x + hb[ptr]:
+                ptr += 1
+            f[j] = hm[ptr] * x + hb[ptr] + W[j] * C[j] + ex[j]
+            arg[j] = hi[ptr]
+        finals.append(f[-1])
+        args.append(arg)
+        f_prev = f
+    return finals, args
+
+
+def _backtrack(args: list[list[int]], k: int, n: int) -> list[int]:
+    out = [n - 1]
+    j = n - 1
+    for layer in range(k - 1, 0, -1):
+        j = args[layer][j]
+        out.append(j)
+    return out[::-1]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Edges the planner may choose from (ascending; the last is the served max length) and prefix weights."""
+
+    edges: np.ndarray
+    prefix: list  # W[j] = weight of effective lengths <= edges[j]
+    costs: list  # C[j] = c(edges[j]) (exact ints when possible)
+
+
+def candidate_edges(
+    hist: Histogram, cost_model: CostModel, *, max_length: int, policy: str, align: int = 1
+) -> Candidates:
+    lengths, weights, _ = _effective(hist, max_length, policy)
+    if cost_model.listed_only:
+        edges = np.asarray([x for x in cost_model.table_lengths if x <= max_length], dtype=np.int64)
+        if edges.size == 0 or edges[-1] != max_length:
+            raise ChipswapError(
+                f"max length {max_length} is not a measured shape; measured shapes are "
+                f"{list(cost_model.table_lengths)}: pick one of them as --max-length or allow interpolation"
+            )
+    else:
+        a = max(int(align), 1)
+        edges = -(-lengths // a) * a
+        if cost_model.kind == "measured":  # never pad to a shape below the smallest measured one
+            edges = np.maximum(edges, cost_model.table_lengths[0])
+        edges = np.unique(np.minimum(edges, max_length))
+        if edges.size == 0 or edges[-1] != max_length:
+            edges = np.append(edges, np.int64(max_length))
+    cum = np.concatenate([[0], np.cumsum(weights)])
+    pos = np.searchsorted(lengths, edges, side="right")
+    W = cum[pos]
+    integral = np.all(W == np.round(W))
+    Wl = [int(x) for x in W.tolist()] if integral else W.astype(np.float64).tolist()
+    C = cost_model.cost_exact(edges.tolist())
+    if not integral:
+        C = [float(c) for c in C]
+    return Candidates(edges=edges, prefix=Wl, costs=C)
+
+
+def optimal_edges_per_k(cands: Candidates, kmax: int, extra: list | None = None) -> dict[int, list[int]]:
+    """Optimal edges with exactly k buckets for every k in 1..min(kmax, candidates)."""
+    n = cands.edges.size
+    kmax = min(kmax, n)
+    finals, args = _dp_layers(cands.prefix, cands.costs, extra, kmax)
+    out = {}
+    for k in range(1, kmax + 1):
+        if finals[k - 1] is None:
+            continue
+        out[k] = [int(cands.edges[j]) for j in _backtrack(args, k, n)]
+    return out
+
+
+def brute_force_edges(
+    hist: Histogram, k: int, cost_model: CostModel, *, max_length: int, policy: str = "reject", align: int = 1
+) -> tuple[list[int], float]:
+    """Exhaustive search over all k-subsets of candidate edges that end at max_length (for tests)."""
+    from itertools import combinations
+
+    c = candidate_edges(hist, cost_model, max_length=max_length, policy=policy, align=align)
+    inner = c.edges[:-1].tolist()
+    best: tuple[list[int], float] | None = None
+    for combo in combinations(inner, k - 1):
+        edges = [*combo, int(c.edges[-1])]
+        val = evaluate(hist, edges, cost_model, policy=policy).padded_total
+        if best is None or val < best[1]:
+            best = (edges, val)
+    if best is None:
+        raise ChipswapError(f"k = {k} exceeds the {len(inner) + 1} candidate edges")
+    return best
+
+
+def plan_optimal(
+    hist: Histogram,
+    cost_model: CostModel,
+    *,
+    k: int | None = None,
+    max_buckets: int | None = 6,
+    max_length: int | None = None,
+    policy: str = "reject",
+    align: int = 1,
+    budgets: Budgets | None = None,
+) -> Evaluation:
+    """The cheapest plan on `hist` under `cost_model` and `budgets`.
+
+    k: exactly k buckets (error if the histogram has fewer candidate edges); otherwise at most max_buckets (or
+    budgets.max_buckets). max_length: largest bucket (default: longest length, or for a listed-only measured
+    table
+    the smallest listed shape holding it). Exact for every budget except a compile-time budget whose
+    per-bucket
+    estimate grows with length; then the best plan found by a Lagrangian search over bucket penalties is
+    returned
+    with exact=False and a note.
+    """
+    b = budgets or Budgets()
+    if hist.lengths.size == 0:
+        raise ChipswapError(
+            "no lengths to plan for: the trace is empty; give a trace with at least one request"
+        )
+    if k is not None and (not isinstance(k, int | np.integer) or k < 1):
+        raise ChipswapError(f"K = {k} buckets is not allowed; K must be an integer >= 1")
+    # k fixes the count; max_buckets is the cap when k is not given; budgets.max_buckets always caps
+    cap = b.max_buckets if b.max_buckets is not None else (max_buckets if k is None else None)
+    if cap is not None and cap < 1:
+        raise ChipswapError(f"max buckets = {cap} is not allowed; use --max-buckets 1 or more")
+    if align < 1:
+        raise ChipswapError(f"alignment {align} must be >= 1; use 1 for any length or e.g. 128")
+    top = resolve_max_length(hist, cost_model, max_length)
+    if b.device_memory_bytes is not None:
+        fit = _largest_length_in_memory(b)
+        if b.memory_bytes(top) > b.device_memory_bytes:
+            raise ChipswapError(
+                f"memory budget: the bucket for max length {top} needs {b.memory_bytes(top)} bytes > device "
+                f"memory {b.device_memory_bytes} bytes; lower --max-length to <= {fit} or use a larger device"
+            )
+    cands = candidate_edges(hist, cost_model, max_length=top, policy=policy, align=align)
+    n = cands.edges.size
+    if k is not None:
+        if cap is not None and k > cap:
+            raise ChipswapError(
+                f"K = {k} exceeds the bucket budget of {cap}; raise --max-buckets or lower -k"
+            )
+        if k > n:
+            raise ChipswapError(
+                f"K = {k} buckets but the trace has only {n} distinct bucket lengths up to {top}; use -k <= "
+                f"{n}"
+            )
+        kmax = k
+    else:
+        kmax = min(cap if cap is not None else n, n)
+
+    if b.max_compile_s is not None:
+        if b.compile_fixed_s is None:
+            raise ChipswapError(
+                "compile-time budget given without a per-bucket compile-time estimate; pass "
+                "--compile-s-per-bucket"
+            )
+        one = float(b.compile_s(top))
+        if one > b.max_compile_s:
+            raise ChipswapError(
+                f"compile-time budget {b.max_compile_s:g} s is below the {one:g} s estimated for the single "
+                "bucket "
+                f"at max length {top}; raise --max-compile-s to >= {one:g} or lower --max-length"
+            )
+        if b.compile_per_token_s == 0:
+            fit_k = int(b.max_compile_s // b.compile_fixed_s) if b.compile_fixed_s > 0 else kmax
+            if k is not None and k > fit_k:
+                raise ChipswapError(
+                    f"compile-time budget {b.max_compile_s:g} s fits {fit_k} buckets at "
+                    f"{b.compile_fixed_s:g} s each, "
+                    f"not K = {k}; raise --max-compile-s to >= {k * b.compile_fixed_s:g} or use -k <= {fit_k}"
+                )
+            kmax = min(kmax, fit_k)
+        else:
+            return _plan_with_compile_budget(hist, cost_model, cands, k, kmax, policy, b)
+
+    per_k = optimal_edges_per_k(cands, kmax)
+    edges = per_k[kmax] if k is not None else per_k[max(per_k)]
+    return evaluate(hist, edges, cost_model, policy=policy, name="optimal", budgets=b)
+
+
+def _plan_with_compile_budget(
+    hist: Histogram,
+    cost_model: CostModel,
+    cands: Candidates,
+    k: int | None,
+    kmax: int,
+    policy: str,
+    b: Budgets,
+) -> Evaluation:
+    """Best plan whose total compile time fits, when per-bucket compile time grows with length.
+
+    For each bucket count, the unconstrained optimum is exact if it fits. Otherwise a Lagrangian scan
+    (penalty lam per compile second) yields feasible plans and, per count, the dual lower bound
+    max_lam(f_k(lam) - lam*budget). The answer is flagged exact when its cost meets the smallest bound;
+    otherwise exact=False with a note giving the gap to that bound.
+    """
+    budget = float(b.max_compile_s or 0.0)
+    ks = [k] if k is not None else list(range(1, kmax + 1))
+    best: tuple[float, list[int]] | None = None
+    bound: dict[int, float] = {kk: -math.inf for kk in ks}
+
+    def total_s(edges: list[int]) -> float:
+        return float(np.sum(b.compile_s(np.asarray(edges))))
+
+    def consider(per_k: dict[int, list[int]], lam: float | None) -> None:
+        nonlocal best
+        for kk in ks:
+            edges = per_k.get(kk)
+            if edges is None:
+                continue
+            t = total_s(edges)
+            val = evaluate(hist, edges, cost_model, policy=policy).padded_total
+            if lam is None:
+                if t <= budget + 1e-9:
+                    bound[kk] = max(bound[kk], val)  # unconstrained optimum fits: exact for this count
+            else:
+                bound[kk] = max(bound[kk], val + lam * (t - budget))
+            if t <= budget + 1e-9 and (best is None or val < best[0]):
+                best = (val, edges)
+
+    consider(optimal_edges_per_k(cands, kmax), None)
+    times = np.asarray(b.compile_s(cands.edges), dtype=np.float64)
+    if any(v == -math.inf for v in bound.values()):
+        # Lagrangian scan: penalise each bucket by lam * its compile time
+        scale = max(float(max(cands.costs)) * float(cands.prefix[-1] or 1), 1.0) / max(
+            float(times.max()), 1e-9
+        )
+        costs = [float(c) for c in cands.costs]
+        W = [float(w) for w in cands.prefix]
+        for lam in [0.0, *(scale * np.logspace(-9, 2, 45))]:
+            extra = (lam * times).tolist()
+            consider(optimal_edges_per_k(Candidates(cands.edges, W, costs), kmax, extra), float(lam))
+    if best is None:
+        kk = k if k is not None else 1
+        raise ChipswapError(
+            f"compile-time budget {budget:g} s cannot fit {kk} bucket(s) ending at {int(cands.edges[-1])}; "
+            "raise --max-compile-s or lower -k / --max-length"
+        )
+    val, edges = best
+    lower = min(bound.values())
+    exact = val <= lower + 1e-9 * max(abs(val), 1.0)
+    note = ""
+    if not exact:
+        gap = 100.0 * (val - lower) / lower if lower > 0 else float("inf")
+        note = (
+            "compile-time budget binds: best plan from a Lagrangian search, within "
+            f"{gap:.2f}% of the lower bound on the optimum"
+        )
+    return evaluate(hist, edges, cost_model, policy=policy, name="optimal", exact=exact, note=note, budgets=b)
+
+
+def resolve_max_length(hist: Histogram, cost_model: CostModel, max_length: int | None) -> int:
+    if max_length is not None:
+        if not isinstance(max_length, int | np.integer) or max_length < 1:
+            raise ChipswapError(
+                f"max length {max_length!r} must be a positive integer; e.g. --max-length 4096"
+            )
+        top = int(max_length)
+    else:
+        top = hist.max_length
+    if cost_model.listed_only:
+        xs = cost_model.table_lengths
+        above = [x for x in xs if x >= top]
+        if not above:
+            raise ChipswapError(
+                f"no measured shape holds length {top} (largest measured {xs[-1]}); measure a shape >= {top} "
+                f"or pass --max-length {xs[-1]} with --policy truncate|reject"
+            )
+        top = above[0]
+    return top
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Baselines: the fixed rules Neuron stacks and sequence toolkits use
+# ------------------------------------------------------------------------------------------------------------
+
+
+def powers_of_two_ladder(max_length: int, start: int = 128) -> list[int]:
+    """NxDI / transformers-neuronx / vLLM-neuron default: 128, 256, ... below max_length, then max_length."""
+    out = []
+    x = start
+    while x < max_length:
+        out.append(x)
+        x *= 2
+    return [*out, max_length]
+
+
+def geometric_ladder(max_length: int, step: float = 1.1, min_length: int = 8) -> list[int]:
+    """tensor2tensor `_bucket_boundaries`: x = min_length, x = max(x + 1, int(x * step)) until max_length."""
+    out = []
+    x = min_length
+    while x < max_length:
+        out.append(x)
+        x = max(x + 1, int(x * step))
+    return [*out, max_length]
+
+
+def _top_k(ladder: list[int], k: int | None) -> list[int]:
+    return ladder if k is None else ladder[-k:]
+
+
+def _pow2_k(hist: Histogram, k: int | None, top: int) -> list[int]:
+    ladder = powers_of_two_ladder(top)
+    if k is None or k <= len(ladder):
+        return _top_k(ladder, k)
+    low = ladder[0]
+    extra: list[int] = []
+    while len(ladder) + len(extra) < k and low > 1:  # extend below 128 by halving
+        low //= 2
+        extra.append(low)
+    return sorted(extra) + ladder
+
+
+def _quantiles_k(hist: Histogram, k: int | None, top: int) -> list[int]:
+    kk = k or 8
+    lengths, weights, _ = _effective(hist, top, "reject")
+    if lengths.size == 0:
+        return [top]
+    sub = Histogram(lengths, weights)
+    return sorted({*(sub.quantile(i / kk) for i in range(1, kk)), top})
+
+
+def _geometric_k(hist: Histogram, k: int | None, top: int) -> list[int]:
+    if k is None:
+        return geometric_ladder(top)
+    lo = max(min(128, top), 1)  # same start as the powers-of-two ladder; the ratio is fitted to reach top
+    if k == 1 or lo >= top:
+        return [top]
+    r = (top / lo) ** (1.0 / (k - 1))
+    return sorted({*(min(int(math.ceil(lo * r**i)), top) for i in range(k - 1)), top})
+
+
+def _linear_k(hist: Histogram, k: int | None, top: int) -> list[int]:
+    kk = k or 8
+    return sorted({*(int(math.ceil(top * i / kk)) for i in range(1, kk)), top})
+
+
+def _single(hist: Histogram, k: int | None, top: int) -> list[int]:
+    return [top]
+
+
+# name -> (edges rule at K buckets, what it is)
+BASELINES: dict[str, tuple[Callable[[Histogram, int | None, int], list[int]], str]] = {
+    "powers_of_two": (
+        _pow2_k,
+        "NxDI/transformers-neuronx/vLLM-neuron default: powers of 2 from 128, last = max "
+        "(at K: the K largest; halves below 128 when K exceeds the ladder)",
+    ),
+    "single_max": (_single, "optimum-neuron export default: one shape at the max length (always K=1)"),
+    "quantiles": (_quantiles_k, "fairseq-style: edges at the i/K quantiles of the lengths, last = max"),
+    "geometric": (
+        _geometric_k,
+        "tensor2tensor-style geometric ladder; at K: from 128 with the ratio fitted to "
+        "reach max in K steps (natural form, step 1.1 from 8: geometric_1.1_natural)",
+    ),
+    "linear": (_linear_k, "equal gaps: max*i/K"),
+}
+
+
+def baseline_plans(
+    hist: Histogram,
+    cost_model: CostModel,
+    *,
+    k: int | None,
+    max_length: int,
+    policy: str = "reject",
+    include_natural: bool = True,
+) -> dict[str, Evaluation]:
+    """Every baseline at K buckets (where the rule allows), plus the natural NxDI and t2t ladders."""
+    out: dict[str, Evaluation] = {}
+    for name, (rule, desc) in BASELINES.items():
+        edges = rule(hist, k, max_length)
+        out[name] = _eval_baseline(hist, edges, cost_model, policy, name, desc)
+    if include_natural:
+        out["powers_of_two_natural"] = _eval_baseline(
+            hist,
+            powers_of_two_ladder(max_length),
+            cost_model,
+            policy,
+            "powers_of_two_natural",
+            "NxDI default ladder at its own K",
+        )
+        out["geometric_1.1_natural"] = _eval_baseline(
+            hist,
+            geometric_ladder(max_length),
+            cost_model,
+            policy,
+            "geometric_1.1_natural",
+            "tensor2tensor step 1.1 ladder from 8 at its own K",
+        )
+    return out
+
+
+def _eval_baseline(
+    hist: Histogram, edges: list[int], cost_model: CostModel, policy: str, name: str, desc: str
+) -> Evaluation:
+    if cost_model.listed_only:
+        xs = np.asarray(cost_model.table_lengths)
+        edges = sorted({int(xs[np.searchsorted(xs, e)]) for e in edges if e <= xs[-1]})
+        desc += " (rounded up to measured shapes)"
+    elif cost_model.kind == "measured":
+        edges = sorted({max(int(e), cost_model.table_lengths[0]) for e in edges})
+    return evaluate(hist, edges, cost_model, policy=policy, name=name, note=desc)
