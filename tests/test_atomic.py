@@ -39,3 +39,12 @@ def test_unwritable_folder_is_a_user_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(ChipswapError, match="cannot write"):
         atomic_write_text(blocker / "out.txt", "x")
+
+
+def test_written_file_has_umask_mode_not_0600(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "report.html", "x")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -12,6 +12,12 @@ from pathlib import Path
 from chipswap.errors import ChipswapError
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -35,6 +41,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             f"cannot write {target}: {exc.strerror or exc}; choose a writable output path"
         ) from None
     try:
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 less the umask)
+        os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

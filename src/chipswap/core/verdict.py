@@ -1,0 +1,414 @@
+"""The migration verdict: the seed article's screening rules and break-even, as tables. Pure: no I/O.
+
+The seed ("Trainium and Inferentia vs GPU") gives a procedure, and this module is that procedure as data:
+
+* SCREENING_RULES: one row per screening question. Each row names the fact it reads, the test that points to
+  Neuron, and the seed's words for either outcome. Research churn, hand-written CUDA kernels, bursty or low
+  traffic and short-lived work point to GPU; a stable model, a standard architecture (no readiness blockers),
+  steady traffic and a bill large enough point to Neuron. A fact that is not known gives "unknown", which is
+  never counted as a pass.
+* DECISION_TABLE: ordered rows, the first that matches gives the verdict. "If the answer is close, it is a
+  no": a saving under `close_margin_pct` percent of today's monthly cost, or a payback later than
+  `close_payback_months`, is a "close call — stay".
+
+Every reason carries the input value and threshold it was judged on, so the report can trace each word to a
+number.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
+
+STAY = "stay on GPU"
+MOVE_INF = "move serving to Inferentia"
+MOVE_TRN = "move to Trainium"
+CLOSE = "close call — stay"
+VERDICTS: tuple[str, ...] = (STAY, MOVE_INF, MOVE_TRN, CLOSE)
+MOVES: frozenset[str] = frozenset({MOVE_INF, MOVE_TRN})
+
+Outcome = Literal["pass", "fail", "unknown"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Screening thresholds and the close-call margin. Defaults are documented in docs/plan.md."""
+
+    close_margin_pct: Decimal = Decimal("20")
+    close_payback_months: int = 6
+    bursty_peak_to_mean: float = 2.0
+    low_traffic_rps: float = 1.0
+    min_monthly_bill_usd: Decimal = Decimal("2000")
+    max_model_changes_per_month: float = 1.0
+    min_horizon_months: float = 6.0
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything the verdict reads. None means "not known" (never treated as a pass)."""
+
+    kind: Literal["serving", "training"]
+    target_kind: Literal["inferentia", "trainium"] | None
+    target: str | None
+    research_churn: bool | None
+    custom_cuda_kernels: bool | None
+    model_changes_per_month: float | None
+    readiness_blockers: int | None
+    peak_to_mean: float | None
+    mean_rps: float | None
+    horizon_months: float
+    monthly_now_usd: Decimal
+    monthly_after_usd: Decimal | None
+    porting_usd: Decimal
+    payback_month: int | None
+    meets_slo: bool | None = True
+
+    @property
+    def monthly_saving_usd(self) -> Decimal | None:
+        if self.monthly_after_usd is None:
+            return None
+        return self.monthly_now_usd - self.monthly_after_usd
+
+    @property
+    def saving_pct(self) -> Decimal | None:
+        s = self.monthly_saving_usd
+        if s is None or self.monthly_now_usd <= 0:
+            return None
+        return s / self.monthly_now_usd * Decimal(100)
+
+
+@dataclass(frozen=True)
+class ScreeningRule:
+    """One screening question of the seed: the fact read, the test that points to Neuron, the words."""
+
+    id: str
+    fact: str  # attribute of Facts
+    label: str  # how the input is named to the user
+    op: str  # key of _OPS: the comparison that means "points to Neuron"
+    threshold: str | int | float | bool  # attribute of Thresholds, or a literal
+    if_pass: str
+    if_fail: str
+    applies_to: tuple[str, ...] = ("serving", "training")
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "is": operator.is_,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+}
+
+_SYMBOL = {"is": "", "<=": "<= ", ">=": ">= ", "==": "= "}
+
+SCREENING_RULES: tuple[ScreeningRule, ...] = (
+    ScreeningRule(
+        "research-churn",
+        "research_churn",
+        "research churn",
+        "is",
+        False,
+        "not research work: the model is a product, not an experiment",
+        "research churn: the model shape changes weekly; compile steps and operator gaps cost more than the "
+        "hourly saving",
+    ),
+    ScreeningRule(
+        "custom-cuda-kernels",
+        "custom_cuda_kernels",
+        "custom CUDA kernels",
+        "is",
+        False,
+        "no hand-written CUDA kernels to rewrite",
+        "depends on hand-written CUDA kernels, which do not move to Neuron without a rewrite",
+    ),
+    ScreeningRule(
+        "stable-model",
+        "model_changes_per_month",
+        "model changes per month",
+        "<=",
+        "max_model_changes_per_month",
+        "stable model: the architecture rarely changes, so fixed compiled shapes hold",
+        "the model changes too often for ahead-of-time compiled shapes",
+    ),
+    ScreeningRule(
+        "standard-architecture",
+        "readiness_blockers",
+        "readiness blockers",
+        "==",
+        0,
+        "standard architecture: the readiness check predicts no blockers",
+        "the readiness check predicts blockers on the Neuron compiler",
+    ),
+    ScreeningRule(
+        "steady-traffic",
+        "peak_to_mean",
+        "peak-to-mean traffic",
+        "<=",
+        "bursty_peak_to_mean",
+        "steady traffic: the peak is close to the mean",
+        "bursty traffic: a fixed-shape fleet sized for the peak sits idle between bursts",
+        ("serving",),
+    ),
+    ScreeningRule(
+        "traffic-volume",
+        "mean_rps",
+        "mean requests/s",
+        ">=",
+        "low_traffic_rps",
+        "high-volume traffic",
+        "low traffic: the porting time never earns itself back",
+        ("serving",),
+    ),
+    ScreeningRule(
+        "long-lived",
+        "horizon_months",
+        "horizon (months)",
+        ">=",
+        "min_horizon_months",
+        "long-lived work: the saving compounds month after month",
+        "short-lived work: the porting cost never pays back",
+    ),
+    ScreeningRule(
+        "bill-size",
+        "monthly_now_usd",
+        "GPU spend per month (USD)",
+        ">=",
+        "min_monthly_bill_usd",
+        "the bill is large enough that a 40-60% cut matters",
+        "the bill is too small for a cut to matter",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Reason:
+    rule: str
+    outcome: Outcome
+    favours: Literal["neuron", "gpu"] | None
+    text: str
+    input_label: str
+    input_value: object
+    threshold: str
+
+    @property
+    def value_text(self) -> str:
+        return "unknown" if self.input_value is None else _fmt(self.input_value)
+
+    def line(self) -> str:
+        mark = {"pass": "+", "fail": "-", "unknown": "?"}[self.outcome]
+        return f"[{mark}] {self.text} ({self.input_label} = {self.value_text}; {self.threshold})"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    why: str
+    reasons: tuple[Reason, ...]
+    economics: tuple[Reason, ...] = field(default_factory=tuple)
+
+    @property
+    def is_move(self) -> bool:
+        return self.verdict in MOVES
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, Decimal):
+        return f"{v.quantize(Decimal('0.01')):,}"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def _threshold_value(rule: ScreeningRule, th: Thresholds) -> object:
+    if isinstance(rule.threshold, str):
+        return getattr(th, rule.threshold)
+    return rule.threshold
+
+
+def screen(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
+    """Apply every screening rule that applies to this kind of work."""
+    out: list[Reason] = []
+    for rule in SCREENING_RULES:
+        if facts.kind not in rule.applies_to:
+            continue
+        value = getattr(facts, rule.fact)
+        limit = _threshold_value(rule, th)
+        shown = f"Neuron needs {_SYMBOL[rule.op]}{_fmt(limit)}"
+        if value is None:
+            out.append(
+                Reason(
+                    rule.id,
+                    "unknown",
+                    None,
+                    f"{rule.label}: not known, so not counted as a pass",
+                    rule.label,
+                    None,
+                    shown,
+                )
+            )
+            continue
+        ok = _OPS[rule.op](value, limit)
+        out.append(
+            Reason(
+                rule.id,
+                "pass" if ok else "fail",
+                "neuron" if ok else "gpu",
+                rule.if_pass if ok else rule.if_fail,
+                rule.label,
+                value,
+                shown,
+            )
+        )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Assessment:
+    facts: Facts
+    th: Thresholds
+    reasons: tuple[Reason, ...]
+
+    @property
+    def failed(self) -> tuple[Reason, ...]:
+        return tuple(r for r in self.reasons if r.outcome == "fail")
+
+    @property
+    def unknown(self) -> tuple[Reason, ...]:
+        return tuple(r for r in self.reasons if r.outcome == "unknown")
+
+
+def _pays_back(a: _Assessment) -> bool:
+    p = a.facts.payback_month
+    return p is not None and p <= a.facts.horizon_months
+
+
+def _close(a: _Assessment) -> bool:
+    pct = a.facts.saving_pct
+    p = a.facts.payback_month
+    return pct is None or pct < a.th.close_margin_pct or p is None or p > a.th.close_payback_months
+
+
+def _move_verdict(a: _Assessment) -> str:
+    return MOVE_INF if (a.facts.target_kind == "inferentia" and a.facts.kind == "serving") else MOVE_TRN
+
+
+def _names(rs: tuple[Reason, ...]) -> str:
+    return ", ".join(r.rule for r in rs)
+
+
+# Ordered: the first row whose test holds gives the verdict. (test, verdict or callable, why)
+DECISION_TABLE: tuple[
+    tuple[
+        str, Callable[[_Assessment], bool], str | Callable[[_Assessment], str], Callable[[_Assessment], str]
+    ],
+    ...,
+] = (
+    (
+        "screening-fails",
+        lambda a: bool(a.failed),
+        STAY,
+        lambda a: f"screening points to GPU: {_names(a.failed)}",
+    ),
+    (
+        "no-candidate",
+        lambda a: a.facts.target is None or a.facts.monthly_after_usd is None,
+        STAY,
+        lambda a: "no candidate could be priced or sized for this workload",
+    ),
+    (
+        "misses-slo",
+        lambda a: a.facts.meets_slo is False,
+        STAY,
+        lambda a: f"{a.facts.target} does not meet the latency objective",
+    ),
+    (
+        "costs-more",
+        lambda a: (a.facts.monthly_saving_usd or Decimal(0)) <= 0,
+        STAY,
+        lambda a: f"{a.facts.target} costs as much or more per month than today's fleet",
+    ),
+    (
+        "never-pays-back",
+        lambda a: not _pays_back(a),
+        STAY,
+        lambda a: f"the porting cost does not pay back within the {a.facts.horizon_months:g}-month horizon",
+    ),
+    (
+        "unknown-inputs",
+        lambda a: bool(a.unknown),
+        CLOSE,
+        lambda a: f"not known: {_names(a.unknown)}; an unchecked input is not a pass",
+    ),
+    (
+        "close-call",
+        _close,
+        CLOSE,
+        lambda a: (
+            f"saving {_fmt(a.facts.saving_pct)}% / payback month {a.facts.payback_month} is inside the "
+            f"close-call margin ({a.th.close_margin_pct}% / {a.th.close_payback_months} months); "
+            "if the answer is close, it is a no"
+        ),
+    ),
+    (
+        "clear-win",
+        lambda a: True,
+        _move_verdict,
+        lambda a: (
+            f"{a.facts.target} saves {_fmt(a.facts.saving_pct)}% a month and pays back in month "
+            f"{a.facts.payback_month}"
+        ),
+    ),
+)
+
+
+def _economics(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
+    pct = facts.saving_pct
+    rows = (
+        (
+            "monthly-saving",
+            "saving per month (% of today)",
+            pct,
+            pct is not None and pct >= th.close_margin_pct,
+            f"clear when >= {th.close_margin_pct}%",
+        ),
+        (
+            "payback",
+            "payback month",
+            facts.payback_month,
+            facts.payback_month is not None and facts.payback_month <= th.close_payback_months,
+            f"clear when <= month {th.close_payback_months}",
+        ),
+    )
+    out = []
+    for rid, label, value, ok, shown in rows:
+        outcome: Outcome = (
+            "unknown" if value is None and rid == "monthly-saving" else ("pass" if ok else "fail")
+        )
+        text = f"{label}: {'clear' if ok else 'not clear'}"
+        out.append(
+            Reason(
+                rid,
+                outcome,
+                "neuron" if ok else "gpu",
+                text,
+                label,
+                value if value is not None else "never",
+                shown,
+            )
+        )
+    return tuple(out)
+
+
+def decide(facts: Facts, th: Thresholds | None = None) -> Verdict:
+    """The verdict for one workload against one candidate, with every reason and its input."""
+    th = th or Thresholds()
+    a = _Assessment(facts, th, screen(facts, th))
+    for _name, test, verdict, why in DECISION_TABLE:
+        if test(a):
+            v = verdict(a) if callable(verdict) else verdict
+            return Verdict(v, why(a), a.reasons, _economics(facts, th))
+    raise AssertionError("the decision table ends with a row that always matches")

@@ -1,0 +1,544 @@
+"""The workload file (TOML) that `chipswap plan` reads, as pydantic v2 models.
+
+Every field carries a description; that text *is* the documentation: `chipswap plan --explain` and `chipswap
+workload-help` print it (see `schema_help`). Unknown keys are rejected (extra="forbid"), and every validation
+error becomes one line naming the file, the key and the expected form (`load_workload`).
+
+Figures that drive money (GPU throughput, candidate throughput, job hours) carry a `source` so the report can
+say where each number came from: "stated" (you measured or chose it), "seed example" (the article's worked
+example), "published benchmark" (e.g. the Neuron performance tables), and later "projected" / "measured" from
+chipswap itself.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from chipswap.errors import ChipswapError
+
+Source = Literal["stated", "seed example", "published benchmark", "projected", "measured"]
+Term = Literal["on-demand", "spot", "1yr", "3yr", "ri-effective"]
+TERMS: tuple[str, ...] = get_args(Term)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Model):
+    """Which model is being moved. Give exactly one of preset, config, factory."""
+
+    preset: str | None = Field(
+        None,
+        description='A shipped model preset, e.g. "llama-3-8b", "distilbert-base" (see `chipswap check '
+        "--help`).",
+    )
+    config: str | None = Field(
+        None,
+        description="Path to a Hugging Face config.json (relative to the workload file); checked without "
+        "weights.",
+    )
+    factory: str | None = Field(
+        None, description='A Python factory "package.module:make_model" returning a torch.nn.Module.'
+    )
+    task: str | None = Field(
+        None,
+        description='The task the model serves, e.g. "causal-lm", "sequence-classification"; preset default.',
+    )
+
+    full_check: bool = Field(
+        False,
+        description="Export every layer in the readiness check. By default a transformer whose layers are "
+        "all alike is checked as a 2-layer copy: the same operators and dtypes in a fraction of the time.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSpec:
+        given = [k for k in ("preset", "config", "factory") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("expected exactly one of preset, config, factory")
+        return self
+
+
+class ColumnMap(_Model):
+    """Column names in the trace file (default: the Azure LLM trace schema, recognised without this)."""
+
+    timestamp: str | None = Field(None, description="Column holding the arrival time of each request.")
+    prompt_tokens: str | None = Field(None, description="Column holding the prompt (input) length in tokens.")
+    output_tokens: str | None = Field(
+        None, description="Column holding the generated (output) length in tokens."
+    )
+
+
+class Traffic(_Model):
+    """What the model serves: a trace of real requests, or a steady rate with fixed lengths."""
+
+    trace: str | None = Field(
+        None,
+        description='Trace file (CSV, JSONL, Parquet) relative to the workload file, or "bundled" for '
+        "the Azure LLM "
+        "code trace shipped with chipswap (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024).",
+    )
+    columns: ColumnMap | None = Field(
+        None, description="Column mapping when the trace is not in the Azure schema."
+    )
+    scale: float = Field(
+        1.0,
+        gt=0,
+        description="Multiply the trace's arrival rate by this (the trace is a sample of your traffic); "
+        "lengths are "
+        "kept as they are.",
+    )
+    steady_rps: float | None = Field(
+        None, gt=0, description="Instead of a trace: a steady arrival rate in requests per second."
+    )
+    prompt_tokens: int | None = Field(
+        None, gt=0, description="With steady_rps: the prompt length in tokens of every request."
+    )
+    output_tokens: int | None = Field(
+        None, ge=0, description="With steady_rps: the generated length in tokens of every request."
+    )
+    mode: Literal["llm", "encoder"] = Field(
+        "llm", description='"llm" (prefill + decode buckets) or "encoder" (one length per request).'
+    )
+    max_buckets: int = Field(
+        6, ge=1, le=64, description="Most fixed shapes to compile (each is one Neuron graph)."
+    )
+    max_length: int | None = Field(
+        None, gt=0, description="Longest sequence the model accepts; longer requests are reported (rejected)."
+    )
+    burst_window_s: float = Field(
+        300.0,
+        gt=0,
+        description="Window (seconds) over which arrivals are counted to judge burstiness: peak (95th "
+        "percentile "
+        "window) over mean. Five minutes is the scale at which an autoscaler reacts.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Traffic:
+        if (self.trace is None) == (self.steady_rps is None):
+            raise ValueError("expected exactly one of trace, steady_rps")
+        if self.steady_rps is not None and self.prompt_tokens is None:
+            raise ValueError("expected prompt_tokens with steady_rps")
+        return self
+
+
+class Fleet(_Model):
+    """The GPU fleet today: instance type and count (priced from the catalog) or the monthly bill."""
+
+    instance: str = Field(
+        description='EC2 instance type of the current fleet, e.g. "g6e.12xlarge", "p5.48xlarge".'
+    )
+    count: int = Field(1, ge=1, description="How many instances run (average over the month).")
+    hours_per_month: float = Field(
+        730.0, gt=0, le=744, description="Hours each instance runs per month (730 = always on)."
+    )
+    monthly_bill_usd: Decimal | None = Field(
+        None,
+        gt=0,
+        description="What the fleet costs per month, if you know it; overrides count x rate x hours.",
+    )
+    region: str = Field("us-east-1", description="AWS region the fleet runs in (prices are per region).")
+    term: Term = Field(
+        "on-demand", description="Pricing term the fleet is bought on today: on-demand, spot, 1yr, 3yr."
+    )
+
+
+class Slo(_Model):
+    """Latency objective the serving fleet must meet."""
+
+    p99_ms: float | None = Field(
+        None, gt=0, description="99th-percentile end-to-end latency objective, milliseconds."
+    )
+    p50_ms: float | None = Field(None, gt=0, description="Median latency objective, milliseconds.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Slo:
+        if self.p50_ms is not None and self.p99_ms is not None and self.p50_ms > self.p99_ms:
+            raise ValueError("expected p50_ms <= p99_ms (a median above the 99th percentile is impossible)")
+        return self
+
+
+class Targets(_Model):
+    """Which Neuron instances to consider."""
+
+    candidates: list[str] = Field(
+        min_length=1, description='Candidate instance types, e.g. ["inf2.48xlarge", "trn1.32xlarge"].'
+    )
+    region: str | None = Field(
+        None, description="Region to price candidates in (default: the fleet's region)."
+    )
+
+
+class Pricing(_Model):
+    """How the candidate capacity would be bought."""
+
+    term: Term = Field(
+        "on-demand",
+        description="Pricing term for the candidates: on-demand, spot, 1yr, 3yr, ri-effective "
+        "(as priced in the catalog).",
+    )
+
+
+class Porting(_Model):
+    """One-time engineering cost of moving the model to Neuron."""
+
+    engineer_days: float = Field(ge=0, description="Engineer-days to port and validate the model on Neuron.")
+    day_rate_usd: Decimal = Field(
+        Decimal("800"), gt=0, description="Cost of one engineer-day in USD (assumption)."
+    )
+
+
+class Stability(_Model):
+    """How much the model moves: the seed's reasons to stay on GPU."""
+
+    model_changes_per_month: float = Field(
+        0.0,
+        ge=0,
+        description="How often the model architecture or shapes change per month (retrains keep it).",
+    )
+    custom_cuda_kernels: bool = Field(
+        False, description="The model depends on hand-written CUDA / Triton kernels (no Neuron equivalent)."
+    )
+    research_churn: bool = Field(
+        False,
+        description="Research work: the model shape changes weekly and uses operators the day they ship.",
+    )
+
+
+class CandidateThroughput(_Model):
+    """Serving throughput of one candidate instance: a stated figure or a speed factor relative to the GPU."""
+
+    requests_per_s: float | None = Field(
+        None, gt=0, description="Requests per second one instance sustains at the SLO."
+    )
+    speed_factor: float | None = Field(
+        None,
+        gt=0,
+        description="Throughput relative to one instance of the current GPU fleet (0.8 = 20% slower).",
+    )
+    p99_ms: float | None = Field(
+        None, gt=0, description="99th-percentile latency at that throughput, if known."
+    )
+    source: Source = Field("stated", description="Where the figure comes from.")
+    note: str | None = Field(None, description="Free text shown next to the figure (how it was obtained).")
+
+    @model_validator(mode="after")
+    def _one(self) -> CandidateThroughput:
+        if (self.requests_per_s is None) == (self.speed_factor is None):
+            raise ValueError("expected exactly one of requests_per_s, speed_factor")
+        return self
+
+
+class Throughput(_Model):
+    """Serving throughput: measured on the current GPU fleet and, for each candidate, stated or relative."""
+
+    gpu_requests_per_s: float | None = Field(
+        None, gt=0, description="Requests per second one instance of the current fleet sustains at the SLO."
+    )
+    gpu_p99_ms: float | None = Field(
+        None, gt=0, description="99th-percentile latency of the GPU fleet at that load."
+    )
+    gpu_source: Source = Field("stated", description="Where the GPU figure comes from.")
+    gpu_note: str | None = Field(None, description="Free text shown next to the GPU figure.")
+    target_utilization: float = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="Fraction of peak throughput the fleets are planned to run at (headroom).",
+    )
+    candidates: dict[str, CandidateThroughput] = Field(
+        default_factory=dict,
+        description="Per candidate instance type: its throughput (see the fields below).",
+    )
+
+
+class CandidateJob(_Model):
+    """How long one training run takes on a candidate: stated hours or a speed factor relative to the GPU."""
+
+    hours: float | None = Field(
+        None, gt=0, description="Wall-clock hours of one run on one candidate instance."
+    )
+    speed_factor: float | None = Field(
+        None, gt=0, description="Speed relative to the GPU instance (20 h on GPU, 26 h here = 0.769)."
+    )
+    source: Source = Field("stated", description="Where the figure comes from.")
+    note: str | None = Field(None, description="Free text shown next to the figure.")
+
+    @model_validator(mode="after")
+    def _one(self) -> CandidateJob:
+        if (self.hours is None) == (self.speed_factor is None):
+            raise ValueError("expected exactly one of hours, speed_factor")
+        return self
+
+
+class Job(_Model):
+    """A recurring training / fine-tuning run (instead of a serving fleet)."""
+
+    gpu_hours: float = Field(
+        gt=0, description="Wall-clock hours of one run on one instance of the fleet's type."
+    )
+    gpu_source: Source = Field("stated", description="Where the GPU hours come from.")
+    runs_per_month: float = Field(gt=0, description="How many identical runs happen per month.")
+    candidates: dict[str, CandidateJob] = Field(
+        default_factory=dict, description="Per candidate instance type: its run time (see the fields below)."
+    )
+
+
+class VerdictSettings(_Model):
+    """Thresholds of the screening rules and the close-call margin (defaults documented in docs/plan.md)."""
+
+    close_margin_pct: Decimal = Field(
+        Decimal("20"),
+        ge=0,
+        description="A monthly saving below this percent of today's cost is a close call, and a close "
+        "call is a no.",
+    )
+    close_payback_months: int = Field(
+        6,
+        ge=1,
+        description="A payback later than this many months is a close call, and a close call is a no.",
+    )
+    bursty_peak_to_mean: float = Field(
+        2.0,
+        gt=1,
+        description="Traffic whose peak-window rate exceeds this multiple of its mean is bursty (stay on "
+        "GPU).",
+    )
+    low_traffic_rps: float = Field(
+        1.0,
+        gt=0,
+        description="Below this mean rate (requests/s) traffic is too low for a port to pay (stay on GPU).",
+    )
+    min_monthly_bill_usd: Decimal = Field(
+        Decimal("2000"),
+        ge=0,
+        description="Below this monthly spend the bill is too small to matter (stay on GPU).",
+    )
+    max_model_changes_per_month: float = Field(
+        1.0,
+        ge=0,
+        description="Above this many architecture changes per month the model is not stable (stay on GPU).",
+    )
+    min_horizon_months: float = Field(
+        6.0, ge=0, description="Work that lives fewer months than this is short-lived (stay on GPU)."
+    )
+
+
+class Workload(_Model):
+    """A workload file: one model, its traffic or job, today's GPU fleet, and the Neuron candidates."""
+
+    title: str = Field("workload", description="A name for the report.")
+    kind: Literal["serving", "training"] = Field(
+        "serving", description='"serving" (a fleet answering traffic) or "training" (a recurring job).'
+    )
+    horizon_months: int = Field(
+        12, ge=1, le=120, description="How many months the decision should pay off over."
+    )
+    model: ModelSpec | None = Field(None, description="The model (needed for the readiness check).")
+    traffic: Traffic | None = Field(None, description="Traffic for a serving workload.")
+    fleet: Fleet = Field(description="The current GPU fleet.")
+    slo: Slo = Field(default_factory=Slo, description="Latency objective (serving).")
+    targets: Targets = Field(description="Neuron candidates.")
+    pricing: Pricing = Field(default_factory=Pricing, description="Pricing term for the candidates.")
+    porting: Porting = Field(description="One-time porting estimate.")
+    stability: Stability = Field(default_factory=Stability, description="How much the model changes.")
+    throughput: Throughput | None = Field(None, description="Serving throughput figures (kind = serving).")
+    job: Job | None = Field(None, description="Training run figures (kind = training).")
+    verdict: VerdictSettings = Field(default_factory=VerdictSettings, description="Verdict thresholds.")
+
+    @model_validator(mode="after")
+    def _kind_sections(self) -> Workload:
+        if self.kind == "serving":
+            if self.traffic is None:
+                raise ValueError('traffic: expected a [traffic] table for kind = "serving"')
+            if self.throughput is None:
+                raise ValueError('throughput: expected a [throughput] table for kind = "serving"')
+            missing = [c for c in self.targets.candidates if c not in self.throughput.candidates]
+            if missing:
+                raise ValueError(
+                    f'throughput.candidates: expected a table [throughput.candidates."{missing[0]}"] with '
+                    "requests_per_s or speed_factor"
+                )
+            needs_gpu = any(t.speed_factor is not None for t in self.throughput.candidates.values())
+            if needs_gpu and self.throughput.gpu_requests_per_s is None:
+                raise ValueError(
+                    "throughput.gpu_requests_per_s: expected a number when a candidate uses speed_factor"
+                )
+        else:
+            if self.job is None:
+                raise ValueError('job: expected a [job] table for kind = "training"')
+            missing = [c for c in self.targets.candidates if c not in self.job.candidates]
+            if missing:
+                raise ValueError(
+                    f'job.candidates: expected a table [job.candidates."{missing[0]}"] with hours or '
+                    f"speed_factor"
+                )
+        return self
+
+
+# --------------------------------------------------------------------------------------------------- loading
+
+
+def _expected_form(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    forms = {
+        "int_parsing": "an integer",
+        "int_type": "an integer",
+        "int_from_float": "a whole number",
+        "float_parsing": "a number",
+        "float_type": "a number",
+        "decimal_parsing": "a number",
+        "decimal_type": "a number",
+        "bool_parsing": "true or false",
+        "bool_type": "true or false",
+        "string_type": "a string in quotes",
+        "list_type": 'a list, e.g. ["a", "b"]',
+        "dict_type": "a table",
+        "model_type": "a table",
+        "model_attributes_type": "a table",
+        "greater_than": f"a number > {ctx.get('gt')}",
+        "greater_than_equal": f"a number >= {ctx.get('ge')}",
+        "less_than_equal": f"a number <= {ctx.get('le')}",
+        "less_than": f"a number < {ctx.get('lt')}",
+        "too_short": "a non-empty list",
+        "literal_error": f"one of {ctx.get('expected', '')}",
+    }
+    if kind in forms:
+        return forms[kind]
+    msg = str(err.get("msg", "invalid value"))
+    return msg.removeprefix("Value error, ")
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif "." in str(p) or " " in str(p):
+            parts.append(f'."{p}"' if parts else f'"{p}"')
+        else:
+            parts.append(f".{p}" if parts else str(p))
+    return "".join(parts) or "(top level)"
+
+
+def format_validation_error(path: str | Path, exc: ValidationError) -> str:
+    """One line: file, key, expected form (the first error; the count of others)."""
+    errors = exc.errors(include_url=False)
+    err = errors[0]
+    loc = tuple(p for p in err.get("loc", ()) if p not in ("function-after",))
+    msg = _expected_form(err)
+    key = _key(loc)
+    if msg.startswith(tuple(f"{k}:" for k in ("traffic", "throughput", "job"))):
+        key, _, msg = msg.partition(": ")
+    got = err.get("input")
+    shown = ""
+    if (
+        err.get("type") not in ("missing", "extra_forbidden")
+        and not isinstance(got, dict)
+        and got is not None
+    ):
+        shown = f" (got {got!r})"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    if err.get("type") == "missing":
+        return f"{path}: {key}: missing; this key is required (see `chipswap workload-help`){more}"
+    if err.get("type") == "extra_forbidden":
+        return (
+            f"{path}: {key}: no such key; remove it or check its spelling "
+            f"(see `chipswap workload-help`){more}"
+        )
+    if not msg.startswith("expected "):
+        msg = f"expected {msg}"
+    return f"{path}: {key}: {msg}{shown}{more}"
+
+
+def parse_workload(data: dict[str, Any], path: str | Path = "<workload>") -> Workload:
+    try:
+        return Workload.model_validate(data)
+    except ValidationError as exc:
+        raise ChipswapError(format_validation_error(path, exc)) from None
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and validate a workload TOML file; any problem is one ChipswapError line naming file and key."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ChipswapError(f"workload file not found: {p}; pass a TOML file or use --example") from None
+    except OSError as exc:
+        raise ChipswapError(f"cannot read workload file {p}: {exc.strerror}; check its permissions") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ChipswapError(f"{p}: not valid TOML: {exc}; see docs/plan.md for the format") from None
+    return parse_workload(data, p)
+
+
+# ------------------------------------------------------------------------------------------------------ help
+
+
+def _type_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return " | ".join(f'"{a}"' for a in get_args(annotation))
+    if origin is Annotated:
+        return _type_name(get_args(annotation)[0])
+    if origin in (list,):
+        return f"list of {_type_name(get_args(annotation)[0])}"
+    if origin in (dict,):
+        return f"table of {_type_name(get_args(annotation)[1])}"
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if args:
+        return " | ".join(_type_name(a) for a in args)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "table"
+    return {str: "string", int: "integer", float: "number", bool: "true/false", Decimal: "number"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *get_args(annotation)]
+    for a in candidates:
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+        for b in get_args(a):
+            if isinstance(b, type) and issubclass(b, BaseModel):
+                return b
+    return None
+
+
+def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
+    """The documented schema, built from the field descriptions (the single source of the help text)."""
+    lines: list[str] = []
+    if not prefix:
+        lines.append(f"Workload file (TOML). {Workload.__doc__}")
+        lines.append("")
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = _submodel(field.annotation)
+        dict_of = get_origin(field.annotation) is dict
+        if sub is not None:
+            header = f'[{prefix}{name}."<instance>"]' if dict_of else f"[{key}]"
+            lines.append(f"{header}  {field.description or ''}")
+            if sub.__doc__ and not dict_of:
+                lines.append(f"    {' '.join(sub.__doc__.split())}")
+            child_prefix = f'{prefix}{name}."<instance>".' if dict_of else f"{key}."
+            lines.append(schema_help(sub, child_prefix))
+            continue
+        default = ""
+        if not field.is_required():
+            d = field.get_default(call_default_factory=True)
+            shown = f'"{d}"' if isinstance(d, str) else str(d).lower() if isinstance(d, bool) else str(d)
+            default = f" (default {shown})" if d is not None else " (optional)"
+        lines.append(f"  {key} = {_type_name(field.annotation)}{default}")
+        lines.append(f"      {field.description or ''}")
+    return "\n".join(line for line in lines if line != "")

@@ -1,0 +1,375 @@
+"""`chipswap plan` end to end: each verdict branch on small workloads, the examples, bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import tomllib
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chipswap import pipeline
+from chipswap.catalog_io import load_catalog
+from chipswap.commands.plan import example_path
+from chipswap.core import cost
+from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY
+from chipswap.errors import ChipswapError
+from chipswap.pipeline import ReadinessSummary, run_plan
+from chipswap.workload import load_workload, parse_workload
+
+CAT = load_catalog()
+
+
+def rate(name: str, term: str = "on-demand") -> Decimal:
+    return Decimal(CAT.rate(name, "us-east-1", term).usd_per_hour)
+
+
+def serving(**over: Any) -> dict[str, Any]:
+    """Small serving workload: steady 20 req/s, 12 x g6e.xlarge at 3 req/s each, inf2.xlarge at 1.5 req/s."""
+    d: dict[str, Any] = {
+        "title": "small serving",
+        "kind": "serving",
+        "horizon_months": 12,
+        "traffic": {"steady_rps": 20.0, "prompt_tokens": 512, "output_tokens": 32},
+        "fleet": {"instance": "g6e.xlarge", "count": 12},
+        "targets": {"candidates": ["inf2.xlarge"]},
+        "porting": {"engineer_days": 10},
+        "throughput": {
+            "gpu_requests_per_s": 3.0,
+            "target_utilization": 0.7,
+            "candidates": {"inf2.xlarge": {"requests_per_s": 1.5}},
+        },
+    }
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(d.get(k), dict):
+            d[k] = {**d[k], **v}
+        else:
+            d[k] = v
+    return d
+
+
+@pytest.fixture
+def readiness(monkeypatch: pytest.MonkeyPatch):
+    """Stand in for the readiness check (its own tests cover it): a checked model with `blockers` blockers."""
+
+    def use(blockers: int | None) -> None:
+        def fake(wl: Any, shapes: Any, target: Any, *_: Any, **__: Any) -> ReadinessSummary:
+            if blockers is None:
+                return ReadinessSummary(False, "not checked (test)")
+            return ReadinessSummary(True, "test", target=target, blockers=blockers, support_pct=100.0)
+
+        monkeypatch.setattr(pipeline, "_readiness", fake)
+
+    return use
+
+
+def plan(d: dict[str, Any], **kw: Any) -> pipeline.PlanResult:
+    return run_plan(parse_workload(d, "small.toml"), "small.toml", **kw)
+
+
+def test_small_serving_moves_to_inferentia(readiness) -> None:
+    readiness(0)
+    r = plan(serving())
+    now = cost.monthly_cost(rate("g6e.xlarge"), 12, 730)
+    count = math.ceil(20.0 / (1.5 * 0.7))
+    after = cost.monthly_cost(rate("inf2.xlarge"), count, 730)
+    assert r.monthly_now.value == now
+    assert r.best is not None and r.best.count == count and r.best.monthly_usd == after
+    assert r.best.saving_pct == (now - after) / now * 100
+    assert r.best.payback_month == math.ceil(Decimal(8000) / (now - after))
+    assert r.verdict.verdict == MOVE_INF
+    assert r.best.cost_per_million_usd == cost.cost_per_million(1.5, rate("inf2.xlarge"), 0.7)
+
+
+def test_close_margin_turns_the_same_workload_into_a_close_call(readiness) -> None:
+    readiness(0)
+    saving = plan(serving()).best.saving_pct  # type: ignore[union-attr]
+    assert saving is not None
+    assert plan(serving(), close_margin_pct=saving + Decimal("0.5")).verdict.verdict == CLOSE
+    assert plan(serving(), close_margin_pct=saving - Decimal("0.5")).verdict.verdict == MOVE_INF
+
+
+def test_research_churn_stays_on_gpu(readiness) -> None:
+    readiness(0)
+    r = plan(serving(stability={"research_churn": True}))
+    assert r.verdict.verdict == STAY
+    assert "research-churn" in r.verdict.why
+
+
+def test_blockers_stay_on_gpu(readiness) -> None:
+    readiness(3)
+    r = plan(serving())
+    assert r.verdict.verdict == STAY
+    assert next(x for x in r.verdict.reasons if x.rule == "standard-architecture").input_value == 3
+
+
+def test_unchecked_model_is_never_a_move(readiness) -> None:
+    readiness(None)
+    assert plan(serving()).verdict.verdict == CLOSE
+
+
+def test_slow_candidate_costs_more_and_stays(readiness) -> None:
+    readiness(0)
+    r = plan(serving(throughput={"candidates": {"inf2.xlarge": {"requests_per_s": 0.3}}}))
+    assert r.best is not None and r.best.saving_usd is not None and r.best.saving_usd < 0
+    assert r.verdict.verdict == STAY
+
+
+def test_bursty_traffic_stays(readiness, tmp_path: Path) -> None:
+    readiness(0)
+    # all requests arrive in 1 minute out of 10 -> peak-to-mean far above 2
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [f"{i * 0.01:.2f},500,20" for i in range(3000)]
+    rows += [f"{600 + i * 0.5:.2f},500,20" for i in range(2)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    d = serving(traffic={"steady_rps": None, "prompt_tokens": None, "output_tokens": None})
+    d["traffic"] = {"trace": "t.csv", "burst_window_s": 60}
+    r = run_plan(parse_workload(d, tmp_path / "w.toml"), tmp_path / "w.toml")
+    assert r.traffic is not None and r.traffic.peak_to_mean is not None and r.traffic.peak_to_mean > 2
+    assert r.verdict.verdict == STAY
+    assert "steady-traffic" in r.verdict.why
+
+
+def test_slo_miss_excludes_candidate(readiness) -> None:
+    readiness(0)
+    d = serving(slo={"p99_ms": 500})
+    d["throughput"]["candidates"]["inf2.xlarge"]["p99_ms"] = 900
+    r = plan(d)
+    assert r.candidates[0].excluded and "misses" in r.candidates[0].excluded
+    assert r.verdict.verdict == STAY
+
+
+@pytest.mark.slow
+def test_finetune_example_reproduces_the_seed(readiness) -> None:
+    readiness(0)
+    wl = load_workload(example_path("finetune"))
+    r = run_plan(wl, example_path("finetune"))
+    per_run_gpu = cost.job_cost(20, rate("p5.48xlarge"))
+    per_run_trn = cost.job_cost(26, rate("trn1.32xlarge"))
+    assert r.monthly_now.value == per_run_gpu * 4
+    assert r.best is not None and r.best.monthly_usd == per_run_trn * 4
+    # "by the fifth identical run it is [cheaper]"
+    assert r.best.payback_run == cost.break_even(cost.porting_cost(3), per_run_gpu - per_run_trn).period == 5
+    assert r.verdict.verdict == MOVE_TRN
+
+
+@pytest.mark.slow
+def test_llama_example_tells_the_seed_story() -> None:
+    wl = load_workload(example_path("llama-serving"))
+    r = run_plan(wl, example_path("llama-serving"))
+    # about $40k a month on GPU, computed from the catalog
+    assert r.monthly_now.value == cost.monthly_cost(rate(wl.fleet.instance), wl.fleet.count, 730)
+    assert Decimal(35000) < r.monthly_now.value < Decimal(45000)
+    # flat traffic from the bundled trace, shapes planned with their padding overhead
+    assert r.traffic is not None and r.traffic.requests > 8000
+    assert r.traffic.peak_to_mean is not None and r.traffic.peak_to_mean < wl.verdict.bursty_peak_to_mean
+    assert r.shapes is not None and r.shapes.planned and r.shapes.padding_overhead_pct is not None
+    assert len(r.shapes.sequence_buckets) <= wl.traffic.max_buckets  # type: ignore[union-attr]
+    assert r.best is not None and r.best.payback_month is not None
+    assert {f.knob for f in r.flips} >= {
+        "throughput ratio",
+        "engineer-days",
+        "utilization",
+        "traffic",
+        "price term",
+    }
+    flip = next(f for f in r.flips if f.knob == "throughput ratio")
+    assert flip.value is not None and flip.verdict != r.verdict.verdict
+    # the real readiness check ran, and its blocker count is the input of the architecture rule
+    assert r.readiness.checked and r.readiness.blockers is not None
+    arch = next(x for x in r.verdict.reasons if x.rule == "standard-architecture")
+    assert arch.input_value == r.readiness.blockers
+    assert "2-layer copy of its 32 identical layers" in r.readiness.note
+
+
+def test_blockers_on_one_target_pick_the_other(readiness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The captured graph is judged per target; a candidate whose target has blockers is not the pick."""
+
+    def fake(wl: Any, shapes: Any, target: Any, *_: Any, **__: Any) -> ReadinessSummary:
+        return ReadinessSummary(
+            True, "test", target="inf2", blockers=1, by_target={"inf2": (1, 90.0, ()), "trn1": (0, 100.0, ())}
+        )
+
+    monkeypatch.setattr(pipeline, "_readiness", fake)
+    d = serving(targets={"candidates": ["inf2.xlarge", "trn1.32xlarge"]}, fleet={"count": 40})
+    d["throughput"]["candidates"]["trn1.32xlarge"] = {"requests_per_s": 60.0}
+    r = plan(d)
+    inf2 = next(c for c in r.candidates if c.instance == "inf2.xlarge")
+    assert r.best is not None and r.best.instance == "trn1.32xlarge"
+    # inf2 would save more, but its target has a predicted blocker
+    assert inf2.saving_usd is not None and r.best.saving_usd is not None
+    assert inf2.saving_usd > r.best.saving_usd
+    assert r.readiness.target == "trn1" and r.readiness.blockers == 0
+    assert r.verdict.verdict == MOVE_TRN
+
+
+def test_representative_check_keeps_two_layers_only_when_layers_are_alike() -> None:
+    from chipswap.models import resolve_model
+
+    ref = resolve_model("llama-3-8b")
+    small, what = pipeline._representative(ref, full=False)
+    assert small.config["num_hidden_layers"] == 2 and ref.config["num_hidden_layers"] == 32
+    assert "2-layer copy" in what
+    assert pipeline._representative(ref, full=True)[0] is ref
+    mixed = replace(ref, config={**ref.config, "layer_types": ["full_attention"] * 32})
+    assert pipeline._representative(mixed, full=False)[0] is mixed
+
+
+@pytest.mark.slow
+def test_two_layer_copy_finds_what_the_full_model_finds() -> None:
+    from chipswap.check import run_check
+    from chipswap.models import resolve_model
+
+    ref = resolve_model("gpt2")
+    small, _ = pipeline._representative(ref, full=False)
+    assert small.config["n_layer"] == 2
+    full = run_check(ref, ["input_ids=1x128:int64"], target="inf2")
+    part = run_check(small, ["input_ids=1x128:int64"], target="inf2")
+
+    def kinds(rep: Any) -> set[tuple[str, str, str]]:
+        return {(f["rule"], f["severity"], f["op"] or "") for f in rep.findings_json()}
+
+    assert kinds(part) == kinds(full)
+    assert part.exit_code == full.exit_code
+
+
+def test_sensitivity_flip_is_real(readiness) -> None:
+    """Re-evaluate the pipeline's pure economics just inside and just past the reported flip point."""
+    readiness(0)
+    r = plan(serving())
+    flip = next(f for f in r.flips if f.knob == "engineer-days")
+    assert flip.value is not None and flip.verdict is not None
+    wl = parse_workload(serving(porting={"engineer_days": float(flip.value) * 1.001}), "x.toml")
+    assert run_plan(wl, "x.toml").verdict.verdict == flip.verdict
+    wl = parse_workload(serving(porting={"engineer_days": float(flip.value) * 0.995}), "x.toml")
+    assert run_plan(wl, "x.toml").verdict.verdict == r.verdict.verdict
+
+
+@pytest.mark.slow
+def test_candidate_too_small_for_the_weights_is_excluded(readiness) -> None:
+    readiness(0)
+    d = serving(model={"preset": "llama-3-8b"}, targets={"candidates": ["inf1.xlarge", "inf2.xlarge"]})
+    d["throughput"]["candidates"]["inf1.xlarge"] = {"requests_per_s": 5.0}
+    r = plan(d)
+    assert r.weights is not None and 14 < r.weights.value < 16  # 8.03B parameters x 2 bytes
+    inf1, inf2 = r.candidates
+    mem = float(CAT.instance("inf1.xlarge").accelerator_memory_gib)
+    assert mem < r.weights.value
+    assert inf1.excluded and "do not fit" in inf1.excluded
+    assert inf2.excluded is None and r.best is not None and r.best.instance == "inf2.xlarge"
+
+
+def test_unknown_model_preset_names_key(readiness) -> None:
+    readiness(0)
+    with pytest.raises(ChipswapError, match=r"small.toml: model.preset: unknown model preset: 'lama-3-8b'"):
+        plan(serving(model={"preset": "lama-3-8b"}))
+
+
+# ---------------------------------------------------------------------------------------------------- errors
+
+
+def test_unknown_instance_names_key(readiness) -> None:
+    readiness(0)
+    with pytest.raises(ChipswapError) as ei:
+        plan(serving(fleet={"instance": "g6e.xlarg"}))
+    assert str(ei.value).startswith("small.toml: fleet.instance: unknown instance type")
+    assert "g6e.xlarge" in str(ei.value)
+    with pytest.raises(ChipswapError, match=r"small.toml: targets.candidates: .*expected a Neuron instance"):
+        d = serving(targets={"candidates": ["g5.xlarge"]})
+        d["throughput"]["candidates"] = {"g5.xlarge": {"requests_per_s": 1.0}}
+        plan(d)
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chipswap", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def _bad(tmp_path: Path, edit) -> subprocess.CompletedProcess[str]:
+    d = tomllib.loads(example_path("llama-serving").read_text())
+    edit(d)
+    p = tmp_path / "bad.toml"
+    p.write_text(_toml(d))
+    return cli("plan", str(p), "--out", str(tmp_path / "out"))
+
+
+def _toml(d: dict[str, Any], prefix: str = "") -> str:
+    simple = {k: v for k, v in d.items() if not isinstance(v, dict)}
+    tables = {k: v for k, v in d.items() if isinstance(v, dict)}
+    out = [f"{k} = {json.dumps(v)}" for k, v in simple.items()]
+    for k, v in tables.items():
+        name = f'{prefix}"{k}"' if "." in k else f"{prefix}{k}"
+        out.append(f"[{name}]")
+        out.append(_toml(v, name + "."))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "edit", "expect"),
+    [
+        ("unknown key", lambda d: d["fleet"].update(colour="blue"), "fleet.colour: no such key"),
+        ("wrong type", lambda d: d["fleet"].update(count="five"), "fleet.count: expected an integer"),
+        ("missing trace", lambda d: d["traffic"].update(trace="nope.csv"), "traffic.trace: file not found"),
+        (
+            "unknown instance",
+            lambda d: d["fleet"].update(instance="p9.huge"),
+            "fleet.instance: unknown instance",
+        ),
+        ("impossible SLO", lambda d: d["slo"].update(p99_ms=0), "slo.p99_ms: expected a number > 0"),
+        ("impossible SLO order", lambda d: d["slo"].update(p50_ms=9000), "slo: expected p50_ms <= p99_ms"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, case: str, edit, expect: str) -> None:
+    proc = _bad(tmp_path, edit)
+    assert proc.returncode == 2, case
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert str(tmp_path / "bad.toml") in lines[0]
+    assert expect in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_example_exit_2() -> None:
+    proc = cli("plan", "--example", "llama-servin")
+    assert proc.returncode == 2
+    assert "did you mean llama-serving" in proc.stderr
+
+
+def test_workload_help_prints_the_schema() -> None:
+    proc = cli("workload-help")
+    assert proc.returncode == 0
+    assert "fleet.count" in proc.stdout and "close_margin_pct" in proc.stdout
+
+
+@pytest.mark.slow
+def test_default_plan_writes_the_report(tmp_path: Path) -> None:
+    proc = cli("plan", "--out", str(tmp_path / "rep"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    verdict = data["verdict"]["verdict"]
+    assert f"Verdict: {verdict}" in proc.stdout
+    assert str(tmp_path / "rep" / "report.html") in proc.stdout
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert verdict in html
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"**Verdict: {verdict}**" in md
+    # every screening rule appears in the report with its input
+    for reason in data["verdict"]["reasons"]:
+        assert reason["rule"] in html
+    assert data["shapes"]["padding_overhead_pct"] is not None
+
+
+@pytest.mark.slow
+def test_json_flag_and_close_margin(tmp_path: Path) -> None:
+    proc = cli("plan", "--example", "finetune", "--json", "--close-margin", "99", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["verdict"]["verdict"] in (CLOSE, STAY)
+    assert data["thresholds"]["close_margin_pct"] == "99"

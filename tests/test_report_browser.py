@@ -1,0 +1,83 @@
+"""The HTML report renders in headless Chromium: the verdict and the plot SVGs are in the rendered page."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium not installed (make browser)")
+    profile = tmp_path / "profile"
+    profile.mkdir(exist_ok=True)
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    proc = subprocess.run(
+        [sys.executable, "-m", "chipswap", "plan", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_rendered_dom_shows_verdict_and_plots(report: Path, tmp_path: Path) -> None:
+    verdict = json.loads((report / "report.json").read_text())["verdict"]["verdict"]
+    proc = _chromium(tmp_path, "--dump-dom", (report / "report.html").as_uri())
+    dom = proc.stdout
+    assert "<main>" in dom, proc.stderr[-2000:]
+    m = re.search(r'<span class="verdict-text">([^<]*)</span>', dom)
+    assert m is not None and m.group(1) == verdict
+    svgs = re.findall(r"<svg\b[^>]*>", dom)
+    classes = " ".join(svgs)
+    for plot in ("cumulative", "monthly", "cpm", "arrivals"):
+        assert f"plot {plot}" in classes, plot
+    assert len(svgs) >= 5  # + the traffic histogram with bucket edges from the shape planner
+    assert "Request lengths and bucket edges" in dom
+    assert 'class="breakeven"' in dom  # the break-even point on the cumulative cost plot
+    assert "<script" not in dom and "http://" not in dom.replace("http://www.w3.org/2000/svg", "")
+
+
+def test_screenshot_is_not_blank(report: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"
+    proc = _chromium(
+        tmp_path, "--window-size=1000,2400", f"--screenshot={shot}", (report / "report.html").as_uri()
+    )
+    assert shot.exists(), proc.stderr[-2000:]
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(shot)
+    assert img.shape[0] >= 2000 and img.shape[1] >= 900
+    rgb = (img[..., :3] * 255).astype(int)
+    colors = {tuple(c) for c in rgb.reshape(-1, 3)[::37]}
+    assert len(colors) > 50  # text, plots and colored boxes, not a blank page
+    # the verdict box is drawn in one of the three verdict colours near the top of the page
+    top = rgb[:400].reshape(-1, 3)
+    verdict_fills = {(0xE8, 0xF5, 0xE9), (0xFD, 0xEC, 0xEA), (0xFF, 0xF8, 0xE1)}
+    assert sum(tuple(p) in verdict_fills for p in top[::7]) > 100

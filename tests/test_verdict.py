@@ -1,0 +1,169 @@
+"""The verdict core: every branch of the decision table, each screening rule, and the close-call margin."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from chipswap.core.verdict import (
+    CLOSE,
+    DECISION_TABLE,
+    MOVE_INF,
+    MOVE_TRN,
+    SCREENING_RULES,
+    STAY,
+    Facts,
+    Thresholds,
+    decide,
+    screen,
+)
+
+TH = Thresholds()
+
+
+def clean(**kw: object) -> Facts:
+    """A serving workload that passes every rule: 50% saving, payback month 1."""
+    base = Facts(
+        kind="serving",
+        target_kind="inferentia",
+        target="inf2.xlarge",
+        research_churn=False,
+        custom_cuda_kernels=False,
+        model_changes_per_month=0.0,
+        readiness_blockers=0,
+        peak_to_mean=1.3,
+        mean_rps=20.0,
+        horizon_months=12,
+        monthly_now_usd=Decimal("40000"),
+        monthly_after_usd=Decimal("20000"),
+        porting_usd=Decimal("16000"),
+        payback_month=1,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_clean_serving_on_inferentia_moves_serving() -> None:
+    v = decide(clean())
+    assert v.verdict == MOVE_INF
+    assert all(r.outcome == "pass" for r in v.reasons)
+
+
+def test_training_on_trainium_moves_to_trainium() -> None:
+    f = clean(
+        kind="training", target_kind="trainium", target="trn1.32xlarge", peak_to_mean=None, mean_rps=None
+    )
+    v = decide(f)
+    assert v.verdict == MOVE_TRN
+    # traffic rules do not apply to a training job
+    assert {r.rule for r in v.reasons}.isdisjoint({"steady-traffic", "traffic-volume"})
+
+
+def test_serving_on_trainium_is_move_to_trainium() -> None:
+    assert decide(clean(target_kind="trainium", target="trn1.32xlarge")).verdict == MOVE_TRN
+
+
+# One failing value per screening rule (a table, like the rules themselves).
+FAILING = {
+    "research-churn": {"research_churn": True},
+    "custom-cuda-kernels": {"custom_cuda_kernels": True},
+    "stable-model": {"model_changes_per_month": 4.0},
+    "standard-architecture": {"readiness_blockers": 2},
+    "steady-traffic": {"peak_to_mean": 4.2},
+    "traffic-volume": {"mean_rps": 0.2},
+    "long-lived": {"horizon_months": 3},
+    "bill-size": {"monthly_now_usd": Decimal("1500"), "monthly_after_usd": Decimal("700")},
+}
+
+
+def test_every_seed_rule_is_in_the_table() -> None:
+    assert {r.id for r in SCREENING_RULES} == set(FAILING)
+
+
+@pytest.mark.parametrize("rule", sorted(FAILING))
+def test_each_failing_screening_rule_means_stay_on_gpu(rule: str) -> None:
+    f = clean(**FAILING[rule])  # type: ignore[arg-type]
+    v = decide(f)
+    assert v.verdict == STAY
+    failed = [r for r in v.reasons if r.outcome == "fail"]
+    assert [r.rule for r in failed] == [rule]
+    assert rule in v.why
+    # the reason carries the input it was judged on
+    spec = next(s for s in SCREENING_RULES if s.id == rule)
+    assert failed[0].input_value == getattr(f, spec.fact)
+    assert failed[0].favours == "gpu"
+
+
+def test_reasons_carry_their_inputs() -> None:
+    f = clean(mean_rps=37.5, peak_to_mean=1.7)
+    by_id = {r.rule: r for r in decide(f).reasons}
+    assert by_id["traffic-volume"].input_value == 37.5
+    assert by_id["steady-traffic"].input_value == 1.7
+    assert "37.5" in by_id["traffic-volume"].line()
+
+
+def test_unknown_readiness_is_not_a_pass() -> None:
+    v = decide(clean(readiness_blockers=None))
+    assert v.verdict == CLOSE
+    r = next(r for r in v.reasons if r.rule == "standard-architecture")
+    assert r.outcome == "unknown" and r.favours is None
+
+
+def test_costs_more_stays() -> None:
+    v = decide(clean(monthly_after_usd=Decimal("41000"), payback_month=None))
+    assert v.verdict == STAY
+    assert "costs as much or more" in v.why
+
+
+def test_never_pays_back_within_horizon_stays() -> None:
+    v = decide(clean(payback_month=13))
+    assert v.verdict == STAY
+    assert "horizon" in v.why
+
+
+def test_no_priced_candidate_stays() -> None:
+    assert decide(clean(monthly_after_usd=None, payback_month=None)).verdict == STAY
+
+
+def test_missing_slo_candidate_stays() -> None:
+    assert decide(clean(meets_slo=False)).verdict == STAY
+
+
+@pytest.mark.parametrize("margin", [Decimal("10"), Decimal("20"), Decimal("35")])
+def test_close_call_margin_on_saving(margin: Decimal) -> None:
+    th = Thresholds(close_margin_pct=margin)
+    now = Decimal("40000")
+    just_below = now * (1 - (margin - Decimal("0.1")) / 100)  # saving = margin - 0.1 %
+    at_margin = now * (1 - margin / 100)  # saving = margin %
+    assert decide(clean(monthly_after_usd=just_below), th).verdict == CLOSE
+    assert decide(clean(monthly_after_usd=at_margin), th).verdict == MOVE_INF
+
+
+def test_close_call_margin_on_payback() -> None:
+    th = Thresholds(close_payback_months=6)
+    assert decide(clean(payback_month=6), th).verdict == MOVE_INF
+    v = decide(clean(payback_month=7), th)
+    assert v.verdict == CLOSE
+    assert "close" in v.why
+
+
+def test_screening_failure_wins_over_a_big_saving() -> None:
+    # "If you depend on hand-written CUDA kernels ... stay on GPU", however cheap Neuron looks.
+    v = decide(clean(custom_cuda_kernels=True, monthly_after_usd=Decimal("1000")))
+    assert v.verdict == STAY
+
+
+def test_decision_table_ends_with_a_catch_all() -> None:
+    name, test, _verdict, _why = DECISION_TABLE[-1]
+    assert name == "clear-win"
+    from chipswap.core.verdict import _Assessment
+
+    assert test(_Assessment(clean(), TH, screen(clean(), TH)))
+
+
+def test_economics_reasons_report_saving_and_payback() -> None:
+    v = decide(clean(monthly_after_usd=Decimal("30000"), payback_month=2))
+    eco = {r.rule: r for r in v.economics}
+    assert eco["monthly-saving"].input_value == Decimal(25)
+    assert eco["payback"].input_value == 2
