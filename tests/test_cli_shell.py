@@ -38,7 +38,9 @@ def test_unknown_command_is_one_line_exit_2() -> None:
     assert "no-such-command" in proc.stderr
 
 
-def test_chipswap_error_becomes_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chipswap_error_becomes_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import chipswap.cli as cli
 
     def boom(*_a: object, **_k: object) -> None:

@@ -1,4 +1,4 @@
-"""Atomic file writes: write to a temp file in the same folder, fsync, rename. A crash never leaves half a file.
+"""Atomic file writes: temp file in the same folder, fsync, rename. A crash never leaves half a file.
 
 May not touch anything but the target path and its temp sibling.
 """

@@ -12,6 +12,9 @@ import sys
 
 import typer
 
+from chipswap import __version__
+from chipswap.errors import ChipswapError
+
 try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as _click_exc
 except ImportError:  # pragma: no cover - depends on the installed typer
@@ -20,18 +23,15 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 _NoArgsIsHelp = getattr(_click_exc, "NoArgsIsHelpError", type("_NeverRaised", (Exception,), {}))
 _Abort = getattr(_click_exc, "Abort", KeyboardInterrupt)
 
-from chipswap import __version__
-from chipswap.errors import ChipswapError
-
 # Order is the order shown in --help.
 COMMAND_MODULES = ("plan", "shapes", "check", "cost", "catalog", "compile", "cache")
 
 app = typer.Typer(
     name="chipswap",
     help=(
-        "Should this model move from GPUs to AWS Inferentia / Trainium? chipswap plans fixed shapes from your "
-        "traffic, checks what the Neuron compiler will reject, prices the move with break-even, and compiles "
-        "and serves the model once per shape."
+        "Should this model move from GPUs to AWS Inferentia / Trainium? chipswap plans fixed shapes from "
+        "your traffic, checks what the Neuron compiler will reject, prices the move with break-even, and "
+        "compiles and serves the model once per shape."
     ),
     no_args_is_help=True,
     add_completion=False,
