@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
 HEADER = (
     "# Benchmarks\n\n"
-    "Each section is written by the script that produced it (`make bench` runs them all; the command\n"
-    "for each section is quoted in it). Numbers are medians of repeated runs on the machine named in the section;\n"
-    "these machines are noisy, so compare ratios measured side by side in one run.\n"
+    "Each section is written by the script that produced it (`make bench` runs them all;\n"
+    "the command for each section is quoted in it). Numbers are medians of repeated runs on the\n"
+    "machine named in the section; these machines are noisy, so compare ratios measured side by side.\n"
 )
 
 
