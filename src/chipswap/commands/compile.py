@@ -1,0 +1,131 @@
+"""`chipswap compile MODEL`: compile every bucket of a shape plan, cache it, check it against eager PyTorch.
+
+Parses flags and calls chipswap.compile.compile_plan; prints a rich table or JSON. Exit 0 = every bucket
+within --atol, 1 = compiled but some bucket differs from eager PyTorch by more than --atol, 2 = bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from chipswap.errors import ChipswapError
+
+HELP = (
+    "Compile MODEL once per fixed shape (sequence bucket x batch size) with the chosen backend, store each "
+    "artifact in the content-addressed cache (reused across runs, paths and processes), and check every "
+    "artifact against eager PyTorch on the same padded input (max abs diff vs --atol). MODEL is a preset "
+    "name (e.g. distilbert-base), a config.json, a package.module:factory or a .pt2 file. Buckets come from "
+    "--plan (written by chipswap shapes --out) or from --seq-len/--batch-sizes."
+)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise ChipswapError(
+            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} 1,4"
+        ) from None
+    if not vals or any(v < 1 for v in vals):
+        raise ChipswapError(f"{flag} must list positive integers, got {text!r}; e.g. {flag} 1,4")
+    return vals
+
+
+def _compile(
+    model: str = typer.Argument(..., help="Preset name, config.json, package.module:factory or .pt2 file."),
+    plan: Path | None = typer.Option(None, "--plan", help="Shape plan JSON (chipswap.shapeplan/1)."),
+    seq_len: str | None = typer.Option(
+        None, "--seq-len", help="Sequence bucket(s) instead of --plan, e.g. 128 or 64,128."
+    ),
+    batch_sizes: str | None = typer.Option(
+        None, "--batch-sizes", help="Compiled batch sizes, e.g. 1,4 (default: the plan's, or 1)."
+    ),
+    backend: str = typer.Option(
+        "onnxruntime", "--backend", help="onnxruntime (default on CPU), aotinductor or neuron (Neuron hosts)."
+    ),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="Artifact cache folder (default: $CHIPSWAP_CACHE_DIR or the user cache)."
+    ),
+    atol: float = typer.Option(1e-3, "--atol", help="Largest allowed max abs diff vs eager PyTorch."),
+    task: str | None = typer.Option(None, "--task", help="Model task head (default: the preset's)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile keys that failed before again."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the compiled set (bucket -> cache key) for chipswap.compile.load_router."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> int:
+    from chipswap.backends import BACKEND_NAMES
+    from chipswap.cache import ArtifactCache
+    from chipswap.compile import (
+        check_model_against_plan,
+        compile_plan,
+        load_plan,
+        plan_from_args,
+        save_compiled_set,
+        target_from_spec,
+    )
+
+    if backend not in BACKEND_NAMES:
+        from chipswap.backends import get_backend
+
+        get_backend(backend)  # raises with a did-you-mean
+    if atol < 0:
+        raise ChipswapError(f"--atol must be >= 0, got {atol}; e.g. --atol 1e-3")
+    if plan is not None and seq_len is not None:
+        raise ChipswapError("give either --plan or --seq-len, not both; --plan takes the buckets from it")
+    if plan is not None:
+        bp = load_plan(plan)
+        if batch_sizes:
+            from chipswap.compile import BucketPlan
+
+            bp = BucketPlan(bp.sequence_buckets, tuple(sorted(set(_ints(batch_sizes, "--batch-sizes")))),
+                            bp.max_length, bp.extra)
+    elif seq_len is not None:
+        bp = plan_from_args(_ints(seq_len, "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
+    else:
+        raise ChipswapError(
+            "no buckets given; pass --plan plan.json (from chipswap shapes --out) or --seq-len 128"
+        )
+    from chipswap.backends import get_backend
+
+    get_backend(backend).check_available()  # before building the model: a missing SDK fails fast
+    target = target_from_spec(model, task=task)
+    check_model_against_plan(target.config, bp, target.name)  # before the cache dir is touched
+    cache = ArtifactCache(cache_dir)
+    cache.ensure_writable()
+    report = compile_plan(
+        target, bp, backend=backend, cache=cache, atol=atol, retry_failed=retry_failed, progress=not as_json
+    )
+    if out is not None:
+        save_compiled_set(report, out)
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=1) + "\n")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"{report.model} on {report.backend} (cache {report.cache_dir})")
+        for col in ("batch", "seq len", "key", "status", "compile s", "max abs diff", f"<= {atol:g}", "size"):
+            t.add_column(col, justify="right" if col not in ("key", "status") else "left")
+        for b in report.buckets:
+            t.add_row(
+                str(b.batch), str(b.seq), b.key[:12], "cached" if b.cached else "compiled",
+                f"{b.compile_s:.1f}", f"{b.max_abs_diff:.2e}", "ok" if b.ok else "FAIL",
+                f"{b.size_bytes / 2**20:.1f} MiB",
+            )
+        con = Console(width=None if sys.stdout.isatty() else 120)
+        con.print(t)
+        if out is not None:
+            con.print(f"compiled set written to {out}")
+        if not report.ok:
+            bad = [f"{b.batch}x{b.seq}" for b in report.buckets if not b.ok]
+            con.print(f"buckets over --atol {atol:g}: {', '.join(bad)}")
+    return 0 if report.ok else 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compile", help=HELP)(_compile)

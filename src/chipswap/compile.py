@@ -1,0 +1,463 @@
+"""Compile every bucket of a shape plan (sequence buckets x batch sizes), cache the artifacts, check them.
+
+For each bucket: build padded inputs exactly as the runtime router will (ids right-padded with
+``pad_token_id``, mask 0), compile through the artifact cache (one compile per key across processes), load the
+artifact back, run it and eager PyTorch on the same padded input, and report the max abs difference against
+``atol``.
+
+The result is a *compiled set* (JSON, schema ``chipswap.compiled/1``): the bucket -> cache key table plus what
+the runtime needs (input names, pad token id, the weights entry for AOTInductor). ``load_router(set, cache)``
+rebuilds a Router from it in any process, without the original model.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from chipswap import __version__
+from chipswap.errors import ChipswapError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from chipswap.cache import ArtifactCache
+    from chipswap.runtime.router import Router
+
+PLAN_SCHEMA = "chipswap.shapeplan/1"
+SET_SCHEMA = "chipswap.compiled/1"
+DEFAULT_ATOL = 1e-3
+TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+# ------------------------------------------------------------------------------------------------------ plans
+@dataclass(frozen=True)
+class BucketPlan:
+    sequence_buckets: tuple[int, ...]
+    batch_buckets: tuple[int, ...]
+    max_length: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """(batch, seq) for every bucket, sequence-major."""
+        return [(b, s) for s in self.sequence_buckets for b in self.batch_buckets]
+
+
+def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise ChipswapError(
+            f"plan {source}: {key!r} must be a non-empty list of positive integers, got {value!r};"
+            " write the plan with chipswap shapes --out or pass --seq-len"
+        )
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ChipswapError(
+                f"plan {source}: {key!r} holds {v!r}, not a positive integer; fix the plan file"
+            )
+        out.append(int(v))
+    return tuple(sorted(set(out)))
+
+
+def parse_plan(data: Any, source: str = "plan") -> BucketPlan:
+    """Read the keys compile needs from a ``chipswap.shapeplan/1`` document; other keys are kept in
+    ``extra``."""
+    if not isinstance(data, Mapping):
+        raise ChipswapError(f"plan {source}: not a JSON object; write it with chipswap shapes --out")
+    schema = data.get("schema", PLAN_SCHEMA)
+    if schema != PLAN_SCHEMA:
+        raise ChipswapError(f"plan {source}: schema is {schema!r}, expected {PLAN_SCHEMA!r}; re-plan it")
+    for key in ("sequence_buckets", "batch_buckets"):
+        if key not in data:
+            raise ChipswapError(
+                f"plan {source} has no {key!r}; write the plan with chipswap shapes --out, or pass"
+                " --seq-len/--batch-sizes instead of --plan"
+            )
+    seq = _int_list(data["sequence_buckets"], "sequence_buckets", source)
+    batch = _int_list(data["batch_buckets"], "batch_buckets", source)
+    ml = data.get("max_length", seq[-1])
+    if isinstance(ml, bool) or not isinstance(ml, int) or ml < 1:
+        raise ChipswapError(f"plan {source}: 'max_length' is {ml!r}, not a positive integer; fix the plan")
+    extra = {k: v for k, v in data.items() if k not in ("sequence_buckets", "batch_buckets", "max_length")}
+    return BucketPlan(seq, batch, int(ml), extra)
+
+
+def load_plan(path: str | Path) -> BucketPlan:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ChipswapError(f"cannot read plan file {p}: {exc.strerror or exc}; check the path") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ChipswapError(
+            f"plan file {p} is not JSON ({exc.msg} at line {exc.lineno}); re-plan it"
+        ) from None
+    return parse_plan(data, str(p))
+
+
+def plan_from_args(seq_lens: Sequence[int], batch_sizes: Sequence[int] = (1,)) -> BucketPlan:
+    seq = _int_list(list(seq_lens), "--seq-len", "arguments")
+    batch = _int_list(list(batch_sizes), "--batch-sizes", "arguments")
+    return BucketPlan(seq, batch, seq[-1])
+
+
+def check_model_against_plan(config: Mapping[str, Any], plan: BucketPlan, model_name: str = "model") -> None:
+    """Model/plan mismatches that would make a bucket wrong or uncompilable: one-line ChipswapError."""
+    largest = plan.sequence_buckets[-1]
+    mpe = config.get("max_position_embeddings") or config.get("n_positions")
+    if mpe is not None and int(mpe) < largest:
+        raise ChipswapError(
+            f"plan's largest sequence bucket {largest} is longer than {model_name}'s max_position_embeddings"
+            f" {int(mpe)}; drop the buckets above {int(mpe)} or re-plan with --max-length {int(mpe)}"
+        )
+    vocab = config.get("vocab_size")
+    pv = plan.extra.get("vocab_size")
+    if pv is not None and vocab is not None and int(pv) != int(vocab):
+        raise ChipswapError(
+            f"plan was made for vocab_size {int(pv)} but {model_name} has vocab_size {int(vocab)};"
+            " re-plan with this model's tokenizer or pass the matching model"
+        )
+    pad = config.get("pad_token_id")
+    if pad is not None and vocab is not None and not 0 <= int(pad) < int(vocab):
+        raise ChipswapError(
+            f"{model_name}'s pad_token_id {pad} is outside its vocabulary (0..{int(vocab) - 1});"
+            " set pad_token_id in the model config"
+        )
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+def padded_inputs(
+    input_names: Sequence[str], batch: int, seq: int, vocab_size: int, pad_token_id: int, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """Inputs as the router builds them: row i holds a random prefix (full length for row 0, shorter after)
+    right-padded with pad_token_id (mask 0); token_type_ids zeros."""
+    import torch
+
+    from chipswap.runtime.router import pad_batch
+
+    gen = torch.Generator().manual_seed(seed + 1000 * batch + seq)
+    rows = []
+    for i in range(batch):
+        n = max(1, seq - (i * seq) // (2 * batch)) if i else seq
+        low = 1 if vocab_size > 1 else 0
+        rows.append(torch.randint(low, max(vocab_size, 1), (n,), generator=gen).tolist())
+    feed = pad_batch(rows, seq, batch, pad_token_id)
+    out = {}
+    for name in input_names:
+        if name in feed:
+            out[name] = feed[name]
+        elif name == "token_type_ids":
+            out[name] = torch.zeros(batch, seq, dtype=torch.long)
+        else:
+            raise ChipswapError(f"cannot build a padded {name!r} input; this model needs example inputs")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- compiling
+@dataclass
+class CompileTarget:
+    """A model to compile: module (forward(**inputs) -> tuple), its config, and how to make bucket inputs."""
+
+    name: str
+    model: torch.nn.Module
+    config: dict[str, Any]
+    input_names: tuple[str, ...] = ("input_ids", "attention_mask")
+    make_inputs: Callable[[int, int], dict[str, torch.Tensor]] | None = None
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.config.get("pad_token_id")
+        return int(pad) if pad is not None else 0
+
+    def inputs_for(self, batch: int, seq: int) -> dict[str, torch.Tensor]:
+        if all(n in TOKEN_INPUTS for n in self.input_names):
+            vocab = int(self.config.get("vocab_size") or 1000)
+            return padded_inputs(self.input_names, batch, seq, vocab, self.pad_token_id)
+        if self.make_inputs is None:
+            raise ChipswapError(f"{self.name} takes {list(self.input_names)}; give example inputs for it")
+        return self.make_inputs(batch, seq)
+
+
+def target_from_spec(spec: str, task: str | None = None) -> CompileTarget:
+    """Resolve a model spec (preset, config.json, pkg.mod:factory, .pt2) through chipswap.models."""
+    from chipswap import models
+
+    ref = models.resolve_model(spec, task=task)
+    module = models.build_model(ref, task=task)
+    names = tuple(models.input_names(ref, task=task))
+    return CompileTarget(
+        name=ref.name,
+        model=module,
+        config=dict(ref.config),
+        input_names=names,
+        make_inputs=lambda b, s: models.example_inputs(ref, b, s, task=task),
+    )
+
+
+@dataclass
+class BucketResult:
+    batch: int
+    seq: int
+    key: str
+    cached: bool
+    compile_s: float
+    max_abs_diff: float
+    ok: bool
+    size_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch,
+            "seq_len": self.seq,
+            "key": self.key,
+            "cached": self.cached,
+            "compile_s": round(self.compile_s, 3),
+            "max_abs_diff": self.max_abs_diff,
+            "ok": self.ok,
+            "size_bytes": self.size_bytes,
+        }
+
+
+@dataclass
+class CompileReport:
+    model: str
+    backend: str
+    atol: float
+    cache_dir: str
+    buckets: list[BucketResult]
+    compiled_set: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return all(b.ok for b in self.buckets)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "chipswap.compile-report/1",
+            "model": self.model,
+            "backend": self.backend,
+            "atol": self.atol,
+            "cache_dir": self.cache_dir,
+            "ok": self.ok,
+            "buckets": [b.to_json() for b in self.buckets],
+            "compiled_set": self.compiled_set,
+        }
+
+
+def max_abs_diff(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        if tuple(x.shape) != tuple(y.shape):
+            return float("inf")
+        if x.numel():
+            worst = max(worst, float((x.detach().double() - y.detach().double()).abs().max()))
+    return worst
+
+
+class _Progress:
+    """rich progress bar on a TTY, plain lines on stderr otherwise, nothing when quiet."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar = None
+        self.task = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]compile[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=False,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("", total=total)
+
+    def start(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, description=what)
+        elif self.enabled:
+            sys.stderr.write(f"compile: {what} ...\n")
+            sys.stderr.flush()
+
+    def done(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task)
+        elif self.enabled:
+            sys.stderr.write(f"compile: {line}\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _weights_entry(cache: ArtifactCache, target: CompileTarget, gd: str, wd: str) -> str:
+    import torch
+
+    from chipswap.backends.aoti import WEIGHTS_FILE, save_weights
+    from chipswap.cache import KeyParts
+
+    parts = KeyParts.make(
+        graph=gd, weights=wd, inputs=(), backend="weights", backend_version=f"torch-{torch.__version__}",
+        kind="weights",
+    )
+    entry, _ = cache.get_or_build(
+        parts, lambda d: save_weights(target.model, d / WEIGHTS_FILE), meta={"model": target.name}
+    )
+    return entry.key
+
+
+def compile_plan(
+    target: CompileTarget,
+    plan: BucketPlan,
+    *,
+    backend: str = "onnxruntime",
+    cache: ArtifactCache | None = None,
+    atol: float = DEFAULT_ATOL,
+    flags: Mapping[str, str] | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+) -> CompileReport:
+    """Compile (or fetch from the cache) every bucket of ``plan`` and check each against eager PyTorch."""
+    import torch
+
+    from chipswap.backends import get_backend
+    from chipswap.backends.aoti import WEIGHTS_FILE, load_weights
+    from chipswap.cache import ArtifactCache, KeyParts, graph_digest, weights_digest
+
+    be = get_backend(backend)
+    be.check_available()
+    check_model_against_plan(target.config, plan, target.name)
+    cache = cache if cache is not None else ArtifactCache()
+    cache.ensure_writable()
+    all_flags = {**be.default_flags(), **(flags or {})}
+    model = target.model.eval()
+    gd = graph_digest(model)
+    wd = weights_digest(model)
+    weights_key = None
+    weights = None
+    if be.needs_weights and all_flags.get("embed_weights", "0") != "1":
+        weights_key = _weights_entry(cache, target, gd, wd)
+        weights = load_weights(cache.entry_dir(weights_key) / WEIGHTS_FILE)
+    shapes = plan.shapes
+    bar = _Progress(len(shapes), progress)
+    results: list[BucketResult] = []
+    version = be.version()
+    try:
+        for batch, seq in shapes:
+            what = f"{target.name} {backend} batch {batch} x seq {seq}"
+            bar.start(what)
+            inputs = target.inputs_for(batch, seq)
+            parts = KeyParts.make(
+                graph=gd, weights=wd, inputs=inputs, backend=backend, backend_version=version, flags=all_flags
+            )
+            t0 = time.monotonic()
+            entry, built = cache.get_or_build(
+                parts,
+                lambda d, inputs=inputs: be.compile(model, inputs, d, flags=all_flags),
+                meta={
+                    "model": target.name,
+                    "backend": backend,
+                    "batch": batch,
+                    "seq_len": seq,
+                    "input_names": list(inputs),
+                    "weights_key": weights_key,
+                },
+                retry_failed=retry_failed,
+            )
+            took = time.monotonic() - t0
+            art = be.load(entry.path, weights=weights)
+            with torch.no_grad():
+                ref = model(**inputs)
+                got = art(inputs)
+            ref_t = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
+            diff = max_abs_diff(got, ref_t)
+            results.append(
+                BucketResult(batch, seq, entry.key, not built, took if built else 0.0, diff, diff <= atol,
+                             entry.size)
+            )
+            bar.done(f"{what}: {'compiled' if built else 'cached'} {entry.key[:12]} max abs diff {diff:.2e}")
+    finally:
+        bar.close()
+    cset = {
+        "schema": SET_SCHEMA,
+        "chipswap": __version__,
+        "model": target.name,
+        "backend": backend,
+        "graph_digest": gd,
+        "weights_digest": wd,
+        "weights_key": weights_key,
+        "input_names": list(target.input_names),
+        "pad_token_id": target.pad_token_id,
+        "buckets": [{"batch": r.batch, "seq_len": r.seq, "key": r.key} for r in results],
+    }
+    return CompileReport(target.name, backend, atol, str(cache.root), results, cset)
+
+
+def save_compiled_set(report_or_set: CompileReport | Mapping[str, Any], path: str | Path) -> Path:
+    from chipswap.atomic import atomic_write_text
+
+    cset = report_or_set.compiled_set if isinstance(report_or_set, CompileReport) else dict(report_or_set)
+    return atomic_write_text(path, json.dumps(cset, indent=1, sort_keys=True) + "\n")
+
+
+def load_router(
+    compiled_set: str | Path | Mapping[str, Any],
+    cache: ArtifactCache | None = None,
+    *,
+    policy: str = "first_fit",
+    truncate: bool = False,
+) -> Router:
+    """A Router over every bucket of a compiled set, loaded from the cache (verified) in this process."""
+    from chipswap.backends import get_backend
+    from chipswap.backends.aoti import WEIGHTS_FILE, load_weights
+    from chipswap.cache import ArtifactCache
+    from chipswap.runtime.router import Router
+
+    if not isinstance(compiled_set, Mapping):
+        try:
+            cset = json.loads(Path(compiled_set).read_text())
+        except (OSError, ValueError) as exc:
+            raise ChipswapError(
+                f"cannot read compiled set {compiled_set}: {exc}; rerun chipswap compile --out"
+            ) from None
+    else:
+        cset = dict(compiled_set)
+    if cset.get("schema") != SET_SCHEMA:
+        raise ChipswapError(
+            f"not a compiled set (schema {cset.get('schema')!r}); write one with chipswap compile --out"
+        )
+    cache = cache if cache is not None else ArtifactCache()
+    be = get_backend(cset["backend"])
+
+    def fetch(key: str) -> Path:
+        e = cache.get(key)
+        if e is None or e.state != "ready":
+            raise ChipswapError(
+                f"cache entry {key[:12]} is missing or corrupt in {cache.root}; rerun chipswap compile"
+            )
+        return e.path
+
+    weights = None
+    if cset.get("weights_key"):
+        weights = load_weights(fetch(cset["weights_key"]) / WEIGHTS_FILE)
+    buckets = {}
+    for b in cset["buckets"]:
+        buckets[(int(b["batch"]), int(b["seq_len"]))] = be.load(fetch(b["key"]), weights=weights)
+    return Router(
+        buckets,
+        pad_token_id=int(cset.get("pad_token_id") or 0),
+        policy=policy,
+        truncate=truncate,
+        input_names=tuple(cset.get("input_names") or ("input_ids", "attention_mask")),
+    )
