@@ -1,0 +1,236 @@
+"""FX graph (core ATen) -> chipswap.core.rules.OpUse records, with dtypes, module path and source location."""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+import sys
+import sysconfig
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from chipswap.core.rules import OpUse
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+@lru_cache(maxsize=1)
+def _dirs() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(library dirs: torch, chipswap, stdlib), (third-party dirs: site-packages)."""
+    import torch
+
+    import chipswap
+
+    lib = [
+        str(Path(torch.__file__).parent),
+        str(Path(chipswap.__file__).parent),
+        sysconfig.get_paths()["stdlib"],
+    ]
+    third = [p for p in sys.path if p.rstrip(os.sep).endswith(("site-packages", "dist-packages"))]
+    third += [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    return tuple(lib), tuple(dict.fromkeys(third))
+
+
+def parse_frames(stack_trace: str | None) -> list[tuple[str, int, str, str]]:
+    """(file, line, function, code) frames of an FX stack_trace string, innermost last."""
+    if not stack_trace:
+        return []
+    lines = stack_trace.splitlines()
+    frames = []
+    for i, ln in enumerate(lines):
+        m = _FRAME.search(ln)
+        if m:
+            code = lines[i + 1].strip() if i + 1 < len(lines) and not _FRAME.search(lines[i + 1]) else ""
+            frames.append((m["file"], int(m["line"]), m["func"], code))
+    return frames
+
+
+@lru_cache(maxsize=4096)
+def _place(path: str) -> str:
+    """'lib' (torch, chipswap, stdlib), 'third' (site-packages) or 'user'."""
+    lib, third = _dirs()
+
+    def under(dirs: tuple[str, ...]) -> bool:
+        return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs if d)
+
+    return "lib" if under(lib) else "third" if under(third) else "user"
+
+
+def pick_frame(frames: list[tuple[str, int, str, str]]) -> tuple[str, int, str, str] | None:
+    """Innermost frame in user code, else innermost outside torch/chipswap/stdlib (e.g. transformers)."""
+    real = [f for f in frames if not f[0].startswith("<")]
+    user = [f for f in real if _place(f[0]) == "user"]
+    if user:
+        return user[-1]
+    nonlib = [f for f in real if _place(f[0]) != "lib"]
+    return nonlib[-1] if nonlib else None
+
+
+@lru_cache(maxsize=4096)
+def rel(path: str) -> str:
+    """Short path: relative to site-packages for installed libraries, to the cwd for user code."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+def _dtype(t: Any) -> str | None:
+    d = getattr(t, "dtype", None)
+    return str(d).replace("torch.", "") if d is not None else None
+
+
+def _flat(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        out = []
+        for v in x:
+            out.extend(_flat(v))
+        return out
+    if isinstance(x, dict):
+        return _flat(list(x.values()))
+    return [x]
+
+
+def _tensor_str(v: Any) -> str:
+    shape = getattr(v, "shape", None)
+    dt = _dtype(v)
+    if shape is None or dt is None:
+        return str(v)
+    return f"{dt}[{', '.join(str(s) for s in shape)}]"
+
+
+@lru_cache(maxsize=4096)
+def _composite(opname: str) -> bool:
+    import torch
+
+    try:
+        return bool(torch._C._dispatch_has_kernel_for_dispatch_key(opname, "CompositeExplicitAutograd"))
+    except Exception:  # pragma: no cover - unknown op names
+        return False
+
+
+def op_kind(target: Any) -> tuple[str, str, bool]:
+    """(kind, overload, composite) for an FX call_function target."""
+    import torch
+
+    if isinstance(target, torch._ops.OpOverload):
+        ns = target.namespace
+        name = target._schema.name.split("::", 1)[-1]
+        return f"{ns}::{name}", target._overloadname, _composite(target.name())
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return f"higher_order::{target.name()}", "default", False
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return f"{target._qualified_op_name}", "default", False
+    name = getattr(target, "__name__", None) or str(target)
+    if getattr(target, "__module__", None) in ("_operator", "operator") or target in vars(operator).values():
+        return f"python::{name}", "default", False
+    return f"python::{name}", "default", False
+
+
+def _unbacked_syms(val: Any) -> set[Any]:
+    shape = getattr(val, "shape", None)
+    if shape is not None and all(type(d) is int for d in shape):
+        return set()  # static tensor: nothing symbolic to look for
+    if val is None or isinstance(val, (int, float, bool)):
+        return set()
+    try:
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        return set(free_unbacked_symbols(val))
+    except Exception:
+        return set()
+
+
+def module_path(node: Any, strip: str | None) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    qual = list(stack.values())[-1][0]
+    qual = re.sub(r"^L\['self'\]\.?", "", qual)
+    if strip and (qual == strip.rstrip(".") or qual.startswith(strip)):
+        qual = qual[len(strip) :] if qual.startswith(strip) else ""
+    return qual
+
+
+@lru_cache(maxsize=8192)
+def _location_of_trace(stack_trace: str) -> tuple[str | None, str, str]:
+    """Cached per trace text: the decoder layers of a big model share identical traces."""
+    frames = parse_frames(stack_trace)
+    f = pick_frame(frames)
+    if f is None:
+        return None, "", ""
+    text = "\n".join(f"{rel(a)}:{b} in {c}" for a, b, c, _ in frames if not a.startswith("<"))
+    return f"{rel(f[0])}:{f[1]}", f[3], text
+
+
+def node_location(node: Any, _depth: int = 0) -> tuple[str | None, str, str]:
+    """(file:line, code, frames text) of the innermost user frame for a node; else from its inputs."""
+    found = _location_of_trace(node.meta.get("stack_trace") or "")
+    if found[0] is not None:
+        return found
+    if _depth < 3:  # e.g. a torch.cond node: its predicate carries the user line
+        for a in node.all_input_nodes:
+            if a.op == "call_function":
+                loc = node_location(a, _depth + 1)
+                if loc[0]:
+                    return loc
+    return None, "", ""
+
+
+def graph_ops(gm: Any, *, strip: str | None = None) -> list[OpUse]:
+    """One OpUse per call_function node of an FX graph module (nested subgraphs of cond/while included)."""
+    import torch
+
+    ops: list[OpUse] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        kind, overload, composite = op_kind(node.target)
+        ins = []
+        arg_strs = []
+        in_syms: set[Any] = set()
+        for a in _flat(list(node.args) + list(node.kwargs.values())):
+            if isinstance(a, torch.fx.Node):
+                v = a.meta.get("val")
+                in_syms |= _unbacked_syms(v)
+                dt = _dtype(v)
+                if dt:
+                    ins.append(dt)
+                arg_strs.append(f"%{a.name}: {_tensor_str(v)}" if dt else f"%{a.name}")
+            else:
+                arg_strs.append(repr(a))
+        val = node.meta.get("val")
+        outs = [d for d in (_dtype(v) for v in _flat(val)) if d]
+        orig = node.meta.get("original_aten")
+        orig_kind = op_kind(orig)[0] if orig is not None else None
+        loc, code, frames = node_location(node)
+        out_str = ", ".join(_tensor_str(v) for v in _flat(val) if _dtype(v)) or "-"
+        ops.append(
+            OpUse(
+                kind=kind,
+                overload=overload,
+                in_dtypes=tuple(dict.fromkeys(ins)),
+                out_dtypes=tuple(dict.fromkeys(outs)),
+                module_path=module_path(node, strip),
+                location=loc,
+                code=code,
+                node=node.name,
+                unbacked=bool(_unbacked_syms(val) - in_syms),  # creates a data-dependent size here
+                composite=composite,
+                original=orig_kind if orig_kind != kind else None,
+                signature=f"%{node.name}: {out_str} = {node.target}({', '.join(arg_strs)})",
+                stack=frames,
+            )
+        )
+        if kind.startswith("higher_order::"):
+            for a in node.args:
+                if isinstance(a, torch.fx.Node) and a.op == "get_attr":
+                    sub = getattr(gm, str(a.target), None)
+                    if sub is not None and hasattr(sub, "graph"):
+                        ops.extend(graph_ops(sub, strip=strip))
+    return ops

@@ -1,0 +1,119 @@
+"""`chipswap check MODEL`: will this model compile on Neuron? Exit 0 ready, 1 blockers, 2 usage error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+SEVERITY_STYLE = {"blocker": "bold red", "slow": "yellow", "warn": "magenta", "info": "dim"}
+
+
+def check(
+    model: str = typer.Argument(
+        ...,
+        help="Preset name (distilbert-base, llama-3-70b, ...), a transformers config.json, "
+        "package.module:factory, or a torch.export .pt2 file.",
+    ),
+    task: str = typer.Option(
+        None,
+        "--task",
+        help="Model head: base, sequence-classification, causal-lm, masked-lm, image-classification, "
+        "seq2seq-lm, encoder (default: the preset's).",
+    ),
+    shape: list[str] = typer.Option(
+        None, "--shape", help="Input shape NAME=DIMxDIM[:DTYPE], repeatable (e.g. input_ids=1x128:int64)."
+    ),
+    plan: Path = typer.Option(
+        None, "--plan", help="Shape plan JSON (chipswap.shapeplan/1): checks every batch x sequence bucket."
+    ),
+    sdk: str = typer.Option("2.32", "--sdk", help="Neuron SDK whose rules apply: 2.26, 2.27 or 2.32."),
+    target: str = typer.Option("inf2", "--target", help="Instance family: inf1, inf2, trn1 or trn2."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the report as JSON (torch_neuronx.analyze keys)."
+    ),
+    markdown: Path = typer.Option(None, "--markdown", help="Also write the report as Markdown to this file."),
+    out: Path = typer.Option(None, "--out", help="Also write the JSON report to this file."),
+) -> None:
+    """Predict what the Neuron compiler will reject, naming the op, module and source line."""
+    from chipswap.atomic import atomic_write_text
+    from chipswap.check import run_check
+    from chipswap.errors import ChipswapError
+
+    if shape and plan:
+        raise ChipswapError("pass either --shape or --plan, not both; --plan checks every bucket in the plan")
+    import contextlib
+    import sys
+
+    from rich.console import Console
+
+    busy = (
+        Console(stderr=True).status(f"checking {model} (export + Neuron rules)")
+        if sys.stderr.isatty()
+        else contextlib.nullcontext()
+    )
+    with busy:
+        report = run_check(
+            model, list(shape) if shape else None, sdk=sdk, target=target, task=task, plan=plan
+        )
+    if out:
+        atomic_write_text(out, report.to_json())
+    if markdown:
+        atomic_write_text(markdown, report.to_markdown())
+    if as_json:
+        typer.echo(report.to_json(), nl=False)
+    else:
+        _print_table(report)
+    raise typer.Exit(report.exit_code)
+
+
+def _print_table(report) -> None:
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, shutil.get_terminal_size((120, 24)).columns))
+    a = report.assessment
+    n = {s: sum(a.counts(s).values()) for s in ("supported", "unsupported", "unknown")}
+    verdict_style = {"blocked": "bold red", "ready with warnings": "yellow", "ready": "bold green"}[
+        report.verdict
+    ]
+    console.print(
+        f"[bold]{report.model}[/bold] on {report.target}, Neuron SDK {report.sdk} "
+        f"(neuronx-cc {report.ruleset.neuronx_cc}, assumed): "
+        f"[{verdict_style}]{report.verdict}[/{verdict_style}]"
+    )
+    console.print(
+        f"shapes: {'; '.join(report.inventory.shapes)}"
+        + ("  (meta device, no weights)" if report.weightless else "")
+    )
+    console.print(
+        f"ops: {n['supported']} supported, {n['unsupported']} unsupported, {n['unknown']} unknown; "
+        f"support {a.support_percentage}% (unknown counts as not supported)"
+    )
+    if not report.findings:
+        console.print("no findings")
+        return
+    table = Table(show_lines=False)
+    for col in ("severity", "rule", "op", "dtype", "module", "file:line", "n"):
+        table.add_column(col, overflow="fold")
+    for f in report.findings:
+        style = SEVERITY_STYLE.get(f.severity, "")
+        table.add_row(
+            f"[{style}]{f.severity}[/{style}]" if style else f.severity,
+            f.rule,
+            f.op,
+            f.dtype,
+            f.module_path or "-",
+            f.location or "-",
+            str(f.count),
+        )
+    console.print(table)
+    for rid in dict.fromkeys(f.rule for f in report.findings):
+        f = next(x for x in report.findings if x.rule == rid)
+        console.print(f"[bold]{rid}[/bold] {f.title}. Fix: {f.fix}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)

@@ -1,0 +1,214 @@
+"""Known-bad modules for the readiness check: each one trips exactly one Neuron rule.
+
+Every module marks the offending source line with a ``# BAD: <tag>`` comment; tests find that line number with
+``bad_line(tag)`` so the expected file:line is computed from this file, not copied from output.
+Factories (``make_<name>``) return ``(module, example_inputs)`` so the CLI can check them as
+``tests.badmodels:make_nonzero``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve()
+
+
+def bad_line(tag: str) -> int:
+    """1-based line number of the line carrying ``# BAD: <tag>`` in this file."""
+    for i, line in enumerate(HERE.read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# BAD: {tag}"):
+            return i
+    raise KeyError(tag)
+
+
+class DataDependentBranch(nn.Module):
+    """Python `if` on a tensor value: the branch taken depends on data."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.proj(x)
+        if y.sum() > 0:  # BAD: branch
+            return y * 2
+        return y - 1
+
+
+class NonZero(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.proj(x)
+        idx = torch.nonzero(y > 0)  # BAD: nonzero
+        return idx.float().sum(0)
+
+
+class ItemAsShape(nn.Module):
+    """A tensor value read back with .item() and used as a size."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, n):
+        k = n.max().item()  # BAD: item
+        return self.proj(x)[:, :k]
+
+
+class Float64Buffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("scale", torch.ones(8, dtype=torch.float64))
+
+    def forward(self, x):
+        y = self.proj(x)
+        return y.double() * self.scale  # BAD: float64
+
+
+class ComplexTensor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 16)
+
+    def forward(self, x):
+        y = self.proj(x).reshape(x.shape[0], 8, 2)
+        z = torch.view_as_complex(y)  # BAD: complex
+        return torch.view_as_real(z * z)
+
+
+class CondModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.proj(x)
+        return torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,))  # BAD: cond
+
+
+@torch.library.custom_op("chipswap_test::fused_gelu", mutates_args=())
+def fused_gelu(x: torch.Tensor) -> torch.Tensor:
+    """Stands in for a CUDA/Triton kernel carried over from a GPU code path."""
+    return torch.nn.functional.gelu(x)
+
+
+@fused_gelu.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class CustomOp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return fused_gelu(self.proj(x))  # BAD: custom_op
+
+
+class IntTopk(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, ids):
+        top = torch.topk(ids, 2, dim=-1)  # BAD: topk
+        return self.proj(x), top.values
+
+
+class BoolIndex(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.proj(x)
+        return y[y > 0]  # BAD: boolindex
+
+
+class Good(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.proj(x))
+
+
+class Raises(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("this forward always fails")  # BAD: raises
+
+
+def _x():
+    torch.manual_seed(0)
+    return torch.randn(2, 8)
+
+
+def make_branch():
+    return DataDependentBranch(), {"x": _x()}
+
+
+def make_nonzero():
+    return NonZero(), {"x": _x()}
+
+
+def make_item():
+    return ItemAsShape(), {"x": _x(), "n": torch.tensor([3, 5])}
+
+
+def make_float64():
+    return Float64Buffer(), {"x": _x()}
+
+
+def make_complex():
+    return ComplexTensor(), {"x": _x()}
+
+
+def make_cond():
+    return CondModule(), {"x": _x()}
+
+
+def make_custom_op():
+    return CustomOp(), {"x": _x()}
+
+
+def make_topk():
+    return IntTopk(), {"x": _x(), "ids": torch.arange(16, dtype=torch.int64).reshape(2, 8)}
+
+
+def make_boolindex():
+    return BoolIndex(), {"x": _x()}
+
+
+def make_good():
+    return Good(), {"x": _x()}
+
+
+def make_raises():
+    return Raises(), {"x": _x()}
+
+
+def make_not_a_module():
+    return 42
+
+
+# tag -> (factory name, expected rule id)
+EXPECTED = {
+    "branch": ("make_branch", "NCC_EMOD025"),
+    "nonzero": ("make_nonzero", "NCC_EMOD025"),
+    "item": ("make_item", "NCC_EMOD025"),
+    "boolindex": ("make_boolindex", "NCC_EMOD025"),
+    "float64": ("make_float64", "CHIP_DTYPE_F64"),
+    "complex": ("make_complex", "NCC_EVRF004"),
+    "cond": ("make_cond", "CHIP_COND"),
+    "custom_op": ("make_custom_op", "NCC_EHCA005"),
+    "topk": ("make_topk", "NCC_EVRF013"),
+}

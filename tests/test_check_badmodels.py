@@ -1,0 +1,88 @@
+"""Known-bad modules: each yields its rule id at the line marked `# BAD: <tag>` in tests/badmodels.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from chipswap.check import run_check
+from chipswap.errors import ChipswapError
+from tests import badmodels
+
+
+def _at(report, rule, line):
+    return [
+        f for f in report.findings if f.rule == rule and (f.location or "").endswith(f"badmodels.py:{line}")
+    ]
+
+
+@pytest.mark.parametrize("tag", sorted(badmodels.EXPECTED))
+def test_bad_module_yields_rule_at_its_line(tag):
+    factory, rule = badmodels.EXPECTED[tag]
+    sdk = "2.27" if tag == "complex" else "2.32"  # complex64 is a blocker before SDK 2.32
+    report = run_check(f"tests.badmodels:{factory}", sdk=sdk, target="inf2")
+    line = badmodels.bad_line(tag)
+    hits = _at(report, rule, line)
+    assert hits, [(f.rule, f.location) for f in report.findings]
+    severity = hits[0].severity
+    if tag == "float64":
+        assert severity == "warn" and report.exit_code == 0
+    else:
+        assert severity == "blocker" and report.exit_code == 1
+    assert "badmodels.py" in (hits[0].code and hits[0].location or "")
+
+
+def test_complex64_is_only_a_warning_on_232():
+    report = run_check("tests.badmodels:make_complex", sdk="2.32", target="trn2")
+    assert _at(report, "NCC_EVRF004.c64", badmodels.bad_line("complex"))
+    assert report.exit_code == 0
+
+
+def test_branch_failure_comes_from_draft_export():
+    report = run_check("tests.badmodels:make_branch")
+    assert not report.inventory.exported
+    kinds = {i.kind for i in report.inventory.issues}
+    assert "data_dependent" in kinds
+    assert any(
+        (i.location or "").endswith(f":{badmodels.bad_line('branch')}") for i in report.inventory.issues
+    )
+
+
+def test_good_module_is_ready():
+    report = run_check("tests.badmodels:make_good", target="trn1")
+    assert report.exit_code == 0 and not report.blockers
+    assert str(report.support_percentage) == "100.00"
+
+
+def test_forward_that_raises_is_a_usage_error():
+    with pytest.raises(ChipswapError) as e:
+        run_check("tests.badmodels:make_raises")
+    msg = str(e.value)
+    assert "RuntimeError" in msg and f"badmodels.py:{badmodels.bad_line('raises')}" in msg
+
+
+def test_factory_returning_non_module():
+    with pytest.raises(ChipswapError, match="not a torch.nn.Module"):
+        run_check("tests.badmodels:make_not_a_module")
+
+
+def test_analyze_json_keys_for_unsupported_node():
+    report = run_check("tests.badmodels:make_custom_op")
+    j = report.to_analyze_json()
+    for key in (
+        "support_percentage",
+        "supported_operators",
+        "unsupported_operators",
+        "torch_neuronx_version",
+        "neuronx_cc_version",
+        "versions",
+        "findings",
+    ):
+        assert key in j
+    (entry,) = [u for u in j["unsupported_operators"] if u["kind"] == "chipswap_test::fused_gelu"]
+    assert set(entry) >= {"kind", "failureAt", "call", "opGraph"}
+    assert (
+        "fused_gelu" in entry["opGraph"]
+        and f"badmodels.py:{badmodels.bad_line('custom_op')}" in entry["call"]
+    )
+    sup = sum(j["supported_operators"].values())
+    assert j["support_percentage"] == f"{100 * sup / (sup + 1):.2f}%"

@@ -1,0 +1,116 @@
+"""`chipswap check` through the CLI entry point: exit codes, --json, --out/--markdown, --plan, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from chipswap.cli import main
+from tests import badmodels
+
+
+def run(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, err
+
+
+def test_json_report_has_analyze_keys_and_exit_1_on_blockers(capsys, tmp_path):
+    md = tmp_path / "r.md"
+    out_file = tmp_path / "r.json"
+    code, out, _ = run(
+        ["check", "tests.badmodels:make_topk", "--json", "--markdown", str(md), "--out", str(out_file)],
+        capsys,
+    )
+    assert code == 1
+    j = json.loads(out)
+    assert json.loads(out_file.read_text()) == j
+    assert j["exit_code"] == 1 and j["verdict"] == "blocked"
+    assert j["support_percentage"].endswith("%") and j["versions"]["neuron_sdk"] == "2.32"
+    (f,) = [f for f in j["findings"] if f["rule"] == "NCC_EVRF013"]
+    assert f["severity"] == "blocker" and f["location"].endswith(f"badmodels.py:{badmodels.bad_line('topk')}")
+    assert f["fix"] and f["source"] and f["as_of"]
+    text = md.read_text()
+    assert "NCC_EVRF013" in text and "blocked" in text
+
+
+def test_table_output_and_exit_0(capsys):
+    code, out, _ = run(["check", "tests.badmodels:make_good", "--target", "trn2", "--sdk", "2.27"], capsys)
+    assert code == 0
+    assert "ready" in out and "trn2" in out and "2.27" in out
+
+
+def test_shape_flags_drive_the_capture(capsys):
+    code, out, _ = run(["check", "tests.badmodels:make_good", "--shape", "x=4x8:float32", "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["shapes"] == ["x=4x8:float32"]
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["check", "no-such-model"], "unknown model preset"),
+        (["check", "tiny-bert", "--shape", "input_ids=1by8"], "cannot parse --shape"),
+        (["check", "tiny-bert", "--shape", "input_ids=1x8:int65"], "unknown dtype"),
+        (["check", "tiny-bert", "--shape", "pixels=1x8:int64"], "unknown input name"),
+        (["check", "tiny-bert", "--shape", "input_ids=1x4096:int64"], "max_position_embeddings"),
+        (["check", "tiny-bert", "--sdk", "2.99"], "no Neuron rules for SDK"),
+        (["check", "tiny-bert", "--target", "inf3"], "unknown target"),
+        (["check", "nosuchpkg.mod:make"], "cannot import"),
+        (["check", "tests.badmodels:make_raises"], "forward raised RuntimeError"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(argv, needle, capsys):
+    code, _, err = run(argv, capsys)
+    assert code == 2
+    assert err.startswith("chipswap: error: ") and needle in err and err.count("\n") == 1
+
+
+def test_rejected_config_json_exit_2(tmp_path, capsys):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "bert", "hidden_size": 30, "num_attention_heads": 4}))
+    code, _, err = run(["check", str(p)], capsys)
+    assert code == 2 and "transformers rejects the config" in err
+
+
+@pytest.mark.slow
+def test_plan_file(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "schema": "chipswap.shapeplan/1",
+                "sequence_buckets": [8, 16],
+                "batch_buckets": [1],
+                "other": {"ignored": True},
+            }
+        )
+    )
+    code, out, _ = run(["check", "tiny-distilbert", "--plan", str(plan), "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["shapes"] == [
+        "input_ids=1x8:int64,attention_mask=1x8:int64",
+        "input_ids=1x16:int64,attention_mask=1x16:int64",
+    ]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"sequence_buckets": [0, 8]}))
+    code, _, err = run(["check", "tiny-distilbert", "--plan", str(bad)], capsys)
+    assert code == 2 and "sequence_buckets" in err
+
+
+def test_pt2_with_dynamic_dims_is_blocked_until_shapes_are_fixed(tmp_path, capsys):
+    m, x = badmodels.make_good()
+    x = {"x": torch.randn(4, 8)}
+    ep = torch.export.export(m, (), x, dynamic_shapes={"x": {0: torch.export.Dim("batch", min=2, max=64)}})
+    p = tmp_path / "good.pt2"
+    torch.export.save(ep, str(p))
+    code, out, _ = run(["check", str(p), "--json"], capsys)
+    j = json.loads(out)
+    assert code == 1 and any(
+        f["rule"] == "NCC_EMOD025" and "dynamic dims" in f["message"] for f in j["findings"]
+    )
+    code, out, _ = run(["check", str(p), "--shape", "x=4x8:float32", "--json"], capsys)
+    assert code == 0
