@@ -22,8 +22,8 @@ from typing import Any
 
 from chipswap.core.rules import TARGETS, Assessment, Finding, Inventory, RuleSet, evaluate, ruleset_from_dicts
 from chipswap.errors import ChipswapError, closest
+from chipswap.planfile import PLAN_SCHEMA as PLAN_SCHEMA
 
-PLAN_SCHEMA = "chipswap.shapeplan/1"
 _SHAPE = re.compile(
     r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+(?:\s*[x×]\s*\d+)*)\s*(?::\s*([A-Za-z0-9_]+))?\s*$"
 )
@@ -132,32 +132,10 @@ def specs_from_flags(flags: Sequence[str]) -> list[InputSpec]:
 
 def load_plan(path: str | Path) -> tuple[list[int], list[int]]:
     """(batch_buckets, sequence_buckets) from a chipswap.shapeplan/1 JSON file (other keys ignored)."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ChipswapError(f"plan file not found: {p}; run chipswap plan first or pass --shape") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ChipswapError(
-            f"plan file is not valid JSON: {p} ({exc}); pass a chipswap plan --json file"
-        ) from None
-    if not isinstance(data, dict):
-        raise ChipswapError(f"plan file is not a JSON object: {p}; expected schema {PLAN_SCHEMA}")
-    schema = data.get("schema")
-    if schema is not None and schema != PLAN_SCHEMA:
-        raise ChipswapError(f"plan file {p} has schema {schema!r}; expected {PLAN_SCHEMA!r}")
+    from chipswap.planfile import load_plan as read_plan
 
-    def ints(key: str, default: list[int] | None) -> list[int]:
-        v = data.get(key, default)
-        if v is None:
-            raise ChipswapError(f"plan file {p} lacks {key!r}; expected a list of positive integers")
-        if not isinstance(v, list) or not v or not all(isinstance(x, int) and x > 0 for x in v):
-            raise ChipswapError(
-                f"plan file {p}: {key} must be a non-empty list of positive integers, got {v!r}"
-            )
-        return sorted(set(v))
-
-    return ints("batch_buckets", [1]), ints("sequence_buckets", None)
+    plan = read_plan(path, default_batch=(1,))
+    return list(plan.batch_buckets), list(plan.sequence_buckets)
 
 
 def default_specs(ref: Any, batches: Sequence[int], seqs: Sequence[int]) -> list[InputSpec]:

@@ -16,12 +16,16 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chipswap import __version__
 from chipswap.errors import ChipswapError
+from chipswap.planfile import PLAN_SCHEMA as PLAN_SCHEMA
+from chipswap.planfile import BucketPlan, _int_list
+from chipswap.planfile import load_plan as load_plan
+from chipswap.planfile import parse_plan as parse_plan
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -29,78 +33,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from chipswap.cache import ArtifactCache
     from chipswap.runtime.router import Router
 
-PLAN_SCHEMA = "chipswap.shapeplan/1"
 SET_SCHEMA = "chipswap.compiled/1"
 DEFAULT_ATOL = 1e-3
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-# ------------------------------------------------------------------------------------------------------ plans
-@dataclass(frozen=True)
-class BucketPlan:
-    sequence_buckets: tuple[int, ...]
-    batch_buckets: tuple[int, ...]
-    max_length: int
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
-
-    @property
-    def shapes(self) -> list[tuple[int, int]]:
-        """(batch, seq) for every bucket, sequence-major."""
-        return [(b, s) for s in self.sequence_buckets for b in self.batch_buckets]
-
-
-def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
-        raise ChipswapError(
-            f"plan {source}: {key!r} must be a non-empty list of positive integers, got {value!r};"
-            " write the plan with chipswap shapes --out or pass --seq-len"
-        )
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ChipswapError(
-                f"plan {source}: {key!r} holds {v!r}, not a positive integer; fix the plan file"
-            )
-        out.append(int(v))
-    return tuple(sorted(set(out)))
-
-
-def parse_plan(data: Any, source: str = "plan") -> BucketPlan:
-    """Read the keys compile needs from a ``chipswap.shapeplan/1`` document; other keys are kept in
-    ``extra``."""
-    if not isinstance(data, Mapping):
-        raise ChipswapError(f"plan {source}: not a JSON object; write it with chipswap shapes --out")
-    schema = data.get("schema", PLAN_SCHEMA)
-    if schema != PLAN_SCHEMA:
-        raise ChipswapError(f"plan {source}: schema is {schema!r}, expected {PLAN_SCHEMA!r}; re-plan it")
-    for key in ("sequence_buckets", "batch_buckets"):
-        if key not in data:
-            raise ChipswapError(
-                f"plan {source} has no {key!r}; write the plan with chipswap shapes --out, or pass"
-                " --seq-len/--batch-sizes instead of --plan"
-            )
-    seq = _int_list(data["sequence_buckets"], "sequence_buckets", source)
-    batch = _int_list(data["batch_buckets"], "batch_buckets", source)
-    ml = data.get("max_length", seq[-1])
-    if isinstance(ml, bool) or not isinstance(ml, int) or ml < 1:
-        raise ChipswapError(f"plan {source}: 'max_length' is {ml!r}, not a positive integer; fix the plan")
-    extra = {k: v for k, v in data.items() if k not in ("sequence_buckets", "batch_buckets", "max_length")}
-    return BucketPlan(seq, batch, int(ml), extra)
-
-
-def load_plan(path: str | Path) -> BucketPlan:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ChipswapError(f"cannot read plan file {p}: {exc.strerror or exc}; check the path") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ChipswapError(
-            f"plan file {p} is not JSON ({exc.msg} at line {exc.lineno}); re-plan it"
-        ) from None
-    return parse_plan(data, str(p))
+# Plans are read by chipswap.planfile (shared with `chipswap check`); re-exported here for callers.
 
 
 def plan_from_args(seq_lens: Sequence[int], batch_sizes: Sequence[int] = (1,)) -> BucketPlan:
@@ -276,8 +214,12 @@ class _Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(
-                TextColumn("[bold]compile[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=Console(stderr=True), transient=False,
+                TextColumn("[bold]compile[/] {task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
             )
             self.bar.start()
             self.task = self.bar.add_task("", total=total)
@@ -308,7 +250,11 @@ def _weights_entry(cache: ArtifactCache, target: CompileTarget, gd: str, wd: str
     from chipswap.cache import KeyParts
 
     parts = KeyParts.make(
-        graph=gd, weights=wd, inputs=(), backend="weights", backend_version=f"torch-{torch.__version__}",
+        graph=gd,
+        weights=wd,
+        inputs=(),
+        backend="weights",
+        backend_version=f"torch-{torch.__version__}",
         kind="weights",
     )
     entry, _ = cache.get_or_build(
@@ -383,8 +329,9 @@ def compile_plan(
             ref_t = tuple(ref) if isinstance(ref, (tuple, list)) else (ref,)
             diff = max_abs_diff(got, ref_t)
             results.append(
-                BucketResult(batch, seq, entry.key, not built, took if built else 0.0, diff, diff <= atol,
-                             entry.size)
+                BucketResult(
+                    batch, seq, entry.key, not built, took if built else 0.0, diff, diff <= atol, entry.size
+                )
             )
             bar.done(f"{what}: {'compiled' if built else 'cached'} {entry.key[:12]} max abs diff {diff:.2e}")
     finally:
