@@ -48,3 +48,8 @@ def test_written_file_has_umask_mode_not_0600(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_folder_as_target_names_the_real_problem(tmp_path: Path) -> None:
+    with pytest.raises(ChipswapError, match="it is a folder; give a file name"):
+        atomic_write_text(tmp_path, "x")

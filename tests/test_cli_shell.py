@@ -57,3 +57,9 @@ def test_chipswap_error_becomes_exit_2(
 def test_closest_suggests_near_names() -> None:
     assert closest("p5.48xlarg", ["p5.48xlarge", "p4d.24xlarge", "trn1.32xlarge"])[0] == "p5.48xlarge"
     assert closest("zzzz", ["a", "b"]) == []
+
+
+def test_short_help_flag_works_on_subcommands() -> None:
+    proc = run_cli("cost", "job", "-h")
+    assert proc.returncode == 0, proc.stderr
+    assert "--baseline" in proc.stdout
