@@ -17,8 +17,12 @@ from chipswap.errors import ChipswapError
 
 def _parts(**over):
     base = dict(
-        graph="g" * 64, weights="w" * 64, inputs=[("input_ids", (1, 128), "int64")], backend="onnxruntime",
-        backend_version="ort-1", flags={"opset": "18"},
+        graph="g" * 64,
+        weights="w" * 64,
+        inputs=[("input_ids", (1, 128), "int64")],
+        backend="onnxruntime",
+        backend_version="ort-1",
+        flags={"opset": "18"},
     )
     base.update(over)
     return KeyParts.make(**base)
@@ -41,9 +45,13 @@ def test_key_changes_with_every_part_and_is_stable():
     k = _parts().key
     assert k == _parts().key and len(k) == 32
     changed = [
-        _parts(graph="h" * 64), _parts(weights="v" * 64), _parts(inputs=[("input_ids", (1, 129), "int64")]),
-        _parts(inputs=[("input_ids", (1, 128), "int32")]), _parts(backend="aotinductor"),
-        _parts(backend_version="ort-2"), _parts(flags={"opset": "17"}),
+        _parts(graph="h" * 64),
+        _parts(weights="v" * 64),
+        _parts(inputs=[("input_ids", (1, 129), "int64")]),
+        _parts(inputs=[("input_ids", (1, 128), "int32")]),
+        _parts(backend="aotinductor"),
+        _parts(backend_version="ort-2"),
+        _parts(flags={"opset": "17"}),
     ]
     keys = {p.key for p in changed}
     assert k not in keys and len(keys) == len(changed)
@@ -223,3 +231,48 @@ def test_default_dir_env(tmp_path, monkeypatch):
     assert ArtifactCache().root == tmp_path / "env"
     monkeypatch.delenv("CHIPSWAP_CACHE_DIR")
     assert ArtifactCache().root.name == "artifacts" and "chipswap" in str(ArtifactCache().root)
+
+
+def _cli(argv, capsys):
+    from chipswap.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code or 0, out, err
+
+
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--older-than", "-1"),
+        ("--older-than", "nan"),
+        ("--older-than", "inf"),
+        ("--max-size", "-1"),
+        ("--max-size", "nan"),
+        ("--max-size", "inf"),
+        ("--max-size", "1e300"),
+    ],
+)
+def test_prune_rejects_bad_limits_and_removes_nothing(tmp_path, capsys, flag, value):
+    c = ArtifactCache(tmp_path / "c")
+    good, _ = c.get_or_build(_parts(), _write())
+    code, out, err = _cli(["cache", "prune", "--cache-dir", str(c.root), flag, value], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("chipswap: error: ") and err.count("\n") == 1 and flag in err
+    assert [e.key for e in c.list()] == [good.key]
+    with pytest.raises(ChipswapError, match="finite number"):
+        c.prune(older_than_s=float("nan"))
+    with pytest.raises(ChipswapError, match="finite number"):
+        c.prune(max_bytes=-1)
+    assert [e.key for e in c.list()] == [good.key]
+
+
+def test_rm_json(tmp_path, capsys):
+    c = ArtifactCache(tmp_path / "c")
+    good, _ = c.get_or_build(_parts(), _write())
+    code, out, _ = _cli(["cache", "rm", good.key[:10], "--cache-dir", str(c.root), "--json"], capsys)
+    assert code == 0
+    assert json.loads(out)["removed"] == good.key and c.list() == []

@@ -95,6 +95,9 @@ def test_catalog_override_flag(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         (["catalog", "show", "p5.48xl"], "p5.48xlarge"),
         (["catalog", "--family", "trn3"], "--family"),
         (["catalog", "--region", "mars-1"], "--region"),
+        (["catalog", "show", "trn1.32xlarge", "--region", "xx-1"], "unknown region 'xx-1'"),
+        (["catalog", "show", "trn1.32xlarge", "--region", "us-eats-1"], "did you mean us-east-1?"),
+        (["catalog", "--region", "us-eats-1"], "did you mean us-east-1?"),
         (["catalog", "--accelerator", "TPU"], "--accelerator"),
         (["catalog", "--catalog", "/no/such/file.toml"], "/no/such/file.toml"),
     ],
@@ -122,3 +125,14 @@ def test_malformed_override_via_real_cli(tmp_path: Path) -> None:
     assert proc.stderr.startswith(f"chipswap: error: {f}:1:")
     assert "usd_per_hour" in proc.stderr and len(proc.stderr.splitlines()) == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_show_prints_each_distinct_note_once(capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = load_catalog(None)
+    spot_notes = [r.note for r in catalog.rates_for("trn1.32xlarge", None) if r.term == "spot" and r.note]
+    assert len(spot_notes) >= 2  # several regions, notes differing only in their min/max tail
+    code, out, _ = run(capsys, "catalog", "show", "trn1.32xlarge")
+    assert code == 0
+    head = "spot observed once per AZ"
+    assert out.count(head) == 1
+    assert all(n.split("; min ")[-1].split(" over")[0].split(", max")[0] in out for n in spot_notes)

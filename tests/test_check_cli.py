@@ -114,3 +114,65 @@ def test_pt2_with_dynamic_dims_is_blocked_until_shapes_are_fixed(tmp_path, capsy
     )
     code, out, _ = run(["check", str(p), "--shape", "x=4x8:float32", "--json"], capsys)
     assert code == 0
+
+
+@pytest.mark.slow
+def test_plan_file_read_by_content_and_no_symbolic_bookkeeping_findings(tmp_path, capsys):
+    plan = tmp_path / "plan.txt"  # not .json: read by content
+    plan.write_text(
+        json.dumps({"schema": "chipswap.shapeplan/1", "sequence_buckets": [16, 32, 64], "batch_buckets": [1]})
+    )
+    code, out, err = run(["check", "tiny-distilbert", "--plan", str(plan), "--json"], capsys)
+    assert code == 0, err
+    j = json.loads(out)
+    assert len(j["shapes"]) == 3 and "1x64" in j["shapes"][-1]
+    for f in j["findings"]:
+        assert "sym_" not in f["op"] and "assert_scalar" not in f["op"]
+        assert "_empty_nn_module_stack" not in (f["module_path"] or "")
+        for loc in [f["location"], *f["other_locations"]]:
+            assert loc is None or not loc.startswith("torch/")
+    (emb,) = [f for f in j["findings"] if f["rule"] == "NCC_EVRF062"]
+    assert emb["op"] == "aten::embedding" and emb["location"].endswith("modeling_distilbert.py:98")
+
+
+def test_bookkeeping_nodes_and_torch_frames_are_not_locations(tmp_path):
+    import os
+
+    from chipswap.capture import graph
+
+    assert graph.is_bookkeeping("aten::sym_size", None)
+    assert graph.is_bookkeeping("aten::sym_constrain_range_for_size", None)
+    assert graph.is_bookkeeping("aten::_assert_scalar", None)
+    assert not graph.is_bookkeeping("aten::embedding", None)
+    assert not graph.is_bookkeeping("python::getitem", torch.zeros(1))
+    # torch reached through another path (a lib64 symlink, a second venv) is still library code
+    site = tmp_path / "lib64" / "python3.11" / "site-packages"
+    (site / "torch" / "fx" / "passes").mkdir(parents=True)
+    rt = site / "torch" / "fx" / "passes" / "runtime_assert.py"
+    rt.write_text("")
+    user = tmp_path / "mine.py"
+    user.write_text("")
+    frames = [(str(user), 7, "forward", "x = emb(ids)"), (str(rt), 24, "insert_deferred_runtime_asserts", "")]
+    assert graph.pick_frame(frames) == frames[0]
+    assert graph.pick_frame(frames[1:]) is None
+    assert os.path.exists(rt)
+
+
+def test_plan_help_names_where_plans_come_from(capsys):
+    code, out, _ = run(["check", "--help"], capsys)
+    assert code == 0 and "chipswap shapes --out" in " ".join(out.split())
+
+
+@pytest.mark.parametrize(
+    "target,compiler,absent", [("inf1", "neuron-cc", "neuronx-cc"), ("inf2", "neuronx-cc", None)]
+)
+def test_compiler_is_labelled_per_target(target, compiler, absent, capsys, tmp_path):
+    md = tmp_path / "r.md"
+    code, out, _ = run(
+        ["check", "tests.badmodels:make_good", "--target", target, "--markdown", str(md)], capsys
+    )
+    assert code == 0
+    head = out.splitlines()[0]
+    assert compiler in head and compiler in md.read_text()
+    if absent:
+        assert absent not in head and absent not in md.read_text().split("## ")[0].split("- Shapes")[0]

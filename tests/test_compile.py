@@ -29,8 +29,13 @@ CHIPSWAP = [sys.executable, "-m", "chipswap"]
 
 def _plan(**over):
     d = {
-        "schema": "chipswap.shapeplan/1", "mode": "encoder", "sequence_buckets": [32, 16],
-        "decode_buckets": [], "batch_buckets": [1, 2], "max_length": 32, "overflow_policy": "reject",
+        "schema": "chipswap.shapeplan/1",
+        "mode": "encoder",
+        "sequence_buckets": [32, 16],
+        "decode_buckets": [],
+        "batch_buckets": [1, 2],
+        "max_length": 32,
+        "overflow_policy": "reject",
         "histogram": {"lengths": [3, 9], "counts": [1, 2]},
     }
     d.update(over)
@@ -157,6 +162,7 @@ def test_cli_bad_inputs_exit_2_and_write_nothing(tmp_path):
         (["--plan", str(too_long)], "1024 is longer than tiny-distilbert's max_position_embeddings 512"),
         (["--plan", str(wrong_vocab)], "vocab_size 30522 but tiny-distilbert has vocab_size 1000"),
         ([], "no buckets given"),
+        (["--seq-len", "1024"], "--seq-len 1024 is longer than the model's max_position_embeddings 512"),
         (["--seq-len", "16,x"], "--seq-len must be comma-separated integers"),
         (["--seq-len", "16", "--backend", "neuron"], "needs the AWS Neuron SDK"),
         (["--seq-len", "16", "--backend", "tensorrt"], "unknown backend"),
@@ -209,8 +215,19 @@ def test_cli_full_disk_during_publish(tmp_path, monkeypatch, capsys):
     monkeypatch.undo()
     out = tmp_path / "set.json"
     with _Run() as ei:
-        main(["compile", "tiny-distilbert", "--seq-len", "16", "--cache-dir", str(cache), "--json",
-              "--out", str(out)])
+        main(
+            [
+                "compile",
+                "tiny-distilbert",
+                "--seq-len",
+                "16",
+                "--cache-dir",
+                str(cache),
+                "--json",
+                "--out",
+                str(out),
+            ]
+        )
     assert ei.value.code == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["ok"] and rep["buckets"][0]["seq_len"] == 16 and rep["buckets"][0]["max_abs_diff"] < 1e-4
@@ -273,3 +290,72 @@ def test_failed_compile_is_recorded_with_log_and_not_retried(tmp_path):
             target, plan, cache=cache, flags={"exporter": "legacy"}, progress=False, retry_failed=True
         )
     assert m.attempts == 2
+
+
+def _cli(argv, capsys):
+    from chipswap.cli import main as cli_main
+
+    try:
+        code = cli_main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code or 0, out, err
+
+
+def test_out_path_is_checked_before_any_compile(tmp_path, capsys, monkeypatch):
+    import chipswap.compile as comp
+
+    def boom(*a, **k):
+        raise AssertionError("compile_plan must not run when --out is bad")
+
+    monkeypatch.setattr(comp, "compile_plan", boom)
+    cache = tmp_path / "cache"
+    for out, msg in (
+        (tmp_path, "is a directory"),
+        (tmp_path / "missing" / "set.json", "does not exist"),
+    ):
+        code, _, err = _cli(
+            ["compile", "tiny-distilbert", "--seq-len", "16", "--cache-dir", str(cache), "--out", str(out)],
+            capsys,
+        )
+        assert code == 2 and err.startswith("chipswap: error: --out") and err.count("\n") == 1, err
+        assert msg in err
+    assert not cache.exists()
+
+
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["--seq-len", "0"], "e.g. --seq-len 128,256"),
+        (["--seq-len", "16", "--batch-sizes", "0"], "e.g. --batch-sizes 1,4"),
+    ],
+)
+def test_flag_examples_are_valid(argv, msg, capsys):
+    code, _, err = _cli(["compile", "tiny-distilbert", *argv], capsys)
+    assert code == 2 and msg in err and err.count("\n") == 1
+
+
+def test_seq_len_longer_than_model_names_the_flag():
+    plan = BucketPlan((128, 1024), (1,), 1024)
+    with pytest.raises(ChipswapError) as e:
+        check_model_against_plan({"max_position_embeddings": 512}, plan, "m", seq_flag=True)
+    msg = str(e.value)
+    assert msg.startswith("--seq-len 1024 is longer than the model's max_position_embeddings 512")
+    assert "plan" not in msg
+
+
+def test_llm_plan_decode_buckets_get_a_note(tmp_path, capsys, monkeypatch):
+    import chipswap.compile as comp
+
+    def stop(*a, **k):
+        raise ChipswapError("stopped before compiling")
+
+    monkeypatch.setattr(comp, "compile_plan", stop)
+    p = tmp_path / "llm.json"
+    p.write_text(json.dumps(_plan(mode="llm", decode_buckets=[64, 256])))
+    code, _, err = _cli(
+        ["compile", "tiny-distilbert", "--plan", str(p), "--cache-dir", str(tmp_path / "c")], capsys
+    )
+    notes = [ln for ln in err.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and "decode_buckets [64, 256]" in notes[0] and "not the decode buckets" in notes[0]

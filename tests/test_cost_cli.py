@@ -179,6 +179,9 @@ def test_serve_table_runs(capsys: pytest.CaptureFixture[str]) -> None:
         (["--candidate-term", "5yr"], "--candidate-term"),
         (["--reserved", "1,2"], "--reserved"),
         (["--porting-days", "-1"], "--porting-days"),
+        (["--region", "us-eats-1"], "unknown region 'us-eats-1'; did you mean us-east-1?"),
+        (["--baseline-count", "1.5"], "--baseline-count"),
+        (["--reserved", "a,b,c"], "--reserved 10000,5.50,1"),
     ],
 )
 def test_job_bad_input_one_line_exit_2(
@@ -207,6 +210,19 @@ def test_job_bad_input_one_line_exit_2(
         (
             ["--instance", "inf2.xlarge", "--throughput", "5", "--baseline", "g5.xlarge"],
             "--baseline-throughput",
+        ),
+        (
+            ["--instance", "inf2.xlarge", "--throughput", "5", "--hours-per-month", "1000"],
+            "--hours-per-month",
+        ),
+        (["--instance", "inf2.xlarge", "--throughput", "5", "--count", "1.5"], "--count"),
+        (
+            ["--instance", "inf2.xlarge", "--throughput", "5", "--reserved", "a,b,c"],
+            "--reserved 10000,5.50,1",
+        ),
+        (
+            ["--instance", "inf2.xlarge", "--throughput", "5", "--region", "us-eats-1"],
+            "error: unknown region 'us-eats-1'; did you mean us-east-1?",
         ),
     ],
 )

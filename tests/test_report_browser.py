@@ -81,3 +81,52 @@ def test_screenshot_is_not_blank(report: Path, tmp_path: Path) -> None:
     top = rgb[:400].reshape(-1, 3)
     verdict_fills = {(0xE8, 0xF5, 0xE9), (0xFD, 0xEC, 0xEA), (0xFF, 0xF8, 0xE1)}
     assert sum(tuple(p) in verdict_fills for p in top[::7]) > 100
+
+
+# ---------------------------------------------------------------- QA: report details (no browser needed)
+
+
+def test_trace_attribution_only_when_the_trace_was_used(report: Path, tmp_path: Path) -> None:
+    assert 'id="trace-attribution"' in (report / "report.html").read_text()
+    out = tmp_path / "train"
+    proc = subprocess.run(
+        [sys.executable, "-m", "chipswap", "plan", "--example", "finetune", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    html = (out / "report.html").read_text()
+    assert json.loads((out / "report.json").read_text()).get("traffic") is None
+    assert "Azure" not in html and "trace-attribution" not in html
+    assert "Azure" not in (out / "report.md").read_text()
+
+
+def test_padding_header_is_right_aligned_like_its_values(report: Path) -> None:
+    html = (report / "report.html").read_text()
+    table = html[html.index('<table id="baselines">') :]
+    table = table[: table.index("</table>")]
+    assert '<th class="num">Padding overhead</th>' in table
+    assert 'td class="num"' in table
+    assert "th.num" in html.split("</style>")[0]  # the CSS right-aligns th.num too
+
+
+def test_histogram_last_edge_is_inside_the_plot(report: Path) -> None:
+    html = (report / "report.html").read_text()
+    svg = html[html.index("<title>Request lengths and bucket edges</title>") :]
+    svg = svg[: svg.index("</svg>")]
+    frame = re.search(r'<rect x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg)
+    assert frame is not None
+    right = float(frame.group(1)) + float(frame.group(2))
+    edges = [float(x) for x in re.findall(r'<line class="edge" x1="([\d.]+)"', svg)]
+    buckets = json.loads((report / "report.json").read_text())["shapes"]["sequence_buckets"]
+    assert len(edges) == len(buckets) >= 2
+    assert max(edges) < right - 5  # every edge, the last one included, is drawn clear of the border
+
+
+def test_arrival_chart_has_a_y_axis_label() -> None:
+    from chipswap.report.html import arrivals_svg
+
+    svg = arrivals_svg((10, 20, 15), 300.0, 1.0, 0.06)
+    label = re.search(r'<text class="ax ylabel"[^>]*>([^<]*)</text>', svg)
+    assert label is not None and label.group(1) == "requests/s"

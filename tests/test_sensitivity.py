@@ -77,3 +77,10 @@ def test_sensitivity_runs_every_knob() -> None:
     )
     assert [f.knob for f in out] == ["a", "b", "price term"]
     assert out[0].value is not None and out[1].value is None and out[2].value == "y"
+
+
+def test_training_knob_wording() -> None:
+    f = flip_point(Knob("runs per month", 4.0, 0.04, 400.0, step(1.5, below="stay", above="move")))
+    assert f.value is not None and "1.50 runs per month instead of 4" in f.text
+    g = flip_point(Knob("run time (hours)", 26.0, 1.3, 520.0, step(40.0)))
+    assert g.value is not None and "a Neuron run taking 40.0 hours instead of 26" in g.text

@@ -106,6 +106,7 @@ def _bad_csv(tmp_path, rows, header=("TIMESTAMP", "ContextTokens", "GeneratedTok
         ),
         (lambda tp: ["-k", "99999"], "use -k <="),
         (lambda tp: [str(tp / "missing.csv")], "trace file not found"),
+        (lambda tp: ["--mode", "encoder", "--decode-k", "3"], "--decode-k 3 applies only to --mode llm"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
@@ -116,3 +117,34 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
     assert code == 2
     assert err.startswith("chipswap: error: ") and err.count("\n") == 1
     assert needle in err
+
+
+def test_baselines_with_another_k_show_no_saving(capsys):
+    from chipswap.commands.shapes import saving_cell
+
+    code, out, err = run(
+        ["shapes", str(bundled_trace_path()), "-k", "4", "--mode", "encoder", "--json"], capsys
+    )
+    assert code == 0, err
+    d = json.loads(out)
+    other = {n: b for n, b in d["baselines"].items() if b["k"] != 4}
+    same = {n: b for n, b in d["baselines"].items() if b["k"] == 4}
+    assert other, "the bundled trace has baselines with another K"
+    code, table, _ = run(["shapes", str(bundled_trace_path()), "-k", "4", "--mode", "encoder"], capsys)
+    assert code == 0
+    for b in other.values():
+        cell = saving_cell({"k": b["k"], "waste_reduction_pct": -879.1}, 4)
+        assert cell == f"n/a (K={b['k']})" and cell in table
+    assert saving_cell({"k": 4, "waste_reduction_pct": 12.34}, 4) == "12.3%"
+    assert "n/a (K=4)" not in table and (not same or "%" in table)
+
+
+def test_plot_last_edge_is_inside_the_frame():
+    import re
+
+    from chipswap.report.shapes_plot import PAD_L, PAD_R, WIDTH, histogram_svg
+
+    svg = histogram_svg((np.array([10, 50, 100]), np.array([1.0, 2.0, 3.0])), [50, 100])
+    xs = [float(x) for x in re.findall(r'class="edge" x1="([0-9.]+)"', svg)]
+    right = WIDTH - PAD_R
+    assert len(xs) == 2 and max(xs) < right - 2 and min(xs) > PAD_L

@@ -167,3 +167,31 @@ def test_economics_reasons_report_saving_and_payback() -> None:
     eco = {r.rule: r for r in v.economics}
     assert eco["monthly-saving"].input_value == Decimal(25)
     assert eco["payback"].input_value == 2
+
+
+def test_unknown_slo_is_never_a_move() -> None:
+    v = decide(clean(meets_slo=None, slo_p99_ms=2500.0), TH)
+    assert v.verdict == CLOSE
+    assert "SLO not evaluated for inf2.xlarge" in v.why
+    slo = next(r for r in v.reasons if r.rule == "slo")
+    assert slo.outcome == "unknown" and "not evaluated" in slo.line()
+    # evaluated and met: the SLO is a pass, and the move stands
+    ok = decide(clean(meets_slo=True, slo_p99_ms=2500.0), TH)
+    assert ok.verdict == MOVE_INF
+    assert next(r for r in ok.reasons if r.rule == "slo").outcome == "pass"
+
+
+def test_failed_caution_is_a_close_call_not_a_stay() -> None:
+    from chipswap.core.verdict import Reason
+
+    bad = Reason("overflow", "fail", "gpu", "77% of requests overflow", "overflow share (%)", 77.0, "<= 1%")
+    v = decide(clean(cautions=(bad,)), TH)
+    assert v.verdict == CLOSE and "77% of requests overflow" in v.why
+    assert bad in v.reasons
+    fine = replace(bad, outcome="pass", favours=None)
+    assert decide(clean(cautions=(fine,)), TH).verdict == MOVE_INF
+
+
+def test_assumed_throughput_is_named_in_the_headline() -> None:
+    assert "(throughput assumed, not measured)" in decide(clean(throughput_assumed=True), TH).why
+    assert "assumed" not in decide(clean(), TH).why

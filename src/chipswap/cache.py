@@ -593,6 +593,13 @@ class ArtifactCache:
     ) -> list[tuple[str, str]]:
         """Remove failed / corrupt / unused-for-long entries (and leftovers of killed writers). (key, why)
         pairs."""
+        import math
+
+        for name, value in (("older_than_s", older_than_s), ("max_bytes", max_bytes)):
+            if value is not None and (not math.isfinite(value) or value < 0):
+                raise ChipswapError(
+                    f"prune {name} must be a finite number >= 0, got {value!r}; pass a non-negative limit"
+                )
         removed: list[tuple[str, str]] = []
         now = time.time()
         ready: list[tuple[float, int, str]] = []

@@ -184,6 +184,13 @@ class ReadinessReport:
         return self.assessment.findings
 
     @property
+    def compiler_label(self) -> str:
+        """Compiler and framework of the target: Inf1 uses neuron-cc / torch-neuron, the rest neuronx-cc."""
+        if self.target == "inf1":
+            return "neuron-cc, torch-neuron (Inf1; version not pinned by these rules)"
+        return f"neuronx-cc {self.ruleset.neuronx_cc}, torch-neuronx {self.ruleset.torch_neuronx}"
+
+    @property
     def blockers(self) -> tuple[Finding, ...]:
         return self.assessment.blockers
 
@@ -277,8 +284,8 @@ class ReadinessReport:
             f"# Neuron readiness: {self.model}",
             "",
             f"- Verdict: **{self.verdict}** (exit {self.exit_code})",
-            f"- Target: {self.target}, Neuron SDK {self.sdk} (neuronx-cc {self.ruleset.neuronx_cc}, "
-            f"torch-neuronx {self.ruleset.torch_neuronx}; assumed, rules as of {self.ruleset.as_of})",
+            f"- Target: {self.target}, Neuron SDK {self.sdk} ({self.compiler_label}; "
+            f"assumed, rules as of {self.ruleset.as_of})",
             f"- Shapes: {'; '.join(self.inventory.shapes) or '-'}",
             f"- Capture: {self.inventory.method}"
             + (" on the meta device (no weights)" if self.weightless else ""),
@@ -325,7 +332,8 @@ class ReadinessReport:
 def _coerce_specs(ref: Any, shapes: Any) -> list[InputSpec] | None:
     if shapes is None:
         return None
-    if isinstance(shapes, (str, Path)) and str(shapes).endswith(".json"):
+    if isinstance(shapes, Path) or (isinstance(shapes, str) and "=" not in shapes):
+        # a plan file, read by content whatever its name (plan.txt, plan, plan128.json)
         b, s = load_plan(shapes)
         return default_specs(ref, b, s)
     if isinstance(shapes, Mapping):

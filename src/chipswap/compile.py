@@ -13,6 +13,7 @@ rebuilds a Router from it in any process, without the original model.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -47,10 +48,37 @@ def plan_from_args(seq_lens: Sequence[int], batch_sizes: Sequence[int] = (1,)) -
     return BucketPlan(seq, batch, seq[-1])
 
 
-def check_model_against_plan(config: Mapping[str, Any], plan: BucketPlan, model_name: str = "model") -> None:
-    """Model/plan mismatches that would make a bucket wrong or uncompilable: one-line ChipswapError."""
+def check_out_path(path: str | Path) -> Path:
+    """Fail before any compile when the compiled-set file cannot be written: not a folder, parent writable."""
+    p = Path(path)
+    if p.is_dir():
+        raise ChipswapError(
+            f"--out {p} is a directory; pass a file path for the compiled set,"
+            f" e.g. --out {p / 'compiled.json'}"
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ChipswapError(f"--out {p}: folder {parent} does not exist; create it or pick another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ChipswapError(f"--out {p}: folder {parent} is not writable; pick a writable path")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ChipswapError(f"--out {p} exists and is not writable; pick another path or fix its permissions")
+    return p
+
+
+def check_model_against_plan(
+    config: Mapping[str, Any], plan: BucketPlan, model_name: str = "model", *, seq_flag: bool = False
+) -> None:
+    """Model/plan mismatches that would make a bucket wrong or uncompilable: one-line ChipswapError.
+
+    seq_flag: the buckets came from --seq-len (name the flag, not a plan, in the message)."""
     largest = plan.sequence_buckets[-1]
     mpe = config.get("max_position_embeddings") or config.get("n_positions")
+    if mpe is not None and int(mpe) < largest and seq_flag:
+        raise ChipswapError(
+            f"--seq-len {largest} is longer than the model's max_position_embeddings {int(mpe)}"
+            f" ({model_name}); pass --seq-len {int(mpe)} or less"
+        )
     if mpe is not None and int(mpe) < largest:
         raise ChipswapError(
             f"plan's largest sequence bucket {largest} is longer than {model_name}'s max_position_embeddings"

@@ -23,7 +23,7 @@ import numpy as np
 
 from chipswap.core import cost
 from chipswap.core.sensitivity import Choice, Flip, Knob, sensitivity
-from chipswap.core.verdict import Facts, Thresholds, Verdict, decide
+from chipswap.core.verdict import Facts, Reason, Thresholds, Verdict, decide
 from chipswap.errors import ChipswapError
 from chipswap.workload import TERMS, Workload
 
@@ -72,6 +72,9 @@ class ShapeSummary:
     baselines: dict[str, Any] = field(default_factory=dict)
     svg: str | None = None
     plan_json: Any = None
+    overflow_share: float | None = None  # share of requests longer than the largest bucket (0..1)
+    overflow_policy: str | None = None
+    max_length: int | None = None  # the longest sequence the planner allowed
 
 
 @dataclass(frozen=True)
@@ -162,29 +165,54 @@ class PlanResult:
     def monthly_after(self) -> Decimal | None:
         return self.best.monthly_usd if self.best else None
 
+    @property
+    def break_even_months(self) -> float | None:
+        """Where the cumulative lines cross (porting / monthly saving), in fractional months. The payback
+        month (best.payback_month) is the first whole month at or after it: the cumulative data agree at whole
+        months, so a plot marks payback_month on the month axis and this crossing between the points."""
+        if self.best is None or not self.best.saving_usd or self.best.saving_usd <= 0:
+            return None
+        return float(self.porting.value / self.best.saving_usd)
+
     def to_json(self) -> dict[str, Any]:
         return _jsonable(self)
 
 
-def _jsonable(obj: Any) -> Any:
+def _decimal_json(d: Decimal, key: str) -> float:
+    """A Decimal as a JSON number: percentages to 2 decimals, hourly rates as priced, money to the cent."""
+    if "pct" in key:
+        return float(d.quantize(Decimal("0.01")))
+    if key == "rate_per_hour":
+        return float(d)
+    return float(d.quantize(Decimal("0.01")))
+
+
+def _jsonable(obj: Any, key: str = "") -> Any:
     if isinstance(obj, Decimal):
-        return str(obj)
+        return _decimal_json(obj, key) if obj.is_finite() else None
     if isinstance(obj, np.ndarray):
         return None
     if isinstance(obj, PlanResult):
-        d = {f: _jsonable(getattr(obj, f)) for f in obj.__dataclass_fields__}
-        d["monthly_after"] = _jsonable(obj.monthly_after)
+        d = {f: _jsonable(getattr(obj, f), f) for f in obj.__dataclass_fields__}
+        d["monthly_after"] = _jsonable(obj.monthly_after, "monthly_after")
+        be = obj.break_even_months
+        d["break_even_months"] = None if be is None else round(be, 2)
         return d
+    if isinstance(obj, Figure) and obj.unit == "USD/h":
+        return {
+            k: _jsonable(getattr(obj, k), "rate_per_hour" if k == "value" else k)
+            for k in obj.__dataclass_fields__
+        }
     if is_dataclass(obj) and not isinstance(obj, type):
         return {
-            k: _jsonable(getattr(obj, k))
+            k: _jsonable(getattr(obj, k), k)
             for k in obj.__dataclass_fields__
             if not isinstance(getattr(obj, k), np.ndarray) and k != "svg"
         }
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): _jsonable(v, str(k)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [_jsonable(v, key) for v in obj]
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (np.floating,)):
@@ -232,7 +260,9 @@ def _plan_shapes(trace: Any, mode: str, max_buckets: int, max_length: int | None
         svg = None
     plan_json = plan.to_dict() if hasattr(plan, "to_dict") else None
     baselines = {
-        name: _float_or_none(b.get("padding_overhead_pct")) if isinstance(b, dict) else b
+        name: _float_or_none(b.get("padding_overhead_pct", b.get("overhead_pct")))
+        if isinstance(b, dict)
+        else _float_or_none(b)
         for name, b in (getattr(plan, "baselines", {}) or {}).items()
     }
     return ShapeSummary(
@@ -245,6 +275,9 @@ def _plan_shapes(trace: Any, mode: str, max_buckets: int, max_length: int | None
         baselines,
         svg,
         plan_json,
+        _float_or_none(getattr(plan, "overflow_share", None)),
+        getattr(plan, "overflow_policy", None),
+        getattr(plan, "max_length", None) or max_length,
     )
 
 
@@ -315,9 +348,9 @@ def _readiness(
     # inventory does not depend on the sequence length, so one export stands for every bucket.
     max_pos = int((getattr(ref, "config", None) or {}).get("max_position_embeddings") or 0) or None
     seq = max(shapes.sequence_buckets) if shapes and shapes.sequence_buckets else 128
-    if max_pos:
-        seq = min(seq, max_pos)
     why = "the largest planned bucket" if shapes and shapes.sequence_buckets else "a representative length"
+    if max_pos and seq > max_pos:
+        seq, why = max_pos, f"the model's max_position_embeddings {max_pos}, below the planned buckets"
     t0 = time.perf_counter()
     report = run_check(
         checked,
@@ -366,6 +399,21 @@ def _readiness(
         md,
         by_target,
     )
+
+
+def _max_positions(ref: Any) -> int | None:
+    """The model's max_position_embeddings, when its config states it."""
+    cfg = getattr(ref, "config", None) or {}
+    try:
+        v = int(cfg.get("max_position_embeddings") or 0)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return v or None
+
+
+def _source(source: str, note: str | None) -> str:
+    """'assumption' when the figure's note says it is one (workload sources have no such value yet)."""
+    return "assumption" if note and "assumption" in note.lower() else source
 
 
 def _model_spec(wl: Workload, base_dir: Path) -> tuple[str, str] | None:
@@ -472,6 +520,7 @@ def _traffic(wl: Workload, base: Path, wpath: Path) -> tuple[TrafficSummary, Any
     trace = _read_trace(path, cols)
     prompt = np.asarray(trace.prompt_tokens)
     out = np.asarray(trace.output_tokens if trace.output_tokens is not None else np.zeros_like(prompt))
+    counts: tuple[int, ...]
     if trace.timestamps_s is None:
         ts = np.zeros(0)
         mean, peak, ratio, counts = float("nan"), None, None, ()
@@ -526,6 +575,9 @@ class Scenario:
     gpu_rate: Decimal | None = None
     runs_per_month: float | None = None
     traffic_factor: float = 1.0
+    gpu_rps: float | None = None  # requests/s one GPU instance carries (serving), for right-sizing
+    overflow_share: float | None = None  # share of requests no compiled shape holds (0..1)
+    overflow_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -542,11 +594,7 @@ class Money:
 def economics(s: Scenario) -> Money:
     """Monthly cost now and after, saving and payback for one scenario (cost engine of chipswap.core.cost)."""
     if s.kind == "serving":
-        now = (
-            s.monthly_now
-            * Decimal(max(1, math.ceil(s.fleet_count * s.traffic_factor - 1e-9)))
-            / s.fleet_count
-        )
+        now = s.monthly_now  # the stated (or priced) bill: a real run with other traffic pays the same
         if s.cand_rate is None or s.cand_rps is None or s.peak_rps is None:
             return Money(now, None, None, None, None, None, None)
         count = cost.fleet_size(s.peak_rps * s.traffic_factor, s.cand_rps, s.utilization)
@@ -581,8 +629,74 @@ def facts_for(base: Facts, s: Scenario, money: Money) -> Facts:
     )
 
 
+OVERFLOW_CLOSE_PCT = 1.0  # with policy "reject", more than this share (%) of requests unserved: no clear move
+
+
+def _pct(x: Decimal) -> str:
+    return f"{x.quantize(Decimal('0.01'))}"
+
+
+def cautions(base: Facts, s: Scenario, money: Money, th: Thresholds) -> tuple[Reason, ...]:
+    """Checks outside the seed's screening: requests no compiled shape holds, and an oversized GPU fleet."""
+    out: list[Reason] = []
+    if s.kind == "serving" and s.overflow_share:
+        share = s.overflow_share * 100
+        policy = s.overflow_policy or "reject"
+        bad = policy == "reject" and share > OVERFLOW_CLOSE_PCT
+        out.append(
+            Reason(
+                "overflow",
+                "fail" if bad else "pass",
+                "gpu" if bad else None,
+                f"{share:.1f}% of requests are longer than the largest compiled shape (policy {policy})"
+                + (
+                    ": those requests cannot be served by the compiled shapes, and the fleet is sized on "
+                    "100% of traffic"
+                    if bad
+                    else ""
+                ),
+                "overflow share (%)",
+                round(share, 2),
+                f"clear when <= {OVERFLOW_CLOSE_PCT:g}% with policy reject",
+            )
+        )
+    if (
+        s.kind == "serving"
+        and s.gpu_rps
+        and s.peak_rps is not None
+        and s.peak_rps > 0
+        and money.monthly_after is not None
+        and money.monthly_now > 0
+    ):
+        needed = cost.fleet_size(s.peak_rps * s.traffic_factor, s.gpu_rps, s.utilization)
+        if needed < s.fleet_count:
+            rs_now = money.monthly_now * Decimal(needed) / Decimal(s.fleet_count)
+            gpu_pct = (money.monthly_now - rs_now) / money.monthly_now * 100
+            vs_rs = (rs_now - money.monthly_after) / rs_now * 100
+            bad = vs_rs < th.close_margin_pct
+            out.append(
+                Reason(
+                    "right-size-gpu",
+                    "fail" if bad else "pass",
+                    "gpu" if bad else "neuron",
+                    f"today's GPU fleet is {s.fleet_count} instances; the traffic needs {needed} at "
+                    f"{s.utilization:.0%} utilization: right-sizing the GPU fleet alone saves "
+                    f"{_pct(gpu_pct)}% "
+                    f"({_pct(money.monthly_now - rs_now)} USD/month); against a right-sized GPU fleet "
+                    f"{base.target} saves {_pct(vs_rs)}%"
+                    + ("; right-size the GPU fleet first" if bad else ""),
+                    "saving vs a right-sized GPU fleet (%)",
+                    vs_rs,
+                    f"clear when >= {th.close_margin_pct}%",
+                )
+            )
+    return tuple(out)
+
+
 def evaluate(base: Facts, s: Scenario, th: Thresholds) -> Verdict:
-    return decide(facts_for(base, s, economics(s)), th)
+    money = economics(s)
+    facts = replace(facts_for(base, s, money), cautions=cautions(base, s, money, th))
+    return decide(facts, th)
 
 
 # --------------------------------------------------------------------------------------------------- pipeline
@@ -651,8 +765,35 @@ def run_plan(
         if trace is not None:
             say("planning shapes")
             assert wl.traffic is not None
-            shapes = _plan_shapes(trace, wl.traffic.mode, wl.traffic.max_buckets, wl.traffic.max_length)
+            max_len = wl.traffic.max_length
+            max_pos = _max_positions(model_ref)
+            if max_pos is not None and max_len is not None and max_len > max_pos:
+                raise ChipswapError(
+                    f"{wpath}: traffic.max_length: {max_len} is longer than the model's "
+                    f"max_position_embeddings {max_pos}; set traffic.max_length = {max_pos} or less"
+                )
+            longest = int(np.max(trace.prompt_tokens)) if len(trace.prompt_tokens) else 0
+            if max_pos is not None and max_len is None and longest > max_pos:
+                max_len = max_pos  # cap at what the model accepts; the longer requests are overflow
+            shapes = _plan_shapes(trace, wl.traffic.mode, wl.traffic.max_buckets, max_len)
+            if shapes.overflow_share:
+                notes.append(
+                    f"{shapes.overflow_share:.1%} of requests are longer than the largest planned bucket "
+                    f"({max_len if max_len is not None else 'max length'} tokens; policy "
+                    f"{shapes.overflow_policy or 'reject'})"
+                    + (
+                        " — capped at the model's max_position_embeddings"
+                        if wl.traffic.max_length is None
+                        else ""
+                    )
+                )
         else:
+            max_pos = _max_positions(model_ref)
+            if max_pos is not None and wl.traffic is not None and (wl.traffic.prompt_tokens or 0) > max_pos:
+                raise ChipswapError(
+                    f"{wpath}: traffic.prompt_tokens: {wl.traffic.prompt_tokens} is longer than the model's "
+                    f"max_position_embeddings {max_pos}; set traffic.prompt_tokens = {max_pos} or less"
+                )
             shapes = ShapeSummary(
                 False,
                 "steady rate with one length: one shape, no planning needed",
@@ -757,6 +898,7 @@ def run_plan(
         monthly_after_usd=None,
         porting_usd=porting_usd,
         payback_month=None,
+        slo_p99_ms=wl.slo.p99_ms if wl.kind == "serving" else None,
     )
     base_scn = Scenario(
         kind=wl.kind,
@@ -772,6 +914,9 @@ def run_plan(
         gpu_hours=wl.job.gpu_hours if wl.job else None,
         gpu_rate=fleet_rate.value if fleet_rate else None,
         runs_per_month=wl.job.runs_per_month if wl.job else None,
+        gpu_rps=tp.gpu_requests_per_s if (wl.kind == "serving" and tp is not None) else None,
+        overflow_share=shapes.overflow_share if shapes else None,
+        overflow_policy=shapes.overflow_policy if shapes else None,
     )
 
     results: list[tuple[CandidateResult, Scenario, Facts]] = []
@@ -790,14 +935,14 @@ def run_plan(
             )
             if ct.requests_per_s is not None:
                 rps = ct.requests_per_s
-                thr = Figure(rps, "requests/s per instance", ct.source, ct.note or "")
+                thr = Figure(rps, "requests/s per instance", _source(ct.source, ct.note), ct.note or "")
             else:
                 assert tp.gpu_requests_per_s is not None and ct.speed_factor is not None
                 rps = tp.gpu_requests_per_s * ct.speed_factor
                 thr = Figure(
                     rps,
                     "requests/s per instance",
-                    ct.source,
+                    _source(ct.source, ct.note),
                     f"speed factor {ct.speed_factor:g} x GPU {tp.gpu_requests_per_s:g} requests/s"
                     + (f"; {ct.note}" if ct.note else ""),
                 )
@@ -818,14 +963,14 @@ def run_plan(
                 excluded = "Inferentia is built for inference, not training runs"
             if cj.hours is not None:
                 hrs = cj.hours
-                thr = Figure(hrs, "hours per run", cj.source, cj.note or "")
+                thr = Figure(hrs, "hours per run", _source(cj.source, cj.note), cj.note or "")
             else:
                 assert cj.speed_factor is not None
                 hrs = wl.job.gpu_hours / cj.speed_factor
                 thr = Figure(
                     hrs,
                     "hours per run",
-                    cj.source,
+                    _source(cj.source, cj.note),
                     f"{wl.job.gpu_hours:g} h on GPU / speed factor {cj.speed_factor:g}"
                     + (f"; {cj.note}" if cj.note else ""),
                 )
@@ -850,6 +995,7 @@ def run_plan(
             target_kind=inst.kind,
             meets_slo=meets,
             readiness_blockers=blockers,
+            throughput_assumed=thr is not None and thr.source == "assumption",
         )
         results.append(
             (
@@ -877,7 +1023,10 @@ def run_plan(
     # readiness target has no predicted blockers
     viable = [r for r in results if r[0].excluded is None and r[0].saving_usd is not None]
     clean = [r for r in viable if r[2].readiness_blockers == 0]
-    chosen = max(clean or viable, key=lambda r: r[0].saving_usd or Decimal(0)) if viable else None
+    # an SLO that is set but not evaluated is never a pass: candidates that meet it come first
+    pool = clean or viable
+    pool = [r for r in pool if r[0].meets_slo is True] or pool
+    chosen = max(pool, key=lambda r: r[0].saving_usd or Decimal(0)) if pool else None
     if chosen is not None:
         best, scn, facts = chosen
         verdict = evaluate(facts, scn, th)
@@ -944,7 +1093,9 @@ def _sensitivity(
     elif scn.cand_hours:
         base_h = scn.cand_hours
         knobs.append(
-            Knob("throughput ratio", 1.0, 0.05, 20.0, lambda m: v(replace(scn, cand_hours=base_h / m)))
+            Knob(
+                "run time (hours)", base_h, base_h / 20, base_h * 20, lambda h: v(replace(scn, cand_hours=h))
+            )
         )
     rate = wl.porting.day_rate_usd
     days = wl.porting.engineer_days
@@ -961,7 +1112,19 @@ def _sensitivity(
         knobs.append(
             Knob("utilization", scn.utilization, 0.05, 1.0, lambda u: v(replace(scn, utilization=u)))
         )
-    knobs.append(Knob("traffic", 1.0, 0.01, 100.0, lambda f: v(replace(scn, traffic_factor=f))))
+    if wl.kind == "serving":
+        knobs.append(Knob("traffic", 1.0, 0.01, 100.0, lambda f: v(replace(scn, traffic_factor=f))))
+    elif scn.runs_per_month:
+        runs = scn.runs_per_month
+        knobs.append(
+            Knob(
+                "runs per month",
+                runs,
+                runs * 0.01,
+                runs * 100,
+                lambda r: v(replace(scn, traffic_factor=r / runs)),
+            )
+        )
 
     def by_term(term: str) -> str | None:
         fig = _rate(catalog, instance, region, term)

@@ -12,6 +12,7 @@ chipswap itself.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from decimal import Decimal
 from pathlib import Path
@@ -19,15 +20,15 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from chipswap.errors import ChipswapError
+from chipswap.errors import ChipswapError, closest
 
-Source = Literal["stated", "seed example", "published benchmark", "projected", "measured"]
+Source = Literal["stated", "assumption", "seed example", "published benchmark", "projected", "measured"]
 Term = Literal["on-demand", "spot", "1yr", "3yr", "ri-effective"]
 TERMS: tuple[str, ...] = get_args(Term)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Model):
@@ -364,7 +365,7 @@ class Workload(_Model):
             if missing:
                 raise ValueError(
                     f'throughput.candidates: expected a table [throughput.candidates."{missing[0]}"] with '
-                    "requests_per_s or speed_factor"
+                    f"requests_per_s or speed_factor{_table_hint(missing[0], self.throughput.candidates)}"
                 )
             needs_gpu = any(t.speed_factor is not None for t in self.throughput.candidates.values())
             if needs_gpu and self.throughput.gpu_requests_per_s is None:
@@ -378,9 +379,17 @@ class Workload(_Model):
             if missing:
                 raise ValueError(
                     f'job.candidates: expected a table [job.candidates."{missing[0]}"] with hours or '
-                    f"speed_factor"
+                    f"speed_factor{_table_hint(missing[0], self.job.candidates)}"
                 )
         return self
+
+
+def _table_hint(name: str, tables: dict[str, Any]) -> str:
+    """' (the tables given are ...)' when a candidate's table is missing but others exist (a typo)."""
+    near = closest(name, tables, n=1)
+    if near:
+        return f"; a table for {near[0]!r} is given: if that is a typo, use the same name in both places"
+    return ""
 
 
 # --------------------------------------------------------------------------------------------------- loading
@@ -409,6 +418,7 @@ def _expected_form(err: dict[str, Any]) -> str:
         "less_than_equal": f"a number <= {ctx.get('le')}",
         "less_than": f"a number < {ctx.get('lt')}",
         "too_short": "a non-empty list",
+        "finite_number": "a finite number",
         "literal_error": f"one of {ctx.get('expected', '')}",
     }
     if kind in forms:
@@ -429,15 +439,47 @@ def _key(loc: tuple[Any, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
+def _first_error(errors: list[Any]) -> Any:
+    """The error to report: an unknown key first (a typo'd key also makes its real key look missing)."""
+    for kind in ("extra_forbidden",):
+        for err in errors:
+            if err.get("type") == kind:
+                return err
+    return errors[0]
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at the table holding `loc` (for did-you-mean on an unknown key)."""
+    model: type[BaseModel] | None = Workload
+    skip_next = False
+    for part in loc[:-1]:
+        if skip_next:  # the instance name under a table of tables
+            skip_next = False
+            continue
+        if model is None:
+            return []
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        model = _submodel(field.annotation)
+        if get_origin(field.annotation) is dict:
+            skip_next = True
+    return list(model.model_fields) if model is not None else []
+
+
 def format_validation_error(path: str | Path, exc: ValidationError) -> str:
-    """One line: file, key, expected form (the first error; the count of others)."""
+    """One line: file, key, expected form (an unknown key first, else the first error; count of others)."""
     errors = exc.errors(include_url=False)
-    err = errors[0]
-    loc = tuple(p for p in err.get("loc", ()) if p not in ("function-after",))
+    err = _first_error(errors)
+    raw_loc = tuple(p for p in err.get("loc", ()) if p not in ("function-after",))
+    loc = raw_loc
     msg = _expected_form(err)
     key = _key(loc)
-    if msg.startswith(tuple(f"{k}:" for k in ("traffic", "throughput", "job"))):
-        key, _, msg = msg.partition(": ")
+    m = re.match(r"^([A-Za-z_][\w.\"\-]*): (.*)$", msg)
+    if m and err.get("type") == "value_error":
+        sub_key = m.group(1)
+        key = sub_key if key == "(top level)" or sub_key.startswith(f"{key}.") else f"{key}.{sub_key}"
+        msg = m.group(2)
     got = err.get("input")
     shown = ""
     if (
@@ -450,20 +492,67 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     if err.get("type") == "missing":
         return f"{path}: {key}: missing; this key is required (see `chipswap workload-help`){more}"
     if err.get("type") == "extra_forbidden":
-        return (
-            f"{path}: {key}: no such key; remove it or check its spelling "
-            f"(see `chipswap workload-help`){more}"
+        near = closest(str(loc[-1]), _known_keys(loc), n=1) if loc else []
+        fix = (
+            f"did you mean {', '.join(near)}?"
+            if near
+            else "remove it or check its spelling (see `chipswap workload-help`)"
         )
+        return f"{path}: unknown key {key}; {fix}{more}"
     if not msg.startswith("expected "):
         msg = f"expected {msg}"
     return f"{path}: {key}: {msg}{shown}{more}"
 
 
+def _catalog_problem(data: dict[str, Any]) -> str | None:
+    """A region or instance name the catalog does not know, as 'key: problem; did you mean ...?'."""
+    try:
+        from chipswap.catalog_io import load_catalog
+
+        catalog = load_catalog()
+    except ChipswapError:
+        return None
+    regions = list(catalog.regions)
+    names = [i.name for i in catalog.instances]
+
+    def table(name: str) -> dict[str, Any]:
+        t = data.get(name)
+        return t if isinstance(t, dict) else {}
+
+    def hint(value: str, choices: list[str], what: str, n: int = 3) -> str:
+        near = closest(value, choices, n=n)
+        return f"did you mean {', '.join(near)}?" if near else f"see `chipswap catalog --help` for the {what}"
+
+    for sect in ("fleet", "targets"):
+        region = table(sect).get("region")
+        if isinstance(region, str) and region not in regions:
+            return f"{sect}.region: unknown region {region!r}; {hint(region, regions, 'regions', 1)}"
+    inst = table("fleet").get("instance")
+    if isinstance(inst, str) and inst not in names:
+        return f"fleet.instance: unknown instance type {inst!r}; {hint(inst, names, 'instance types')}"
+    cands = table("targets").get("candidates")
+    if isinstance(cands, list):
+        for i, c in enumerate(cands):
+            if isinstance(c, str) and c not in names:
+                fix = hint(c, names, "instance types")
+                return f"targets.candidates[{i}]: unknown instance type {c!r}; {fix}"
+    return None
+
+
 def parse_workload(data: dict[str, Any], path: str | Path = "<workload>") -> Workload:
     try:
-        return Workload.model_validate(data)
+        wl = Workload.model_validate(data)
     except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if not any(e.get("type") == "extra_forbidden" for e in errors):
+            problem = _catalog_problem(data)
+            if problem:
+                raise ChipswapError(f"{path}: {problem}") from None
         raise ChipswapError(format_validation_error(path, exc)) from None
+    problem = _catalog_problem(data)
+    if problem:
+        raise ChipswapError(f"{path}: {problem}")
+    return wl
 
 
 def load_workload(path: str | Path) -> Workload:

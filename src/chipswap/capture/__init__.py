@@ -218,6 +218,7 @@ def capture_module(
     if not specs:
         raise ChipswapError(
             "no input shapes to capture with; pass --shape NAME=BxS:DTYPE or --plan plan.json"
+            " (plan files come from chipswap shapes --out plan.json)"
         )
     inputs = [make_inputs(s, device=device, vocab_size=vocab_size) for s in specs]
     if run_eager and device != "meta":

@@ -13,6 +13,28 @@ from typing import Any
 
 from chipswap.core.rules import OpUse
 
+# Symbolic-shape bookkeeping that torch.export inserts for dynamic dims (size reads, range constraints,
+# runtime asserts): not model compute, never a finding, and their stack traces point into torch itself.
+SYMBOLIC_BOOKKEEPING = frozenset(
+    {
+        "aten::sym_size",
+        "aten::sym_stride",
+        "aten::sym_numel",
+        "aten::sym_storage_offset",
+        "aten::sym_constrain_range",
+        "aten::sym_constrain_range_for_size",
+        "aten::_assert_scalar",
+        "aten::_assert_async",
+        "aten::_functional_assert_scalar",
+        "aten::_functional_assert_async",
+        "python::sym_constrain_range_for_size",
+        "python::_assert_scalar",
+    }
+)
+# Top-level packages under site-packages that are library internals, whatever path they were loaded from.
+_LIB_PACKAGES = frozenset({"torch", "functorch", "torchgen", "chipswap"})
+_BOOKKEEPING_MODULES = ("_empty_nn_module_stack_from_metadata_hook",)
+
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
@@ -52,10 +74,17 @@ def _place(path: str) -> str:
     """'lib' (torch, chipswap, stdlib), 'third' (site-packages) or 'user'."""
     lib, third = _dirs()
 
-    def under(dirs: tuple[str, ...]) -> bool:
-        return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in dirs if d)
+    def under(p: str, dirs: tuple[str, ...]) -> bool:
+        return any(p.startswith(d.rstrip(os.sep) + os.sep) for d in dirs if d)
 
-    return "lib" if under(lib) else "third" if under(third) else "user"
+    real = os.path.realpath(path)
+    for p in (path, real):
+        for marker in ("/site-packages/", "/dist-packages/"):
+            if marker in p and p.split(marker, 1)[1].split("/", 1)[0] in _LIB_PACKAGES:
+                return "lib"
+        if under(p, lib):
+            return "lib"
+    return "third" if under(path, third) or under(real, third) else "user"
 
 
 def pick_frame(frames: list[tuple[str, int, str, str]]) -> tuple[str, int, str, str] | None:
@@ -150,7 +179,10 @@ def module_path(node: Any, strip: str | None) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return ""
-    qual = list(stack.values())[-1][0]
+    quals = [v[0] for v in stack.values() if not str(v[0]).startswith(_BOOKKEEPING_MODULES)]
+    if not quals:
+        return ""
+    qual = quals[-1]
     qual = re.sub(r"^L\['self'\]\.?", "", qual)
     if strip and (qual == strip.rstrip(".") or qual.startswith(strip)):
         qual = qual[len(strip) :] if qual.startswith(strip) else ""
@@ -182,6 +214,17 @@ def node_location(node: Any, _depth: int = 0) -> tuple[str | None, str, str]:
     return None, "", ""
 
 
+def is_bookkeeping(kind: str, val: Any) -> bool:
+    """Symbolic-shape bookkeeping node (size read, constraint, runtime assert, SymInt arithmetic)."""
+    if kind in SYMBOLIC_BOOKKEEPING:
+        return True
+    if kind.startswith("python::"):
+        import torch
+
+        return isinstance(val, (torch.SymInt, torch.SymBool, torch.SymFloat))
+    return False
+
+
 def graph_ops(gm: Any, *, strip: str | None = None) -> list[OpUse]:
     """One OpUse per call_function node of an FX graph module (nested subgraphs of cond/while included)."""
     import torch
@@ -191,6 +234,8 @@ def graph_ops(gm: Any, *, strip: str | None = None) -> list[OpUse]:
         if node.op != "call_function":
             continue
         kind, overload, composite = op_kind(node.target)
+        if is_bookkeeping(kind, node.meta.get("val")):
+            continue
         ins = []
         arg_strs = []
         in_syms: set[Any] = set()

@@ -67,8 +67,13 @@ def _ls(cache_dir: Path | None = CACHE_DIR, as_json: bool = JSON) -> None:
     for r in rows:
         age = f"{(now - r['created']) / 3600:.1f} h" if r["created"] else ""
         t.add_row(
-            r["key"][:12], r["state"], r["model"], r["backend"] or r["kind"], r["shape"],
-            f"{r['size_bytes'] / 2**20:.1f} MiB", age,
+            r["key"][:12],
+            r["state"],
+            r["model"],
+            r["backend"] or r["kind"],
+            r["shape"],
+            f"{r['size_bytes'] / 2**20:.1f} MiB",
+            age,
         )
     Console(width=None if sys.stdout.isatty() else 120).print(t)
     total = sum(r["size_bytes"] for r in rows)
@@ -106,6 +111,22 @@ def _verify(
     return 1 if bad and not discard else 0
 
 
+def _error(msg: str):
+    from chipswap.errors import ChipswapError
+
+    return ChipswapError(msg)
+
+
+def _check_limit(flag: str, value: float | None, example: str) -> None:
+    """Reject negative, NaN and infinite limits before the cache is touched."""
+    import math
+
+    if value is None:
+        return
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise _error(f"{flag} must be a finite number >= 0, got {value!r}; pass {example}")
+
+
 @cache_app.command("prune")
 def _prune(
     cache_dir: Path | None = CACHE_DIR,
@@ -120,6 +141,10 @@ def _prune(
     as_json: bool = JSON,
 ) -> None:
     """Remove failed and corrupt entries, leftovers of killed compiles, and optionally old entries."""
+    _check_limit("--older-than", older_than, "DAYS, e.g. --older-than 30")
+    _check_limit("--max-size", max_size, "GiB, e.g. --max-size 20")
+    if max_size is not None and max_size * 2**30 > 2**62:
+        raise _error(f"--max-size {max_size:g} GiB is too large; pass a size in GiB, e.g. --max-size 20")
     c = _cache(cache_dir)
     removed = c.prune(
         failed=not keep_failed,
@@ -142,9 +167,14 @@ def _prune(
 def _rm(
     key: str = typer.Argument(..., help="Cache key or a unique prefix of it (see chipswap cache ls)."),
     cache_dir: Path | None = CACHE_DIR,
+    as_json: bool = JSON,
 ) -> None:
     """Remove one entry."""
-    removed = _cache(cache_dir).remove(key)
+    c = _cache(cache_dir)
+    removed = c.remove(key)
+    if as_json:
+        sys.stdout.write(json.dumps({"cache_dir": str(c.root), "removed": removed}, indent=1) + "\n")
+        return
     typer.echo(f"removed {removed}")
 
 

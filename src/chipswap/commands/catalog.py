@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import typer
@@ -101,6 +102,29 @@ def _price_cell(catalog: Catalog, name: str, region: str, term: str) -> str:
         return "-"
 
 
+def check_region(catalog: Catalog, region: str | None, flag: str = "--region") -> None:
+    """Unknown region -> one-line error with a did-you-mean, before any price lookup."""
+    if region is None or region in catalog.regions:
+        return
+    from chipswap.errors import closest
+
+    hint = closest(region, catalog.regions, n=1)
+    raise ChipswapError(
+        f"unknown region {region!r}"
+        + (f"; did you mean {', '.join(hint)}?" if hint else "")
+        + f" (pass {flag} with one of {', '.join(catalog.regions)})"
+    )
+
+
+_NOTE_DETAIL = re.compile(r"^(?P<head>.+?);\s*(?P<detail>min \S+,?\s+max \S+ over \d+ AZ\(s\))$", re.S)
+
+
+def split_note(note: str) -> tuple[str, str]:
+    """(shared text, per-row detail): spot notes differ only in their trailing min/max-over-AZs part."""
+    m = _NOTE_DETAIL.match(note)
+    return (m["head"], m["detail"]) if m else (note, "")
+
+
 def console() -> Console:
     """A rich console; off a terminal (pipes, CI logs) use a wide fixed width so tables do not wrap."""
     c = Console()
@@ -148,10 +172,7 @@ def catalog_list(
             f"unknown accelerator for --accelerator: {accelerator!r}; "
             f"use one of {', '.join(catalog.accelerators)}"
         )
-    if region and region not in catalog.regions:
-        raise ChipswapError(
-            f"unknown region for --region: {region!r}; regions in the catalog: {', '.join(catalog.regions)}"
-        )
+    check_region(catalog, region)
     if kind and kind.lower() not in ("gpu", "inferentia", "trainium"):
         raise ChipswapError(f"unknown kind for --kind: {kind!r}; use gpu, inferentia or trainium")
     found = catalog.select(family=family, accelerator=accelerator, region=region, kind=kind)
@@ -212,6 +233,7 @@ def catalog_show(
     catalog = _load(ctx, catalog_file)
     inst = catalog.instance(name)
     region = region or (ctx.obj or {}).get("region")
+    check_region(catalog, region)
     as_json = as_json or (ctx.obj or {}).get("json", False)
     chip = (
         catalog.chip(inst.accelerator)
@@ -263,7 +285,8 @@ def catalog_show(
     for r in rates:
         mark = ""
         if r.note:
-            mark = f"[{notes.setdefault(r.note, len(notes) + 1)}]"
+            head, detail = split_note(r.note)
+            mark = f"[{notes.setdefault(head, len(notes) + 1)}]" + (f" {detail}" if detail else "")
         prices.add_row(r.region, r.term, _fmt(r.usd_per_hour), r.source, r.as_of, mark)
     if rates:
         out.print(prices)

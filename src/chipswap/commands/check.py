@@ -25,7 +25,10 @@ def check(
         None, "--shape", help="Input shape NAME=DIMxDIM[:DTYPE], repeatable (e.g. input_ids=1x128:int64)."
     ),
     plan: Path = typer.Option(
-        None, "--plan", help="Shape plan JSON (chipswap.shapeplan/1): checks every batch x sequence bucket."
+        None,
+        "--plan",
+        help="Shape plan (chipswap.shapeplan/1, written by chipswap shapes --out plan.json; any file name): "
+        "checks every batch x sequence bucket.",
     ),
     sdk: str = typer.Option("2.32", "--sdk", help="Neuron SDK whose rules apply: 2.26, 2.27 or 2.32."),
     target: str = typer.Option("inf2", "--target", help="Instance family: inf1, inf2, trn1 or trn2."),
@@ -81,7 +84,7 @@ def _print_table(report) -> None:
     ]
     console.print(
         f"[bold]{report.model}[/bold] on {report.target}, Neuron SDK {report.sdk} "
-        f"(neuronx-cc {report.ruleset.neuronx_cc}, assumed): "
+        f"({report.compiler_label}, assumed): "
         f"[{verdict_style}]{report.verdict}[/{verdict_style}]"
     )
     console.print(

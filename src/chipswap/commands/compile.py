@@ -23,15 +23,20 @@ HELP = (
 )
 
 
+_EXAMPLES = {"--seq-len": "128,256", "--batch-sizes": "1,4"}
+
+
 def _ints(text: str, flag: str) -> list[int]:
     try:
         vals = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
         raise ChipswapError(
-            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} 1,4"
+            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} {_EXAMPLES[flag]}"
         ) from None
     if not vals or any(v < 1 for v in vals):
-        raise ChipswapError(f"{flag} must list positive integers, got {text!r}; e.g. {flag} 1,4")
+        raise ChipswapError(
+            f"{flag} must list positive integers, got {text!r}; e.g. {flag} {_EXAMPLES[flag]}"
+        )
     return vals
 
 
@@ -45,7 +50,7 @@ def _compile(
         None, "--batch-sizes", help="Compiled batch sizes, e.g. 1,4 (default: the plan's, or 1)."
     ),
     backend: str = typer.Option(
-        "onnxruntime", "--backend", help="onnxruntime (default on CPU), aotinductor or neuron (Neuron hosts)."
+        "onnxruntime", "--backend", help="onnxruntime (for CPU), aotinductor or neuron (Neuron hosts)."
     ),
     cache_dir: Path | None = typer.Option(
         None, "--cache-dir", help="Artifact cache folder (default: $CHIPSWAP_CACHE_DIR or the user cache)."
@@ -62,6 +67,7 @@ def _compile(
     from chipswap.cache import ArtifactCache
     from chipswap.compile import (
         check_model_against_plan,
+        check_out_path,
         compile_plan,
         load_plan,
         plan_from_args,
@@ -77,13 +83,26 @@ def _compile(
         raise ChipswapError(f"--atol must be >= 0, got {atol}; e.g. --atol 1e-3")
     if plan is not None and seq_len is not None:
         raise ChipswapError("give either --plan or --seq-len, not both; --plan takes the buckets from it")
+    if out is not None:
+        check_out_path(out)  # before any bucket is compiled
+    decode_note = None
     if plan is not None:
         bp = load_plan(plan)
+        decode = bp.extra.get("decode_buckets")
+        if decode:
+            decode_note = (
+                f"note: plan {plan} has decode_buckets {decode} (llm mode); this backend compiles only the"
+                f" sequence buckets {list(bp.sequence_buckets)}, not the decode buckets"
+            )
         if batch_sizes:
             from chipswap.compile import BucketPlan
 
-            bp = BucketPlan(bp.sequence_buckets, tuple(sorted(set(_ints(batch_sizes, "--batch-sizes")))),
-                            bp.max_length, bp.extra)
+            bp = BucketPlan(
+                bp.sequence_buckets,
+                tuple(sorted(set(_ints(batch_sizes, "--batch-sizes")))),
+                bp.max_length,
+                bp.extra,
+            )
     elif seq_len is not None:
         bp = plan_from_args(_ints(seq_len, "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
     else:
@@ -94,7 +113,10 @@ def _compile(
 
     get_backend(backend).check_available()  # before building the model: a missing SDK fails fast
     target = target_from_spec(model, task=task)
-    check_model_against_plan(target.config, bp, target.name)  # before the cache dir is touched
+    # before the cache dir is touched
+    check_model_against_plan(target.config, bp, target.name, seq_flag=plan is None)
+    if decode_note:
+        sys.stderr.write(decode_note + "\n")
     cache = ArtifactCache(cache_dir)
     cache.ensure_writable()
     report = compile_plan(
@@ -113,8 +135,13 @@ def _compile(
             t.add_column(col, justify="right" if col not in ("key", "status") else "left")
         for b in report.buckets:
             t.add_row(
-                str(b.batch), str(b.seq), b.key[:12], "cached" if b.cached else "compiled",
-                f"{b.compile_s:.1f}", f"{b.max_abs_diff:.2e}", "ok" if b.ok else "FAIL",
+                str(b.batch),
+                str(b.seq),
+                b.key[:12],
+                "cached" if b.cached else "compiled",
+                f"{b.compile_s:.1f}",
+                f"{b.max_abs_diff:.2e}",
+                "ok" if b.ok else "FAIL",
                 f"{b.size_bytes / 2**20:.1f} MiB",
             )
         con = Console(width=None if sys.stdout.isatty() else 120)

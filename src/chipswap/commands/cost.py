@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from chipswap.catalog_io import load_catalog
-from chipswap.commands.catalog import CATALOG_HELP, console
+from chipswap.commands.catalog import CATALOG_HELP, check_region, console
 from chipswap.core import cost as C
 from chipswap.core.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.errors import ChipswapError
@@ -21,21 +21,29 @@ cost_app = typer.Typer(
 )
 
 TERM_HELP = f"Price term: {', '.join(TERMS)}."
-RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 3), e.g. 0,8.20,3."
+RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 3), e.g. 10000,5.50,1."
+RESERVED_EXAMPLE = "10000,5.50,1"
+MAX_HOURS_PER_MONTH = 744  # 31 days x 24 h
 DEFAULT_PORTING_DAYS = "3"  # the seed's worked example; always printed as an assumption
 DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; default 800)."
 
 
 # --- flag parsing -------------------------------------------------------------------------------------------
 def _flag_num(
-    value: str | float | None, flag: str, *, positive: bool = True, allow_zero: bool = False
+    value: str | float | None,
+    flag: str,
+    *,
+    positive: bool = True,
+    allow_zero: bool = False,
+    example: str | None = None,
 ) -> Decimal:
+    example = example or f"{flag} 20"
     try:
         d = Decimal(str(value).strip())
     except (InvalidOperation, ValueError):
-        raise ChipswapError(f"{flag} must be a number, got {value!r}; pass e.g. {flag} 20") from None
+        raise ChipswapError(f"{flag} must be a number, got {value!r}; pass e.g. {example}") from None
     if not d.is_finite():
-        raise ChipswapError(f"{flag} must be a finite number, got {value!r}; pass e.g. {flag} 20")
+        raise ChipswapError(f"{flag} must be a finite number, got {value!r}; pass e.g. {example}")
     if positive and (d < 0 or (d == 0 and not allow_zero)):
         need = "0 or more" if allow_zero else "greater than 0"
         raise ChipswapError(
@@ -49,10 +57,19 @@ def _opt_num(value: str | None, flag: str, **kw) -> Decimal | None:
     return None if value is None else _flag_num(value, flag, **kw)
 
 
-def _count(value: int, flag: str) -> int:
-    if value < 1:
-        raise ChipswapError(f"{flag} must be at least 1, got {value}; pass the number of instances")
-    return value
+def _count(value: int | str, flag: str) -> int:
+    text = str(value).strip()
+    try:
+        n = int(text)
+    except ValueError:
+        raise ChipswapError(
+            f"{flag} must be a whole number of instances, got {text!r}; pass e.g. {flag} 2"
+        ) from None
+    if n < 1:
+        raise ChipswapError(
+            f"{flag} must be at least 1, got {n}; pass the number of instances, e.g. {flag} 2"
+        )
+    return n
 
 
 def _reserved(text: str | None, flag: str) -> ReservedTerm | None:
@@ -60,11 +77,15 @@ def _reserved(text: str | None, flag: str) -> ReservedTerm | None:
         return None
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 3:
-        raise ChipswapError(f"{flag} must be UPFRONT,HOURLY,YEARS, got {text!r}; e.g. {flag} 0,8.20,3")
-    up = _flag_num(parts[0], f"{flag} upfront", allow_zero=True)
-    hourly = _flag_num(parts[1], f"{flag} hourly", allow_zero=True)
+        raise ChipswapError(
+            f"{flag} must be UPFRONT,HOURLY,YEARS (upfront USD, hourly USD, 1 or 3 years), got {text!r};"
+            f" e.g. {flag} {RESERVED_EXAMPLE}"
+        )
+    ex = f"{flag} {RESERVED_EXAMPLE} (upfront USD, hourly USD, years)"
+    up = _flag_num(parts[0], f"{flag} upfront", allow_zero=True, example=ex)
+    hourly = _flag_num(parts[1], f"{flag} hourly", allow_zero=True, example=ex)
     if parts[2] not in ("1", "3"):
-        raise ChipswapError(f"{flag} years must be 1 or 3, got {parts[2]!r}; e.g. {flag} 0,8.20,3")
+        raise ChipswapError(f"{flag} years must be 1 or 3, got {parts[2]!r}; e.g. {ex}")
     return ReservedTerm(up, hourly, int(parts[2]))
 
 
@@ -140,11 +161,11 @@ def cost_job(
         ..., "--candidate-hours", metavar="HOURS", help="Wall-clock hours the job takes there."
     ),
     region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for both prices."),
-    baseline_count: int = typer.Option(
-        1, "--baseline-count", metavar="N", help="Baseline instances used by the job."
+    baseline_count: str = typer.Option(
+        "1", "--baseline-count", metavar="N", help="Baseline instances used by the job."
     ),
-    candidate_count: int = typer.Option(
-        1, "--candidate-count", metavar="N", help="Candidate instances used by the job."
+    candidate_count: str = typer.Option(
+        "1", "--candidate-count", metavar="N", help="Candidate instances used by the job."
     ),
     baseline_term: str = typer.Option("on-demand", "--baseline-term", metavar="TERM", help=TERM_HELP),
     candidate_term: list[str] = typer.Option(
@@ -181,8 +202,8 @@ def cost_job(
     """Total cost to finish one job on baseline vs candidate, the saving, and the run porting pays back."""
     b_hours = _flag_num(baseline_hours, "--baseline-hours")
     c_hours = _flag_num(candidate_hours, "--candidate-hours")
-    _count(baseline_count, "--baseline-count")
-    _count(candidate_count, "--candidate-count")
+    baseline_count = _count(baseline_count, "--baseline-count")
+    candidate_count = _count(candidate_count, "--candidate-count")
     days = _flag_num(porting_days or DEFAULT_PORTING_DAYS, "--porting-days", allow_zero=True)
     rate = _flag_num(day_rate or str(C.DEFAULT_DAY_RATE_USD), "--day-rate", allow_zero=True)
     rpm = _opt_num(runs_per_month, "--runs-per-month")
@@ -193,6 +214,7 @@ def cost_job(
     c_terms = [_term(t, "--candidate-term") for t in candidate_term]
 
     catalog = load_catalog(catalog_file)
+    check_region(catalog, region)
     b_inst = catalog.instance(baseline)
     c_inst = catalog.instance(candidate)
     b_rate = (
@@ -355,14 +377,14 @@ def cost_serve(
         None, "--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP
     ),
     utilization: str = typer.Option(
-        "1.0", "--utilization", metavar="FRACTION", help="Average busy fraction, in (0, 1]; default 1.0."
+        "1.0", "--utilization", metavar="FRACTION", help="Average busy fraction, in (0, 1]."
     ),
-    count: int = typer.Option(1, "--count", metavar="N", help="Fleet size (ignored when --rps is given)."),
+    count: str = typer.Option("1", "--count", metavar="N", help="Fleet size (ignored when --rps is given)."),
     rps: str | None = typer.Option(
         None, "--rps", metavar="REQ_PER_S", help="Average request rate; sizes each fleet to carry it."
     ),
     hours_per_month: str = typer.Option(
-        "730", "--hours-per-month", metavar="HOURS", help="Hours billed per month (default 730)."
+        "730", "--hours-per-month", metavar="HOURS", help="Hours billed per month, at most 744."
     ),
     baseline: str | None = typer.Option(
         None, "--baseline", metavar="INSTANCE", help="Instance serving today, e.g. g5.xlarge."
@@ -374,17 +396,20 @@ def cost_serve(
     baseline_rate: str | None = typer.Option(
         None, "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h."
     ),
-    baseline_count: int = typer.Option(
-        1, "--baseline-count", metavar="N", help="Baseline fleet size (ignored with --rps)."
+    baseline_count: str = typer.Option(
+        "1", "--baseline-count", metavar="N", help="Baseline fleet size (ignored with --rps)."
     ),
     porting_days: str = typer.Option(
         DEFAULT_PORTING_DAYS,
         "--porting-days",
         metavar="DAYS",
-        help="Engineer-days to port (assumption; default 3).",
+        help="Engineer-days to port (an assumption).",
     ),
     day_rate: str = typer.Option(
-        str(C.DEFAULT_DAY_RATE_USD), "--day-rate", metavar="USD", help=DAY_RATE_HELP
+        str(C.DEFAULT_DAY_RATE_USD),
+        "--day-rate",
+        metavar="USD",
+        help="Engineer day rate in USD for the porting cost (an assumption).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
@@ -394,10 +419,16 @@ def cost_serve(
     util = _flag_num(utilization, "--utilization")
     if util > 1:
         raise ChipswapError(f"--utilization must be in (0, 1], got {utilization}; pass e.g. 0.6 for 60 %")
-    hpm = _flag_num(hours_per_month, "--hours-per-month")
+    hpm = _flag_num(hours_per_month, "--hours-per-month", example="--hours-per-month 730")
+    if hpm > MAX_HOURS_PER_MONTH:
+        raise ChipswapError(
+            f"--hours-per-month must be at most {MAX_HOURS_PER_MONTH} (31 days x 24 h),"
+            f" got {hours_per_month};"
+            " pass e.g. --hours-per-month 730"
+        )
     req = _opt_num(rps, "--rps")
-    _count(count, "--count")
-    _count(baseline_count, "--baseline-count")
+    count = _count(count, "--count")
+    baseline_count = _count(baseline_count, "--baseline-count")
     user_rate = _opt_num(rate_usd, "--rate", allow_zero=True)
     res = _reserved(reserved, "--reserved")
     t = _term(term, "--term")
@@ -412,6 +443,7 @@ def cost_serve(
     b_term = _term(baseline_term, "--baseline-term")
 
     catalog = load_catalog(catalog_file)
+    check_region(catalog, region)
     inst = catalog.instance(instance)
     if user_rate is not None:
         r = _user_rate(inst.name, region, user_rate, "--rate")

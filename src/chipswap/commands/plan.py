@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from decimal import Decimal, InvalidOperation
 from importlib import resources
@@ -26,6 +27,36 @@ def example_path(name: str) -> Path:
         hint = f"did you mean {', '.join(near)}?" if near else f"use one of {', '.join(EXAMPLES)}"
         raise ChipswapError(f"unknown example: {name!r}; {hint}")
     return Path(str(resources.files("chipswap.data").joinpath("examples", EXAMPLES[name])))
+
+
+_COL_FLAG = re.compile(r"name it with --(prompt|output|timestamp)-col COLUMN")
+
+
+def workload_trace_hint(message: str, path: Path) -> str:
+    """A trace error read via a workload: the fix is [traffic.columns], not the `shapes` command's flags."""
+
+    def repl(m: re.Match[str]) -> str:
+        field = m.group(1) if m.group(1) == "timestamp" else f"{m.group(1)}_tokens"
+        return f'name it in {path} with [traffic.columns] {field} = "COLUMN"'
+
+    return _COL_FLAG.sub(repl, message)
+
+
+def _require_arrival_rates(result: object, wl: object, path: Path) -> None:
+    """A serving trace without timestamps has no arrival rate, so no fleet size: say so, not a verdict."""
+    traffic = getattr(result, "traffic", None)
+    tr = getattr(wl, "traffic", None)
+    if (
+        getattr(wl, "kind", None) == "serving"
+        and tr is not None
+        and getattr(tr, "trace", None) is not None
+        and traffic is not None
+        and getattr(traffic, "mean_rps", 0) is None
+    ):
+        raise ChipswapError(
+            f"{path}: traffic.trace has no timestamp column, so arrival rates and the fleet size can't be "
+            'computed; add [traffic.columns] timestamp = "COLUMN" or give traffic.steady_rps instead'
+        )
 
 
 def _money(v: Decimal | None) -> str:
@@ -50,9 +81,15 @@ def summary_lines(result: object) -> list[str]:
         )  # type: ignore[attr-defined]
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"
+    from chipswap.report.html import reason_rows, report_notes
+
     lines.append("Reasons:")
-    for reason in (*v.reasons, *v.economics):
+    for reason in reason_rows(v):
         lines.append(f"  {reason.line()}")
+    notes = report_notes(r)
+    if notes:
+        lines.append("Notes:")
+        lines.extend(f"  {n}" for n in notes)
     flips = [f for f in r.flips if f.value is not None]  # type: ignore[attr-defined]
     if flips:
         lines.append("What would flip it:")
@@ -77,10 +114,18 @@ def _plan(
     close_margin: str | None = typer.Option(
         None,
         "--close-margin",
-        help="Saving (percent of today's monthly cost) under which the answer is a close call, and so a no. "
-        "Overrides [verdict].close_margin_pct (default 20).",
+        metavar="PERCENT",
+        show_default=False,
+        help="Saving (percent of today's monthly cost) under which the answer is a close call, and so a no, "
+        "e.g. 20 or 12.5%. Overrides [verdict].close_margin_pct (default 20).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
+    print_example: str | None = typer.Option(
+        None,
+        "--print-example",
+        metavar="NAME",
+        help=f"Print a bundled example workload TOML ({', '.join(EXAMPLES)}) to start from, and exit.",
+    ),
 ) -> None:
     """The verdict: stay on GPU, move serving to Inferentia, move to Trainium, or close call — stay."""
     from chipswap.workload import load_workload, schema_help
@@ -88,6 +133,13 @@ def _plan(
     if explain:
         typer.echo(schema_help())
         return
+    if print_example is not None:
+        typer.echo(example_path(print_example).read_text(encoding="utf-8"), nl=False)
+        return
+    if workload is not None and workload.is_dir():
+        raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
+    if out.exists() and not out.is_dir():
+        raise ChipswapError(f"--out {out} is a file; pass a folder (it is created if missing)")
     if workload is not None and example is not None:
         raise ChipswapError("give a workload file or --example, not both; drop one of them")
     margin = None
@@ -115,9 +167,14 @@ def _plan(
             sys.stderr.write(f"\r\033[K{msg}...")
             sys.stderr.flush()
 
-    result = run_plan(wl, path, close_margin_pct=margin, progress=progress)
-    if tty:
-        sys.stderr.write("\r\033[K")
+    try:
+        result = run_plan(wl, path, close_margin_pct=margin, progress=progress)
+    except ChipswapError as exc:
+        raise ChipswapError(workload_trace_hint(str(exc), path)) from None
+    finally:
+        if tty:
+            sys.stderr.write("\r\033[K")
+    _require_arrival_rates(result, wl, path)
     from chipswap.atomic import atomic_write_text
 
     data = result.to_json()
@@ -134,10 +191,27 @@ def _plan(
     typer.echo(f"Report: {html_path} (also report.json, report.md) — {result.seconds:.1f} s")
 
 
-def _workload_help() -> None:
+def _workload_help(
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the workload file's JSON schema (every key, type, default, meaning)."
+    ),
+    example: str | None = typer.Option(
+        None,
+        "--example",
+        metavar="NAME",
+        help=f"Print a bundled example workload TOML to start from ({', '.join(EXAMPLES)}), e.g. "
+        "`chipswap workload-help --example llama-serving > my.toml`.",
+    ),
+) -> None:
     """Print the documented workload file schema (every key, its type, default and meaning)."""
-    from chipswap.workload import schema_help
+    from chipswap.workload import Workload, schema_help
 
+    if example is not None:
+        typer.echo(example_path(example).read_text(encoding="utf-8"), nl=False)
+        return
+    if as_json:
+        typer.echo(json.dumps(Workload.model_json_schema(), indent=2, default=str))
+        return
     typer.echo(schema_help())
 
 

@@ -129,7 +129,7 @@ def _print_tables(console: Console, plan: Any) -> None:
                 str(row["k"]),
                 f"{row['overhead_pct']:.1f}%",
                 _fmt_int(row["waste_tokens"]),
-                f"{row['waste_reduction_pct']:.1f}%",
+                saving_cell(row, totals["k"]),
                 _edges(row["edges"]),
             )
         console.print(b)
@@ -138,6 +138,13 @@ def _print_tables(console: Console, plan: Any) -> None:
             f"batch buckets {plan.batch_buckets} for {plan.batch['arrival_rate_rps']:.3g} req/s in "
             f"{1000 * plan.batch['window_s']:g} ms windows (max batch {plan.batch['max_batch']})"
         )
+
+
+def saving_cell(row: dict, plan_k: int) -> str:
+    """'optimal saves' only compares plans with the same number of buckets; another K is not comparable."""
+    if int(row["k"]) != int(plan_k):
+        return f"n/a (K={row['k']})"
+    return f"{row['waste_reduction_pct']:.1f}%"
 
 
 def _edges(edges: list[int]) -> str:
@@ -225,6 +232,11 @@ def register(app: typer.Typer) -> None:
         from chipswap.shapeplan import config_snippets, plan_shapes
         from chipswap.traces import bundled_trace_path, read_trace
 
+        if decode_k is not None and mode.strip().lower() == "encoder":
+            raise ChipswapError(
+                f"--decode-k {decode_k} applies only to --mode llm (decode buckets); drop --decode-k or pass"
+                " --mode llm"
+            )
         columns = {
             f: c
             for f, c in (

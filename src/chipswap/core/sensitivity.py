@@ -54,6 +54,8 @@ def _wording(name: str, base: float, value: float) -> str:
         "engineer-days": lambda: f"porting taking {value:.1f} engineer-days instead of {base:g}",
         "utilization": lambda: f"running the Neuron fleet at {value:.0%} utilization instead of {base:.0%}",
         "traffic": lambda: f"{ratio:.2f}x today's traffic",
+        "runs per month": lambda: f"{value:.2f} runs per month instead of {base:g}",
+        "run time (hours)": lambda: f"a Neuron run taking {value:.1f} hours instead of {base:g}",
     }
     return table.get(name, lambda: f"{name} = {value:.4g} instead of {base:.4g}")()
 

@@ -65,6 +65,10 @@ class Facts:
     porting_usd: Decimal
     payback_month: int | None
     meets_slo: bool | None = True
+    slo_p99_ms: float | None = None  # the objective, when one is set
+    throughput_assumed: bool = False  # the pick's throughput is an assumption, not a measurement
+    # checks outside the seed's screening (overflow, GPU right-sizing): a "fail" one stops a clear move
+    cautions: tuple[Reason, ...] = ()
 
     @property
     def monthly_saving_usd(self) -> Decimal | None:
@@ -229,8 +233,34 @@ def _threshold_value(rule: ScreeningRule, th: Thresholds) -> object:
     return rule.threshold
 
 
+def _slo_reason(facts: Facts) -> Reason | None:
+    if facts.kind != "serving" or facts.slo_p99_ms is None or facts.target is None:
+        return None
+    shown = f"objective p99 <= {_fmt(facts.slo_p99_ms)} ms"
+    if facts.meets_slo is None:
+        return Reason(
+            "slo",
+            "unknown",
+            None,
+            f"SLO: not evaluated (no p99 stated for {facts.target}); unknown is not a pass",
+            "p99 latency",
+            None,
+            shown,
+        )
+    ok = facts.meets_slo
+    return Reason(
+        "slo",
+        "pass" if ok else "fail",
+        "neuron" if ok else "gpu",
+        f"{facts.target} {'meets' if ok else 'misses'} the latency objective",
+        "meets SLO",
+        ok,
+        shown,
+    )
+
+
 def screen(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
-    """Apply every screening rule that applies to this kind of work."""
+    """Apply every screening rule that applies to this kind of work, then the SLO and the cautions."""
     out: list[Reason] = []
     for rule in SCREENING_RULES:
         if facts.kind not in rule.applies_to:
@@ -263,7 +293,15 @@ def screen(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
                 shown,
             )
         )
+    slo = _slo_reason(facts)
+    if slo is not None:
+        out.append(slo)
+    out.extend(facts.cautions)
     return tuple(out)
+
+
+# reasons that are not screening questions: a failing one does not mean "stay on GPU" by itself
+_NOT_SCREENING = frozenset({"slo"})
 
 
 @dataclass(frozen=True)
@@ -274,11 +312,20 @@ class _Assessment:
 
     @property
     def failed(self) -> tuple[Reason, ...]:
-        return tuple(r for r in self.reasons if r.outcome == "fail")
+        skip = _NOT_SCREENING | {c.rule for c in self.facts.cautions}
+        return tuple(r for r in self.reasons if r.outcome == "fail" and r.rule not in skip)
 
     @property
     def unknown(self) -> tuple[Reason, ...]:
-        return tuple(r for r in self.reasons if r.outcome == "unknown")
+        return tuple(r for r in self.reasons if r.outcome == "unknown" and r.rule != "slo")
+
+    @property
+    def slo_unknown(self) -> bool:
+        return any(r.rule == "slo" and r.outcome == "unknown" for r in self.reasons)
+
+    @property
+    def cautions_failed(self) -> tuple[Reason, ...]:
+        return tuple(c for c in self.facts.cautions if c.outcome == "fail")
 
 
 def _pays_back(a: _Assessment) -> bool:
@@ -338,6 +385,21 @@ DECISION_TABLE: tuple[
         lambda a: f"the porting cost does not pay back within the {a.facts.horizon_months:g}-month horizon",
     ),
     (
+        "slo-not-evaluated",
+        lambda a: a.slo_unknown,
+        CLOSE,
+        lambda a: (
+            f"SLO not evaluated for {a.facts.target} (no p99 stated; objective p99 <= "
+            f"{_fmt(a.facts.slo_p99_ms)} ms); unknown is not a pass"
+        ),
+    ),
+    (
+        "cautions",
+        lambda a: bool(a.cautions_failed),
+        CLOSE,
+        lambda a: "; ".join(c.text for c in a.cautions_failed),
+    ),
+    (
         "unknown-inputs",
         lambda a: bool(a.unknown),
         CLOSE,
@@ -358,8 +420,9 @@ DECISION_TABLE: tuple[
         lambda a: True,
         _move_verdict,
         lambda a: (
-            f"{a.facts.target} saves {_fmt(a.facts.saving_pct)}% a month and pays back in month "
-            f"{a.facts.payback_month}"
+            f"{a.facts.target} saves {_fmt(a.facts.saving_pct)}% a month"
+            + (" (throughput assumed, not measured)" if a.facts.throughput_assumed else "")
+            + f" and pays back in month {a.facts.payback_month}"
         ),
     ),
 )

@@ -51,14 +51,26 @@ def _frame(title: str, aria: str, body: list[str], cls: str, height: float = H) 
     )
 
 
+def _float_or_none(v: object) -> float | None:
+    try:
+        return None if v is None else float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
 def cumulative_svg(
     cum_now: tuple[Decimal, ...],
     cum_after: tuple[Decimal, ...] | None,
     payback_month: int | None,
     now_label: str,
     after_label: str,
+    crossing_month: float | None = None,
 ) -> str:
-    """Cumulative cost over months: today's fleet vs porting + the candidate fleet, with break-even."""
+    """Cumulative cost over months: today's fleet vs porting + the candidate fleet, with break-even.
+
+    The marker sits where the two lines cross (`crossing_month`, fractional) when it is known; the label names
+    the payback month, the first whole month whose cumulative saving covers the porting cost.
+    """
     months = len(cum_now) - 1
     series = [np.array([float(v) for v in cum_now])]
     if cum_after:
@@ -96,7 +108,13 @@ def cumulative_svg(
             f'<text x="{PL + 28}" y="{PT + 10 + dy}" class="lg">{escape(label)}</text>'
         )
     if payback_month is not None and cum_after and payback_month <= months:
-        x, y = X(payback_month), Y(float(cum_after[payback_month]))
+        at = float(payback_month)
+        if crossing_month is not None and 0 <= crossing_month <= payback_month:
+            at = float(crossing_month)
+        lo = min(int(at), months - 1) if months else 0
+        frac = at - lo
+        after = series[1]
+        x, y = X(at), Y(float(after[lo] + (after[min(lo + 1, months)] - after[lo]) * frac))
         body.append(
             f'<line x1="{_num(x)}" x2="{_num(x)}" y1="{PT}" y2="{_num(Y(0))}" stroke="{GREEN}" '
             f'stroke-dasharray="4 3"/><circle class="breakeven" cx="{_num(x)}" cy="{_num(y)}" r="5" '
@@ -175,30 +193,40 @@ def arrivals_svg(counts: tuple[int, ...], window_s: float, scale: float, peak: f
         f'<text x="{PL + pw / 2}" y="{H - 8}" text-anchor="middle" class="ax">'
         f"{window_s:g}-second windows (requests/s, scaled x{scale:g})</text>"
     )
+    mid = PT + ph / 2
+    body.append(
+        f'<text class="ax ylabel" x="16" y="{_num(mid)}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {_num(mid)})">requests/s</text>'
+    )
     return _frame("Arrival rate per window", "arrival rate per window", body, "arrivals")
 
 
 def lengths_svg(prompt_tokens: np.ndarray, edges: tuple[int, ...]) -> str:
-    """Fallback histogram (used only when the shape planner's plot is not available)."""
+    """Length histogram with bucket edges; the x range is padded so the last edge is off the border."""
     if prompt_tokens.size == 0:
         return ""
     from chipswap.report.shapes_plot import histogram_svg  # the planner's plot, from raw lengths
 
     lengths, counts = np.unique(prompt_tokens, return_counts=True)
+    top = max([int(lengths.max()), *(int(e) for e in edges)])
+    # a zero-count length 5% past the last edge widens the x axis without drawing a bar
+    lengths = np.append(lengths, int(np.ceil(top * 1.05)) + 1)
+    counts = np.append(counts.astype(np.float64), 0.0)
     return histogram_svg((lengths, counts), list(edges))
 
 
 def _plots(r: Any) -> dict[str, Markup]:
     out: dict[str, Markup] = {}
-    if r.shapes is not None and r.shapes.svg:
-        out["histogram"] = Markup(r.shapes.svg)
-    elif r.traffic is not None and r.traffic.prompt_tokens.size > 1:
+    tokens = getattr(r.traffic, "prompt_tokens", None) if r.traffic is not None else None
+    if tokens is not None and np.asarray(tokens).size > 1:
         try:
             out["histogram"] = Markup(
-                lengths_svg(r.traffic.prompt_tokens, r.shapes.sequence_buckets if r.shapes else ())
+                lengths_svg(np.asarray(tokens), r.shapes.sequence_buckets if r.shapes else ())
             )
         except (ImportError, TypeError, ValueError):
             pass
+    if "histogram" not in out and r.shapes is not None and r.shapes.svg:
+        out["histogram"] = Markup(r.shapes.svg)
     best = r.best
     after_label = f"{best.count} x {best.instance} + porting" if best and best.count else "Neuron + porting"
     out["cumulative"] = Markup(
@@ -208,6 +236,7 @@ def _plots(r: Any) -> dict[str, Markup]:
             best.payback_month if best else None,
             f"today: {r.fleet_count} x {r.fleet_instance}",
             after_label,
+            _float_or_none(getattr(r, "break_even_months", None)),
         )
     )
     if r.kind == "serving":
@@ -269,10 +298,48 @@ def _g(v: Any) -> str:
     return str(v)
 
 
+def trace_attribution(result: Any) -> str:
+    """The bundled trace's licence line, only when the bundled trace was read for this report."""
+    traffic = getattr(result, "traffic", None)
+    source = str(getattr(traffic, "source", "") or "")
+    if traffic is None or not source.startswith("bundled"):
+        return ""
+    return 'Trace data: Azure LLM inference trace 2023 (CC-BY 4.0), Patel et al., "Splitwise", ISCA 2024.'
+
+
+def reason_rows(verdict: Any) -> list[Any]:
+    """Every reason the verdict carries (screening, economics, and any later kind), each once, in order."""
+    rows: list[Any] = []
+    for name in ("reasons", "economics", "cautions", "warnings"):
+        for x in getattr(verdict, name, None) or ():
+            if not any(x is y or x == y for y in rows):
+                rows.append(x)
+    return rows
+
+
+def report_notes(result: Any) -> list[str]:
+    """The result's notes and warnings (text), each once."""
+    out: list[str] = []
+    for name in ("notes", "warnings"):
+        for n in getattr(result, name, None) or ():
+            text = n.line() if hasattr(n, "line") else str(n)
+            if text not in out:
+                out.append(text)
+    return out
+
+
 def render_html(result: Any) -> str:
     env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
     env.filters.update(money=_money, pct=_pct, g=_g)
     text = resources.files("chipswap.report").joinpath("templates", "plan.html.j2").read_text("utf-8")
     css = resources.files("chipswap.report").joinpath("templates", "plan.css").read_text("utf-8")
     tpl = env.from_string(text)
-    return tpl.render(r=result, v=result.verdict, plots=_plots(result), css=Markup(css))
+    return tpl.render(
+        r=result,
+        v=result.verdict,
+        plots=_plots(result),
+        css=Markup(css),
+        reasons=reason_rows(result.verdict),
+        notes=report_notes(result),
+        attribution=trace_attribution(result),
+    )

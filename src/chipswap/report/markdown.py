@@ -50,7 +50,9 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         "| rule | outcome | input | threshold | reason |",
         "|---|---|---|---|---|",
     ]
-    for x in (*v.reasons, *v.economics):
+    from chipswap.report.html import reason_rows, report_notes, trace_attribution
+
+    for x in reason_rows(v):
         out.append(
             f"| {x.rule} | {x.outcome} | {x.input_label} = {x.value_text} | {x.threshold} | {x.text} |"
         )
@@ -75,7 +77,10 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         )
     out += ["", "## What would flip it", ""]
     out += [f"- {f.text}" for f in r.flips] or ["- (no candidate to vary)"]
-    if r.notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
+    notes = report_notes(r)
+    if notes:
+        out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if trace_attribution(r):
+        out += ["", trace_attribution(r)]
     out += ["", "---", "", "```", *summary, "```", ""]
     return "\n".join(out)

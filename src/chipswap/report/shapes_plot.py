@@ -18,6 +18,7 @@ import numpy as np
 WIDTH, HEIGHT = 760, 300
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 16, 28, 44
 MAX_BINS = 120
+X_PAD = 0.03  # fraction of the x range added on the right
 
 
 def _hist_arrays(plan_or_hist: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -62,9 +63,11 @@ def histogram_svg(
         bins = np.zeros(nb)
     ymax = float(bins.max()) if bins.size and bins.max() > 0 else 1.0
     pw, ph = WIDTH - PAD_L - PAD_R, HEIGHT - PAD_T - PAD_B
+    # The x axis runs a little past the largest edge/length: the last bucket line is not drawn on the border.
+    xaxis = xmax + max(1.0, X_PAD * xmax)
 
     def X(v: float) -> float:
-        return PAD_L + pw * v / xmax
+        return PAD_L + pw * v / xaxis
 
     def Y(v: float) -> float:
         return PAD_T + ph * (1 - v / ymax)
