@@ -50,7 +50,7 @@ print(json.dumps({
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--model", default="llama-3-70b")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -101,7 +101,9 @@ The machine is shared (2 cores, other jobs running), so wall time varies run to 
         write_section(
             "check",
             "Readiness check: Llama-3-70B config without weights (1 x 128)",
-            "python bench/bench_check.py",
+            "python bench/bench_check.py " + " ".join(sys.argv[1:])
+            if sys.argv[1:]
+            else "python bench/bench_check.py",
             body,
         )
 
