@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 
 from chipswap.catalog_io import load_catalog
-from chipswap.cli import main
+from tests.cli_helpers import run_inproc
 
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
+run = run_inproc
 
 
 def test_list_json_filters(capsys: pytest.CaptureFixture[str]) -> None:

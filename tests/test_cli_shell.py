@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from chipswap import __version__
 from chipswap.cli import main
 from chipswap.errors import ChipswapError, closest
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "chipswap", *args], capture_output=True, text=True, timeout=120
-    )
+from tests.cli_helpers import run_cli
 
 
 def test_version_prints_package_version() -> None:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from decimal import Decimal
 
 import pytest
 
 from chipswap.catalog_io import load_catalog
-from chipswap.cli import main
+from tests.cli_helpers import run_cli, run_inproc
 
 WORKED_EXAMPLE = [
     "cost",
@@ -26,22 +24,6 @@ WORKED_EXAMPLE = [
     "--porting-days",
     "3",
 ]
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "chipswap", *args], capture_output=True, text=True, timeout=120
-    )
-
-
-def run_inproc(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_worked_example_table_via_real_cli() -> None:
