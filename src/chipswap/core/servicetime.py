@@ -1,9 +1,9 @@
-"""Service times: the seam between where a speed comes from (projection, measurement) and the fleet simulator.
+"""Service times: the seam between where a speed comes from (projection, measurement) and the simulator.
 
-Pure: no I/O, no torch, no clock. The projection engine (`chipswap.core.projection`) builds objects that satisfy
-`ServiceTimes` from a model's work and a calibrated platform model; a user's measurement can build one too; the
-fleet simulator (`chipswap.core.simulate`) only ever calls these methods. Nothing here knows about instances,
-prices or traces.
+Pure: no I/O, no torch, no clock. The projection engine (`chipswap.core.projection`) builds objects that
+satisfy `ServiceTimes` from a model's work and a calibrated platform model; a user's measurement can build one
+too; the fleet simulator (`chipswap.core.simulate`) only ever calls these methods. Nothing here knows about
+instances, prices or traces.
 
 Conventions (both sides rely on them):
 - times are seconds of wall clock for ONE replica (one tensor-parallel group) doing one call;
@@ -37,7 +37,7 @@ class ServiceTimes(Protocol):
         ...
 
     def decode_step_s(self, batch: int, context: int) -> float:
-        """One decode step that emits one token for each of `batch` sequences whose KV context is `context`."""
+        """One decode step: one token for each of `batch` sequences whose KV context is `context`."""
         ...
 
     def encoder_s(self, batch: int, length: int) -> float:
@@ -47,10 +47,10 @@ class ServiceTimes(Protocol):
 
 @dataclass(frozen=True)
 class ServingConfig:
-    """How a model is laid out on one instance, as chosen by the configuration search (or stated by the user).
+    """How a model is laid out on one instance, as chosen by the configuration search (or stated).
 
-    `replicas` x `tp_degree` devices (NeuronCores or GPUs) are used; every number the simulator produces for this
-    instance is for this layout, and reports print it next to the figures."""
+    `replicas` x `tp_degree` devices (NeuronCores or GPUs) are used; every number the simulator produces for
+    this instance is for this layout, and reports print it next to the figures."""
 
     instance: str
     tp_degree: int  # devices per replica (NeuronCores on Neuron, GPUs on NVIDIA)
@@ -58,16 +58,16 @@ class ServingConfig:
     max_batch: int  # largest batch one replica runs (continuous batching slots, or largest compiled batch)
     weight_dtype: str  # "bf16", "fp16", "int8", "fp8", ...
     max_length: int  # longest prompt + output one replica accepts
-    batch_sizes: tuple[int, ...] = ()  # compiled batch sizes (fixed-shape encoders on Neuron); () = any 1..max
+    batch_sizes: tuple[int, ...] = ()  # compiled batch sizes (Neuron encoders); () = any 1..max_batch
     padded: bool = False  # True on Neuron: requests are padded to buckets; False on GPUs
     why: str = ""  # one line: why this configuration won
-    rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, reason) for the ones that lost
+    rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, why it lost)
 
 
 @dataclass(frozen=True)
 class ScaledServiceTimes:
-    """Another ServiceTimes slowed down (factor > 1) or sped up (factor < 1): used for the edges of an error band
-    and for sensitivity ("a 1.3x slower Neuron would flip it")."""
+    """Another ServiceTimes slowed down (factor > 1) or sped up (factor < 1): the edges of an error band,
+    and sensitivity ("a 1.3x slower Neuron would flip it")."""
 
     inner: ServiceTimes
     factor: float

@@ -1,0 +1,141 @@
+"""Reading data files someone else may have written (plans, compiled sets, bench results, configs).
+
+One place that turns every way a data file can be wrong into one ChipswapError line naming the file and the
+fix: missing, a folder instead of a file, too large, not UTF-8, not JSON/TOML, nested too deep. Data files are
+parsed, never executed (no pickle, no imports). May not write anything, import torch, or follow names found
+inside the data (callers validate those with `inside`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from chipswap.errors import ChipswapError
+
+# plans, sets, configs and bench results are KB to MB; a file over 64 MiB is an error, not data
+MAX_DATA_FILE_BYTES = 64 * 1024 * 1024
+MAX_NESTING = 64  # deeper than any file chipswap writes; deeper input is refused before recursion blows up
+
+
+def read_text(path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYTES) -> str:
+    """The UTF-8 text of a data file, or one error line naming `what` (e.g. "plan file") and the fix."""
+    p = Path(path)
+    if p.is_dir():
+        raise ChipswapError(f"{what} {p} is a folder, not a file; give the path of the file itself")
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise ChipswapError(f"cannot read {what} {p}: {exc.strerror or exc}; check the path") from None
+    if size > max_bytes:
+        raise ChipswapError(
+            f"{what} {p} is {size:,} bytes, over the {max_bytes:,}-byte limit for such files; "
+            "check that it is the right file"
+        )
+    try:
+        raw = p.read_bytes()[: max_bytes + 1]
+    except OSError as exc:
+        raise ChipswapError(f"cannot read {what} {p}: {exc.strerror or exc}; check the path") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ChipswapError(
+            f"{what} {p} is not UTF-8 text (byte {exc.start}); save it as UTF-8 (JSON/TOML are always UTF-8)"
+        ) from None
+
+
+def _depth_ok(text: str, limit: int) -> bool:
+    """Pre-scan: bracket depth outside strings stays <= `limit` (json and tomllib recurse per level)."""
+    depth = 0
+    in_str = False
+    esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str, what: str, source: str = "") -> Any:
+    """JSON text to Python values; NaN/Infinity literals and nesting deeper than MAX_NESTING are refused."""
+    where = f"{what} {source}".strip()
+    if not _depth_ok(text, MAX_NESTING):
+        raise ChipswapError(f"{where} is nested deeper than {MAX_NESTING} levels; not a chipswap file")
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ChipswapError(
+            f"{where} is not JSON ({exc.msg} at line {exc.lineno}); fix or regenerate it"
+        ) from None
+    except (ValueError, RecursionError) as exc:
+        raise ChipswapError(f"{where} is not valid JSON ({exc}); fix or regenerate it") from None
+
+
+def read_json(path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYTES) -> Any:
+    """Read and parse a JSON data file with every failure as one error line."""
+    return parse_json(read_text(path, what, max_bytes=max_bytes), what, str(path))
+
+
+def read_toml(
+    path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYTES, **kw: Any
+) -> dict[str, Any]:
+    """Read and parse a TOML data file with every failure as one error line (kw go to tomllib.loads)."""
+    text = read_text(path, what, max_bytes=max_bytes)
+    if not _depth_ok(text, MAX_NESTING):
+        raise ChipswapError(f"{what} {path} is nested deeper than {MAX_NESTING} levels; not a chipswap file")
+    try:
+        return tomllib.loads(text, **kw)
+    except tomllib.TOMLDecodeError as exc:
+        raise ChipswapError(f"{what} {path} is not valid TOML ({exc}); fix it") from None
+    except RecursionError:
+        raise ChipswapError(f"{what} {path} is nested too deeply; not a chipswap file") from None
+
+
+def strict_number(value: Any, field: str, *, lo: float | None = None, hi: float | None = None) -> float:
+    """A finite real number from data, never a bool or a string; inclusive bounds; errors name the field."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ChipswapError(f"{field} must be a number, got {value!r}; write a plain number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ChipswapError(f"{field} must be a finite number, got {value!r}; write a plain number")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ChipswapError(f"{field} is {value!r}, outside [{lo}, {hi}]; give a value in that range")
+    return float(value)
+
+
+def strict_int(value: Any, field: str, *, lo: int = 0, hi: int) -> int:
+    """An integer from data within [lo, hi] (the upper bound is required: it bounds allocations)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ChipswapError(f"{field} must be an integer, got {value!r}; write a whole number")
+    if value < lo or value > hi:
+        raise ChipswapError(f"{field} is {value:,}, outside [{lo:,}, {hi:,}]; give a value in that range")
+    return int(value)
+
+
+def inside(root: str | Path, name: str, what: str) -> Path:
+    """`root / name` resolved, refused unless it stays inside `root` (data names never escape it)."""
+    if not name or "\x00" in name or Path(name).is_absolute():
+        raise ChipswapError(f"{what} {name!r} is not a plain relative name; the file was edited")
+    base = Path(root).resolve()
+    target = (base / name).resolve()
+    if target != base and base not in target.parents:
+        raise ChipswapError(f"{what} {name!r} points outside {base}; the file was edited or is hostile")
+    return target

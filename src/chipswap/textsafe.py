@@ -1,0 +1,32 @@
+"""Text from data files made safe to echo: to a terminal (no escape sequences, no fake extra lines) and into
+Markdown/HTML (no raw markup). Pure string functions; every place that prints a name or title read from a file
+uses these, so a workload title cannot recolour the terminal or forge a "Verdict:" line.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+
+# C0 controls, DEL, C1 controls; Unicode line/paragraph separators and bidi overrides (they reorder text).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    ch = match.group(0)
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def one_line(text: object, max_chars: int = 300) -> str:
+    """`text` as one printable line: controls (newline, ESC, ...) shown as \\xNN, cut at max_chars."""
+    s = _CONTROL.sub(_escape, str(text))
+    s = "".join(c if unicodedata.category(c) != "Cs" else "\\ufffd" for c in s)
+    return s if len(s) <= max_chars else s[: max_chars - 1] + "…"
+
+
+def md_text(text: object, max_chars: int = 300) -> str:
+    """`text` for Markdown: one line, HTML escaped, and the characters Markdown treats as markup escaped."""
+    s = html.escape(one_line(text, max_chars), quote=False)
+    return re.sub(r"([\\`*_{}\[\]()#+!|~>])", r"\\\1", s)
