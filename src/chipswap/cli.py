@@ -24,7 +24,20 @@ _NoArgsIsHelp = getattr(_click_exc, "NoArgsIsHelpError", type("_NeverRaised", (E
 _Abort = getattr(_click_exc, "Abort", KeyboardInterrupt)
 
 # Order is the order shown in --help.
-COMMAND_MODULES = ("plan", "shapes", "check", "cost", "catalog", "compile", "cache")
+COMMAND_MODULES = (
+    "plan",
+    "shapes",
+    "check",
+    "project",
+    "calibrate",
+    "cost",
+    "catalog",
+    "capacity",
+    "compile",
+    "cache",
+    "serve",
+    "bench",
+)
 
 app = typer.Typer(
     name="chipswap",
