@@ -519,6 +519,9 @@ class ArtifactCache:
         try:
             if _read_small(path, MAX_ENTRY_JSON_BYTES) == text:
                 return
+        except OSError:
+            pass  # no stamp yet (or not a regular file: replaced below)
+        try:
             tmp = self.verified / f".{entry.key}.{os.getpid()}.{secrets.token_hex(4)}"
             tmp.write_text(text)
             os.replace(tmp, path)
@@ -747,7 +750,9 @@ class ArtifactCache:
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise _disk_error(self.root, exc) from None
-        return Entry(key, state, target, doc)
+        entry = Entry(key, state, target, doc)
+        self._stamp(entry)  # checksums were just computed from these very files
+        return entry
 
     def _clean_staging(self, key: str) -> None:
         """Staging folders of this key belong to dead writers (we hold the key's lock): remove them."""
