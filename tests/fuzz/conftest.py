@@ -25,11 +25,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     lines = [
         f"fuzz: {t.tried} hostile inputs in {t.seconds:.1f}s: {t.ok} exit 0, {t.blockers} exit 1 (blockers),"
         f" {t.clean_errors} clean one-line errors (exit 2)",
-        f"fuzz: {t.tracebacks} tracebacks, {t.bad_exit} wrong exit codes, {t.outside_writes} writes outside the"
-        f" roots, {t.timeouts} timeouts, {t.over_memory} over the {CEILING_BYTES // 2**30} GiB ceiling",
+        f"fuzz: {t.tracebacks} tracebacks, {t.bad_exit} wrong exit codes, {t.outside_writes} writes"
+        f" outside the roots, {t.timeouts} timeouts,"
+        f" {t.over_memory} over the {CEILING_BYTES // 2**30} GiB ceiling",
         f"fuzz: peak RSS {t.peak_rss_kib / 1024:.0f} MiB (the test process), largest growth in one case"
-        f" {t.peak_growth_kib / 1024:.0f} MiB",
+        f" {t.peak_growth_kib / 1024:.0f} MiB; {t.skipped_for_time} draws not run (time budget)",
     ]
+    seed = os.environ.get("CHIPSWAP_FUZZ_SEED")
+    lines.append(f"fuzz: seed {seed}" if seed else "fuzz: derandomized (CHIPSWAP_FUZZ_SEED=N: another draw)")
     for cls, c in sorted(t.by_class.items()):
         lines.append(f"fuzz:   {cls:<14} {c['tried']:>5} tried {c['clean_errors']:>5} clean errors"
                      f" {c['failures']:>3} failing (known-open: xfail) {c['ms'] / 1000:6.1f}s")

@@ -34,7 +34,8 @@ from chipswap.errors import ChipswapError
 
 CEILING_BYTES = 2 * 2**30
 CASE_TIMEOUT_S = 30
-FILE_NODE_TIMEOUT_S = 5  # a FIFO or /dev/zero given as an input: a correct reader answers in milliseconds
+FILE_NODE_TIMEOUT_S = 3  # a FIFO or /dev/zero given as an input: a correct reader answers in milliseconds
+FILE_NODE_CEILING_BYTES = 512 * 2**20  # ... and reads at most its size limit (64 MiB) of /dev/zero
 
 
 class CaseTimeout(BaseException):
@@ -55,6 +56,7 @@ class Tally:
     peak_rss_kib: int = 0
     peak_growth_kib: int = 0
     seconds: float = 0.0
+    skipped_for_time: int = 0
     by_class: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, cls: str, outcome: Outcome, problems: list[str]) -> None:
@@ -135,6 +137,7 @@ class Sandbox:
     """base/{work,out,cache,home} are the roots a case may write; base/canary is what hostile names aim at."""
 
     ROOTS = ("work", "out", "cache", "home")
+    TOOL_CACHES = (".hypothesis", ".pytest_cache", ".ruff_cache", ".mypy_cache")  # the test tools' own
 
     def __init__(self, base: Path, repo_root: Path) -> None:
         self.base = base
@@ -161,7 +164,7 @@ class Sandbox:
             "canary": _snapshot_tree(self.canary),
             "base": sorted(n for n in os.listdir(self.base) if n not in self.ROOTS),
             "parent": sorted(os.listdir(self.base.parent)),
-            "repo": sorted(os.listdir(self.repo_root)),
+            "repo": sorted(n for n in os.listdir(self.repo_root) if n not in self.TOOL_CACHES),
         }
 
     def outside_changes(self) -> list[str]:
@@ -214,6 +217,7 @@ def run(
     cli: bool,
     env: dict[str, str] | None = None,
     timeout_s: int = CASE_TIMEOUT_S,
+    ceiling_bytes: int = CEILING_BYTES,
 ) -> Outcome:
     """Run `call` (the CLI's main(argv), or a library function) under the case limits."""
     env = {"CHIPSWAP_CACHE_DIR": str(sandbox.cache), "HOME": str(sandbox.home), **(env or {})}
@@ -227,7 +231,7 @@ def run(
     timed_out = over_memory = False
     _reset_peak_rss()
     rss_before = _status("VmRSS")
-    limit = _status("VmData") * 1024 + CEILING_BYTES
+    limit = _status("VmData") * 1024 + ceiling_bytes
     old_handler = signal.signal(signal.SIGALRM, _alarm)
     t0 = time.monotonic()
     try:

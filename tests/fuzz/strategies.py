@@ -1,8 +1,9 @@
-"""Hypothesis strategies for hostile inputs: a valid template document, one mutation of a named *kind*, then
-serialised (JSON, TOML, CSV, JSONL) and optionally damaged as bytes or replaced by something that is not a file.
+"""Hypothesis strategies for hostile inputs: a valid template document, one mutation of a named *kind*,
+then serialised (JSON, TOML, CSV, JSONL) and optionally damaged as bytes, or replaced by something that is not
+a file.
 
-Every input stays under 1 MB (the size the memory ceiling in docs/security.md is stated for). Kinds are named so
-a test can run each kind on its own and mark the ones still open (tests/fuzz/test_fuzz_inputs.py).
+Every input stays under 1 MB (the size the memory ceiling in docs/security.md is stated for). Kinds are named
+so a test can run each kind on its own and mark the ones still open (tests/fuzz/test_fuzz_inputs.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 MAX_INPUT_BYTES = 1_000_000
 
-# ----------------------------------------------------------------------------------------------- hostile values
+# ------------------------------------------------------------------------------------------ hostile values
 NON_FINITE = [float("nan"), float("inf"), float("-inf")]
 HUGE = [
     -1, 0, 10**9, 10**12, 2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**20, 10**30, -(2**63),
@@ -153,7 +154,8 @@ def mutated(draw: st.DrawFn, template: Any, kind: str) -> tuple[Any, str]:
         return doc, f"drop_key {list(path) + [key]}"
     if kind == "extra_key" and dicts:
         path, d = dicts[draw(st.integers(0, len(dicts) - 1))]
-        key = draw(st.one_of(st.sampled_from(["__proto__", "schema", "../x", "\x1b[31m"]), st.text(max_size=8)))
+        odd_keys = st.sampled_from(["__proto__", "schema", "../x", "\x1b[31m"])
+        key = draw(st.one_of(odd_keys, st.text(max_size=8)))
         d[key] = draw(wrong_type())
         return doc, f"extra_key {list(path)}[{key!r}]"
     if kind == "long_list" and lists:

@@ -1,10 +1,11 @@
 """Hostile inputs of every kind chipswap reads, through its public entry points, in this process: plans,
-compiled sets, cache folders, workloads, catalogs, traces, model configs and command-line numbers (bench JSONs
-once `chipswap bench` exists). Each (class, kind) is its own test so a kind that another issue still has open is
-marked xfail (strict=False) with its /work/notes/FUZZ.md entry, and starts enforcing once fixed.
+compiled sets, cache folders, workloads, catalogs, traces, model configs, command-line numbers and bench
+result files (once chipswap.loadgen is on the branch). Each (class, kind) is its own test so a kind that
+another issue still has open is marked xfail (strict=False) with its /work/notes/FUZZ.md entry, and starts
+enforcing once fixed.
 
-The contract checked for every input is in tests/fuzz/harness.py and docs/security.md. Seeded (derandomized) and
-time-bounded; `make fuzz` runs it longer (see tests/fuzz/conftest.py).
+The contract checked for every input is in tests/fuzz/harness.py and docs/security.md. Seeded (derandomized)
+and time-bounded; `make fuzz` runs it longer (see tests/fuzz/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,21 +18,54 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
 from chipswap.cli import main as cli_main
 from tests.fuzz import strategies as S
-from tests.fuzz.harness import CASE_TIMEOUT_S, FILE_NODE_TIMEOUT_S, Sandbox, check, echoed_controls, run
+from tests.fuzz.harness import (
+    FILE_NODE_CEILING_BYTES,
+    FILE_NODE_TIMEOUT_S,
+    TALLY,
+    Sandbox,
+    check,
+    echoed_controls,
+    run,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCALE = float(os.environ.get("CHIPSWAP_FUZZ_SCALE", "1"))
 SEED = os.environ.get("CHIPSWAP_FUZZ_SEED")
 BUDGET_S = float(os.environ.get("CHIPSWAP_FUZZ_BUDGET_S", "12"))
+TOTAL_S = float(os.environ.get("CHIPSWAP_FUZZ_TOTAL_S", "150"))
 
 # Inputs the project's other issues still have open: (class, kind) -> the FUZZ.md entry. xfail(strict=False):
 # the test passes as soon as the owner's fix lands and then keeps it fixed.
-KNOWN_OPEN: dict[tuple[str, str], str] = {}
+KNOWN_OPEN: dict[tuple[str, str], str] = {
+    ("workloads", "bool_number"): "F15-01",
+    ("workloads", "numeric_string"): "F15-01",
+    ("workloads", "control_chars"): "F15-02",
+    ("workloads", "deep_nesting"): "F15-03",
+    ("workloads", "zero_device"): "F15-04",
+    ("workloads", "fifo"): "F15-04",
+    ("catalogs", "non_finite"): "F15-05",
+    ("catalogs", "deep_nesting"): "F15-06",
+    ("catalogs", "zero_device"): "F15-07",
+    ("catalogs", "fifo"): "F15-07",
+    ("catalogs", "control_chars"): "F15-08",
+    ("traces", "invalid_utf8"): "F15-09",
+    ("traces", "zero_device"): "F15-10",
+    ("traces", "fifo"): "F15-10",
+    ("traces", "huge"): "F15-11",
+    ("flags", "shapes_device_memory"): "F15-12",
+    ("flags", "shapes_bucket_memory"): "F15-12",
+    ("flags", "shapes_compile_s"): "F15-12",
+    ("configs", "bool_number"): "F15-13",
+    ("configs", "numeric_string"): "F15-13",
+    ("configs", "non_finite"): "F15-13",
+    ("configs", "wrong_type"): "F15-13",
+    ("configs", "huge"): "F15-14",
+}
 
 
 def _settings(cls: str, kind: str, examples: int):
@@ -63,21 +97,37 @@ def _params(cls: str, kinds: tuple[str, ...]) -> list[Any]:
     return out
 
 
+# Kinds that put a bool, a numeric string or NaN/inf where a number belongs: in a file whose every number is
+# validated, that is an error (exit 2), never a result.
+STRICT_NUMBER_KINDS = ("bool_number", "numeric_string", "non_finite")
+
+
+def _allowed(kind: str, usual: tuple[int, ...]) -> tuple[int, ...]:
+    return (2,) if kind in STRICT_NUMBER_KINDS else usual
+
+
 class _Budget:
+    """Wall-clock limits: per (class, kind) test and for the whole suite; inputs not run are counted."""
+
     def __init__(self) -> None:
         self.start = time.monotonic()
 
     def over(self) -> bool:
-        return time.monotonic() - self.start > BUDGET_S * SCALE
+        over = time.monotonic() - self.start > BUDGET_S * SCALE or TALLY.seconds > TOTAL_S * SCALE
+        if over:
+            TALLY.skipped_for_time += 1
+        return over
 
 
-def _limit(hostile: S.HostileFile) -> int:
-    return CASE_TIMEOUT_S if hostile.node == "file" else FILE_NODE_TIMEOUT_S
+def _limits(hostile: S.HostileFile) -> dict[str, int]:
+    if hostile.node == "file":
+        return {}
+    return {"timeout_s": FILE_NODE_TIMEOUT_S, "ceiling_bytes": FILE_NODE_CEILING_BYTES}
 
 
 @pytest.fixture(scope="module")
 def box(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
-    sandbox = tmp_path_factory.mktemp("fuzz") / "sandbox"  # its parent holds nothing else: a write there shows
+    sandbox = tmp_path_factory.mktemp("fuzz") / "sandbox"  # alone in its parent: a write there shows
     sandbox.mkdir()
     return Sandbox(sandbox, REPO)
 
@@ -95,7 +145,8 @@ def seeded_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, s
 
     root = tmp_path_factory.mktemp("seed") / "cache"
     c = ArtifactCache(root)
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, 8]) for n in ("input_ids", "attention_mask")]
+    names = ("input_ids", "attention_mask")
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, 8]) for n in names]
     out = helper.make_tensor_value_info("output_0", TensorProto.INT64, [1, 8])
     graph = helper.make_graph([helper.make_node("Add", ["input_ids", "attention_mask"], ["output_0"])],
                               "fuzz", inputs, [out])
@@ -150,8 +201,8 @@ def test_fuzz_plans(box: Sandbox, kind: str) -> None:
         box.reset()
         f = box.place("plan.json", hostile)
         argv = ["compile", "tiny-distilbert", "--plan", str(f), "--backend", "neuron"]
-        check("plans", run(box, lambda: cli_main(argv), cli=True, timeout_s=_limit(hostile)), allowed=(2,))
-        check("plans", run(box, lambda: check_load_plan(f), cli=False, timeout_s=_limit(hostile)), allowed=(0, 2))
+        check("plans", run(box, lambda: cli_main(argv), cli=True, **_limits(hostile)), allowed=(2,))
+        check("plans", run(box, lambda: check_load_plan(f), cli=False, **_limits(hostile)), allowed=(0, 2))
 
     case()
 
@@ -184,7 +235,8 @@ def test_fuzz_compiled_sets(box: Sandbox, seeded_cache: tuple[Path, str, str], k
             router = load_router(f, ArtifactCache(box.cache))
             return router([[1, 2, 3]])
 
-        check("compiled_sets", run(box, load_and_route, cli=False, timeout_s=_limit(hostile)), allowed=(0, 2))
+        outcome = run(box, load_and_route, cli=False, **_limits(hostile))
+        check("compiled_sets", outcome, allowed=_allowed(kind, (0, 2)))
 
     case()
 
@@ -278,7 +330,8 @@ def test_fuzz_cache_folders(box: Sandbox, seeded_cache: tuple[Path, str, str], k
 # ------------------------------------------------------------------------------------------------ workloads
 SERVING = {
     "title": "fuzz serving", "kind": "serving", "horizon_months": 12,
-    "traffic": {"steady_rps": 5.0, "prompt_tokens": 512, "output_tokens": 64, "mode": "llm", "max_buckets": 4},
+    "traffic": {"steady_rps": 5.0, "prompt_tokens": 512, "output_tokens": 64, "mode": "llm",
+                "max_buckets": 4},
     "fleet": {"instance": "g6e.12xlarge", "count": 2, "hours_per_month": 730.0, "region": "us-east-1",
               "term": "on-demand"},
     "slo": {"p99_ms": 2500.0},
@@ -312,7 +365,7 @@ def test_fuzz_workloads(box: Sandbox, kind: str) -> None:
     terminal and no raw HTML in report.md."""
     budget = _Budget()
 
-    @_settings("workloads", kind, 3)
+    @_settings("workloads", kind, 2)
     @given(hostile=st.sampled_from([SERVING, TRAINING]).flatmap(lambda t: S.hostile_file(t, kind, S.to_toml)))
     def case(hostile: S.HostileFile) -> None:
         if budget.over():
@@ -320,12 +373,12 @@ def test_fuzz_workloads(box: Sandbox, kind: str) -> None:
         box.reset()
         f = box.place("workload.toml", hostile)
         argv = ["plan", str(f), "--out", str(box.out / "report")]
-        outcome = run(box, lambda: cli_main(argv), cli=True, timeout_s=_limit(hostile))
-        extra = echoed_controls(outcome.out)
+        outcome = run(box, lambda: cli_main(argv), cli=True, **_limits(hostile))
+        extra = echoed_controls(outcome.out + outcome.err)
         md = box.out / "report" / "report.md"
         if md.is_file() and "<script>" in md.read_text(errors="replace"):
             extra.append("raw <script> from the workload in report.md")
-        check("workloads", outcome, allowed=(0, 2), extra=extra)
+        check("workloads", outcome, allowed=_allowed(kind, (0, 2)), extra=extra)
 
     case()
 
@@ -335,7 +388,8 @@ CATALOG = {
     "price": [{"instance": "trn2.48xlarge", "region": "us-east-2", "term": "on-demand", "usd_per_hour": 35.76,
                "source": "quote", "as_of": "2026-11-01"}],
     "prices": [{"term": "spot", "source": "spot history", "as_of": "2026-11-02",
-                "rows": [["trn1.32xlarge", "us-east-1", 3.10], ["inf2.xlarge", "us-east-1", 0.21, "one AZ"]]}],
+                "rows": [["trn1.32xlarge", "us-east-1", 3.10],
+                         ["inf2.xlarge", "us-east-1", 0.21, "one AZ"]]}],
 }
 
 
@@ -344,7 +398,7 @@ def test_fuzz_catalogs(box: Sandbox, kind: str) -> None:
     """`chipswap catalog --catalog FILE` and `chipswap cost serve --catalog FILE`."""
     budget = _Budget()
 
-    @_settings("catalogs", kind, 4)
+    @_settings("catalogs", kind, 2)
     @given(hostile=S.hostile_file(CATALOG, kind, S.to_toml), show=st.booleans())
     def case(hostile: S.HostileFile, show: bool) -> None:
         if budget.over():
@@ -356,8 +410,9 @@ def test_fuzz_catalogs(box: Sandbox, kind: str) -> None:
             if show
             else ["catalog", "--region", "us-east-1"]
         ) + ["--catalog", str(f)]
-        outcome = run(box, lambda: cli_main(argv), cli=True, timeout_s=_limit(hostile))
-        check("catalogs", outcome, allowed=(0, 2), extra=echoed_controls(outcome.out))
+        outcome = run(box, lambda: cli_main(argv), cli=True, **_limits(hostile))
+        extra = echoed_controls(outcome.out + outcome.err)
+        check("catalogs", outcome, allowed=_allowed(kind, (0, 2)), extra=extra)
 
     case()
 
@@ -376,7 +431,7 @@ def test_fuzz_traces(box: Sandbox, kind: str) -> None:
     budget = _Budget()
     formats = st.sampled_from([("trace.csv", TRACE_ROWS, S.to_csv), ("trace.jsonl", TRACE_JSONL, S.to_jsonl)])
 
-    @_settings("traces", kind, 4)
+    @_settings("traces", kind, 3)
     @given(fmt=formats, data=st.data(), mode=st.sampled_from(["llm", "encoder"]))
     def case(fmt: tuple[str, Any, Any], data: st.DataObject, mode: str) -> None:
         name, template, encode = fmt
@@ -386,7 +441,8 @@ def test_fuzz_traces(box: Sandbox, kind: str) -> None:
         box.reset()
         f = box.place(name, hostile)
         argv = ["shapes", str(f), "--mode", mode, "--json"]
-        check("traces", run(box, lambda: cli_main(argv), cli=True, timeout_s=_limit(hostile)), allowed=(0, 2))
+        outcome = run(box, lambda: cli_main(argv), cli=True, **_limits(hostile))
+        check("traces", outcome, allowed=(0, 2), extra=echoed_controls(outcome.out + outcome.err))
 
     case()
 
@@ -416,16 +472,18 @@ def test_fuzz_model_configs(box: Sandbox, kind: str) -> None:
         box.reset()
         f = box.place("config.json", hostile)
         argv = ["check", str(f), "--json"]
-        check("configs", run(box, lambda: cli_main(argv), cli=True, timeout_s=_limit(hostile)), allowed=(0, 1, 2))
+        check("configs", run(box, lambda: cli_main(argv), cli=True, **_limits(hostile)), allowed=(0, 1, 2))
 
     case()
 
 
-# ------------------------------------------------------------------------------------------ command-line numbers
-FLAG_VALUES = [*S.NUMERIC_STRINGS, "-inf", "1e308", "1e400", "100000000", "-0", "0", "1,2,3", "9" * 50, "\x1b[31m"]
+# ------------------------------------------------------------------------------------- command-line numbers
+FLAG_VALUES = [*S.NUMERIC_STRINGS, "-inf", "1e308", "1e400", "100000000", "-0", "0", "1,2,3", "9" * 50,
+               "\x1b[31m"]
 FLAG_COMMANDS = {
     "compile_seq_len": ["compile", "tiny-distilbert", "--backend", "neuron", "--seq-len", "{v}"],
-    "compile_batch": ["compile", "tiny-distilbert", "--backend", "neuron", "--seq-len", "8", "--batch-sizes", "{v}"],
+    "compile_batch": ["compile", "tiny-distilbert", "--backend", "neuron", "--seq-len", "8", "--batch-sizes",
+                      "{v}"],
     "compile_atol": ["compile", "tiny-distilbert", "--backend", "neuron", "--seq-len", "8", "--atol", "{v}"],
     "prune_older": ["cache", "prune", "--older-than", "{v}"],
     "prune_size": ["cache", "prune", "--max-size", "{v}"],
@@ -443,7 +501,11 @@ FLAG_COMMANDS = {
 def test_fuzz_command_line_numbers(box: Sandbox, kind: str) -> None:
     budget = _Budget()
 
-    @_settings("flags", kind, 5)
+    @_settings("flags", kind, 2)
+    @example("nan")
+    @example("inf")
+    @example("-1")
+    @example("100000000")
     @given(value=st.one_of(st.sampled_from(FLAG_VALUES), st.floats().map(repr), st.integers().map(str)))
     def case(value: str) -> None:
         if budget.over():
@@ -451,6 +513,63 @@ def test_fuzz_command_line_numbers(box: Sandbox, kind: str) -> None:
         box.reset()
         argv = [a.replace("{v}", value) for a in FLAG_COMMANDS[kind]]
         outcome = run(box, lambda: cli_main(argv), cli=True)
-        check("flags", outcome, allowed=(0, 2), extra=echoed_controls(outcome.out + outcome.err))
+        not_finite = value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity", "1e400")
+        allowed = (2,) if not_finite else (0, 2)  # a NaN or infinite limit/figure is never meaningful
+        check("flags", outcome, allowed=allowed, extra=echoed_controls(outcome.out + outcome.err))
+
+    case()
+
+
+# ----------------------------------------------------------------------------------------------- bench JSONs
+LAT = {"n": 10, "p50": 20.0, "p90": 24.0, "p99": 29.0, "mean": 21.0, "max": 30.0}
+BENCH = {
+    "schema": "chipswap.bench/1",
+    "tool": {"name": "chipswap", "version": "0.1.0", "command": "chipswap bench http://127.0.0.1:8000"},
+    "measured_at": "2026-11-30T10:00:00Z",
+    "machine": {"platform": "linux", "cpus": 2, "load_avg_1m": 0.5},
+    "target": {"url": "http://127.0.0.1:8000", "protocol": "chipswap-predict", "model": "m", "server": None},
+    "instance": {"name": "inf2.xlarge", "term": "on-demand", "region": "us-east-1", "usd_per_hour": "0.7582",
+                 "price_source": "catalog", "price_as_of": "2026-07-20"},
+    "load": {"trace": "t.csv", "requests_in_trace": 10, "time_scale": 1.0, "offered_rps": 10.0, "seed": 0},
+    "slo": {"e2e_ms": 25.0, "ttft_ms": None, "itl_ms": None},
+    "complete": True,
+    "stop_reason": "every planned request was sent",
+    "counts": {"planned": 10, "sent": 10, "ok": 10, "rejected": 0, "errors": 0, "timeouts": 0, "not_sent": 0},
+    "duration_s": 1.0,
+    "throughput": {"requests_per_s": 10.0, "input_tokens_per_s": 100.0, "output_tokens_per_s": 0.0},
+    "latency_ms": {"e2e": LAT, "ttft": None, "itl": None, "tpot": None},
+    "rates": {"error": 0.0, "reject": 0.0, "timeout": 0.0},
+    "goodput": {"requests_per_s": 9.0, "fraction_of_sent": 0.9},
+    "padding": {"real_tokens": 100, "computed_tokens": 160, "waste_fraction": 0.375},
+    "buckets": [{"seq_len": 16, "requests": 6, "share": 0.6, "e2e_ms": LAT, "batch_model_ms_p50": 8.0,
+                 "slot_model_ms_p50": 2.0, "mean_fill": 0.75, "padding_waste": 0.3}],
+    "send_lag_ms": {"p50": 0.1, "p99": 0.5, "max": 1.0},
+    "errors": [],
+    "cost": {"per_million_requests_usd": "12.5000", "basis": "goodput at the SLO",
+             "per_million_output_tokens_usd": None},
+}
+
+
+@pytest.mark.parametrize("kind", _params("bench", S.ALL_KINDS))
+def test_fuzz_bench_results(box: Sandbox, kind: str) -> None:
+    """The measured-results file of `chipswap bench` (issue 12), read the way `plan` reads it; runs once
+    chipswap.loadgen is on the branch."""
+    loadgen = pytest.importorskip("chipswap.loadgen")
+    budget = _Budget()
+
+    @_settings("bench", kind, 3)
+    @given(hostile=S.hostile_file(BENCH, kind, S.to_json))
+    def case(hostile: S.HostileFile) -> None:
+        if budget.over():
+            return
+        box.reset()
+        f = box.place("bench.json", hostile)
+
+        def read() -> Any:
+            results = loadgen.read_bench_results(f)
+            return loadgen.measured_serving(results), loadgen.bucket_latency_table(results)
+
+        outcome = run(box, read, cli=False, **_limits(hostile))
+        check("bench", outcome, allowed=(0, 2))  # informational fields (machine, load) are not all read
 
     case()
