@@ -69,7 +69,7 @@ def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
             )
         if v > hi:
             raise ChipswapError(
-                f"{where} holds {v:,}, over the limit of {hi:,}; give buckets of at most {hi:,}"
+                f"{where} holds {v:,}, over the limit of {hi:,}; use values up to {hi:,}"
             )
         out.append(int(v))
     return tuple(sorted(set(out)))

@@ -34,7 +34,7 @@ from chipswap.errors import ChipswapError
 
 CEILING_BYTES = 2 * 2**30
 CASE_TIMEOUT_S = 30
-FILE_NODE_TIMEOUT_S = 3  # a FIFO or /dev/zero given as an input: a correct reader answers in milliseconds
+FILE_NODE_TIMEOUT_S = 2  # a FIFO or /dev/zero given as an input: a correct reader answers in milliseconds
 FILE_NODE_CEILING_BYTES = 512 * 2**20  # ... and reads at most its size limit (64 MiB) of /dev/zero
 
 

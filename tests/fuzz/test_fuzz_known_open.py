@@ -187,3 +187,9 @@ def test_F15_13_config_field_of_the_wrong_type_is_one_error_line(box, value):
 @_open("F15-14")
 def test_F15_14_negative_size_in_a_config_is_one_error_line(box):
     _cli(box, ["check", _file(box, "config.json", _config(vocab_size=-1)), "--json"])
+
+
+@_open("F15-15")
+def test_F15_15_unknown_workload_key_with_control_characters_is_shown_escaped(box):
+    text = SERVING.format(rps=5) + '\n"\\u001b[31mkey" = 1\n'
+    _cli(box, ["plan", _file(box, "w.toml", text), "--out", str(box.out)], controls=True)
