@@ -56,6 +56,7 @@ KNOWN_OPEN: dict[tuple[str, str], str] = {
     ("traces", "zero_device"): "F15-10",
     ("traces", "fifo"): "F15-10",
     ("traces", "huge"): "F15-11",
+    ("traces", "deep_nesting"): "F15-16",
     ("flags", "shapes_device_memory"): "F15-12",
     ("flags", "shapes_bucket_memory"): "F15-12",
     ("flags", "shapes_compile_s"): "F15-12",

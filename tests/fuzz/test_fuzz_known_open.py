@@ -167,6 +167,13 @@ def test_F15_12_shapes_budget_flags_must_be_finite(box, flag, value):
     _cli(box, ["shapes", "--json", flag, value])
 
 
+@_open("F15-16")
+def test_F15_16_deeply_nested_jsonl_trace_row_is_one_error_line(box):
+    deep = b"[" * 50_000 + b"1" + b"]" * 50_000
+    row = b'{"TIMESTAMP": ' + deep + b', "ContextTokens": 10, "GeneratedTokens": 5}\n'
+    _cli(box, ["shapes", _file(box, "t.jsonl", row), "--json"])
+
+
 # ------------------------------------------------------------------------------- model configs (issue 13)
 def _config(**over) -> str:
     import json
