@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chipswap import __version__
-from chipswap.datafile import parse_json, read_json
+from chipswap.datafile import inside, parse_json, read_json
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 
@@ -474,6 +474,11 @@ class ArtifactCache:
         files = entry.files
         for rel, info in files.items():
             st = on_disk.get(rel)
+            try:  # the walk never follows links; this also catches a symlinked folder on the way
+                inside(entry.path, rel, "cache entry file")
+            except ChipswapError as exc:
+                problems.append(str(exc))
+                continue
             if st is None:
                 problems.append(f"{one_line(rel, 120)}: missing")
             elif st.st_size != info["size"]:
