@@ -53,6 +53,8 @@ class _Doc:
     def __init__(self, label: str, text: str) -> None:
         self.label = label
         self.lines = text.splitlines()
+        self._headers: dict[str, list[int]] = {}
+        self._rows: dict[int, list[int]] = {}
         if not _depth_ok(text, MAX_NESTING):
             raise ChipswapError(f"{label}: nested deeper than {MAX_NESTING} levels; not a catalog file")
         try:
@@ -63,28 +65,27 @@ class _Doc:
             raise ChipswapError(f"{label}: nested too deeply; not a catalog file") from None
 
     def table_line(self, header: str, index: int) -> int | None:
-        seen = -1
-        for no, line in enumerate(self.lines, 1):
-            if line.strip().startswith(f"[[{header}]]"):
-                seen += 1
-                if seen == index:
-                    return no
-        return None
+        """1-based line of the index-th [[header]] table (the positions are found once per header)."""
+        if header not in self._headers:
+            mark = f"[[{header}]]"
+            self._headers[header] = [n for n, line in enumerate(self.lines, 1) if line.strip().startswith(mark)]
+        found = self._headers[header]
+        return found[index] if 0 <= index < len(found) else None
 
     def row_line(self, index: int, row: int) -> int | None:
-        start = self.table_line("prices", index)
-        if start is None:
-            return None
-        seen = -1
-        for no in range(start, len(self.lines)):
-            text = self.lines[no].strip()
-            if text.startswith("[["):
-                return None
-            if text.startswith("[") or text.startswith("rows = [["):
-                seen += 1
-                if seen == row:
-                    return no + 1
-        return None
+        """1-based line of row `row` of the index-th [[prices]] table (each table's rows are found once)."""
+        if index not in self._rows:
+            start = self.table_line("prices", index)
+            rows: list[int] = []
+            for no in range(start or len(self.lines), len(self.lines)):
+                text = self.lines[no].strip()
+                if text.startswith("[["):
+                    break
+                if text.startswith("[") or text.startswith("rows = [["):
+                    rows.append(no + 1)
+            self._rows[index] = rows
+        found = self._rows[index]
+        return found[row] if 0 <= row < len(found) else None
 
     def where(self, line: int | None, what: str) -> str:
         return f"{self.label}:{line}: {what}" if line else f"{self.label}: {what}"

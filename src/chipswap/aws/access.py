@@ -182,7 +182,7 @@ class AwsAccess:
             from botocore.config import Config
 
             config = Config(
-                retries={"mode": "standard", "max_attempts": tries},
+                retries={"mode": "standard", "total_max_attempts": tries},  # tries include the first
                 connect_timeout=self._timeouts[0],
                 read_timeout=self._timeouts[1],
                 user_agent_extra="chipswap",
@@ -228,8 +228,9 @@ class AwsAccess:
             items.extend(page.get(result_key) or [])
             token = page.get("NextToken") or None
             if not token:
-                break
-        return items
+                return items
+        # a partial answer would be read as complete (e.g. vCPUs in use undercounted): say unknown instead
+        raise ApiProblem(f"{service}:{operation}", "error", "TooManyPages", f"more than {limit} pages")
 
     def probe(self, region: str) -> str:
         """Check the credentials once (STS GetCallerIdentity, one try): the account id, or AwsOffline."""

@@ -101,13 +101,13 @@ class SnapshotCapacity:
                 else f"not listed in the shipped region table, which is a lower bound ({SNAPSHOT_WORDS})"
             ),
             quota=None,
-            quota_note=f"quota not read: {self.reason}",
+            quota_note=f"quota and usage not read ({SNAPSHOT_WORDS})",
             spot_usd=spot.usd_per_hour if spot else None,
             spot_note=f"catalog {spot.source} ({spot.as_of}), not live"
             if spot
             else "no spot price in the catalog",
-            placement_note="not read (offline)",
-            blocks_note="not read (offline)",
+            placement_note=f"not read ({SNAPSHOT_WORDS})",
+            blocks_note=f"not read ({SNAPSHOT_WORDS})",
         )
 
 
@@ -175,10 +175,10 @@ class AwsCapacity:
             region,
             "DescribeInstances",
             "Reservations",
-            Filters=[
-                {"Name": "instance-state-name", "Values": ["pending", "running"]},
-                {"Name": "instance-type", "Values": [f"{p}*" for p in qc.prefixes]},
-            ],
+            limit=100,
+            # the class is picked below, not by an instance-type wildcard: exact and the same everywhere
+            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}],
+            MaxResults=1000,
         )
         counts: dict[str, int] = {}
         for res in reservations:
