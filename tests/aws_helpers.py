@@ -1,6 +1,6 @@
 """Test helpers for the AWS edge: no internet, fake credentials, a moto server on loopback (real HTTP, real
-botocore parsing), botocore Stubbers (responses checked against the service model) for the APIs moto lacks, and
-a tiny loopback server that answers with AWS error documents (throttling, expired credentials).
+botocore parsing), botocore Stubbers (responses checked against the service model) for the APIs moto
+lacks, and a tiny loopback server that answers with AWS error documents (throttling, expired credentials).
 
 Nothing here can reach AWS: every socket to a non-loopback address is refused.
 """
@@ -150,9 +150,7 @@ class Moto:
 def run_instances(moto: Moto, region: str, instance_type: str, count: int, *, spot: bool = False) -> None:
     ec2 = moto.client("ec2", region)
     image = "ami-12c6146b"  # one of moto's built-in public images (listing them all is slow)
-    extra: dict[str, Any] = (
-        {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
-    )
+    extra: dict[str, Any] = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
     ec2.run_instances(ImageId=image, MinCount=count, MaxCount=count, InstanceType=instance_type, **extra)
 
 
@@ -186,7 +184,9 @@ class Stubs:
 
         self._stubber(service, region, operation).add_response(xform_name(operation), response, expected)
 
-    def fail(self, service: str, region: str, operation: str, code: str, message: str = "", status: int = 400) -> None:
+    def fail(
+        self, service: str, region: str, operation: str, code: str, message: str = "", status: int = 400
+    ) -> None:
         from botocore import xform_name
 
         self._stubber(service, region, operation).add_client_error(
@@ -202,7 +202,7 @@ class Stubs:
 
 
 def routed_factory(moto: Moto, stubs: Stubs) -> Callable[[str, str, str], Any]:
-    """(service, region, operation) -> the stubbed client for stubbed APIs, else a client of the moto server."""
+    """(service, region, operation) -> the stubbed client for stubbed APIs, else a moto server client."""
     cache: dict[tuple[str, str], Any] = {}
 
     def make(service: str, region: str, operation: str) -> Any:
@@ -229,7 +229,12 @@ def quota_response(code: str, name: str, value: float) -> dict:
             "UsageMetric": {
                 "MetricNamespace": "AWS/Usage",
                 "MetricName": "ResourceCount",
-                "MetricDimensions": {"Class": "Trn/OnDemand", "Resource": "vCPU", "Service": "EC2", "Type": "Resource"},
+                "MetricDimensions": {
+                    "Class": "Trn/OnDemand",
+                    "Resource": "vCPU",
+                    "Service": "EC2",
+                    "Type": "Resource",
+                },
                 "MetricStatisticRecommendation": "Maximum",
             },
         }
@@ -255,7 +260,9 @@ class FakeAws:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode("utf-8", "replace")
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode(
+                    "utf-8", "replace"
+                )
                 target = self.headers.get("X-Amz-Target") or ""
                 action = target.rsplit(".", 1)[-1] if target else (parse_qs(body).get("Action") or ["?"])[0]
                 hits[action] += 1

@@ -1,7 +1,7 @@
-"""`chipswap capacity` and the plan's capacity facts against a moto server on loopback (real HTTP, real botocore
-parsing) for what moto implements (instance type offerings, instances, instance types, spot price history, STS),
-and botocore Stubbers (model-checked responses) for what it does not (Service Quotas EC2 codes, spot placement
-scores, Capacity Block offerings). No test reaches the internet."""
+"""`chipswap capacity` and the plan's capacity facts against a moto server on loopback (real HTTP, real
+botocore parsing) for what moto implements (instance type offerings, instances, instance types, spot price
+history, STS), and botocore Stubbers (model-checked responses) for what it does not (Service Quotas EC2
+codes, spot placement scores, Capacity Block offerings). No test reaches the internet."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from tests.aws_helpers import (
     run_instances,
     sts_error,
 )
-from tests.cli_helpers import run_cli, run_inproc
+from tests.cli_helpers import run_inproc
 
 TODAY = "2026-11-30"
 
@@ -187,7 +187,13 @@ def test_plan_rule_recommends_a_region_when_its_region_does_not_offer_the_type(a
     for r in listed:
         stub_quota(stubs, r, 4096.0)
     screen, _ = capacity_for_plan(
-        catalog, "trn1.32xlarge", "us-west-1", 2, term="on-demand", access=access_for(moto, stubs), today=TODAY
+        catalog,
+        "trn1.32xlarge",
+        "us-west-1",
+        2,
+        term="on-demand",
+        access=access_for(moto, stubs),
+        today=TODAY,
     )
     assert screen.status == "not-offered"
     offering = [r for r in listed if zones_moto_offers(moto, r, "trn1.32xlarge")]
@@ -237,7 +243,13 @@ def test_an_instance_type_aws_does_not_know_is_a_usage_error(aws, monkeypatch, c
     # a type outside the catalog that AWS does know is checked with AWS's vCPU count
     stub_quota(stubs, "us-east-1", 64.0, code="L-1945791B")
     found = gather_capacity(
-        load_catalog(), "inf2.8xlarge", ["us-east-1"], 1, access=access_for(moto, stubs), today=TODAY, extras=False
+        load_catalog(),
+        "inf2.8xlarge",
+        ["us-east-1"],
+        1,
+        access=access_for(moto, stubs),
+        today=TODAY,
+        extras=False,
     )
     assert found.info.vcpus == 32
 
@@ -276,7 +288,9 @@ def test_without_credentials_it_works_offline_and_says_so_once(tmp_path) -> None
 def test_no_aws_flag_and_unreachable_network_fall_back_with_one_note(monkeypatch, capsys) -> None:
     block_internet(monkeypatch)
     fake_credentials(monkeypatch)
-    code, out, err = run_inproc(capsys, "capacity", "inf2.xlarge", "--no-aws", "--region", "us-east-1", "--json")
+    code, out, err = run_inproc(
+        capsys, "capacity", "inf2.xlarge", "--no-aws", "--region", "us-east-1", "--json"
+    )
     data = json.loads(out)
     assert code == 0 and data["checked"] is False and data["source"] == "snapshot, not checked"
     assert err.count("--no-aws given") == 1
@@ -291,7 +305,11 @@ def test_no_aws_flag_and_unreachable_network_fall_back_with_one_note(monkeypatch
 def test_expired_credentials_fall_back_offline(monkeypatch, capsys) -> None:
     block_internet(monkeypatch)
     fake_credentials(monkeypatch)
-    expired = (403, sts_error("ExpiredToken", "The security token included in the request is expired"), "text/xml")
+    expired = (
+        403,
+        sts_error("ExpiredToken", "The security token included in the request is expired"),
+        "text/xml",
+    )
     with fake_aws({"GetCallerIdentity": expired}, expired) as server:
         monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
         code, out, err = run_inproc(capsys, "capacity", "trn1.32xlarge", "--region", "us-east-1")
@@ -309,7 +327,11 @@ def test_throttling_is_retried_with_backoff_then_reported(monkeypatch) -> None:
     throttled = (503, ec2_error("RequestLimitExceeded", "Request limit exceeded."), "text/xml")
     answers = {
         "GetCallerIdentity": (200, STS_IDENTITY, "text/xml"),
-        "GetServiceQuota": (400, json_error("ThrottlingException", "Rate exceeded"), "application/x-amz-json-1.1"),
+        "GetServiceQuota": (
+            400,
+            json_error("ThrottlingException", "Rate exceeded"),
+            "application/x-amz-json-1.1",
+        ),
     }
     with fake_aws(answers, throttled) as server:
         monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
@@ -329,7 +351,7 @@ def test_throttling_is_retried_with_backoff_then_reported(monkeypatch) -> None:
 
 
 def test_only_read_only_operations_are_ever_called(aws) -> None:
-    """The guard refuses writes, and a full capacity run (every API it uses) asks only Describe / Get / List."""
+    """The guard refuses writes; a full capacity run (every API it uses) asks only Describe / Get / List."""
     moto, stubs = aws
     with pytest.raises(PermissionError):
         AwsAccess(client_factory=lambda *a: None).call("ec2", "us-east-1", "RunInstances")
@@ -344,7 +366,12 @@ def test_only_read_only_operations_are_ever_called(aws) -> None:
 
     run_instances(moto, "us-east-1", "trn1.32xlarge", 1)
     gather_capacity(
-        load_catalog(), "trn1.32xlarge", ["us-east-1"], 2, access=AwsAccess(client_factory=recording), today=TODAY
+        load_catalog(),
+        "trn1.32xlarge",
+        ["us-east-1"],
+        2,
+        access=AwsAccess(client_factory=recording),
+        today=TODAY,
     )
     assert {
         "GetCallerIdentity",

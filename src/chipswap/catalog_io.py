@@ -68,7 +68,8 @@ class _Doc:
         """1-based line of the index-th [[header]] table (the positions are found once per header)."""
         if header not in self._headers:
             mark = f"[[{header}]]"
-            self._headers[header] = [n for n, line in enumerate(self.lines, 1) if line.strip().startswith(mark)]
+            lines = enumerate(self.lines, 1)
+            self._headers[header] = [n for n, line in lines if line.strip().startswith(mark)]
         found = self._headers[header]
         return found[index] if 0 <= index < len(found) else None
 
