@@ -384,3 +384,36 @@ def test_only_read_only_operations_are_ever_called(aws) -> None:
         "DescribeCapacityBlockOfferings",
     } <= set(asked)
     assert all(op.startswith(("Describe", "Get", "List")) for op in asked), asked
+
+
+@pytest.mark.slow
+def test_the_plans_clear_move_gets_the_quota_increase_line(aws, tmp_path) -> None:
+    """Must show, end to end: the plan's own clear 'move' for the seed's fine-tuning run on 8 instances, then
+    the capacity rule with facts from moto (offerings, usage) and Service Quotas (Stubber)."""
+    from chipswap import pipeline
+    from chipswap.commands.plan import example_path
+    from chipswap.workload import load_workload
+
+    moto, stubs = aws
+    text = example_path("finetune").read_text().replace("count = 1", "count = 8")
+    wl_path = tmp_path / "finetune8.toml"
+    wl_path.write_text(text)
+    result = pipeline.run_plan(load_workload(wl_path), wl_path)
+    assert result.verdict.verdict == MOVE_TRN and result.best is not None and result.best.count == 8
+    run_instances(moto, "us-east-1", "trn1.32xlarge", 1)
+    stub_quota(stubs, "us-east-1", 512.0)
+    for r in ("us-east-2", "us-west-2"):
+        stub_quota(stubs, r, 0.0)
+    screen, note = capacity_for_plan(
+        load_catalog(),
+        result.best.instance,
+        "us-east-1",
+        result.best.count,
+        term="on-demand",
+        access=access_for(moto, stubs),
+        today=TODAY,
+    )
+    increase = 8 * 128 + 128 - 512
+    assert qualify_verdict(result.verdict.verdict, screen) == (
+        f"move to Trainium — but request a quota increase of {increase:,} vCPUs in us-east-1 first"
+    )
