@@ -38,9 +38,10 @@ BLOCK_DAYS = (*range(1, 15), *range(21, 183, 7))  # Capacity Block lengths AWS s
 def _fmt_usd(d: Decimal | None) -> str:
     if d is None:
         return "-"
-    return (
-        f"${d.quantize(Decimal('0.0001')).normalize():,f}" if d < 1 else f"${d.quantize(Decimal('0.01')):,}"
-    )
+    if d >= 1:
+        return f"${d.quantize(Decimal('0.01')):,}"
+    shown = d.quantize(Decimal("0.0001"))
+    return f"${(shown if shown else d).normalize():f}"
 
 
 def _n(v: int | None) -> str:
@@ -68,7 +69,8 @@ def _offered_cell(r: RegionCapacity) -> str:
 def _blocks_cell(r: RegionCapacity) -> str:
     if r.blocks:
         b = r.blocks[0]
-        return f"{len(r.blocks)}+ from {_fmt_usd(b.usd_per_instance_hour)}/inst-h, {b.start[:10]}"
+        offers = f"{len(r.blocks)} offer{'s' if len(r.blocks) != 1 else ''}"
+        return f"{offers}, from {_fmt_usd(b.usd_per_instance_hour)}/instance-h, starts {b.start[:10]}"
     return r.blocks_note if r.blocks_note in ("not sold as Capacity Blocks", "not offered") else "-"
 
 
@@ -163,7 +165,7 @@ def _table(found: CapacityLookup, screens: list[CapacityScreen]) -> tuple[Table,
         limit = notes.mark(_n(q.limit_vcpus), q.limit_note) if q else notes.mark("-", r.quota_note)
         used = notes.mark(_n(q.usage_vcpus), q.usage_note) if q else "-"
         spot = _fmt_usd(r.spot_usd)
-        if r.spot_usd is None or not r.checked:
+        if (r.spot_usd is None and r.offered is not False) or not r.checked:
             spot = notes.mark(spot, r.spot_note)
         placement = (
             str(r.placement_score) if r.placement_score is not None else notes.mark("-", r.placement_note)
