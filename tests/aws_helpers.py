@@ -147,6 +147,22 @@ class Moto:
         self.server.stop()
 
 
+@contextmanager
+def moto_server() -> Iterator[Moto]:
+    server = Moto()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def sealed(monkeypatch: pytest.MonkeyPatch) -> Stubs:
+    """No internet, fake credentials, and an empty set of stubs: the start of every test against AWS."""
+    block_internet(monkeypatch)
+    fake_credentials(monkeypatch)
+    return Stubs()
+
+
 def run_instances(moto: Moto, region: str, instance_type: str, count: int, *, spot: bool = False) -> None:
     ec2 = moto.client("ec2", region)
     image = "ami-12c6146b"  # one of moto's built-in public images (listing them all is slow)

@@ -27,10 +27,12 @@ from tests.aws_helpers import (
     fake_aws,
     fake_credentials,
     json_error,
+    moto_server,
     offline_env,
     quota_response,
     routed_factory,
     run_instances,
+    sealed,
     sts_error,
 )
 from tests.cli_helpers import run_inproc
@@ -40,23 +42,27 @@ TODAY = "2026-11-30"
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[Moto]:
-    server = Moto()
-    yield server
-    server.stop()
+    with moto_server() as server:
+        yield server
 
 
 @pytest.fixture
 def aws(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Moto, Stubs]]:
-    """Fake credentials, no internet, a clean moto server, and a fresh set of stubs."""
-    block_internet(monkeypatch)
-    fake_credentials(monkeypatch)
-    stubs = Stubs()
-    yield moto, stubs
+    """Fake credentials, no internet, the moto server (no instances running), and a fresh set of stubs."""
+    yield moto, sealed(monkeypatch)
     moto.terminate_all()
 
 
 def access_for(moto: Moto, stubs: Stubs) -> AwsAccess:
     return AwsAccess(client_factory=routed_factory(moto, stubs))
+
+
+def gather(moto: Moto, stubs: Stubs, instance: str, count: int, region: str = "us-east-1", **kw):
+    """gather_capacity for one region through moto + stubs, without the display-only extras by default."""
+    kw.setdefault("extras", False)
+    return gather_capacity(
+        load_catalog(), instance, [region], count, access=access_for(moto, stubs), today=TODAY, **kw
+    )
 
 
 def zones_moto_offers(moto: Moto, region: str, instance: str) -> set[str]:
@@ -145,9 +151,7 @@ def test_gathered_facts_match_what_aws_answers(aws) -> None:
     run_instances(moto, "us-east-1", "trn1.32xlarge", 1, spot=True)  # spot: not in the on-demand quota
     stub_quota(stubs, "us-east-1", 1024.0)
     stub_extras(stubs, ["us-east-1"], blocks_in="us-east-1")
-    found = gather_capacity(
-        load_catalog(), "trn1.32xlarge", ["us-east-1"], 4, access=access_for(moto, stubs), today=TODAY
-    )
+    found = gather(moto, stubs, "trn1.32xlarge", 4, extras=True)
     row = found.rows[0]
     assert found.checked and row.checked and row.as_of == TODAY
     assert row.offered is True
@@ -204,15 +208,7 @@ def test_plan_rule_recommends_a_region_when_its_region_does_not_offer_the_type(a
 def test_access_denied_on_one_api_leaves_that_field_unknown(aws) -> None:
     moto, stubs = aws
     stubs.fail("service-quotas", "us-east-1", "GetServiceQuota", "AccessDeniedException", "not allowed", 400)
-    found = gather_capacity(
-        load_catalog(),
-        "trn1.32xlarge",
-        ["us-east-1"],
-        2,
-        access=access_for(moto, stubs),
-        today=TODAY,
-        extras=False,
-    )
+    found = gather(moto, stubs, "trn1.32xlarge", 2)
     row = found.rows[0]
     assert row.offered is True and row.quota is not None and row.quota.usage_vcpus == 0  # the rest still read
     assert row.quota.limit_vcpus is None
@@ -227,9 +223,7 @@ def test_region_not_enabled_is_a_labelled_unknown_row(aws) -> None:
     moto, stubs = aws
     stubs.fail("ec2", "ap-east-1", "DescribeInstanceTypeOfferings", "OptInRequired", "opt in first", 401)
     stubs.fail("service-quotas", "ap-east-1", "GetServiceQuota", "AccessDeniedException", "", 400)
-    found = gather_capacity(
-        load_catalog(), "inf1.xlarge", ["ap-east-1"], 1, access=access_for(moto, stubs), today=TODAY
-    )
+    found = gather(moto, stubs, "inf1.xlarge", 1, "ap-east-1", extras=True)
     row = found.rows[0]
     assert row.offered is None and "region not enabled for this account (OptInRequired)" in row.offered_note
 
@@ -242,15 +236,7 @@ def test_an_instance_type_aws_does_not_know_is_a_usage_error(aws, monkeypatch, c
     assert "AWS does not know instance type 'trn9.48xlarge'" in err and "Traceback" not in err
     # a type outside the catalog that AWS does know is checked with AWS's vCPU count
     stub_quota(stubs, "us-east-1", 64.0, code="L-1945791B")
-    found = gather_capacity(
-        load_catalog(),
-        "inf2.8xlarge",
-        ["us-east-1"],
-        1,
-        access=access_for(moto, stubs),
-        today=TODAY,
-        extras=False,
-    )
+    found = gather(moto, stubs, "inf2.8xlarge", 1)
     assert found.info.vcpus == 32
 
 

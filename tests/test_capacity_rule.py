@@ -4,7 +4,6 @@ the vCPU increase to request, the region recommendation, and the verdict wording
 from __future__ import annotations
 
 from dataclasses import replace
-from decimal import Decimal
 
 import pytest
 
@@ -21,7 +20,8 @@ from chipswap.core.capacity import (
     screen_capacity,
     sold_as_capacity_blocks,
 )
-from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY, Facts, decide
+from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY, decide
+from tests.test_verdict import clean
 
 TRN = QUOTA_CLASSES[0]
 
@@ -67,24 +67,8 @@ def test_fits_exactly_at_the_boundary_and_below(count, limit, usage) -> None:
 def test_the_clear_move_becomes_move_but_request_a_quota_increase() -> None:
     """The Must-show wording: a clear move, then the capacity rule, gives
     'move to Trainium — but request a quota increase of N vCPUs in REGION first'."""
-    clear = decide(
-        Facts(
-            kind="training",
-            target_kind="trainium",
-            target="trn1.32xlarge",
-            research_churn=False,
-            custom_cuda_kernels=False,
-            model_changes_per_month=0.0,
-            readiness_blockers=0,
-            peak_to_mean=None,
-            mean_rps=None,
-            horizon_months=12,
-            monthly_now_usd=Decimal("35225.60"),
-            monthly_after_usd=Decimal("17888.00"),
-            porting_usd=Decimal("2400"),
-            payback_month=1,
-        )
-    )
+    training = {"kind": "training", "target_kind": "trainium", "peak_to_mean": None, "mean_rps": None}
+    clear = decide(clean(target="trn1.32xlarge", **training))
     assert clear.verdict == MOVE_TRN and clear.is_move
     s = screen_capacity(facts(limit=256, usage=128), 8)
     line = qualify_verdict(clear.verdict, s)

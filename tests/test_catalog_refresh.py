@@ -26,9 +26,12 @@ from tests.aws_helpers import (
     fake_aws,
     fake_credentials,
     json_error,
+    moto_server,
     routed_factory,
+    sealed,
 )
 from tests.cli_helpers import run_inproc
+from tests.test_cost_cli import WORKED_EXAMPLE
 
 REGIONS = ("us-east-1", "us-west-2")
 LOCATIONS = {
@@ -151,16 +154,13 @@ def stub_trn1_prices(stubs: Stubs) -> None:
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[Moto]:
-    server = Moto()
-    yield server
-    server.stop()
+    with moto_server() as server:
+        yield server
 
 
 @pytest.fixture
 def aws(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Moto, Stubs]]:
-    block_internet(monkeypatch)
-    fake_credentials(monkeypatch)
-    stubs = Stubs()
+    stubs = sealed(monkeypatch)
     monkeypatch.setattr(
         aws_access,
         "access_from_environment",
@@ -206,22 +206,7 @@ def test_refresh_writes_a_catalog_dated_today_that_loads_and_prices_the_cost_eng
     assert "14.75" not in out.read_text()
     # the cost engine takes it through --catalog
     code, text, err = run_inproc(
-        capsys,
-        "cost",
-        "job",
-        "--baseline",
-        "p5.48xlarge",
-        "--baseline-hours",
-        "20",
-        "--candidate",
-        "trn1.32xlarge",
-        "--candidate-hours",
-        "26",
-        "--candidate-term",
-        "on-demand",
-        "--catalog",
-        str(out),
-        "--json",
+        capsys, *WORKED_EXAMPLE, "--candidate-term", "on-demand", "--catalog", str(out), "--json"
     )
     assert code == 0, err
     assert "520" in text  # 26 h x $20.00

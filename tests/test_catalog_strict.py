@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from chipswap.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from tests.cli_helpers import run_inproc
+from tests.test_cost_cli import WORKED_EXAMPLE
 
 PRICE = """[[price]]
 instance = "trn1.32xlarge"
@@ -52,24 +53,10 @@ source = "made up"
 as_of = "2026-11-01"
 """
 
-COST_JOB = (
-    "cost",
-    "job",
-    "--baseline",
-    "p5.48xlarge",
-    "--baseline-hours",
-    "20",
-    "--candidate",
-    "trn1.32xlarge",
-    "--candidate-hours",
-    "26",
-)
-
-
 def run_with(capsys, tmp_path: Path, text: str) -> tuple[int, str, str, Path]:
     path = tmp_path / "theirs.toml"
     path.write_text(text)
-    code, out, err = run_inproc(capsys, *COST_JOB, "--catalog", str(path))
+    code, out, err = run_inproc(capsys, *WORKED_EXAMPLE, "--catalog", str(path))
     return code, out, err, path
 
 
