@@ -77,13 +77,16 @@ class Reference:
         return self.families[row.family].group
 
 
-# --- the published tables ------------------------------------------------------------------------------------
+# --- the published tables -----------------------------------------------------------------------
 
 
 def _read_csv(path: Path) -> list[tuple[int, dict[str, str]]]:
     text = read_text(path, "benchmark table", max_bytes=MAX_TABLE_BYTES)
     reader = csv.DictReader(text.splitlines())
-    return [(i + 2, {(k or "").strip(): (v or "").strip() for k, v in row.items()}) for i, row in enumerate(reader)]
+    return [
+        (i + 2, {(k or "").strip(): (v or "").strip() for k, v in row.items()})
+        for i, row in enumerate(reader)
+    ]
 
 
 def _num(value: str) -> float | None:
@@ -108,7 +111,11 @@ class _Models:
         self.works: dict[str, ModelWork] = {}
         self.sources: dict[str, str] = {}
         for key, entry in (data.get("models") or {}).items():
-            task = "causal-lm" if entry["config"].get("model_type") in ("llama", "mistral", "gptj", "falcon", "gpt2") else None
+            task = (
+                "causal-lm"
+                if entry["config"].get("model_type") in ("llama", "mistral", "gptj", "falcon", "gpt2")
+                else None
+            )
             self.works[key] = work_from_config(entry["config"], name=key, task=task)
             self.sources[key] = str(entry.get("source", ""))
             for a in entry.get("aliases", []):
@@ -127,12 +134,19 @@ class _Models:
         return work_from_dims(replace(base.dims, head=head))
 
 
+def _neuron_source(fname: str) -> str:
+    platform, table = fname.split("_", 1)
+    return f"{NEURON_COMMIT} about-neuron/benchmarks/{platform}/{table}"
+
+
 def _chip_for(instance_type: str, catalog: Catalog) -> tuple[str, str]:
     inst = catalog.instance(instance_type.strip().lower())
     return inst.name, inst.accelerator
 
 
-def _neuron_decoder(ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]) -> None:
+def _neuron_decoder(
+    ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]
+) -> None:
     seen: dict[tuple, str] = {}
     for fname in (
         "inf2_throughput_data_decoder.csv",
@@ -147,10 +161,23 @@ def _neuron_decoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
             if model is None:
                 skipped.append(Skipped(rid, f"model {r['Model']!r} has no entry in benchmark_models.toml"))
                 continue
-            key = tuple(r[k] for k in ("Model", "Inst. Type", "Batch Size", "Sequence Length", "Input Length",
-                                        "Output Length", "Neuron Version", "TP Degree"))
+            key = tuple(
+                r[k]
+                for k in (
+                    "Model",
+                    "Inst. Type",
+                    "Batch Size",
+                    "Sequence Length",
+                    "Input Length",
+                    "Output Length",
+                    "Neuron Version",
+                    "TP Degree",
+                )
+            )
             if key in seen:
-                skipped.append(Skipped(rid, f"duplicate of {seen[key]} (same row in the throughput and latency tables)"))
+                skipped.append(
+                    Skipped(rid, f"duplicate of {seen[key]} (same row in the throughput and latency tables)")
+                )
                 continue
             seen[key] = rid
             instance, chip = _chip_for(r["Inst. Type"], catalog)
@@ -163,7 +190,7 @@ def _neuron_decoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
             out.append(
                 BenchRow(
                     row_id=rid,
-                    source=f"{NEURON_COMMIT} about-neuron/benchmarks/{fname.split('_', 1)[0]}/{fname.split('_', 1)[1]}",
+                    source=_neuron_source(fname),
                     stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
                     family="",
                     chip=chip,
@@ -185,7 +212,9 @@ def _neuron_decoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
             )
 
 
-def _neuron_encoder(ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]) -> None:
+def _neuron_encoder(
+    ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]
+) -> None:
     for fname in (
         "inf2_throughput_data_encoder.csv",
         "inf2_latency_data_encoder.csv",
@@ -214,7 +243,7 @@ def _neuron_encoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
             out.append(
                 BenchRow(
                     row_id=rid,
-                    source=f"{NEURON_COMMIT} about-neuron/benchmarks/{fname.split('_', 1)[0]}/{fname.split('_', 1)[1]}",
+                    source=_neuron_source(fname),
                     stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
                     family="",
                     chip=chip,
@@ -231,7 +260,10 @@ def _neuron_encoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
                     input_len=int(r["Sequence Length"]),
                     output_len=0,
                     observed=(("enc_per_s", thr), ("enc_latency_s", lat / 1e3)),
-                    notes=f"{r['Task']}; FP32 model, {r['Compilation Autocast Data Type']} auto-cast; {copies} copies",
+                    notes=(
+                        f"{r['Task']}; FP32 model, {r['Compilation Autocast Data Type']} auto-cast; "
+                        f"{copies} copies"
+                    ),
                 )
             )
     # Inferentia (NeuronCore-v1): throughput only; several workers share a core, so latency is not one call
@@ -244,7 +276,12 @@ def _neuron_encoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
         if model is None:
             skipped.append(Skipped(rid, f"model {r['Model']!r} has no entry in benchmark_models.toml"))
             continue
-        if not r["Framework"].startswith("PyTorch") or cores is None or thr is None or r["Run Mode"] != "Data Parallel":
+        if (
+            not r["Framework"].startswith("PyTorch")
+            or cores is None
+            or thr is None
+            or r["Run Mode"] != "Data Parallel"
+        ):
             skipped.append(Skipped(rid, "not a PyTorch data-parallel row with its core count"))
             continue
         instance, chip = _chip_for(r["Inst. Type"], catalog)
@@ -271,12 +308,23 @@ def _neuron_encoder(ref: Path, models: _Models, catalog: Catalog, out: list[Benc
                 input_len=int(r["Seq. Length"]),
                 output_len=0,
                 observed=(("enc_per_s", thr),),
-                notes=f"{r['N Models']} models x {r['Workers per Model']} workers on {cores} cores (latency not used)",
+                notes=(
+                    f"{r['N Models']} models x {r['Workers per Model']} workers on {cores} cores "
+                    "(latency not used)"
+                ),
             )
         )
 
 
-def _neuron_training(ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]) -> None:
+def _tutorial(cell: str) -> str:
+    """The tutorial name of a training row's link markup (`name <url>`_ or :ref:`name`)."""
+    text = cell.replace(":ref:", "").strip(" `_")
+    return text.split("<")[0].strip(" `") or "unnamed tutorial"
+
+
+def _neuron_training(
+    ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]
+) -> None:
     cores_per_node = catalog.instance("trn1.32xlarge").neuron_cores
     # (file, column holding the sequence length or None, default length by model key with the reason)
     default_len = {
@@ -297,7 +345,11 @@ def _neuron_training(ref: Path, models: _Models, catalog: Catalog, out: list[Ben
             name = r["Model"]
             model = models.find(name)
             if model is None:
-                skipped.append(Skipped(rid, f"{name}: architecture not in benchmark_models.toml (not published in the row)"))
+                skipped.append(
+                    Skipped(
+                        rid, f"{name}: architecture not in benchmark_models.toml (not published in the row)"
+                    )
+                )
                 continue
             dtype = r["Training Data-Type"]
             if "BF16" not in dtype:
@@ -333,7 +385,7 @@ def _neuron_training(ref: Path, models: _Models, catalog: Catalog, out: list[Ben
                 BenchRow(
                     row_id=rid,
                     source=f"{NEURON_COMMIT} about-neuron/benchmarks/trn1/{fname.split('_', 1)[1]}",
-                    stack=f"{r.get('Neuron Tutorial/Example', '').split('<')[0].strip(' `:')} Neuron {r['Neuron Version']}",
+                    stack=f"{_tutorial(r.get('Neuron Tutorial/Example', ''))}, Neuron {r['Neuron Version']}",
                     family="",
                     chip="Trainium",
                     instance="trn1.32xlarge",
@@ -389,7 +441,13 @@ def _gpu_inference(ref: Path, models: _Models, out: list[BenchRow], skipped: lis
             continue
         model = models.find(r["model"])
         if model is None:
-            skipped.append(Skipped(rid, f"{r['model']}: not a dense transformer in benchmark_models.toml (MoE rows are not modelled)"))
+            skipped.append(
+                Skipped(
+                    rid,
+                    f"{r['model']}: not a dense transformer in benchmark_models.toml "
+                    "(MoE rows are not modelled)",
+                )
+            )
             continue
         if r["precision"] not in _PRECISION:
             skipped.append(Skipped(rid, f"precision {r['precision']!r} not modelled"))
@@ -462,7 +520,9 @@ def _gpu_training(ref: Path, models: _Models, out: list[BenchRow], skipped: list
             continue
         prec = r["precision"].upper()
         if not prec.startswith("FP8"):
-            skipped.append(Skipped(rid, f"precision {r['precision']}: only FP8 dense rows exist; nothing to hold out"))
+            skipped.append(
+                Skipped(rid, f"precision {r['precision']}: only FP8 dense rows exist; nothing to hold out")
+            )
             continue
         per_gpu = _num(r["tokens_per_s_per_gpu"])
         if per_gpu is None:
@@ -488,7 +548,10 @@ def _gpu_training(ref: Path, models: _Models, out: list[BenchRow], skipped: list
                 input_len=int(r["seq_len"]),
                 output_len=0,
                 observed=(("train_tok_s", per_gpu),),
-                notes=f"{r['task']}, {r['gpu_count']} GPUs, TP{r['tp']} PP{r['pp']} CP{r['cp'] or 1}, {r['precision']}",
+                notes=(
+                    f"{r['task']}, {r['gpu_count']} GPUs, TP{r['tp']} PP{r['pp']} CP{r['cp'] or 1}, "
+                    f"{r['precision']}"
+                ),
             )
         )
 
@@ -499,7 +562,8 @@ def load_reference(reference: str | Path | None = None, *, platforms: str | Path
     for sub in ("neuron-benchmarks", "gpu-benchmarks"):
         if not (ref / sub).is_dir():
             raise ChipswapError(
-                f"reference tables not found: {ref / sub}; run from the repository root (../shared/reference) "
+                f"reference tables not found: {ref / sub}; run from the repository root "
+                "(../shared/reference) "
                 "or pass --reference DIR"
             )
     folder = Path(platforms) if platforms else shipped_dir()
@@ -529,7 +593,7 @@ def load_reference(reference: str | Path | None = None, *, platforms: str | Path
     return Reference(placed, models.works, devices, skipped, models.sources, families, groups)
 
 
-# --- fitting and validation of every group --------------------------------------------------------------------
+# --- fitting and validation of every group ------------------------------------------------------
 
 
 @dataclass
@@ -547,7 +611,8 @@ class Validation:
 
 SPLIT_DOC = {
     "model": "leave-one-model-out: each published model's rows predicted by coefficients fitted without them",
-    "architecture": "leave-one-architecture-out: models with identical layer sizes (Llama-2-13B / CodeLlama-13B, "
+    "architecture": "leave-one-architecture-out: models with identical layer sizes "
+    "(Llama-2-13B / CodeLlama-13B, "
     "Llama-2-70B / Llama-3-70B, Llama-3-8B / Llama-3.1-8B) are held out together",
     "platform": "leave-one-platform-out: Inferentia2 rows predicted from Trainium rows only and vice versa",
     "gpu": "leave-one-GPU-out: each GPU's rows predicted from the other GPUs' rows only",
@@ -583,7 +648,9 @@ class Calibration:
         return {f: family_file_text(self, f) for f in self.reference.families}
 
 
-def calibrate(reference: str | Path | None = None, *, validate: bool = True, progress: Any = None) -> Calibration:
+def calibrate(
+    reference: str | Path | None = None, *, validate: bool = True, progress: Any = None
+) -> Calibration:
     """Fit every group and phase on the published rows; with `validate`, also every held-out split."""
     ref = load_reference(reference)
     coefs: dict[tuple[str, str], Any] = {}
@@ -640,7 +707,8 @@ def family_file_text(cal: Calibration, family: str) -> str:
     lines = [
         f"# {family}: fitted coefficients. GENERATED by `chipswap calibrate` (make calibrate) from",
         "# ../shared/reference/{neuron,gpu}-benchmarks; do not edit by hand - re-run the calibration.",
-        "# Spec-sheet numbers come from the catalog's chip entries; see families.toml and docs/projection.md.",
+        "# Spec-sheet numbers come from the catalog's chip entries; see families.toml and",
+        "# docs/projection.md.",
         "schema = 1",
         f"family = {_toml_value(family)}",
         f"group = {_toml_value(spec.group)}",
@@ -652,7 +720,7 @@ def family_file_text(cal: Calibration, family: str) -> str:
     if group_rows:
         lines.append(f"calibrated_batch = {max(r.batch for r in group_rows)}")
     for (g, phase), coef in sorted(cal.coefficients.items()):
-        if g != spec.group:
+        if g != spec.group or (phase == "training" and not spec.training_dtypes):
             continue
         own = sum(1 for r in ref.rows if r.family == family and r.phase == phase)
         lines += [
@@ -679,7 +747,9 @@ def family_file_text(cal: Calibration, family: str) -> str:
                 b = band_of(items, metric, BAND_QUANTILE)
                 if b is not None:
                     lines.append(f"{metric} = {b!r}")
-            lines.append(f"[{phase}.held_out_median_error]  # median |predicted/published - 1|, {split} split")
+            lines.append(
+                f"[{phase}.held_out_median_error]  # median |predicted/published - 1|, {split} split"
+            )
             for metric in sorted({h.metric for h in items}):
                 m = median_error(items, metric)
                 if m is not None:

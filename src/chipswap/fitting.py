@@ -149,7 +149,11 @@ def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitR
     out: dict[str, float] = {}
     if row.phase == "llm":
         comp, mem = roofline_llm_poly(
-            work, device, tp=row.tp, weight_dtype=row.weight_dtype, compute_dtype=row.compute_dtype,
+            work,
+            device,
+            tp=row.tp,
+            weight_dtype=row.weight_dtype,
+            compute_dtype=row.compute_dtype,
             kv_dtype=row.kv_dtype,
         )
         batch = row.batch or ifb_batch(row, work, device, rules)
@@ -173,7 +177,7 @@ def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitR
     return {m: v for m, v in out.items() if row.value(m) is not None}
 
 
-# --- fitting -------------------------------------------------------------------------------------------------
+# --- fitting ------------------------------------------------------------------------------------
 
 # Every prediction is linear in theta: the fixed times themselves and 1 / every efficiency (see
 # chipswap.core.platform: each term is a work quantity over a rate x an efficiency, or a fixed time). So the
@@ -248,11 +252,21 @@ class Design:
         return np.where(self.inverse, self.scale / t, t)
 
 
-def _times(row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficients, rules: FitRules) -> dict[str, tuple[float, float, bool]]:
+def _times(
+    row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficients, rules: FitRules
+) -> dict[str, tuple[float, float, bool]]:
     """(time-like quantity, scale, inverse) per metric: the metric is the time, or scale / time."""
     if row.phase == "llm":
-        poly = llm_poly(work, device, coef, tp=row.tp, weight_dtype=row.weight_dtype,
-                        compute_dtype=row.compute_dtype, kv_dtype=row.kv_dtype, family=row.family)
+        poly = llm_poly(
+            work,
+            device,
+            coef,
+            tp=row.tp,
+            weight_dtype=row.weight_dtype,
+            compute_dtype=row.compute_dtype,
+            kv_dtype=row.kv_dtype,
+            family=row.family,
+        )
         batch = row.batch or ifb_batch(row, work, device, rules)
         prefill = poly.prefill_s(batch, row.input_len)
         step = poly.decode_step_s(batch, row.input_len + row.output_len // 2)
@@ -262,19 +276,28 @@ def _times(row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficient
             "out_tok_s": (prefill + row.output_len * step, batch * row.output_len * row.replicas, True),
         }
     if row.phase == "encoder":
-        epoly = encoder_poly(work, device, coef, tp=row.tp, weight_dtype=row.weight_dtype,
-                             compute_dtype=row.compute_dtype, family=row.family)
+        epoly = encoder_poly(
+            work,
+            device,
+            coef,
+            tp=row.tp,
+            weight_dtype=row.weight_dtype,
+            compute_dtype=row.compute_dtype,
+            family=row.family,
+        )
         t = epoly.encoder_s(row.batch, row.input_len)
         return {"enc_latency_s": (t, 1.0, False), "enc_per_s": (t, float(row.replicas * row.batch), True)}
     if row.phase == "training":
-        rate = train_tokens_per_s_per_device(work, device, coef, seq_len=row.input_len,
-                                             compute_dtype=row.compute_dtype, family=row.family)
+        rate = train_tokens_per_s_per_device(
+            work, device, coef, seq_len=row.input_len, compute_dtype=row.compute_dtype, family=row.family
+        )
         return {"train_tok_s": (1.0 / rate if rate else math.inf, 1.0, True)}
     return {}
 
 
 def design(problem: Problem, phase: str, names: Sequence[str]) -> Design:
-    """The design of every published metric of every `phase` row of `problem` over the coefficients `names`."""
+    """The design of every published metric of every `phase` row of `problem` over the coefficients
+    `names`."""
     rows: list[BenchRow] = []
     metrics: list[str] = []
     lines: list[list[float]] = []
@@ -298,12 +321,18 @@ def design(problem: Problem, phase: str, names: Sequence[str]) -> Design:
             inverse.append(per_basis[0][metric][2])
             observed.append(value)
     return Design(
-        tuple(rows), tuple(metrics), np.array(lines, dtype=float).reshape(len(lines), len(names)),
-        np.array(scales), np.array(inverse, dtype=bool), np.array(observed),
+        tuple(rows),
+        tuple(metrics),
+        np.array(lines, dtype=float).reshape(len(lines), len(names)),
+        np.array(scales),
+        np.array(inverse, dtype=bool),
+        np.array(observed),
     )
 
 
-def _pairs(problem: Problem, coef: Coefficients, *, baseline: bool = False) -> list[tuple[BenchRow, str, float, float]]:
+def _pairs(
+    problem: Problem, coef: Coefficients, *, baseline: bool = False
+) -> list[tuple[BenchRow, str, float, float]]:
     """(row, metric, predicted, published) for every published metric of every row, through predict_row."""
     out = []
     for row in problem.rows:
@@ -336,7 +365,9 @@ def _solve(dz: Design, names: Sequence[str]) -> np.ndarray:
     return np.exp(res.x)
 
 
-def fit_group(problem: Problem, phase: str, free: Sequence[str], group: str = "", *, dz: Design | None = None) -> Coefficients:
+def fit_group(
+    problem: Problem, phase: str, free: Sequence[str], group: str = "", *, dz: Design | None = None
+) -> Coefficients:
     """Least-squares fit of the `free` coefficients of `phase` on every row of `problem` of that phase."""
     names = list(free)
     dz = dz if dz is not None else design(problem, phase, names)
@@ -358,7 +389,7 @@ def fit_group(problem: Problem, phase: str, free: Sequence[str], group: str = ""
     )
 
 
-# --- validation ---------------------------------------------------------------------------------------------
+# --- validation ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -404,8 +435,12 @@ def held_out(
         if not train.any():
             continue
         part = Design(
-            tuple(r for r, t in zip(full.rows, train, strict=True) if t), tuple(m for m, t in zip(full.metrics, train, strict=True) if t),
-            full.matrix[train], full.scale[train], full.inverse[train], full.observed[train],
+            tuple(r for r, t in zip(full.rows, train, strict=True) if t),
+            tuple(m for m, t in zip(full.metrics, train, strict=True) if t),
+            full.matrix[train],
+            full.scale[train],
+            full.inverse[train],
+            full.observed[train],
         )
         coef = fit_group(problem, phase, names, group, dz=part)
         test_rows = tuple(dict.fromkeys(r for r, t in zip(full.rows, train, strict=True) if not t))
@@ -423,7 +458,9 @@ def in_sample(problem: Problem, coef: Coefficients) -> list[HeldOut]:
     return [HeldOut(r, m, p, o, base[(id(r), m)], "") for r, m, p, o in _pairs(sub, coef)]
 
 
-def median_error(items: Iterable[HeldOut], metric: str | None = None, *, baseline: bool = False) -> float | None:
+def median_error(
+    items: Iterable[HeldOut], metric: str | None = None, *, baseline: bool = False
+) -> float | None:
     errs = [h.baseline_error if baseline else h.error for h in items if metric is None or h.metric == metric]
     return float(np.median(errs)) if errs else None
 

@@ -86,13 +86,17 @@ def load_families(folder: str | None = None) -> tuple[dict[str, FamilySpec], dic
             vendor=str(f["vendor"]),
             device_unit=str(f["device_unit"]),
             chips=_str_list(f["chips"], f"{where}.chips"),
-            devices_per_chip=strict_int(f.get("devices_per_chip", 1), f"{where}.devices_per_chip", lo=1, hi=64),
+            devices_per_chip=strict_int(
+                f.get("devices_per_chip", 1), f"{where}.devices_per_chip", lo=1, hi=64
+            ),
             group=group,
             weight_dtypes=tuple((str(a).lower(), str(b).lower()) for a, b in pairs),
             training_dtypes=_str_list(f.get("training_dtypes", []), f"{where}.training_dtypes"),
             padded=bool(f.get("padded", False)),
             reserve_gib=strict_number(f.get("reserve_gib", 1.0), f"{where}.reserve_gib", lo=0, hi=64),
-            reserve_fraction=strict_number(f.get("reserve_fraction", 0.05), f"{where}.reserve_fraction", lo=0, hi=0.5),
+            reserve_fraction=strict_number(
+                f.get("reserve_fraction", 0.05), f"{where}.reserve_fraction", lo=0, hi=0.5
+            ),
             max_batch=strict_int(f.get("max_batch", 64), f"{where}.max_batch", lo=1, hi=4096),
             note=str(f.get("note", "")),
         )

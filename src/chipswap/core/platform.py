@@ -133,7 +133,8 @@ class Coefficients:
         v = self.get(name)
         if v is None:
             raise ChipswapError(
-                f"{family}: coefficient {name} ({COEFFICIENTS[self.phase].get(name, name)}) is not calibrated: "
+                f"{family}: coefficient {name} ({COEFFICIENTS[self.phase].get(name, name)}) is not "
+                "calibrated: "
                 "no published rows of that kind for this platform; give a measured figure for this instance"
             )
         return v
@@ -281,7 +282,13 @@ def encoder_poly(
 
 
 def train_tokens_per_s_per_device(
-    work: ModelWork, device: DeviceSpec, coef: Coefficients, *, seq_len: int, compute_dtype: str, family: str = ""
+    work: ModelWork,
+    device: DeviceSpec,
+    coef: Coefficients,
+    *,
+    seq_len: int,
+    compute_dtype: str,
+    family: str = "",
 ) -> float:
     """Trained tokens per second on one device at the fitted model-FLOPs utilisation of that precision."""
     peak = device.peak(compute_dtype)
@@ -298,7 +305,13 @@ def train_tokens_per_s_per_device(
 
 
 def roofline_llm_poly(
-    work: ModelWork, device: DeviceSpec, *, tp: int, weight_dtype: str, compute_dtype: str, kv_dtype: str = "bf16"
+    work: ModelWork,
+    device: DeviceSpec,
+    *,
+    tp: int,
+    weight_dtype: str,
+    compute_dtype: str,
+    kv_dtype: str = "bf16",
 ) -> tuple[LlmPoly, LlmPoly]:
     """Spec-sheet roofline with no fitted numbers: (compute-time polynomial, memory-time polynomial); a call
     takes the larger of the two. Peak FLOP/s and peak bandwidth, no overheads, no collectives."""
@@ -330,12 +343,19 @@ def roofline_llm_poly(
     return compute, memory
 
 
-def roofline_encoder_s(work: ModelWork, device: DeviceSpec, batch: int, length: int, *, weight_dtype: str) -> float:
+def roofline_encoder_s(
+    work: ModelWork, device: DeviceSpec, batch: int, length: int, *, weight_dtype: str
+) -> float:
     peak = device.peak("bf16") or 0.0
-    return max(work.encoder_flops(batch, length) / peak, work.streamed_weight_bytes(weight_dtype) / device.hbm_bytes_s)
+    return max(
+        work.encoder_flops(batch, length) / peak,
+        work.streamed_weight_bytes(weight_dtype) / device.hbm_bytes_s,
+    )
 
 
-def roofline_train_tokens_per_s(work: ModelWork, device: DeviceSpec, *, seq_len: int, compute_dtype: str) -> float:
+def roofline_train_tokens_per_s(
+    work: ModelWork, device: DeviceSpec, *, seq_len: int, compute_dtype: str
+) -> float:
     return (device.peak(compute_dtype) or 0.0) / work.train_flops_per_token(seq_len)
 
 
@@ -373,7 +393,8 @@ class PlatformModel:
             if d.chip.lower() == chip.lower():
                 return d
         raise ChipswapError(
-            f"chip {chip!r} is not part of the {self.family} platform; known: {', '.join(x.chip for x in self.devices)}"
+            f"chip {chip!r} is not part of the {self.family} platform; "
+            f"known: {', '.join(x.chip for x in self.devices)}"
         )
 
     def phase(self, phase: str) -> Coefficients:

@@ -85,6 +85,7 @@ class ModelDims:
     max_positions: int = 0
     patch_tokens: int = 0
     patch_flops: float = 0.0
+    pooler: bool = True  # a classifier head pools through a hidden x hidden layer first (BERT-style; not ViT)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -114,7 +115,7 @@ class ModelWork:
     embedding_params: int  # token (+ position) embedding rows; gathered, not multiplied
     source: str = "closed form"  # or "graph count (torch.utils.flop_counter)" when capture/flops.py made it
 
-    # --- sizes -------------------------------------------------------------------------------------------
+    # --- sizes -----------------------------------------------------------------------------------
     @property
     def name(self) -> str:
         return self.dims.name
@@ -143,7 +144,7 @@ class ModelWork:
         d = self.dims
         return 2.0 * d.layers * d.kv_heads * d.head_dim * dtype_bytes(dtype)
 
-    # --- FLOPs ---------------------------------------------------------------------------------------------
+    # --- FLOPs -----------------------------------------------------------------------------------
     def _attention_flops(self, queries: float, keys: float) -> float:
         """QK^T and AV: 2 matmuls x 2 FLOPs x queries x keys x heads x head_dim, every layer."""
         d = self.dims
@@ -189,21 +190,21 @@ class ModelWork:
         forward = 2.0 * (self.matmul_params + self.head_params) + self._attention_flops(1, seq_len)
         return 3.0 * forward
 
-    # --- bytes -----------------------------------------------------------------------------------------------
+    # --- bytes -----------------------------------------------------------------------------------
     def decode_bytes(self, batch: int, context: int, weight_dtype: str, kv_dtype: str = "bf16") -> float:
         """HBM bytes of one decode step over the whole model (all devices): weights once + the KV read."""
-        return self.streamed_weight_bytes(weight_dtype) + float(batch) * context * self.kv_bytes_per_token_total(
-            kv_dtype
-        )
+        return self.streamed_weight_bytes(weight_dtype) + float(
+            batch
+        ) * context * self.kv_bytes_per_token_total(kv_dtype)
 
     def prefill_bytes(self, batch: int, length: int, weight_dtype: str, kv_dtype: str = "bf16") -> float:
         """HBM bytes of one prefill: weights once + the KV cache written."""
-        return self.streamed_weight_bytes(weight_dtype) + float(batch) * length * self.kv_bytes_per_token_total(
-            kv_dtype
-        )
+        return self.streamed_weight_bytes(weight_dtype) + float(
+            batch
+        ) * length * self.kv_bytes_per_token_total(kv_dtype)
 
 
-# --- building ModelDims from a transformers-style config -----------------------------------------------------
+# --- building ModelDims from a transformers-style config ----------------------------------------
 
 # config keys, in the order tried, for each dimension (transformers' own attribute names and aliases)
 _KEYS: dict[str, tuple[str, ...]] = {
@@ -323,13 +324,16 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         max_positions=max_pos,
         patch_tokens=patch_tokens,
         patch_flops=patch_flops,
+        pooler=mtype != "vit",
     )
 
 
 def _encoder_head(task: str | None) -> str:
-    return {"sequence-classification": "classifier", "masked-lm": "mlm", "image-classification": "classifier"}.get(
-        task or "", "none"
-    )
+    return {
+        "sequence-classification": "classifier",
+        "masked-lm": "mlm",
+        "image-classification": "classifier",
+    }.get(task or "", "none")
 
 
 def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork:
@@ -353,14 +357,19 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
         head = d.hidden * d.hidden + d.vocab * d.hidden  # transform + decoder (tied)
         head_stored = d.hidden * d.hidden
     elif d.head == "classifier":
-        head = d.hidden * d.hidden + d.hidden * d.num_labels  # pooler + classifier
+        head = (d.hidden * d.hidden if d.pooler else 0) + d.hidden * d.num_labels  # pooler + classifier
         head_stored = head
     else:
         head = 0
         head_stored = 0
-    patch = d.patch_flops / (2.0 * max(1, d.patch_tokens - 1)) if d.patch_tokens else 0
+    # ViT: the patch projection (a strided conv) + [CLS] token + one position row per token
+    patch = (
+        d.patch_flops / (2.0 * max(1, d.patch_tokens - 1)) + d.hidden * (d.patch_tokens + 1)
+        if d.patch_tokens
+        else 0
+    )
     params = stored_layers * per_layer_params + embeddings + projection + head_stored + int(patch)
-    params += 2 * d.hidden  # final norm
+    params += d.norm_params_per_layer // 2  # the final (or embedding) norm
     return ModelWork(
         dims=d,
         params=int(params),
