@@ -770,14 +770,42 @@ def write_families(cal: Calibration, folder: str | Path | None = None) -> list[P
     return written
 
 
-def differences(cal: Calibration, folder: str | Path | None = None) -> list[str]:
-    """Families whose shipped file differs from a fresh calibration (empty = the shipped files match)."""
+def _same(a: Any, b: Any, rel: float) -> bool:
+    """Structural equality with floats equal to `rel` (a re-fit on another machine may flip a last digit)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) or isinstance(b, float):
+        if (
+            isinstance(a, bool)
+            or isinstance(b, bool)
+            or not isinstance(a, (int, float))
+            or not isinstance(b, (int, float))
+        ):
+            return False
+        return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-12)
+    return bool(a == b)
+
+
+def differences(cal: Calibration, folder: str | Path | None = None, *, rel: float = 2e-3) -> list[str]:
+    """Families whose shipped file differs from a fresh calibration (empty = the shipped files match).
+    Numbers are compared to `rel` (shipped values carry 3-4 significant digits); everything else exactly."""
+    import tomllib
+
     root = Path(folder) if folder else shipped_dir()
     out = []
     for family, text in cal.families_text().items():
         path = root / f"{family.lower()}.toml"
-        old = path.read_text() if path.is_file() else ""
-        if old != text:
+        if not path.is_file():
+            out.append(family)
+            continue
+        try:
+            old = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            out.append(family)
+            continue
+        if not _same(old, tomllib.loads(text), rel):
             out.append(family)
     return out
 

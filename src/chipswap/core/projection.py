@@ -332,7 +332,7 @@ def _dtype_candidates(platform: PlatformModel, dtype: str, mode: str) -> tuple[l
         return served, []
     if want == "bf16":
         sixteen = [w for w in served if w in ("bf16",)] or [w for w in served if w == "fp16"]
-        return sixteen, [w for w in served if w not in sixteen and w != "fp32"]
+        return sixteen, [w for w in served if w not in ("bf16", "fp16", "fp32")]
     if want not in served:
         raise ChipswapError(
             f"dtype {dtype!r} is not served on {platform.family}; use one of {', '.join(served)}, bf16 or any"
