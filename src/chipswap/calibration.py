@@ -603,6 +603,8 @@ class Validation:
     group: str
     phase: str
     splits: dict[str, list[HeldOut]] = field(default_factory=dict)  # split name -> held-out predictions
+    # split name -> (row id, why) of rows that cannot be predicted with their fold held out
+    unpredictable: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     fitted: list[HeldOut] = field(default_factory=list)  # in-sample predictions of the shipped fit
 
     def median(self, split: str, metric: str, *, baseline: bool = False) -> float | None:
@@ -626,14 +628,19 @@ def validate_group(reference: Reference, group: str, phase: str) -> Validation:
     val = Validation(group, phase)
     if not problem.rows or not free:
         return val
-    val.splits["model"] = held_out(problem, phase, free, lambda r: r.model.split(":")[0], group=group)
-    arch = architecture_key({k: v for k, v in reference.works.items()})
-    val.splits["architecture"] = held_out(problem, phase, free, arch, group=group)
-    fams = {r.family for r in problem.rows}
-    if spec.vendor == "AWS" and len(fams) > 1:
-        val.splits["platform"] = held_out(problem, phase, free, lambda r: r.family, group=group)
+    arch = architecture_key(reference.works)
+    splits: dict[str, Callable[[BenchRow], str]] = {
+        "model": lambda r: r.model.split(":")[0],
+        "architecture": arch,
+    }
+    if spec.vendor == "AWS" and len({r.family for r in problem.rows}) > 1:
+        splits["platform"] = lambda r: r.family
     if spec.vendor == "NVIDIA":
-        val.splits["gpu"] = held_out(problem, phase, free, lambda r: r.family, group=group)
+        splits["gpu"] = lambda r: r.family
+    for name, key in splits.items():
+        lost: list[tuple[str, str]] = []
+        val.splits[name] = held_out(problem, phase, free, key, group=group, unpredictable=lost)
+        val.unpredictable[name] = lost
     return val
 
 

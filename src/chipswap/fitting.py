@@ -423,9 +423,14 @@ def held_out(
     key: Callable[[BenchRow], str],
     *,
     group: str = "",
+    unpredictable: list[tuple[str, str]] | None = None,
 ) -> list[HeldOut]:
     """For each value k of `key`, fit on the rows whose key is not k and predict the rows whose key is k.
-    Nothing about a held-out row reaches its fit: the design lines of the fold's rows are dropped."""
+    Nothing about a held-out row reaches its fit: the design lines of the fold's rows are dropped.
+
+    A held-out row that needs a coefficient no remaining row informs (e.g. the only GPU with FP4 rows held
+    out) cannot be predicted from the others; it is left out of the result and listed in `unpredictable`
+    as (row id, why) instead of being scored against a coefficient that was never fitted."""
     names = list(free)
     full = design(problem, phase, names)
     keys = np.array([key(r) for r in full.rows])
@@ -443,7 +448,19 @@ def held_out(
             full.observed[train],
         )
         coef = fit_group(problem, phase, names, group, dz=part)
-        test_rows = tuple(dict.fromkeys(r for r, t in zip(full.rows, train, strict=True) if not t))
+        informed = (part.matrix != 0).any(axis=0)
+        blind: set[int] = set()
+        for i in np.flatnonzero(~train):
+            missing = [n for j, n in enumerate(names) if full.matrix[i, j] != 0 and not informed[j]]
+            if missing:
+                blind.add(id(full.rows[i]))
+                if unpredictable is not None:
+                    unpredictable.append(
+                        (full.rows[i].row_id, f"no row left to fit {', '.join(missing)} when {k} is held out")
+                    )
+        test_rows = tuple(
+            dict.fromkeys(r for r, t in zip(full.rows, train, strict=True) if not t and id(r) not in blind)
+        )
         test = Problem(test_rows, problem.works, problem.devices, problem.rules)
         base = {(id(r), m): p for r, m, p, _ in _pairs(test, coef, baseline=True)}
         for r, m, p, o in _pairs(test, coef):
