@@ -80,6 +80,14 @@ def accuracy(cal: C.Calibration) -> list[str]:
             f"{ratio} | {verdict} |"
         )
     out.append("")
+    for (g, ph), val in sorted(cal.validations.items()):
+        for split, lost in val.unpredictable.items():
+            if lost:
+                out.append(
+                    f"Not scored in {g} {ph} {SPLIT_NAMES[split]}: {len(lost)} rows ({lost[0][1]}); they are "
+                    "scored in the other splits."
+                )
+                out.append("")
     out.append(
         "In-sample fit error (median, rows fitted on): "
         + ", ".join(f"{g} {p} {c.fit_error * 100:.1f}%" for (g, p), c in sorted(cal.coefficients.items()))
