@@ -28,7 +28,6 @@ from _results import write_section  # noqa: E402
 from chipswap import calibration as C  # noqa: E402
 from chipswap.catalog_io import load_catalog  # noqa: E402
 from chipswap.core.platform import llm_poly  # noqa: E402
-from chipswap.fitting import median_error  # noqa: E402
 from chipswap.projection import model_work, platform_of, project_serving, project_training  # noqa: E402
 from chipswap.traces import bundled_trace_path, read_trace  # noqa: E402
 
@@ -59,10 +58,12 @@ def accuracy(cal: C.Calibration) -> list[str]:
         "### Held-out accuracy: calibrated model vs uncalibrated spec-sheet roofline",
         "",
         "Median |predicted / published - 1| over the rows of each held-out split (each row predicted by "
-        "coefficients fitted without its model, architecture, platform or GPU). Roofline = peak FLOP/s and peak "
+        "coefficients fitted without its model, architecture, platform or GPU). Roofline = peak FLOP/s and "
+        "peak "
         "HBM bandwidth from the catalog, max(compute, memory), no fitted numbers.",
         "",
-        "| group | phase | held out | metric | rows | calibrated | roofline | roofline / calibrated | target |",
+        "| group | phase | held out | metric | rows | calibrated | roofline | roofline / calibrated | "
+        "target |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for g, p, split, metric, err, base, n in C.summary_rows(cal):
@@ -116,7 +117,8 @@ def worst(cal: C.Calibration, group: str, phase: str, split: str, n: int) -> lis
     for h in items:
         r = h.row
         out.append(
-            f"| {r.row_id} | {r.model.split(':')[0]} | {r.instance} | {r.batch or '-'} | {r.input_len}/{r.output_len} "
+            f"| {r.row_id} | {r.model.split(':')[0]} | {r.instance} | {r.batch or '-'} | "
+            f"{r.input_len}/{r.output_len} "
             f"| {METRIC_NAMES[h.metric]} | {h.published:,.4g} | {h.predicted:,.4g} | {h.error * 100:.0f}% | "
             f"{_hint(r)} |"
         )
@@ -132,10 +134,12 @@ def llama_table() -> list[str]:
         f"{int((trace.prompt_tokens + trace.output_tokens).max()):,} tokens)",
         "",
         "Chosen configuration (bf16 weights), whole-instance steady-state throughput at the mean request, "
-        "TTFT at batch 1 and TPOT at the chosen batch for the mean request (Neuron prompts padded to powers of "
+        "TTFT at batch 1 and TPOT at the chosen batch for the mean request (Neuron prompts padded to powers "
+        "of "
         "two), each projected ± its held-out band.",
         "",
-        "| model | instance | configuration | requests/s | output tok/s | TTFT (mean) | TPOT | e2e (mean) | notes |",
+        "| model | instance | configuration | requests/s | output tok/s | TTFT (mean) | TPOT | e2e (mean) | "
+        "notes |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name in ("llama-3-8b", "llama-3-70b"):
@@ -157,7 +161,8 @@ def llama_table() -> list[str]:
             out.append(
                 f"| {name} | {inst} | TP{c.tp_degree} x {c.replicas}, batch {c.max_batch} | "
                 f"{p.requests_per_s.value:,.2f} ±{p.requests_per_s.band * 100:.0f}% | "
-                f"{p.output_tokens_per_s.value:,.0f} | {s.ttft.value * 1e3:,.0f} ms ±{s.ttft.band * 100:.0f}% | "
+                f"{p.output_tokens_per_s.value:,.0f} | {s.ttft.value * 1e3:,.0f} ms "
+                f"±{s.ttft.band * 100:.0f}% | "
                 f"{s.tpot.value * 1e3:,.1f} ms ±{s.tpot.band * 100:.0f}% | {s.e2e.value:,.2f} s | {notes} |"
             )
     return out + [""]
@@ -178,16 +183,20 @@ def seed_finetune() -> list[str]:
     return [
         "### The seed's fine-tune: 20 h on p5.48xlarge vs '26 h' on trn1.32xlarge",
         "",
-        "| instance | dtype | tokens/s per node (projected) | hours for what 20 p5-hours train | on-demand $ |",
+        "| instance | dtype | tokens/s per node (projected) | hours for what 20 p5-hours train | on-demand "
+        "$ |",
         "|---|---|---|---|---|",
-        f"| p5.48xlarge | {p5.dtype} | {p5.tokens_per_s_per_node.value:,.0f} ±{p5.tokens_per_s_per_node.band * 100:.0f}% "
+        f"| p5.48xlarge | {p5.dtype} | {p5.tokens_per_s_per_node.value:,.0f} "
+        f"±{p5.tokens_per_s_per_node.band * 100:.0f}% "
         f"| 20.0 | {20 * p5_rate:,.2f} |",
         f"| trn1.32xlarge | {trn.dtype} | {trn.tokens_per_s_per_node.value:,.0f} ±"
         f"{trn.tokens_per_s_per_node.band * 100:.0f}% | {trn_hours:,.0f} | {trn_hours * trn_rate:,.2f} |",
         "",
-        f"Llama-3-8B at sequence length 8,192: the p5 trains {ratio:.1f}x as many tokens per hour as the trn1 "
+        f"Llama-3-8B at sequence length 8,192: the p5 trains {ratio:.1f}x as many tokens per hour as the "
+        "trn1 "
         f"(band {lo:.1f}x-{hi:.1f}x), so the seed's 1.3x (26 h vs 20 h) is not what published throughput "
-        "implies. The p5 figure is FP8, as NVIDIA publishes it; a bf16 run on the p5 would be slower, but even "
+        "implies. The p5 figure is FP8, as NVIDIA publishes it; a bf16 run on the p5 would be slower, but "
+        "even "
         f"at half the FP8 rate the trn1 takes {trn_hours / 2:,.0f} h.",
         "",
     ]
@@ -252,11 +261,14 @@ def speed() -> list[str]:
         "| what | median | baseline | baseline median | ratio |",
         "|---|---|---|---|---|",
         f"| plan path: `project_serving` Llama-3-70B on the 5 instances, bundled trace (closed-form work) | "
-        f"{t_plan * 1e3:,.0f} ms | count the full 80-layer graph once (FLOP counter, meta device, 2,048 tokens) | "
+        f"{t_plan * 1e3:,.0f} ms | count the full 80-layer graph once (FLOP counter, meta device, 2,048 "
+        "tokens) | "
         f"{t_graph:,.1f} s | {t_graph / t_plan:,.0f}x |",
-        f"| one `decode_step_s` call (precomputed polynomial) | {t_fast * 1e9:,.0f} ns | rebuild the time model "
+        f"| one `decode_step_s` call (precomputed polynomial) | {t_fast * 1e9:,.0f} ns | rebuild the time "
+        "model "
         f"per call | {t_plain * 1e6:,.1f} us | {t_plain / t_fast:,.0f}x |",
-        f"| `chipswap calibrate` (fit 6 groups x phases + every held-out re-fit) | {t_cal:,.1f} s | - | - | - |",
+        f"| `chipswap calibrate` (fit 6 groups x phases + every held-out re-fit) | {t_cal:,.1f} s | - | - | "
+        "- |",
         "",
         f"Medians of {REPEATS} runs (3 for the graph count, the calls and the calibration). Target: "
         "`chipswap plan` on Llama-3-70B <= 2 min in total; the projection's share is the first row.",
