@@ -111,13 +111,15 @@ def worst(cal: C.Calibration, group: str, phase: str, split: str, n: int) -> lis
     out = [
         f"Worst {n} held-out figures, {group} {phase}, {SPLIT_NAMES[split]}:",
         "",
-        "| row | model | instance | batch | in/out | metric | published | predicted | error | the row says |",
+        "| row | model | chip (instance) | batch | in/out | metric | published | predicted | error | the "
+        "row says |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in items:
         r = h.row
         out.append(
-            f"| {r.row_id} | {r.model.split(':')[0]} | {r.instance} | {r.batch or '-'} | "
+            f"| {r.row_id} | {r.model.split(':')[0]} | {r.chip}{f' ({r.instance})' if r.instance else ''} | "
+            f"{r.batch or '-'} | "
             f"{r.input_len}/{r.output_len} "
             f"| {METRIC_NAMES[h.metric]} | {h.published:,.4g} | {h.predicted:,.4g} | {h.error * 100:.0f}% | "
             f"{_hint(r)} |"

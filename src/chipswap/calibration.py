@@ -680,19 +680,17 @@ def calibrate(
     return Calibration(ref, coefs, vals)
 
 
-def _band_split(cal: Calibration, family: str, group: str, phase: str) -> tuple[str, list[HeldOut]]:
-    """Which held-out predictions a family's band comes from: its own rows held out by architecture; a family
-    with no rows of this phase (e.g. L4) gets the leave-one-platform/GPU-out errors of its group."""
+def _band_splits(cal: Calibration, family: str, group: str, phase: str) -> list[tuple[str, list[HeldOut]]]:
+    """Which held-out predictions a family's band comes from: its group's rows held out by architecture;
+    a family with no rows of this phase (e.g. L4) also gets the leave-one-GPU/platform-out errors, and its
+    band is the wider of the two (a chip nobody published is at least as uncertain as one held out)."""
     val = cal.validations.get((group, phase))
     if val is None:
-        return "", []
-    own = [h for h in val.splits.get("architecture", []) if h.row.family == family]
-    if own:
-        return "architecture", val.splits["architecture"]
-    for split in ("gpu", "platform"):
-        if val.splits.get(split):
-            return split, val.splits[split]
-    return "architecture", val.splits.get("architecture", [])
+        return []
+    chosen = [("architecture", val.splits.get("architecture", []))]
+    if not any(h.row.family == family for h in chosen[0][1]):
+        chosen += [(s, val.splits[s]) for s in ("gpu", "platform") if val.splits.get(s)]
+    return [(s, items) for s, items in chosen if items]
 
 
 def _toml_value(v: Any) -> str:
@@ -738,26 +736,29 @@ def family_file_text(cal: Calibration, family: str) -> str:
             f"stacks = {_toml_value(list(coef.stacks))}",
             f"rows = {_toml_value(list(coef.rows))}",
         ]
-        split, items = _band_split(cal, family, g, phase)
-        if items:
-            n = len({id(h.row) for h in items})
+        splits = _band_splits(cal, family, g, phase)
+        if splits:
+            n = max(len({id(h.row) for h in items}) for _, items in splits)
+            names = " and ".join(SPLIT_DOC[s].split(":")[0] for s, _ in splits)
             basis = (
-                f"{SPLIT_DOC[split].split(':')[0]}, {int(BAND_QUANTILE * 100)}th percentile of "
-                f"|ln(predicted/published)| over {n} held-out rows"
+                f"{names}, {int(BAND_QUANTILE * 100)}th percentile of |ln(predicted/published)| over "
+                f"{n} held-out rows" + (" (the wider of the two)" if len(splits) > 1 else "")
             )
             lines.append(f"band_basis = {_toml_value(basis)}")
         lines.append(f"[{phase}.coefficients]")
         lines += [f"{k} = {v!r}" for k, v in coef.values]
-        if items:
+        if splits:
+            metrics = sorted({h.metric for _, items in splits for h in items})
             lines.append(f"[{phase}.bands]  # relative half-width of the error band per metric")
-            for metric in sorted({h.metric for h in items}):
-                b = band_of(items, metric, BAND_QUANTILE)
-                if b is not None:
-                    lines.append(f"{metric} = {b!r}")
+            for metric in metrics:
+                found = [b for _, items in splits if (b := band_of(items, metric, BAND_QUANTILE)) is not None]
+                if found:
+                    lines.append(f"{metric} = {max(found)!r}")
+            split, items = splits[-1]
             lines.append(
                 f"[{phase}.held_out_median_error]  # median |predicted/published - 1|, {split} split"
             )
-            for metric in sorted({h.metric for h in items}):
+            for metric in metrics:
                 m = median_error(items, metric)
                 if m is not None:
                     lines.append(f"{metric} = {round_sig(m, 3)!r}")
