@@ -212,6 +212,44 @@ def _neuron_decoder(
             )
 
 
+def _encoder_row(
+    rid: str,
+    source: str,
+    r: dict[str, str],
+    chip: str,
+    instance: str,
+    model: str,
+    copies: int,
+    batch: int,
+    length: int,
+    observed: tuple[tuple[str, float], ...],
+    notes: str,
+) -> BenchRow:
+    """A Neuron encoder row: an FP32 model whose matmuls auto-cast to bf16 (so weights stream as bf16), one
+    copy per NeuronCore."""
+    return BenchRow(
+        row_id=rid,
+        source=source,
+        stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
+        family="",
+        chip=chip,
+        instance=instance,
+        model=model,
+        phase="encoder",
+        scenario="data-parallel",
+        weight_dtype="bf16",
+        compute_dtype="bf16",
+        kv_dtype="bf16",
+        tp=1,
+        replicas=copies,
+        batch=batch,
+        input_len=length,
+        output_len=0,
+        observed=observed,
+        notes=notes,
+    )
+
+
 def _neuron_encoder(
     ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]
 ) -> None:
@@ -241,29 +279,19 @@ def _neuron_encoder(
             if key not in models.works:
                 models.works[key] = models.encoder_work(model, head)
             out.append(
-                BenchRow(
-                    row_id=rid,
-                    source=_neuron_source(fname),
-                    stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
-                    family="",
-                    chip=chip,
-                    instance=instance,
-                    model=key,
-                    phase="encoder",
-                    scenario="data-parallel",
-                    weight_dtype="bf16",  # FP32 model, matmuls auto-cast: weights stream as bf16
-                    compute_dtype="bf16",
-                    kv_dtype="bf16",
-                    tp=1,
-                    replicas=copies,
-                    batch=batch,
-                    input_len=int(r["Sequence Length"]),
-                    output_len=0,
-                    observed=(("enc_per_s", thr), ("enc_latency_s", lat / 1e3)),
-                    notes=(
-                        f"{r['Task']}; FP32 model, {r['Compilation Autocast Data Type']} auto-cast; "
-                        f"{copies} copies"
-                    ),
+                _encoder_row(
+                    rid,
+                    _neuron_source(fname),
+                    r,
+                    chip,
+                    instance,
+                    key,
+                    copies,
+                    batch,
+                    int(r["Sequence Length"]),
+                    (("enc_per_s", thr), ("enc_latency_s", lat / 1e3)),
+                    f"{r['Task']}; FP32 model, {r['Compilation Autocast Data Type']} auto-cast; {copies} "
+                    "copies",
                 )
             )
     # Inferentia (NeuronCore-v1): throughput only; several workers share a core, so latency is not one call
@@ -289,31 +317,57 @@ def _neuron_encoder(
         if key not in models.works:
             models.works[key] = models.encoder_work(model, "none")
         out.append(
-            BenchRow(
-                row_id=rid,
-                source=f"{NEURON_COMMIT} about-neuron/benchmarks/inf1/throughput_data_encoder.csv",
-                stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
-                family="",
-                chip=chip,
-                instance=instance,
-                model=key,
-                phase="encoder",
-                scenario="data-parallel",
-                weight_dtype="bf16",  # FP32 model, matmuls auto-cast: weights stream as bf16
-                compute_dtype="bf16",
-                kv_dtype="bf16",
-                tp=1,
-                replicas=cores,
-                batch=int(r["Batch Size"]),
-                input_len=int(r["Seq. Length"]),
-                output_len=0,
-                observed=(("enc_per_s", thr),),
-                notes=(
-                    f"{r['N Models']} models x {r['Workers per Model']} workers on {cores} cores "
-                    "(latency not used)"
-                ),
+            _encoder_row(
+                rid,
+                f"{NEURON_COMMIT} about-neuron/benchmarks/inf1/throughput_data_encoder.csv",
+                r,
+                chip,
+                instance,
+                key,
+                cores,
+                int(r["Batch Size"]),
+                int(r["Seq. Length"]),
+                (("enc_per_s", thr),),
+                f"{r['N Models']} models x {r['Workers per Model']} workers on {cores} cores (latency not "
+                "used)",
             )
         )
+
+
+def _training_row(
+    rid: str,
+    source: str,
+    stack: str,
+    chip: str,
+    instance: str,
+    model: str,
+    compute: str,
+    seq_len: int,
+    tokens_per_s_per_device: float,
+    notes: str,
+) -> BenchRow:
+    """A published training row: trained tokens/s per device at `seq_len`, `compute` matmuls."""
+    return BenchRow(
+        row_id=rid,
+        source=source,
+        stack=stack,
+        family="",
+        chip=chip,
+        instance=instance,
+        model=model,
+        phase="training",
+        scenario="training",
+        weight_dtype="bf16",
+        compute_dtype=compute,
+        kv_dtype="bf16",
+        tp=1,
+        replicas=1,
+        batch=0,
+        input_len=seq_len,
+        output_len=0,
+        observed=(("train_tok_s", tokens_per_s_per_device),),
+        notes=notes,
+    )
 
 
 def _tutorial(cell: str) -> str:
@@ -382,26 +436,17 @@ def _neuron_training(
                     models.works[work_key] = models.encoder_work(model, "classifier")
             per_device = per_s * seq / (nodes * cores_per_node)
             out.append(
-                BenchRow(
-                    row_id=rid,
-                    source=f"{NEURON_COMMIT} about-neuron/benchmarks/trn1/{fname.split('_', 1)[1]}",
-                    stack=f"{_tutorial(r.get('Neuron Tutorial/Example', ''))}, Neuron {r['Neuron Version']}",
-                    family="",
-                    chip="Trainium",
-                    instance="trn1.32xlarge",
-                    model=work_key,
-                    phase="training",
-                    scenario="training",
-                    weight_dtype="bf16",
-                    compute_dtype="bf16",
-                    kv_dtype="bf16",
-                    tp=1,
-                    replicas=1,
-                    batch=0,
-                    input_len=seq,
-                    output_len=0,
-                    observed=(("train_tok_s", per_device),),
-                    notes=f"{nodes} nodes, {r['Topology']}; {note}".strip("; "),
+                _training_row(
+                    rid,
+                    f"{NEURON_COMMIT} about-neuron/benchmarks/trn1/{fname.split('_', 1)[1]}",
+                    f"{_tutorial(r.get('Neuron Tutorial/Example', ''))}, Neuron {r['Neuron Version']}",
+                    "Trainium",
+                    "trn1.32xlarge",
+                    work_key,
+                    "bf16",
+                    seq,
+                    per_device,
+                    f"{nodes} nodes, {r['Topology']}; {note}".strip("; "),
                 )
             )
 
@@ -529,26 +574,17 @@ def _gpu_training(ref: Path, models: _Models, out: list[BenchRow], skipped: list
             skipped.append(Skipped(rid, "no tokens/s published"))
             continue
         out.append(
-            BenchRow(
-                row_id=rid,
-                source=f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
-                stack=f"{r['framework']} {r['container_version']}",
-                family="",
-                chip=chip,
-                instance="",
-                model=model,
-                phase="training",
-                scenario="training",
-                weight_dtype="bf16",
-                compute_dtype="fp8",
-                kv_dtype="bf16",
-                tp=1,
-                replicas=1,
-                batch=0,
-                input_len=int(r["seq_len"]),
-                output_len=0,
-                observed=(("train_tok_s", per_gpu),),
-                notes=(
+            _training_row(
+                rid,
+                f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
+                f"{r['framework']} {r['container_version']}",
+                chip,
+                "",
+                model,
+                "fp8",
+                int(r["seq_len"]),
+                per_gpu,
+                (
                     f"{r['task']}, {r['gpu_count']} GPUs, TP{r['tp']} PP{r['pp']} CP{r['cp'] or 1}, "
                     f"{r['precision']}"
                 ),

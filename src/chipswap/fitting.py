@@ -104,44 +104,13 @@ def ifb_batch(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRule
 def predict_row(
     row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficients, rules: FitRules
 ) -> dict[str, float]:
-    """The model's value of every metric the row publishes, with `coef`."""
-    out: dict[str, float] = {}
-    if row.phase == "llm":
-        poly = llm_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            kv_dtype=row.kv_dtype,
-            family=row.family,
-        )
-        batch = row.batch or ifb_batch(row, work, device, rules)
-        prefill = poly.prefill_s(batch, row.input_len)
-        context = row.input_len + row.output_len // 2
-        step = poly.decode_step_s(batch, context)
-        out["ttft_s"] = prefill
-        out["tpot_s"] = step
-        out["out_tok_s"] = batch * row.output_len / (prefill + row.output_len * step) * row.replicas
-    elif row.phase == "encoder":
-        epoly = encoder_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            family=row.family,
-        )
-        t = epoly.encoder_s(row.batch, row.input_len)
-        out["enc_latency_s"] = t
-        out["enc_per_s"] = row.replicas * row.batch / t
-    elif row.phase == "training":
-        out["train_tok_s"] = train_tokens_per_s_per_device(
-            work, device, coef, seq_len=row.input_len, compute_dtype=row.compute_dtype, family=row.family
-        )
-    return {m: v for m, v in out.items() if row.value(m) is not None}
+    """The model's value of every metric the row publishes, with `coef` (the same `_times` the fit's
+    design is built from, so a fitted prediction and a design prediction cannot disagree)."""
+    return {
+        metric: (scale / t if inverse else t)
+        for metric, (t, scale, inverse) in _times(row, work, device, coef, rules).items()
+        if row.value(metric) is not None
+    }
 
 
 def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRules) -> dict[str, float]:

@@ -195,10 +195,12 @@ class ShapePrediction:
             "prompt_tokens": self.shape.prompt,
             "output_tokens": self.shape.output,
             "padded_prompt_tokens": self.padded_prompt,
-            "ttft_s": self.ttft.as_dict(),
-            "tpot_s": self.tpot.as_dict(),
-            "e2e_s": self.e2e.as_dict(),
-        }
+        } | _figures(self, {"ttft_s": "ttft", "tpot_s": "tpot", "e2e_s": "e2e"})
+
+
+def _figures(obj: Any, names: dict[str, str]) -> dict[str, Any]:
+    """{json key: figure.as_dict()} for the Projected attributes of a prediction record."""
+    return {key: getattr(obj, attr).as_dict() for key, attr in names.items()}
 
 
 @dataclass(frozen=True)
@@ -212,13 +214,15 @@ class BatchPrediction:
     output_tokens_per_s: Projected
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "batch": self.batch,
-            "tpot_s": self.tpot.as_dict(),
-            "e2e_s": self.e2e.as_dict(),
-            "requests_per_s": self.requests_per_s.as_dict(),
-            "output_tokens_per_s": self.output_tokens_per_s.as_dict(),
-        }
+        return {"batch": self.batch} | _figures(
+            self,
+            {
+                "tpot_s": "tpot",
+                "e2e_s": "e2e",
+                "requests_per_s": "requests_per_s",
+                "output_tokens_per_s": "output_tokens_per_s",
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -231,12 +235,9 @@ class BucketPrediction:
     inferences_per_s: Projected
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "length": self.length,
-            "batch": self.batch,
-            "latency_s": self.latency.as_dict(),
-            "inferences_per_s": self.inferences_per_s.as_dict(),
-        }
+        return {"length": self.length, "batch": self.batch} | _figures(
+            self, {"latency_s": "latency", "inferences_per_s": "inferences_per_s"}
+        )
 
 
 @dataclass(frozen=True)
