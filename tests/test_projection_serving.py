@@ -200,3 +200,22 @@ def test_projected_service_times_from_polys_directly():
     )
     t = ProjectedServiceTimes(poly, None, 0.2)
     assert t.prefill_s(2, 100) == poly.prefill_s(2, 100) and t.encoder_s(2, 100) == poly.prefill_s(2, 100)
+
+
+def test_a_forced_tp_degree_is_searched_alone_and_a_bad_one_is_a_reason_not_a_crash() -> None:
+    from chipswap.projection import model_work, project_serving, tp_options
+
+    work = model_work("llama-3-8b")
+    valid = tp_options(work, "inf2.48xlarge")
+    assert 8 in valid and 24 not in valid  # 32 heads / 8 KV heads; 24 NeuronCores
+    free = project_serving(work, "inf2.48xlarge", prompt_tokens=2048, output_tokens=250)
+    forced = project_serving(work, "inf2.48xlarge", prompt_tokens=2048, output_tokens=250, tp=8)
+    assert forced.fits and forced.config is not None and forced.config.tp_degree == 8
+    assert forced.config.replicas == 3
+    # the unrestricted search never finds less throughput than a forced layout
+    assert free.requests_per_s is not None and forced.requests_per_s is not None
+    assert free.requests_per_s.value >= forced.requests_per_s.value
+    # a larger TP degree prefills faster (lower unloaded TTFT), the reason an SLO may need it
+    assert forced.times.prefill_s(1, 2048) < free.times.prefill_s(1, 2048)
+    bad = project_serving(work, "inf2.48xlarge", prompt_tokens=2048, output_tokens=250, tp=24)
+    assert not bad.fits and "TP24" in (bad.reason or "")

@@ -308,6 +308,12 @@ def devices_of(instance: Instance) -> int:
     return instance.neuron_cores if instance.is_neuron else instance.accelerator_count
 
 
+def tp_options(work: ModelWork, instance: Instance) -> list[int]:
+    """The tensor-parallel degrees `work` can use on `instance`. Callers that size fleets for an SLO try each
+    with `project_serving(..., tp=N)`: the highest-throughput layout may miss a latency objective."""
+    return _tp_options(work, devices_of(instance))
+
+
 def _tp_options(work: ModelWork, devices: int) -> list[int]:
     """TP degrees that split the attention heads evenly (KV heads split or replicated) within the
     instance's devices."""
@@ -392,13 +398,15 @@ def project_serving(
     dtype: str = "bf16",
     buckets: Sequence[int] | None = None,
     host_memory_note: bool = True,
+    tp: int | None = None,
 ) -> ServingProjection:
     """Search the serving configurations of `work` on `instance` and predict the chosen one.
 
     mode "llm": prefill + decode (causal LM); "encoder": one forward per request. dtype "bf16" (16-bit
     only; 8-bit configurations are listed as alternatives), "any" (8-bit weights may win; labelled), or one
     weight dtype. buckets: the compiled prompt lengths on a padded (Neuron) platform; powers of two from 128
-    when not given. A model that fits no configuration returns a projection with `reason` set, not an error;
+    when not given. tp: search only this tensor-parallel degree (llm mode; see `tp_options`). A model that
+    fits no configuration returns a projection with `reason` set, not an error;
     a platform with no calibration for this mode raises ChipswapError naming what is missing."""
     if mode not in MODES:
         raise ChipswapError(f"unknown mode: {mode!r}; use llm or encoder")
@@ -423,11 +431,20 @@ def project_serving(
         )
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     tps = _tp_options(work, devices)
+    if tp is not None:
+        if tp not in tps:
+            reason = (
+                f"TP{tp} is not a valid layout of {work.name} on {instance.name}: it must divide the "
+                f"{d.heads} attention heads and {d.kv_heads} KV heads and fit {devices} devices "
+                f"(valid: {', '.join(f'TP{t}' for t in tps) or 'none'})"
+            )
+            return _empty(work, platform, instance, mode, reason, [(f"TP{tp}", reason)], notes)
+        tps = [tp]
     if not tps:
         reason = f"no TP degree <= {devices} divides the {d.heads} attention heads and {d.kv_heads} KV heads"
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     for t in (2, 4, 8, 16, 24, 32, 64):
-        if t <= devices and t not in tps:
+        if tp is None and t <= devices and t not in tps:
             rejected.append(
                 (f"TP{t}", f"{t} does not split the {d.heads} attention heads / {d.kv_heads} KV heads evenly")
             )
