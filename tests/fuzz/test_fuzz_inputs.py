@@ -47,10 +47,6 @@ KNOWN_OPEN: dict[tuple[str, str], str] = {
     ("workloads", "zero_device"): "F15-04",
     ("workloads", "fifo"): "F15-04",
     ("workloads", "extra_key"): "F15-15",
-    ("catalogs", "non_finite"): "F15-05",
-    ("catalogs", "deep_nesting"): "F15-06",
-    ("catalogs", "zero_device"): "F15-07",
-    ("catalogs", "fifo"): "F15-07",
     ("catalogs", "control_chars"): "F15-08",
     ("traces", "invalid_utf8"): "F15-09",
     ("traces", "zero_device"): "F15-10",
@@ -338,6 +334,8 @@ FLAG_COMMANDS = {
     "shapes_max_length": ["shapes", "--json", "--max-length", "{v}"],
     "cost_throughput": ["cost", "serve", "--instance", "inf2.xlarge", "--throughput", "{v}"],
     "cost_rate": ["cost", "serve", "--instance", "inf2.xlarge", "--throughput", "5", "--rate", "{v}"],
+    "project_prompt": ["project", "tiny-distilbert", "-i", "inf2.xlarge", "--prompt-tokens", "{v}"],
+    "capacity_count": ["capacity", "inf2.xlarge", "--no-aws", "--count", "{v}"],
 }
 
 
