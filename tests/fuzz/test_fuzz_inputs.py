@@ -52,15 +52,20 @@ KNOWN_OPEN: dict[tuple[str, str], str] = {
     ("traces", "zero_device"): "F15-10",
     ("traces", "fifo"): "F15-10",
     ("traces", "huge"): "F15-11",
+    ("traces", "numeric_string"): "F15-11",
     ("traces", "deep_nesting"): "F15-16",
     ("flags", "shapes_device_memory"): "F15-12",
     ("flags", "shapes_bucket_memory"): "F15-12",
     ("flags", "shapes_compile_s"): "F15-12",
+    ("flags", "shapes_max_length"): "F15-12",
+    ("flags", "project_prompt"): "F15-17",
+    ("flags", "cost_rate"): "F15-18",
     ("configs", "bool_number"): "F15-13",
     ("configs", "numeric_string"): "F15-13",
     ("configs", "non_finite"): "F15-13",
     ("configs", "wrong_type"): "F15-13",
     ("configs", "huge"): "F15-14",
+    ("configs", "deep_nesting"): "F15-13",
 }
 
 

@@ -161,7 +161,7 @@ def test_F15_11_one_huge_length_in_a_trace_is_bounded(box):
 @pytest.mark.parametrize(
     "flag, value",
     [("--device-memory-gib", "nan"), ("--device-memory-gib", "inf"), ("--compile-s-per-bucket", "nan"),
-     ("--bucket-memory-gib", "inf")],
+     ("--bucket-memory-gib", "inf"), ("--max-length", "9" * 30)],
 )
 def test_F15_12_shapes_budget_flags_must_be_finite(box, flag, value):
     _cli(box, ["shapes", "--json", flag, value])
@@ -200,3 +200,14 @@ def test_F15_14_negative_size_in_a_config_is_one_error_line(box):
 def test_F15_15_unknown_workload_key_with_control_characters_is_shown_escaped(box):
     text = SERVING.format(rps=5) + '\n"\\u001b[31mkey" = 1\n'
     _cli(box, ["plan", _file(box, "w.toml", text), "--out", str(box.out)], controls=True)
+
+
+# ------------------------------------------------------------------------------- projection, cost flags
+@_open("F15-17")
+def test_F15_17_project_prompt_tokens_beyond_int64_is_one_error_line(box):
+    _cli(box, ["project", "tiny-distilbert", "-i", "inf2.xlarge", "--prompt-tokens", "9" * 30])
+
+
+@_open("F15-18")
+def test_F15_18_cost_rate_that_overflows_to_infinity_is_one_error_line(box):
+    _cli(box, ["cost", "serve", "--instance", "inf2.xlarge", "--throughput", "5", "--rate", "1e999"])
