@@ -116,10 +116,14 @@ class Outcome:
 
 
 def _status(key: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
+    """A /proc/self/status field in KiB (0 where /proc is missing: then no limit is set, nothing measured)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
     return 0
 
 
@@ -240,13 +244,14 @@ def run(
     timed_out = over_memory = False
     _reset_peak_rss()
     rss_before = _status("VmRSS")
-    limit = _status("VmData") * 1024 + ceiling_bytes
+    data_kib = _status("VmData")
+    limit = data_kib * 1024 + ceiling_bytes
     old_handler = signal.signal(signal.SIGALRM, _alarm)
     t0 = time.monotonic()
     try:
         os.environ.update(env)
         os.chdir(sandbox.work)
-        if hard == resource.RLIM_INFINITY or limit < hard:
+        if data_kib and (hard == resource.RLIM_INFINITY or limit < hard):
             resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
         signal.alarm(timeout_s)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
