@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -124,7 +124,8 @@ class ShapePlan:
 
     # ---- serialisation -------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        # asdict deep-copies every list; the histograms can hold 100 k entries, so they are copied flat below
+        d = asdict(replace(self, histogram=((), ()), decode_histogram=((), ())))
         d = {"schema": SCHEMA, **d}
         d["histogram"] = {"lengths": list(self.histogram[0]), "counts": list(self.histogram[1])}
         d["decode_histogram"] = {
@@ -135,7 +136,17 @@ class ShapePlan:
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=_json_default) + "\n"
+        """The plan as JSON; the (possibly 100 k-entry) histograms are written compactly on one line each,
+        because the indenting encoder is pure Python and takes seconds on them."""
+        d = self.to_dict()
+        bulky = {key: d.pop(key) for key in ("histogram", "decode_histogram")}
+        text = json.dumps(d, indent=indent, default=_json_default)
+        if indent is None:
+            parts = [f"{json.dumps(key)}: {json.dumps(val, default=_json_default)}" for key, val in bulky.items()]
+            return text[:-1] + ", " + ", ".join(parts) + "}\n"
+        pad = " " * indent
+        parts = [f"{pad}{json.dumps(key)}: {json.dumps(val, default=_json_default)}" for key, val in bulky.items()]
+        return text[:-2] + ",\n" + ",\n".join(parts) + "\n}\n"
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "plan JSON") -> ShapePlan:

@@ -725,9 +725,17 @@ def _dp_layers(
     f_prev = base
     finals: list = [f_prev[-1]]
     args: list[np.ndarray] = [np.full(n, -1, dtype=np.int32)]
-    for k in range(2, min(kmax, n) + 1):
-        f_prev, arg = _layer_divide_and_conquer(f_prev, Wd, Cd, base, k)
-        finals.append(f_prev[-1])
+    top = min(kmax, n)
+    for k in range(2, top + 1):
+        if k < top:
+            f_prev, arg = _layer_divide_and_conquer(f_prev, Wd, Cd, base, k)
+            finals.append(f_prev[-1])
+        else:  # the last layer is only read at the last candidate: one row, O(n)
+            v = f_prev[k - 2 : n - 1] - Wd[k - 2 : n - 1] * Cd[n - 1]
+            i = int(np.argmin(v))  # leftmost on ties
+            arg = np.full(n, -1, dtype=np.int32)
+            arg[n - 1] = k - 2 + i
+            finals.append(v[i] + base[n - 1])
         args.append(arg)
     return finals, args
 
@@ -783,7 +791,8 @@ def candidate_edges(
         edges = -(-lengths // a) * a
         if cost_model.kind == "measured":  # never pad to a shape below the smallest measured one
             edges = np.maximum(edges, cost_model.table_lengths[0])
-        edges = np.unique(np.minimum(edges, max_length))
+        edges = np.minimum(edges, max_length)  # still ascending: drop repeats without a sort
+        edges = edges[np.r_[True, edges[1:] != edges[:-1]]] if edges.size else edges
         if edges.size == 0 or edges[-1] != max_length:
             edges = np.append(edges, np.int64(max_length))
     cum = np.concatenate([[0], np.cumsum(weights)])

@@ -117,6 +117,7 @@ def aggregate_trace(
     max_length: int | None = None,
     policy: str = "reject",
     times: bool = False,
+    outputs: bool = False,
     fmt: str | None = None,
     progress: ProgressFn | None = None,
 ) -> TraceHistograms:
@@ -124,9 +125,10 @@ def aggregate_trace(
 
     max_length: the largest prefill bucket the plan will use, if already known (e.g. --max-length); requests
     above it are rejected or truncated (`policy`) before their decode steps are counted. times: also read the
-    arrival column (first/last arrival). Memory: the engine's budget plus the distinct lengths, not the rows.
+    arrival column (first/last arrival); outputs: also the output-length histogram (llm). Memory: the
+    engine's budget plus the distinct lengths, not the rows.
     """
-    return _aggregate(path, "trace", mode, columns, max_length, policy, times, fmt, progress)
+    return _aggregate(path, "trace", mode, columns, max_length, policy, times, outputs, fmt, progress)
 
 
 def read_histogram(
@@ -136,6 +138,7 @@ def read_histogram(
     columns: Mapping[str, str] | None = None,
     max_length: int | None = None,
     policy: str = "reject",
+    outputs: bool = False,
     fmt: str | None = None,
     progress: ProgressFn | None = None,
 ) -> TraceHistograms:
@@ -145,7 +148,7 @@ def read_histogram(
     concatenated.
     The result equals aggregate_trace() on the raw trace the counts came from.
     """
-    return _aggregate(path, "histogram", mode, columns, max_length, policy, False, fmt, progress)
+    return _aggregate(path, "histogram", mode, columns, max_length, policy, False, outputs, fmt, progress)
 
 
 def _aggregate(
@@ -156,6 +159,7 @@ def _aggregate(
     max_length: int | None,
     policy: str,
     times: bool,
+    outputs: bool,
     fmt: str | None,
     progress: ProgressFn | None,
 ) -> TraceHistograms:
@@ -178,54 +182,117 @@ def _aggregate(
         scan = open_scan(
             con, source, columns, needed=needed, optional=["timestamp"] if times else [], mode=mode
         )
-        scan, cursor = execute(
-            con, scan, lambda s: _query(s, mode, kind, max_length, policy), progress=progress
-        )
-        res = fetch_columns(cursor)
-        in_prompt_set = np.asarray(res["gp"]) == 0
-        keys = np.ma.getdata(res["pk"])[in_prompt_set]
-        if (keys == -1).any():
+        query = _Query(mode, kind, max_length, policy, outputs)
+        scan, cursor = execute(con, scan, query.sql, progress=progress)
+        raw = fetch_columns(cursor)
+        res = {k: np.ma.filled(raw[k], -1) for k in ("s", "k", "n", "n_gen", "t_n")}  # NULL sum: overflowed
+        res.update({k: np.ma.filled(np.ma.asarray(raw[k], dtype=np.float64), np.nan) for k in ("t0", "t1")})
+        if _Query.has_bad_rows(res, "timestamp" in scan.mapping):
             raise first_bad_row(con, scan)
     return _assemble(source.label, kind, mode, scan, res, max_length, policy)
 
 
-def _query(scan: Scan, mode: str, kind: str, cut: int | None, policy: str) -> tuple[str, list]:
-    rel, params = scan.relation()
-    ok = scan.ok()
-    p = scan.value("prompt_tokens")
-    cols = [f"CASE WHEN {ok} THEN {p} ELSE -1 END AS pk"]
-    sets = ["(pk)"]
-    if mode == "llm":
-        g = scan.value("output_tokens")
-        keep, p_eff = "", p
-        if cut is not None and policy == "reject":
-            keep = f" AND {p} <= {int(cut)}"
-        elif cut is not None:
-            p_eff = f"LEAST({p}, {int(cut)})"
-        cols += [
-            f"CASE WHEN {ok} THEN {g} END AS gk",
-            f"CASE WHEN {ok} AND {g} > 0{keep} THEN {p_eff} + {g} END AS ek",
-        ]
-        sets += ["(ek)", "(gk)"]
-    if kind == "histogram":
-        cols.append(f"CASE WHEN {ok} THEN {scan.value('count')} ELSE 0 END AS w")
-        n, n_gen = "TRY_CAST(sum(w) AS BIGINT)", "TRY_CAST(sum(w) FILTER (WHERE gk > 0) AS BIGINT)"
-    else:
-        n, n_gen = "count(*)", "count(*) FILTER (WHERE gk > 0)"
-    if "timestamp" in scan.mapping:
-        cols.append(f"CASE WHEN {ok} THEN {scan.value('timestamp')} END AS t")
-    aggs = [f"{n} AS n"]
-    if mode == "llm":
-        aggs.append(f"{n_gen} AS n_gen")
-    if "timestamp" in scan.mapping:
-        aggs += ["min(t) AS t0", "max(t) AS t1"]
-    group_cols = ["pk"] + (["ek", "gk"] if mode == "llm" else [])
-    grouping = ", ".join(f"GROUPING({c}) AS g{c[0]}" for c in group_cols)
-    sql = (
-        f"SELECT {grouping}, {', '.join(group_cols)}, {', '.join(aggs)} "
-        f"FROM (SELECT {', '.join(cols)} FROM {rel}) GROUP BY GROUPING SETS ({', '.join(sets)})"
-    )
-    return sql, params
+# The aggregate's rows: (s, k, n, n_gen, t0, t1, t_n). s says which histogram the row belongs to, k is the
+# length.
+PROMPTS, ENDS, OUTPUTS = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class _Query:
+    """The aggregation: prompt lengths, and in llm mode the total length at which each generating request ends
+    and, if asked, output lengths, as rows (s, k, n, n_gen, t0, t1, t_n).
+
+    Validity is checked without a per-row predicate where it can be: lengths are clamped into keys
+    0..MAX_LENGTH + 1, so an invalid row lands on prompt key 0 (missing, below 1, a bad output or count, or
+    prompt
+    + output beyond the bound) or MAX_LENGTH + 1 (too long), and a bad arrival time shows as t_n < n; the
+    engine
+    also sizes its hash tables from those bounds. Parquet is columnar, so each histogram is its own GROUP BY
+    over
+    a fresh scan of two columns (cheaper than a GROUPING SETS aggregate); text formats are parsed once, with
+    GROUPING SETS over that one scan.
+    """
+
+    mode: str
+    kind: str
+    cut: int | None
+    policy: str
+    outputs: bool
+
+    def _aggregates(self, w: str | None, gen: str | None, t: str | None) -> str:
+        """n, n_gen, t0, t1, t_n over the group, given SQL for the weight, the generates flag and the time."""
+        n = "count(*)" if w is None else f"TRY_CAST(sum({w}) AS BIGINT)"
+        if gen is None:
+            n_gen = "0"
+        else:
+            n_gen = f"sum({gen})" if w is None else f"TRY_CAST(sum({w} * {gen}) AS BIGINT)"
+        times = "NULL AS t0, NULL AS t1, 0 AS t_n"
+        if t is not None:
+            times = f"min({t}) AS t0, max({t}) AS t1, count({t}) AS t_n"
+        return f"{n} AS n, {n_gen} AS n_gen, {times}"
+
+    def sql(self, scan: Scan) -> tuple[str, list]:
+        rel, params = scan.relation()
+        top = B.MAX_LENGTH
+        pc = f"COALESCE(LEAST(GREATEST({scan.value('prompt_tokens')}, 0), {top + 1}), 0)"
+        conds: list[str] = []
+        w = scan.value("count") if self.kind == "histogram" else None
+        if w is not None:
+            conds.append(f"COALESCE({scan.valid('count')}, false)")
+        t = scan.value("timestamp") if "timestamp" in scan.mapping else None
+        gc = gen = None
+        parts: list[tuple[int, str, str]] = []  # (histogram, key, which rows)
+        if self.mode == "llm":
+            gc = f"LEAST(GREATEST({scan.value('output_tokens')}, -1), {top + 1})"
+            gen = f"CAST({gc} > 0 AS INTEGER)"
+            conds += [f"{gc} BETWEEN 0 AND {top}", f"{pc} + {gc} <= {top}"]
+            decoding, p_eff = f"{gc} > 0", pc
+            if self.cut is not None and self.policy == "reject":
+                decoding += f" AND {pc} <= {int(self.cut)}"
+            elif self.cut is not None:
+                p_eff = f"LEAST({pc}, {int(self.cut)})"
+            parts.append((ENDS, f"LEAST({p_eff} + {gc}, {top + 1})", decoding))
+            if self.outputs:
+                parts.append((OUTPUTS, gc, "true"))
+        pk = f"CASE WHEN {' AND '.join(conds)} THEN {pc} ELSE 0 END" if conds else pc
+        parts.insert(0, (PROMPTS, pk, "true"))
+        if scan.source.fmt == "parquet":
+            union = [
+                f"SELECT {s} AS s, {key} AS k, "
+                f"{self._aggregates(w, gen if s == PROMPTS else None, t if s == PROMPTS else None)} "
+                f"FROM {rel} WHERE {rows} GROUP BY k"
+                for s, key, rows in parts
+            ]
+            return " UNION ALL ".join(union), params * len(union)
+        # text formats: one parse, one GROUPING SETS aggregate; each histogram's key is NULL outside its rows
+        cols = [f"CASE WHEN {rows} THEN {key} END AS k{s}" for s, key, rows in parts]
+        cols += [f"{w} AS w"] if w is not None else []
+        cols += [f"{gen} AS gen"] if gen is not None else []
+        cols += [f"{t} AS t"] if t is not None else []
+        aggs = self._aggregates(
+            "w" if w is not None else None, "gen" if gen is not None else None, "t" if t is not None else None
+        )
+        which = " ".join(f"WHEN GROUPING(k{s}) = 0 THEN {s}" for s, _, _ in parts)
+        keys = ", ".join(f"k{s}" for s, _, _ in parts)
+        sets = ", ".join(f"(k{s})" for s, _, _ in parts)
+        sql = (
+            f"SELECT * FROM (SELECT CASE {which} END AS s, COALESCE({keys}) AS k, {aggs} "
+            f"FROM (SELECT {', '.join(cols)} FROM {rel}) GROUP BY GROUPING SETS ({sets})) WHERE k IS NOT NULL"
+        )
+        return sql, params
+
+    @staticmethod
+    def has_bad_rows(res: dict[str, np.ndarray], times: bool) -> bool:
+        """Did any row fail validation? (See the class docstring for how it shows in the result.)"""
+        prompt = res["s"] == PROMPTS
+        keys = res["k"][prompt]
+        if ((keys == 0) | (keys > B.MAX_LENGTH)).any():
+            return True
+        if times:
+            if (res["t_n"][prompt] < res["n"][prompt]).any():
+                return True
+            return not (np.isfinite(res["t0"][prompt]).all() and np.isfinite(res["t1"][prompt]).all())
+        return False
 
 
 def _summed(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -245,33 +312,45 @@ def _assemble(
     kind: str,
     mode: str,
     scan: Scan,
-    res: dict[str, Any],
+    res: dict[str, np.ndarray],
     cut: int | None,
     policy: str,
 ) -> TraceHistograms:
-    def column(name: str, rows: np.ndarray) -> np.ndarray:
-        return np.ma.getdata(res[name])[rows]
-
-    n_all = res["n"]
-    if np.ma.is_masked(n_all) and kind == "histogram":
-        if np.ma.getmaskarray(n_all).any():
-            raise ChipswapError(
-                f"{label}: the counts of one length add up to more than 2^63 requests; check the count column"
-            )
-    prompt_rows = np.asarray(res["gp"]) == 0
-    pk, pn = _summed(column("pk", prompt_rows), column("n", prompt_rows))
+    if kind == "histogram" and ((res["n"] < 0).any() or (res["n_gen"] < 0).any()):
+        raise ChipswapError(
+            f"{label}: the counts of one length add up to more than 2^63 requests; check the count column"
+        )
+    rows = {s: res["s"] == s for s in (PROMPTS, ENDS, OUTPUTS)}
+    pk, pn = _summed(res["k"][rows[PROMPTS]], res["n"][rows[PROMPTS]])
     requests = int(pn.sum()) if pn.size else 0
     if requests == 0:
         raise ChipswapError(
-            f"{label}: the {'histogram' if kind == 'histogram' else 'trace'} is empty (no requests); "
-            "give one "
-            "with at least one row" + (" with a count above 0" if kind == "histogram" else "")
+            f"{label}: the {'histogram' if kind == 'histogram' else 'trace'} is empty (no requests); give "
+            "one with at least one row" + (" with a count above 0" if kind == "histogram" else "")
         )
     if requests > MAX_COUNT:
         raise ChipswapError(
             f"{label}: {requests:,} requests exceed the limit of {MAX_COUNT:,}; check the counts"
         )
-    out = TraceHistograms(
+    extra: dict[str, Any] = {}
+    if mode == "llm":
+        starts, gen = res["k"][rows[PROMPTS]], res["n_gen"][rows[PROMPTS]]
+        if cut is not None and policy == "reject":
+            keep = starts <= cut
+            starts, gen = starts[keep], gen[keep]
+        elif cut is not None:
+            starts = np.minimum(starts, cut)
+        extra["decode_starts"] = _summed(starts, gen)
+        extra["decode_ends"] = _summed(res["k"][rows[ENDS]], res["n"][rows[ENDS]])
+        if rows[OUTPUTS].any():
+            extra["output"] = _summed(res["k"][rows[OUTPUTS]], res["n"][rows[OUTPUTS]])
+    if "timestamp" in scan.mapping:
+        t0 = res["t0"][rows[PROMPTS]].astype(np.float64)
+        t1 = res["t1"][rows[PROMPTS]].astype(np.float64)
+        if np.isfinite(t0).any():
+            extra["first_arrival_s"] = float(np.nanmin(t0))
+            extra["last_arrival_s"] = float(np.nanmax(t1))
+    return TraceHistograms(
         source=label,
         kind=kind,
         mode=mode,
@@ -280,28 +359,5 @@ def _assemble(
         columns=dict(scan.mapping),
         cut=None if cut is None else int(cut),
         policy=policy,
+        **extra,
     )
-    extra: dict[str, Any] = {}
-    if mode == "llm":
-        gen = np.ma.filled(res["n_gen"], 0)[prompt_rows]
-        starts = column("pk", prompt_rows)
-        if cut is not None and policy == "reject":
-            keep = starts <= cut
-            starts, gen = starts[keep], gen[keep]
-        elif cut is not None:
-            starts = np.minimum(starts, cut)
-        end_rows = (np.asarray(res["ge"]) == 0) & ~np.ma.getmaskarray(res["ek"])
-        out_rows = (np.asarray(res["gg"]) == 0) & ~np.ma.getmaskarray(res["gk"])
-        extra["decode_starts"] = _summed(starts, gen)
-        extra["decode_ends"] = _summed(column("ek", end_rows), column("n", end_rows))
-        extra["output"] = _summed(column("gk", out_rows), column("n", out_rows))
-    if "timestamp" in scan.mapping:
-        t0, t1 = np.ma.masked_invalid(res["t0"][prompt_rows]), np.ma.masked_invalid(res["t1"][prompt_rows])
-        if t0.count():
-            extra["first_arrival_s"] = float(t0.min())
-            extra["last_arrival_s"] = float(t1.max())
-    if extra:
-        from dataclasses import replace
-
-        out = replace(out, **extra)
-    return out

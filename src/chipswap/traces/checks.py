@@ -66,7 +66,12 @@ def number_sql(column: str, dtype: str) -> str | None:
 
 
 def field_sql(field: str, column: str, dtype: str) -> tuple[str, str]:
-    """(value as BIGINT, valid condition) for an integer field; the value is only meaningful where valid."""
+    """(value as BIGINT, valid condition) for an integer field.
+
+    For integer column types the value is the column itself (out of range where not valid: cheap, and callers
+    that clamp it can tell an invalid row from the clamped key); for every other type it is NULL where not
+    valid.
+    """
     rule = RULES[field]
     c = ident(column)
     base = _base(dtype)
@@ -79,7 +84,7 @@ def field_sql(field: str, column: str, dtype: str) -> tuple[str, str]:
         return "CAST(NULL AS BIGINT)", "false"
     x = f"CAST({num} AS DOUBLE)"
     valid = f"({x} IS NOT NULL AND isfinite({x}) AND {x} = floor({x}) AND {x} {bounds})"
-    return f"TRY_CAST({x} AS BIGINT)", valid
+    return f"CASE WHEN {valid} THEN TRY_CAST({x} AS BIGINT) END", valid
 
 
 def time_sql(column: str, dtype: str) -> tuple[str, str]:

@@ -237,6 +237,9 @@ def connect(source: TraceSource, *, ordered: bool = False) -> Iterator[Any]:
             # the type pushdown turns TRY_CAST on a CSV column into a strict cast inside the reader, which
             # would stop the scan at a bad value instead of letting the validation count it
             con.execute("SET disabled_optimizers = 'type_pushdown'")
+            # group keys are bounded by MAX_LENGTH (2^21), so direct-indexed ("perfect") hash tables of up to
+            # 22 bits are allowed: about twice as fast as the general hash aggregate on 10 M rows
+            con.execute("SET perfect_ht_threshold = 22")
             con.execute("SET enable_progress_bar = true")  # progress is polled, never printed by the engine
             con.execute("SET enable_progress_bar_print = false")
             con.execute("SET enable_external_access = false")
