@@ -3,9 +3,11 @@
 python bench/_plain_histogram.py FILE_OR_FOLDER encoder|llm [--stream]
 
 Reads the prompt column (llm: and the output column) of a CSV or Parquet trace with pyarrow, counts prompt
-lengths with np.bincount and, in llm mode, builds the decode histogram with a difference array. --stream reads a
+lengths with np.bincount and, in llm mode, builds the decode histogram with a difference array. --stream reads
+a
 folder of Parquet files batch by batch (accumulating the counts), for traces that do not fit in memory. Prints
-the number of distinct lengths so the work cannot be skipped. No validation, no planning: a lower bound on what
+the number of distinct lengths so the work cannot be skipped. No validation, no planning: a lower bound on
+what
 any tool must spend to read the trace and count it.
 """
 
@@ -42,9 +44,8 @@ def main() -> None:
             b for f in sorted(path.glob("*.parquet")) for b in pq.ParquetFile(f).iter_batches(columns=cols)
         )
     elif path.suffix == ".csv":
-        batches = iter(
-            [pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(include_columns=cols)).combine_chunks()]
-        )
+        options = pacsv.ConvertOptions(include_columns=cols)
+        batches = iter([pacsv.read_csv(path, convert_options=options).combine_chunks()])
     else:
         batches = iter([pq.read_table(path, columns=cols).combine_chunks()])
     for batch in batches:

@@ -1,16 +1,19 @@
 """Trace ingestion and planning at scale, side by side with a plain pyarrow + numpy script in the same run.
 
-1. 10 M-row heavy-tailed trace (lognormal prompt and output lengths up to 128 k tokens, Azure schema), as CSV and
+1. 10 M-row heavy-tailed trace (lognormal prompt and output lengths up to 128 k tokens, Azure schema), as CSV
+and
    as Parquet: `chipswap shapes FILE --mode encoder|llm` end to end in a fresh process (wall time, peak RSS)
    against bench/_plain_histogram.py on the same file. Targets: <= 2x the plain script, <= 500 MB RSS.
-2. 100 M rows as a folder of Parquet files: `chipswap shapes DIR --mode llm`, against the plain script reading the
+2. 100 M rows as a folder of Parquet files: `chipswap shapes DIR --mode llm`, against the plain script reading
+the
    folder batch by batch. Target: <= 1 GB RSS; time reported.
 3. The planning step alone (plan_shapes on the aggregated 10 M-request histograms, llm mode, K = 6): target
    <= 1 s; with, for reference, the same DP through the pure-Python integer hull (the previous planner).
 
 Data are generated (seeded) under build/bench-traces/ (ignored by git; --data-dir to move it) and reused when
 present. Every figure is the median of --repeats runs (default 3), each in a fresh process; the plain baseline
-runs interleaved with chipswap in the same loop, so load from other work hits both. The load average is printed
+runs interleaved with chipswap in the same loop, so load from other work hits both. The load average is
+printed
 and written next to the figures. Writes its section of docs/benchmarks.md via bench/_results.write_section.
 """
 
@@ -45,7 +48,7 @@ PY = sys.executable
 
 
 def _chunk(rng: np.random.Generator, n: int, t0: float) -> tuple[dict[str, np.ndarray], float]:
-    """n requests: Poisson arrivals at 1,000 req/s, lognormal prompt (median ~1.1 k) and output (median ~150)."""
+    """n requests: Poisson arrivals at 1,000 req/s, lognormal prompt (median ~1.1 k) and output (~150)."""
     prompt = np.clip(np.rint(rng.lognormal(7.0, 1.4, n)), 1, MAX_TOKENS).astype(np.int64)
     output = np.clip(np.rint(rng.lognormal(5.0, 1.5, n)), 0, MAX_TOKENS).astype(np.int64)
     t = t0 + np.cumsum(rng.exponential(1e-3, n))
@@ -116,8 +119,11 @@ def side_by_side(label: str, chipswap: list[str], plain: list[str], repeats: int
         "rss_plain": med["plain"][1],
     }
     res["ratio"] = res["t"] / res["t_plain"]
-    print(f"{label}: chipswap {res['t']:.2f} s {res['rss']:.0f} MB; plain {res['t_plain']:.2f} s "
-          f"{res['rss_plain']:.0f} MB; ratio {res['ratio']:.2f}", flush=True)
+    print(
+        f"{label}: chipswap {res['t']:.2f} s {res['rss']:.0f} MB; plain {res['t_plain']:.2f} s "
+        f"{res['rss_plain']:.0f} MB; ratio {res['ratio']:.2f}",
+        flush=True,
+    )
     return res
 
 
@@ -153,8 +159,10 @@ def planning_step(parquet: Path, repeats: int) -> dict[str, float]:
         "dc_s": dc_s,
         "requests": hists.requests,
     }
-    print(f"planning step: median {out['t']:.3f} s; decode DP {dc_s:.3f} s vs Python hull {hull_s:.3f} s",
-          flush=True)
+    print(
+        f"planning step: median {out['t']:.3f} s; decode DP {dc_s:.3f} s vs Python hull {hull_s:.3f} s",
+        flush=True,
+    )
     return out
 
 
@@ -207,9 +215,11 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
         "",
         "Data: lognormal prompt (median ~1.1 k) and output (median ~150) lengths clipped at 128 k tokens, "
         "Azure schema (TIMESTAMP, ContextTokens, GeneratedTokens), seed "
-        f"{SEED}. chipswap: `python -m chipswap shapes FILE --mode MODE -k 6 --out plan.json` (DuckDB GROUP BY, "
+        f"{SEED}. chipswap: `python -m chipswap shapes FILE --mode MODE -k 6 --out plan.json` (DuckDB "
+        "GROUP BY, "
         "validation of every value, exact plan, all baselines, plan file). Plain: `python "
-        "bench/_plain_histogram.py FILE MODE` (pyarrow read of the needed columns + np.bincount, no validation, "
+        "bench/_plain_histogram.py FILE MODE` (pyarrow read of the needed columns + np.bincount, no "
+        "validation, "
         "no plan).",
         "",
         "| file | mode | chipswap | plain script | ratio | peak RSS chipswap | peak RSS plain | target (<= "
@@ -219,7 +229,8 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
     for fmt, mode, r in rows:
         met = r["ratio"] <= TARGET_RATIO and r["rss"] <= TARGET_RSS_MB
         lines.append(
-            f"| {fmt} | {mode} | {r['t']:.2f} s | {r['t_plain']:.2f} s | {r['ratio']:.2f}x | {r['rss']:.0f} MB "
+            f"| {fmt} | {mode} | {r['t']:.2f} s | {r['t_plain']:.2f} s | {r['ratio']:.2f}x | "
+            f"{r['rss']:.0f} MB "
             f"| {r['rss_plain']:.0f} MB | {_ok(met)} |"
         )
     if big is not None:
@@ -227,7 +238,8 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
             "",
             f"### 100 M requests: a folder of {FILES_100M} Parquet files (generated, not committed)",
             "",
-            "chipswap: `python -m chipswap shapes build/bench-traces/trace_100m --mode llm -k 6 --out plan.json`. "
+            "chipswap: `python -m chipswap shapes build/bench-traces/trace_100m --mode llm -k 6 --out "
+            "plan.json`. "
             "Plain: `python bench/_plain_histogram.py build/bench-traces/trace_100m llm --stream` (pyarrow "
             "batches, counts accumulated; reading the folder whole would need several GB).",
             "",
@@ -248,7 +260,8 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
         "| planning step | min | max | target | decode DP alone (vectorised divide and conquer) | same DP, "
         "pure-Python integer hull (previous planner) |",
         "|---|---|---|---|---|---|",
-        f"| {step['t']:.3f} s | {step['tmin']:.3f} s | {step['tmax']:.3f} s | {_ok(step['t'] <= TARGET_PLAN_S)} "
+        f"| {step['t']:.3f} s | {step['tmin']:.3f} s | {step['tmax']:.3f} s | "
+        f"{_ok(step['t'] <= TARGET_PLAN_S)} "
         f"<= {TARGET_PLAN_S:g} s | {step['dc_s']:.3f} s | {step['hull_s']:.3f} s |",
     ]
     body = "\n".join(lines)

@@ -306,7 +306,9 @@ def test_a_huge_length_is_an_error_not_a_huge_allocation(huge):
         with pytest.raises(ChipswapError, match="limit of 2,097,152 tokens"):
             B.decode_histogram(np.asarray([5, 6]), np.asarray([3, int(min(huge, 2**62))]))
         with pytest.raises(ChipswapError, match="limit of 2,097,152"):
-            B.plan_optimal(B.histogram_from_pairs([3, 4], [1, 1]), B.tokens_cost(), max_length=int(min(huge, 2**62)))
+            B.plan_optimal(
+                B.histogram_from_pairs([3, 4], [1, 1]), B.tokens_cost(), max_length=int(min(huge, 2**62))
+            )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -141,11 +141,10 @@ class ShapePlan:
         d = self.to_dict()
         bulky = {key: d.pop(key) for key in ("histogram", "decode_histogram")}
         text = json.dumps(d, indent=indent, default=_json_default)
+        pad = "" if indent is None else " " * indent
+        parts = [f"{pad}{json.dumps(k)}: {json.dumps(v, default=_json_default)}" for k, v in bulky.items()]
         if indent is None:
-            parts = [f"{json.dumps(key)}: {json.dumps(val, default=_json_default)}" for key, val in bulky.items()]
             return text[:-1] + ", " + ", ".join(parts) + "}\n"
-        pad = " " * indent
-        parts = [f"{pad}{json.dumps(key)}: {json.dumps(val, default=_json_default)}" for key, val in bulky.items()]
         return text[:-2] + ",\n" + ",\n".join(parts) + "\n}\n"
 
     @classmethod
