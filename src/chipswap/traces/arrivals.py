@@ -131,7 +131,7 @@ def arrival_counts(
             f"SELECT CAST(floor(({scan.value('timestamp')} - ?) / ?) AS BIGINT) AS w, count(*) AS n "
             f"FROM {rel} GROUP BY w"
         )
-        rows = execute(con, scan, lambda s: (q, [*params, float(t0), window_s]), progress=progress)[1]
+        rows = execute(con, scan, lambda s: (q, [float(t0), window_s, *params]), progress=progress)[1]
         res = rows.fetchnumpy()
     counts = np.zeros(windows, dtype=np.int64)
     idx = np.clip(np.asarray(res["w"], dtype=np.int64), 0, windows - 1)  # float rounding at the last edge

@@ -24,7 +24,7 @@ class NeedsText(Exception):
     """The engine's type guess failed on a value; read the needed columns as text and validate them in SQL."""
 
 
-_LINE = re.compile(r"(?:CSV Error on Line|line):? (\d+)", re.I)
+_LINE = re.compile(r"CSV Error on Line: (\d+)")
 _FILE = re.compile(r'(?:file|File) "([^"]+)"|file = (\S+)')
 
 

@@ -25,7 +25,14 @@ from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 from chipswap.traces import checks
 from chipswap.traces.engine import NeedsText, ProgressFn, run_sql
-from chipswap.traces.source import TraceSource, describe, ident, map_columns, relation
+from chipswap.traces.source import (
+    TraceSource,
+    describe,
+    ident,
+    locate_text_error,
+    map_columns,
+    relation,
+)
 
 INTEGER_FIELDS = ("prompt_tokens", "output_tokens", "count")
 
@@ -84,7 +91,14 @@ def open_scan(
 ) -> Scan:
     """Describe the source and map its columns (explicit names first, then the recognised aliases)."""
     types = describe(con, source)
-    mapping = map_columns(source, list(types), explicit, needed=needed, optional=optional, mode=mode)
+    try:
+        mapping = map_columns(source, list(types), explicit, needed=needed, optional=optional, mode=mode)
+    except ChipswapError:
+        # a JSONL file whose lines are not all objects is read as one "json" column: name the line instead
+        located = locate_text_error(source) if source.fmt == "jsonl" else None
+        if located is not None:
+            raise located from None
+        raise
     scan = Scan(source, mapping, types)
     # JSON values of one key may mix numbers, strings and booleans: always validate them as text
     return scan.as_text() if source.fmt in ("jsonl", "json") else scan
