@@ -255,3 +255,24 @@ def test_folder_and_glob_traces(tmp_path, capsys):
         assert json.loads(parts)["decode_buckets"] == json.loads(whole)["decode_buckets"]
     code, _, err = run(["shapes", str(d / "*.parquet")], capsys)
     assert code == 2 and "matches no files" in err
+
+
+def test_latency_table_is_read_strictly(tmp_path, capsys):
+    good = tmp_path / "lat.json"
+    good.write_text('{"2048": 0.01, "4096": 0.02, "8192": 0.05}')
+    argv = ["--mode", "encoder", "--cost-model", "measured", "--latency-table", str(good), "-k", "2"]
+    code, out, err = run(["shapes", str(bundled_trace_path()), *argv, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["cost_model"] == "measured"
+    for name, text, needle in [
+        ("nan.json", '{"128": NaN}', "not a number JSON allows"),
+        ("bool.json", '[{"shape": true, "latency_s": 0.1}]', "entry 0 shape must be an integer"),
+        ("huge.json", '{"99999999999": 0.1}', "outside [1, 2,097,152]"),
+        ("neg.csv", "shape,latency\n128,-1\n", "row 1 latency is -1.0, outside"),
+        ("empty.csv", "shape,latency\n", "no 'shape,latency' rows"),
+    ]:
+        bad = tmp_path / name
+        bad.write_text(text)
+        argv = ["--mode", "encoder", "--cost-model", "measured", "--latency-table", str(bad)]
+        code, _, err = run(["shapes", str(bundled_trace_path()), *argv], capsys)
+        assert code == 2 and err.count("\n") == 1 and needle in err, (name, err)

@@ -269,3 +269,9 @@ def test_histogram_counts_are_validated(tmp_path):
     h = _csv(tmp_path / "h4.csv", [[10, 3]], header=("length", "requests_seen"))
     with pytest.raises(ChipswapError, match="no count column found .* --count-col"):
         read_histogram(h, mode="encoder")
+
+
+def test_progress_is_reported_while_the_engine_scans(tmp_path):
+    seen: list[float] = []
+    h = aggregate_trace(_parquet(tmp_path / "t.parquet", _rows()), mode="llm", progress=seen.append)
+    assert h.requests == N and seen and seen[-1] == 1.0 and all(0 <= x <= 1 for x in seen)

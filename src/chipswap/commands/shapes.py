@@ -10,7 +10,6 @@ the SVG plot atomically. No planning logic here.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,45 +57,63 @@ def _progress(label: str) -> Iterator[Callable[[float], None] | None]:
 
 
 def _read_latency_table(path: Path) -> dict[int, float]:
-    """Latency table: JSON {"shape": seconds}, a JSON list of {"shape", "latency_s"}, or CSV shape,latency."""
+    """Latency table: JSON {"shape": seconds}, a JSON list of {"shape", "latency_s"}, or CSV shape,latency.
+
+    Read through chipswap.datafile (size-capped, UTF-8, no NaN); shapes are integers in 1..MAX_LENGTH and
+    latencies finite numbers >= 0, so nothing sized by the table can grow beyond those bounds."""
+    from chipswap.core.buckets import MAX_LENGTH
+    from chipswap.datafile import parse_json, read_text, strict_int, strict_number
+
+    what = "latency table"
     if not path.exists():
         raise ChipswapError(f"latency table not found: {path}; give a JSON or CSV file of shape -> latency")
-    try:
-        if path.suffix.lower() == ".csv":
-            with path.open(newline="") as fh:
-                rows = list(csv.reader(fh))
-            body = rows[1:] if rows and not rows[0][0].strip().isdigit() else rows
-            table = {}
-            for i, r in enumerate(body, start=2 if body is not rows else 1):
-                try:
-                    table[int(r[0])] = float(r[1])
-                except (ValueError, IndexError):
-                    raise ChipswapError(
-                        f"{path}: row {i} {r!r} is not 'shape,latency'; two numbers per row"
-                    ) from None
-            return table
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ChipswapError(f'{path}: not JSON ({exc.msg}); give {{"128": 0.004, ...}}') from None
+    text = read_text(path, what)
+
+    def pair(shape: object, latency: object, where: str) -> tuple[int, float]:
+        return (
+            strict_int(shape, f"{path}: {where} shape", lo=1, hi=MAX_LENGTH),
+            strict_number(latency, f"{path}: {where} latency", lo=0.0),
+        )
+
+    if path.suffix.lower() == ".csv":
+        rows = [r for r in csv.reader(text.splitlines()) if r and any(x.strip() for x in r)]
+        if rows and not rows[0][0].strip().isdigit():
+            rows = rows[1:]
+        if not rows:
+            raise ChipswapError(f"{path}: no 'shape,latency' rows; two numbers per row")
+        table = {}
+        for i, r in enumerate(rows, start=1):
+            try:
+                shape, latency = int(r[0]), float(r[1])
+            except (ValueError, IndexError):
+                raise ChipswapError(
+                    f"{path}: row {i} {r!r} is not 'shape,latency'; two numbers per row"
+                ) from None
+            k, v = pair(shape, latency, f"row {i}")
+            table[k] = v
+        return table
+    data = parse_json(text, what, str(path))
     if isinstance(data, dict):
         data = data.get("latency_s", data.get("latencies", data))
+    entries: list[tuple[object, object, str]] = []
     if isinstance(data, dict):
-        try:
-            return {int(k): float(v) for k, v in data.items()}
-        except (TypeError, ValueError):
-            raise ChipswapError(
-                f'{path}: keys must be shapes and values latencies, e.g. {{"128": 0.004}}'
-            ) from None
-    if isinstance(data, list):
-        out = {}
+        for key, value in data.items():
+            try:
+                entries.append((int(key), value, f"entry {key!r}"))
+            except (TypeError, ValueError):
+                raise ChipswapError(
+                    f'{path}: keys must be shapes and values latencies, e.g. {{"128": 0.004}}; got {key!r}'
+                ) from None
+    elif isinstance(data, list):
         for i, row in enumerate(data):
             shape = row.get("shape", row.get("sequence_length")) if isinstance(row, dict) else None
             lat = row.get("latency_s", row.get("latency")) if isinstance(row, dict) else None
             if shape is None or lat is None:
                 raise ChipswapError(f"{path}: entry {i} lacks 'shape' and 'latency_s'; give both")
-            out[int(shape)] = float(lat)
-        return out
-    raise ChipswapError(f"{path}: expected an object or list of shape/latency pairs")
+            entries.append((shape, lat, f"entry {i}"))
+    else:
+        raise ChipswapError(f"{path}: expected an object or list of shape/latency pairs")
+    return dict(pair(shape, lat, where) for shape, lat, where in entries)
 
 
 def _fmt_int(x: float) -> str:
