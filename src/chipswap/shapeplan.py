@@ -394,11 +394,15 @@ def _plan_one(
     )
     top = int(best.edges[-1])
     tok = B.tokens_cost()
-    best_tok = B.evaluate(hist, best.edges, tok, policy=policy)
+
+    def in_tokens(ev: B.Evaluation) -> B.Evaluation:  # the same scoring again only if the model differs
+        return ev if model == tok else B.evaluate(hist, ev.edges, tok, policy=policy)
+
+    best_tok = in_tokens(best)
     totals = _scored(best, best_tok)
     bl = {}
     for name, ev in B.baseline_plans(hist, model, k=best.k, max_length=top, policy=policy).items():
-        ev_tok = B.evaluate(hist, ev.edges, tok, policy=policy)
+        ev_tok = in_tokens(ev)
         row = _scored(ev, ev_tok)
         row["waste_reduction_pct"] = 100.0 * (1 - best.waste / ev.waste) if ev.waste > 0 else 0.0
         row["waste_tokens_reduction_pct"] = (

@@ -31,7 +31,7 @@ from chipswap.core import buckets as B
 from chipswap.errors import ChipswapError
 from chipswap.traces.checks import MAX_COUNT
 from chipswap.traces.engine import ProgressFn
-from chipswap.traces.scan import Scan, execute, fetch_columns, first_bad_row, open_scan
+from chipswap.traces.scan import Scan, execute, first_bad_row, open_scan
 from chipswap.traces.source import connect, resolve_source
 
 MODES = ("encoder", "llm")
@@ -184,7 +184,7 @@ def _aggregate(
         )
         query = _Query(mode, kind, max_length, policy, outputs)
         scan, cursor = execute(con, scan, query.sql, progress=progress)
-        raw = fetch_columns(cursor)
+        raw = cursor.fetchnumpy()
         res = {k: np.ma.filled(raw[k], -1) for k in ("s", "k", "n", "n_gen", "t_n")}  # NULL sum: overflowed
         res.update({k: np.ma.filled(np.ma.asarray(raw[k], dtype=np.float64), np.nan) for k in ("t0", "t1")})
         if _Query.has_bad_rows(res, "timestamp" in scan.mapping):

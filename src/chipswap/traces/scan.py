@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from chipswap.core.buckets import MAX_LENGTH
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
@@ -108,31 +106,14 @@ def execute(
     con: Any, scan: Scan, build: Callable[[Scan], tuple[str, list]], *, progress: ProgressFn | None = None
 ) -> tuple[Scan, Any]:
     """Run build(scan); if the reader's type guess fails on a value, rebuild with the columns as text."""
-    sql, params = build(scan)
-    try:
-        return scan, run_sql(con, sql, params, scan.source, progress=progress)
-    except NeedsText as exc:
-        if set(scan.text) >= set(scan.mapping.values()):
-            raise ChipswapError(
-                f"{scan.source.label}: a value could not be read "
-                f"({one_line(str(exc).splitlines()[0], 200)}); "
-                "fix that row"
-            ) from None
-    text = scan.as_text()
-    sql, params = build(text)
-    try:
-        return text, run_sql(con, sql, params, scan.source, progress=progress)
-    except NeedsText as exc:
-        raise ChipswapError(
-            f"{scan.source.label}: a value could not be read "
-            f"({one_line(str(exc).splitlines()[0], 200)}); fix "
-            "that row"
-        ) from None
-
-
-def fetch_columns(cursor: Any) -> dict[str, np.ndarray]:
-    """The result as numpy arrays; NULLs become masked entries."""
-    return dict(cursor.fetchnumpy())
+    tries = [scan] if set(scan.text) >= set(scan.mapping.values()) else [scan, scan.as_text()]
+    for attempt in tries:
+        sql, params = build(attempt)
+        try:
+            return attempt, run_sql(con, sql, params, scan.source, progress=progress)
+        except NeedsText as exc:
+            reason = one_line(str(exc).splitlines()[0], 200)
+    raise ChipswapError(f"{scan.source.label}: a value could not be read ({reason}); fix that row")
 
 
 def first_bad_row(con: Any, scan: Scan) -> ChipswapError:
