@@ -26,7 +26,7 @@ from chipswap.traces.scan import execute, first_bad_row, open_scan
 from chipswap.traces.source import connect, resolve_source
 
 MAX_WINDOWS = 1 << 22  # per-window counts: 32 MiB of int64 at most
-MAX_REQUEST_ROWS = 5_000_000  # rows one read_requests call may return (about 120 MB of arrays)
+MAX_REQUEST_ROWS = 2_000_000  # rows one read_requests call may return (peak RSS under 400 MB, measured)
 
 
 @dataclass(frozen=True)
