@@ -93,8 +93,8 @@ def generate(data: Path) -> dict[str, Path]:
     return out
 
 
-def measure(cmd: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB) of one fresh process."""
+def measure(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak RSS MB) of one fresh process."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
@@ -103,25 +103,25 @@ def measure(cmd: list[str]) -> tuple[float, float]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     if status != 0:
         raise SystemExit(f"{' '.join(cmd)} failed: {err[-500:]}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def side_by_side(label: str, chipswap: list[str], plain: list[str], repeats: int) -> dict[str, float]:
-    runs: dict[str, list[tuple[float, float]]] = {"chipswap": [], "plain": []}
+    runs: dict[str, list[tuple[float, float, float]]] = {"chipswap": [], "plain": []}
     for _ in range(repeats):
         runs["plain"].append(measure(plain))
         runs["chipswap"].append(measure(chipswap))
-    med = {k: (statistics.median(w for w, _ in v), max(r for _, r in v)) for k, v in runs.items()}
-    res = {
-        "t": med["chipswap"][0],
-        "rss": med["chipswap"][1],
-        "t_plain": med["plain"][0],
-        "rss_plain": med["plain"][1],
-    }
+    res = {}
+    for key, tag in (("chipswap", ""), ("plain", "_plain")):
+        res["t" + tag] = statistics.median(w for w, _, _ in runs[key])
+        res["cpu" + tag] = statistics.median(c for _, c, _ in runs[key])
+        res["rss" + tag] = max(r for _, _, r in runs[key])
     res["ratio"] = res["t"] / res["t_plain"]
+    res["cpu_ratio"] = res["cpu"] / res["cpu_plain"]
     print(
-        f"{label}: chipswap {res['t']:.2f} s {res['rss']:.0f} MB; plain {res['t_plain']:.2f} s "
-        f"{res['rss_plain']:.0f} MB; ratio {res['ratio']:.2f}",
+        f"{label}: chipswap {res['t']:.2f} s ({res['cpu']:.2f} s CPU) {res['rss']:.0f} MB; plain "
+        f"{res['t_plain']:.2f} s ({res['cpu_plain']:.2f} s CPU) {res['rss_plain']:.0f} MB; ratio "
+        f"{res['ratio']:.2f} (CPU {res['cpu_ratio']:.2f})",
         flush=True,
     )
     return res
@@ -222,15 +222,15 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
         "validation, "
         "no plan).",
         "",
-        "| file | mode | chipswap | plain script | ratio | peak RSS chipswap | peak RSS plain | target (<= "
-        f"{TARGET_RATIO:g}x, <= {TARGET_RSS_MB} MB) |",
+        "| file | mode | chipswap wall (CPU) | plain script wall (CPU) | ratio wall (CPU) | RSS chipswap "
+        f"| RSS plain | target (<= {TARGET_RATIO:g}x wall, <= {TARGET_RSS_MB} MB) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for fmt, mode, r in rows:
         met = r["ratio"] <= TARGET_RATIO and r["rss"] <= TARGET_RSS_MB
         lines.append(
-            f"| {fmt} | {mode} | {r['t']:.2f} s | {r['t_plain']:.2f} s | {r['ratio']:.2f}x | "
-            f"{r['rss']:.0f} MB "
+            f"| {fmt} | {mode} | {r['t']:.2f} s ({r['cpu']:.2f} s) | {r['t_plain']:.2f} s "
+            f"({r['cpu_plain']:.2f} s) | {r['ratio']:.2f}x ({r['cpu_ratio']:.2f}x) | {r['rss']:.0f} MB "
             f"| {r['rss_plain']:.0f} MB | {_ok(met)} |"
         )
     if big is not None:
@@ -243,9 +243,11 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
             "Plain: `python bench/_plain_histogram.py build/bench-traces/trace_100m llm --stream` (pyarrow "
             "batches, counts accumulated; reading the folder whole would need several GB).",
             "",
-            "| | chipswap | plain script (streaming) | ratio | peak RSS chipswap | peak RSS plain | target |",
+            "| | chipswap wall (CPU) | plain script, streaming (CPU) | ratio | peak RSS chipswap "
+            "| peak RSS plain | target |",
             "|---|---|---|---|---|---|---|",
-            f"| 100 M rows, llm | {big['t']:.1f} s | {big['t_plain']:.1f} s | {big['ratio']:.2f}x | "
+            f"| 100 M rows, llm | {big['t']:.1f} s ({big['cpu']:.1f} s) | {big['t_plain']:.1f} s "
+            f"({big['cpu_plain']:.1f} s) | {big['ratio']:.2f}x | "
             f"{big['rss']:.0f} MB | {big['rss_plain']:.0f} MB | {_ok(big['rss'] <= TARGET_RSS_100M_MB)} <= "
             f"{TARGET_RSS_100M_MB} MB |",
         ]
