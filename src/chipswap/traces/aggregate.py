@@ -183,10 +183,14 @@ def _aggregate(
             con, source, columns, needed=needed, optional=["timestamp"] if times else [], mode=mode
         )
         query = _Query(mode, kind, max_length, policy, outputs)
-        scan, cursor = execute(con, scan, query.sql, progress=progress)
-        raw = cursor.fetchnumpy()
-        res = {k: np.ma.filled(raw[k], -1) for k in ("s", "k", "n", "n_gen", "t_n")}  # NULL sum: overflowed
-        res.update({k: np.ma.filled(np.ma.asarray(raw[k], dtype=np.float64), np.nan) for k in ("t0", "t1")})
+        scan, res = execute(
+            con,
+            scan,
+            query.sql,
+            progress=progress,
+            consume=lambda cur, s: query.fetch(cur, s, progress, con),
+            stream=query.streamed(scan),
+        )
         if _Query.has_bad_rows(res, "timestamp" in scan.mapping):
             raise first_bad_row(con, scan)
     return _assemble(source.label, kind, mode, scan, res, max_length, policy)
@@ -200,17 +204,22 @@ PROMPTS, ENDS, OUTPUTS = 0, 1, 2
 @dataclass(frozen=True)
 class _Query:
     """The aggregation: prompt lengths, and in llm mode the total length at which each generating request ends
-    and, if asked, output lengths, as rows (s, k, n, n_gen, t0, t1, t_n).
+    and, if asked, output lengths, as rows (s, k, n, n_gen, t0, t1, t_n) of a dict of arrays.
 
     Validity is checked without a per-row predicate where it can be: lengths are clamped into keys
     0..MAX_LENGTH + 1, so an invalid row lands on prompt key 0 (missing, below 1, a bad output or count, or
-    prompt
-    + output beyond the bound) or MAX_LENGTH + 1 (too long), and a bad arrival time shows as t_n < n; the
-    engine
-    also sizes its hash tables from those bounds. Parquet is columnar, so each histogram is its own GROUP BY
-    over
-    a fresh scan of two columns (cheaper than a GROUPING SETS aggregate); text formats are parsed once, with
-    GROUPING SETS over that one scan.
+    prompt + output beyond the bound) or MAX_LENGTH + 1 (too long), and a bad arrival time shows as a count of
+    times below the count of rows; the engine also sizes its hash tables from those bounds.
+
+    How the counting runs depends on the input, measured on 10 M rows (docs/benchmarks.md, section traces):
+    - Parquet is columnar: each histogram is its own GROUP BY over a fresh scan of two columns (cheaper than
+      a GROUPING SETS aggregate);
+    - text formats with one histogram (encoder mode) or weighted rows (histogram files): one parse, one
+      GROUP BY / GROUPING SETS aggregate;
+    - a raw text trace in llm mode: one parse, and the engine streams the clamped keys in 1 M-row Arrow
+      batches to np.bincount over dense arrays of MAX_LENGTH + 3 counts (16 MB each), because the
+      engine's GROUPING SETS costs as much again as the parse. Memory stays bounded by MAX_LENGTH and the
+      batch.
     """
 
     mode: str
@@ -219,7 +228,38 @@ class _Query:
     policy: str
     outputs: bool
 
-    def _aggregates(self, w: str | None, gen: str | None, t: str | None) -> str:
+    def streamed(self, scan: Scan) -> bool:
+        return self.kind == "trace" and self.mode == "llm" and scan.source.fmt != "parquet"
+
+    def _rows(self, scan: Scan) -> tuple[dict[str, str], dict[int, tuple[str, str]]]:
+        """Per-row SQL (pk, gen, w, t) and, per histogram, (key, which rows)."""
+        top = B.MAX_LENGTH
+        pc = f"COALESCE(LEAST(GREATEST({scan.value('prompt_tokens')}, 0), {top + 1}), 0)"
+        conds: list[str] = []
+        cols: dict[str, str] = {}
+        if self.kind == "histogram":
+            conds.append(f"COALESCE({scan.valid('count')}, false)")
+            cols["w"] = scan.value("count")
+        if "timestamp" in scan.mapping:
+            cols["t"] = scan.value("timestamp")
+        parts: dict[int, tuple[str, str]] = {}
+        if self.mode == "llm":
+            gc = f"LEAST(GREATEST({scan.value('output_tokens')}, -1), {top + 1})"
+            cols["gen"] = f"CAST({gc} > 0 AS INTEGER)"
+            conds += [f"{gc} BETWEEN 0 AND {top}", f"{pc} + {gc} <= {top}"]
+            decoding, p_eff = f"{gc} > 0", pc
+            if self.cut is not None and self.policy == "reject":
+                decoding += f" AND {pc} <= {int(self.cut)}"
+            elif self.cut is not None:
+                p_eff = f"LEAST({pc}, {int(self.cut)})"
+            parts[ENDS] = (f"LEAST({p_eff} + {gc}, {top + 1})", decoding)
+            if self.outputs:
+                parts[OUTPUTS] = (gc, "true")
+        pk = f"CASE WHEN {' AND '.join(conds)} THEN {pc} ELSE 0 END" if conds else pc
+        return cols, {PROMPTS: (pk, "true"), **parts}
+
+    @staticmethod
+    def _aggregates(w: str | None, gen: str | None, t: str | None) -> str:
         """n, n_gen, t0, t1, t_n over the group, given SQL for the weight, the generates flag and the time."""
         n = "count(*)" if w is None else f"TRY_CAST(sum({w}) AS BIGINT)"
         if gen is None:
@@ -233,66 +273,101 @@ class _Query:
 
     def sql(self, scan: Scan) -> tuple[str, list]:
         rel, params = scan.relation()
-        top = B.MAX_LENGTH
-        pc = f"COALESCE(LEAST(GREATEST({scan.value('prompt_tokens')}, 0), {top + 1}), 0)"
-        conds: list[str] = []
-        w = scan.value("count") if self.kind == "histogram" else None
-        if w is not None:
-            conds.append(f"COALESCE({scan.valid('count')}, false)")
-        t = scan.value("timestamp") if "timestamp" in scan.mapping else None
-        gc = gen = None
-        parts: list[tuple[int, str, str]] = []  # (histogram, key, which rows)
-        if self.mode == "llm":
-            gc = f"LEAST(GREATEST({scan.value('output_tokens')}, -1), {top + 1})"
-            gen = f"CAST({gc} > 0 AS INTEGER)"
-            conds += [f"{gc} BETWEEN 0 AND {top}", f"{pc} + {gc} <= {top}"]
-            decoding, p_eff = f"{gc} > 0", pc
-            if self.cut is not None and self.policy == "reject":
-                decoding += f" AND {pc} <= {int(self.cut)}"
-            elif self.cut is not None:
-                p_eff = f"LEAST({pc}, {int(self.cut)})"
-            parts.append((ENDS, f"LEAST({p_eff} + {gc}, {top + 1})", decoding))
-            if self.outputs:
-                parts.append((OUTPUTS, gc, "true"))
-        pk = f"CASE WHEN {' AND '.join(conds)} THEN {pc} ELSE 0 END" if conds else pc
-        parts.insert(0, (PROMPTS, pk, "true"))
+        cols, parts = self._rows(scan)
+        if self.streamed(scan):  # the row keys + 1 (0: not in that histogram), for np.bincount
+            keys = [
+                f"CAST(COALESCE(CASE WHEN {rows} THEN {key} END, -1) + 1 AS INTEGER) AS k{s}"
+                for s, (key, rows) in parts.items()
+            ]
+            times = [f"{cols['t']} AS t"] if "t" in cols else []
+            return f"SELECT {', '.join(keys + times)} FROM {rel}", params
+        w, gen, t = cols.get("w"), cols.get("gen"), cols.get("t")
         if scan.source.fmt == "parquet":
             union = [
                 f"SELECT {s} AS s, {key} AS k, "
                 f"{self._aggregates(w, gen if s == PROMPTS else None, t if s == PROMPTS else None)} "
                 f"FROM {rel} WHERE {rows} GROUP BY k"
-                for s, key, rows in parts
+                for s, (key, rows) in parts.items()
             ]
             return " UNION ALL ".join(union), params * len(union)
         # text formats: one parse, one GROUPING SETS aggregate; each histogram's key is NULL outside its rows
-        cols = [f"CASE WHEN {rows} THEN {key} END AS k{s}" for s, key, rows in parts]
-        cols += [f"{w} AS w"] if w is not None else []
-        cols += [f"{gen} AS gen"] if gen is not None else []
-        cols += [f"{t} AS t"] if t is not None else []
-        aggs = self._aggregates(
-            "w" if w is not None else None, "gen" if gen is not None else None, "t" if t is not None else None
-        )
-        which = " ".join(f"WHEN GROUPING(k{s}) = 0 THEN {s}" for s, _, _ in parts)
-        keys = ", ".join(f"k{s}" for s, _, _ in parts)
-        sets = ", ".join(f"(k{s})" for s, _, _ in parts)
+        inner = [f"CASE WHEN {rows} THEN {key} END AS k{s}" for s, (key, rows) in parts.items()]
+        inner += [f"{sql} AS {name}" for name, sql in cols.items()]
+        aggs = self._aggregates(*(name if name in cols else None for name in ("w", "gen", "t")))
+        which = " ".join(f"WHEN GROUPING(k{s}) = 0 THEN {s}" for s in parts)
+        keys = ", ".join(f"k{s}" for s in parts)
+        sets = ", ".join(f"(k{s})" for s in parts)
         sql = (
             f"SELECT * FROM (SELECT CASE {which} END AS s, COALESCE({keys}) AS k, {aggs} "
-            f"FROM (SELECT {', '.join(cols)} FROM {rel}) GROUP BY GROUPING SETS ({sets})) WHERE k IS NOT NULL"
+            f"FROM (SELECT {', '.join(inner)} FROM {rel}) GROUP BY GROUPING SETS ({sets})) "
+            "WHERE k IS NOT NULL"
         )
         return sql, params
+
+    def fetch(self, cursor: Any, scan: Scan, progress: ProgressFn | None, con: Any) -> dict[str, np.ndarray]:
+        """The result as arrays (s, k, n, n_gen, t0, t1, t_n) and the flag times_ok."""
+        if self.streamed(scan):
+            return _count_stream(cursor, "t" in self._rows(scan)[0], progress, con)
+        raw = cursor.fetchnumpy()
+        res = {k: np.ma.filled(raw[k], -1) for k in ("s", "k", "n", "n_gen", "t_n")}  # NULL sum: overflowed
+        res.update({k: np.ma.filled(np.ma.asarray(raw[k], dtype=np.float64), np.nan) for k in ("t0", "t1")})
+        prompt = res["s"] == PROMPTS
+        res["times_ok"] = np.asarray(
+            (res["t_n"][prompt] >= res["n"][prompt]).all()
+            and np.isfinite(res["t0"][prompt]).all()
+            and np.isfinite(res["t1"][prompt]).all()
+        )
+        return res
 
     @staticmethod
     def has_bad_rows(res: dict[str, np.ndarray], times: bool) -> bool:
         """Did any row fail validation? (See the class docstring for how it shows in the result.)"""
-        prompt = res["s"] == PROMPTS
-        keys = res["k"][prompt]
-        if ((keys == 0) | (keys > B.MAX_LENGTH)).any():
-            return True
+        keys = res["k"][res["s"] == PROMPTS]
+        return bool(((keys == 0) | (keys > B.MAX_LENGTH)).any()) or (times and not bool(res["times_ok"]))
+
+
+def _count_stream(cursor: Any, times: bool, progress: ProgressFn | None, con: Any) -> dict[str, np.ndarray]:
+    """np.bincount over the engine's row keys + 1 (k0 prompt, k1 end, k2 output; 0 = none), batch by batch.
+
+    A request that decodes has an end key; one with a kept prompt that generates always decodes, so the
+    generating count per prompt length is the prompt keys of the rows with an end key."""
+    size = B.MAX_LENGTH + 3
+    dense: dict[int, np.ndarray] = {}
+    generating = np.zeros(size, dtype=np.int64)
+    t0, t1, times_ok = np.inf, -np.inf, True
+    for batch in cursor:
+        cols = {
+            name: batch.column(i).to_numpy(zero_copy_only=False) for i, name in enumerate(batch.schema.names)
+        }
+        for name, keys in cols.items():
+            if name.startswith("k"):
+                s = int(name[1:])
+                counts = np.bincount(keys, minlength=size)
+                dense[s] = dense[s] + counts if s in dense else counts
+        if ENDS in dense:
+            generating += np.bincount(cols["k0"][cols[f"k{ENDS}"] > 0], minlength=size)
         if times:
-            if (res["t_n"][prompt] < res["n"][prompt]).any():
-                return True
-            return not (np.isfinite(res["t0"][prompt]).all() and np.isfinite(res["t1"][prompt]).all())
-        return False
+            t = np.asarray(cols["t"], dtype=np.float64)
+            finite = np.isfinite(t)
+            times_ok = times_ok and bool(finite.all())
+            if finite.any():
+                t0, t1 = min(t0, float(t[finite].min())), max(t1, float(t[finite].max()))
+        if progress is not None and con.query_progress() >= 0:
+            progress(min(con.query_progress() / 100.0, 1.0))
+    if progress is not None:
+        progress(1.0)
+    parts = {s: np.flatnonzero(c[1:]) + 1 for s, c in dense.items()}  # index 0: rows outside the histogram
+    res = {
+        "s": np.concatenate([np.full(k.size, s) for s, k in parts.items()]),
+        "k": np.concatenate([k - 1 for k in parts.values()]),
+        "n": np.concatenate([dense[s][k] for s, k in parts.items()]),
+        "n_gen": np.concatenate([generating[k] if s == PROMPTS else 0 * k for s, k in parts.items()]),
+    }
+    res["t0"] = np.full(res["k"].size, t0 if t0 <= t1 else np.nan)
+    res["t1"] = np.full(res["k"].size, t1 if t0 <= t1 else np.nan)
+    res["t_n"] = res["n"]
+    res["times_ok"] = np.asarray(times_ok)
+    return res
 
 
 def _summed(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -125,3 +125,19 @@ def run_sql(con: Any, sql: str, params: list[Any], source: Any, *, progress: Pro
     if isinstance(exc, duckdb.Error):
         raise engine_error(exc, source) from None
     raise exc
+
+
+STREAM_BATCH_ROWS = 1 << 20
+
+
+def stream_sql(con: Any, sql: str, params: list[Any], source: Any, consume: Callable[[Any], Any]) -> Any:
+    """consume(reader) over the result as Arrow record batches of STREAM_BATCH_ROWS rows; errors as in run_sql
+    (the engine runs the query while the batches are read, so they surface inside consume)."""
+    import duckdb
+
+    try:
+        return consume(con.sql(sql, params=params).to_arrow_reader(STREAM_BATCH_ROWS))
+    except duckdb.ConversionException as exc:
+        raise NeedsText(str(exc)) from None
+    except duckdb.Error as exc:
+        raise engine_error(exc, source) from None

@@ -22,7 +22,7 @@ from chipswap.core.buckets import MAX_LENGTH
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 from chipswap.traces import checks
-from chipswap.traces.engine import NeedsText, ProgressFn, run_sql
+from chipswap.traces.engine import NeedsText, ProgressFn, run_sql, stream_sql
 from chipswap.traces.source import (
     TraceSource,
     describe,
@@ -103,14 +103,24 @@ def open_scan(
 
 
 def execute(
-    con: Any, scan: Scan, build: Callable[[Scan], tuple[str, list]], *, progress: ProgressFn | None = None
+    con: Any,
+    scan: Scan,
+    build: Callable[[Scan], tuple[str, list]],
+    *,
+    progress: ProgressFn | None = None,
+    consume: Callable[[Any, Scan], Any] | None = None,
+    stream: bool = False,
 ) -> tuple[Scan, Any]:
-    """Run build(scan); if the reader's type guess fails on a value, rebuild with the columns as text."""
+    """Run build(scan); return (the scan used, consume(result, scan) or the cursor). If the reader's type
+    guess fails on a value, rebuild with the columns as text. stream: hand consume an Arrow batch reader."""
     tries = [scan] if set(scan.text) >= set(scan.mapping.values()) else [scan, scan.as_text()]
     for attempt in tries:
         sql, params = build(attempt)
         try:
-            return attempt, run_sql(con, sql, params, scan.source, progress=progress)
+            if stream and consume is not None:
+                return attempt, stream_sql(con, sql, params, scan.source, lambda r, a=attempt: consume(r, a))
+            cursor = run_sql(con, sql, params, scan.source, progress=progress)
+            return attempt, cursor if consume is None else consume(cursor, attempt)
         except NeedsText as exc:
             reason = one_line(str(exc).splitlines()[0], 200)
     raise ChipswapError(f"{scan.source.label}: a value could not be read ({reason}); fix that row")
