@@ -244,8 +244,9 @@ def test_bad_sources(tmp_path):
     (tmp_path / "zero.csv").write_text("")
     with pytest.raises(ChipswapError, match="empty"):
         aggregate_trace(tmp_path / "zero.csv")
-    with pytest.raises(ChipswapError, match="empty"):
-        aggregate_trace(_csv(tmp_path / "header.csv", []), mode="encoder")
+    for mode in ("encoder", "llm"):  # llm mode on a text file takes the streamed path
+        with pytest.raises(ChipswapError, match="empty"):
+            aggregate_trace(_csv(tmp_path / "header.csv", []), mode=mode)
     (tmp_path / "t.xlsx").write_text("x")
     with pytest.raises(ChipswapError, match="cannot tell the format"):
         aggregate_trace(tmp_path / "t.xlsx")

@@ -357,11 +357,12 @@ def _count_stream(cursor: Any, times: bool, progress: ProgressFn | None, con: An
     if progress is not None:
         progress(1.0)
     parts = {s: np.flatnonzero(c[1:]) + 1 for s, c in dense.items()}  # index 0: rows outside the histogram
+    none = [np.zeros(0, dtype=np.int64)]  # no batches at all: a header-only file
     res = {
-        "s": np.concatenate([np.full(k.size, s) for s, k in parts.items()]),
-        "k": np.concatenate([k - 1 for k in parts.values()]),
-        "n": np.concatenate([dense[s][k] for s, k in parts.items()]),
-        "n_gen": np.concatenate([generating[k] if s == PROMPTS else 0 * k for s, k in parts.items()]),
+        "s": np.concatenate(none + [np.full(k.size, s) for s, k in parts.items()]),
+        "k": np.concatenate(none + [k - 1 for k in parts.values()]),
+        "n": np.concatenate(none + [dense[s][k] for s, k in parts.items()]),
+        "n_gen": np.concatenate(none + [generating[k] if s == PROMPTS else 0 * k for s, k in parts.items()]),
     }
     res["t0"] = np.full(res["k"].size, t0 if t0 <= t1 else np.nan)
     res["t1"] = np.full(res["k"].size, t1 if t0 <= t1 else np.nan)
