@@ -267,16 +267,19 @@ def test_vectorised_dp_equals_python_integer_hull_on_larger_histograms():
         lengths = np.sort(rng.choice(np.arange(1, 900), n, replace=False))
         counts = rng.integers(1, 5 if trial % 2 else 10**6, n)
         h = B.histogram_from_pairs(lengths, counts)
+        top = int(rng.integers(1, h.max_length + 1)) if trial % 3 == 0 else h.max_length
+        policy = B.POLICIES[trial % 2]
+        align = (1, 1, 8)[trial % 3]
         for model in models:
-            c = B.candidate_edges(h, model, max_length=h.max_length, policy="reject")
+            c = B.candidate_edges(h, model, max_length=top, policy=policy, align=align)
             kmax = min(8, c.edges.size)
             _, fast = B._dp_layers(c.prefix, c.costs, None, kmax)
             _, ref = B._dp_layers_hull(c.prefix.tolist(), c.costs.tolist(), None, kmax)
             for k in range(1, kmax + 1):
                 got = [int(c.edges[j]) for j in B._backtrack(fast, k, c.edges.size)]
                 want = [int(c.edges[j]) for j in B._backtrack(ref, k, c.edges.size)]
-                a = B.evaluate(h, got, model).padded_total
-                b = B.evaluate(h, want, model).padded_total
+                a = B.evaluate(h, got, model, policy=policy).padded_total
+                b = B.evaluate(h, want, model, policy=policy).padded_total
                 assert a == pytest.approx(b, rel=1e-12), (trial, model.kind, k)
 
 

@@ -627,35 +627,79 @@ def _dp_layers_hull(W: list, C: list, extra: list | None, kmax: int) -> tuple[li
     return finals, args
 
 
+# Lines that cannot be a row minimum are dropped before the divide and conquer, a pass at a time, while a pass
+# still removes at least this share of them (at most PRUNE_MAX_PASSES passes).
+PRUNE_MIN_SHARE = 0.1
+PRUNE_MAX_PASSES = 16
+
+
+def _useful_lines(f_prev: np.ndarray, W: np.ndarray, first: int) -> np.ndarray:
+    """Indices i >= first that may minimise f_prev[i] - W[i] * x for some x (a superset of the lower hull).
+
+    A point (W_b, f_b) strictly above the chord between two other points (W_a, f_a), (W_c, f_c) is never a
+    minimiser, for any x: its value is above a convex combination of theirs. Each pass drops every point
+    that is certainly above the chord of its current neighbours. The test runs in float64 and only drops a
+    point when the margin exceeds the rounding bound by 2^5, so every exact minimiser (and so the leftmost
+    one) is kept.
+    """
+    cols = np.arange(first, W.size)
+    Wf, ff = W.astype(np.float64), f_prev.astype(np.float64)
+    for _ in range(PRUNE_MAX_PASSES):
+        if cols.size < 3:
+            break
+        a, b, c = cols[:-2], cols[1:-1], cols[2:]
+        p1 = (Wf[b] - Wf[a]) * (ff[c] - ff[a])
+        p2 = (Wf[c] - Wf[a]) * (ff[b] - ff[a])
+        drop = (p1 - p2) < -(2.0**-48) * (np.abs(p1) + np.abs(p2))
+        removed = int(np.count_nonzero(drop))
+        if removed:
+            keep = np.ones(cols.size, dtype=bool)
+            keep[1:-1] = ~drop
+            cols = cols[keep]
+        if removed < PRUNE_MIN_SHARE * (cols.size + removed):
+            break
+    return cols
+
+
 def _layer_divide_and_conquer(
-    f_prev: np.ndarray, W: np.ndarray, C: np.ndarray, base: np.ndarray, k: int
+    f_prev: np.ndarray, W: np.ndarray, C: np.ndarray, base: np.ndarray, k: int, *, prune: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """One DP layer: f(j) = base[j] + min over k-2 <= i < j of (f_prev[i] - W[i] * C[j]), for j >= k-1.
 
     The matrix A[j][i] = f_prev[i] - W[i] * C[j] is Monge (W and C non-decreasing), so the leftmost argmin
     opt(j) never decreases with j. Divide and conquer on j: solve the middle row, then the left half only
-    looks
-    at i <= opt(mid) and the right half at i >= opt(mid). All subproblems of one recursion depth are evaluated
-    together in flat numpy arrays (their i-ranges overlap only at the ends), so a layer costs O(n log n) array
-    work and about 20 numpy passes per depth.
+    looks at i <= opt(mid) and the right half at i >= opt(mid). All subproblems of one recursion depth are
+    evaluated together in flat numpy arrays (their i-ranges overlap only at the ends), so a layer costs
+    O(lines x depth + n) array work, about 20 numpy passes per depth.
+
+    prune: only the lines that can be a minimum at all are searched (_useful_lines), and without the
+    constraint i < j. That is exact because the constraint never binds without per-bucket extras:
+    f_{k-1}(i') - f_{k-1}(i) >= (W_i' - W_i) C_{i+1} (extend any plan for i' from one for i; more buckets
+    never cost more), so for i >= j the value never beats i = j - 1, and the leftmost unconstrained
+    minimiser is below j. With extras (the compile-time Lagrangian) the constraint can bind, so the caller
+    passes prune=False.
     """
     n = W.size
     f = np.zeros_like(f_prev)
     arg = np.full(n, -1, dtype=np.int32)
+    cols = _useful_lines(f_prev, W, k - 2) if prune else np.arange(k - 2, n)
     jlo = np.array([k - 1], dtype=np.int64)
     jhi = np.array([n - 1], dtype=np.int64)
-    ilo = np.array([k - 2], dtype=np.int64)
-    ihi = np.array([n - 2], dtype=np.int64)
+    ilo = np.array([0], dtype=np.int64)  # positions in cols
+    ihi = np.array([cols.size - 1], dtype=np.int64)
     while jlo.size:
         mid = (jlo + jhi) >> 1
-        lens = np.minimum(ihi, mid - 1) - ilo + 1  # >= 1: ilo <= opt <= mid - 1 by construction
+        # pruned: no i < j constraint is needed (see above); unpruned: cols[p] = k - 2 + p, so i <= mid - 1
+        top = ihi if prune else np.minimum(ihi, mid - 1 - (k - 2))
+        lens = top - ilo + 1  # >= 1: ilo <= opt(parent) <= ... < mid
         ends = np.cumsum(lens)
         starts = ends - lens
         seg = np.zeros(int(ends[-1]), dtype=np.intp)  # subproblem of each flat entry (cheaper than repeat)
         seg[starts[1:]] = 1
         np.cumsum(seg, out=seg)
-        i = np.arange(seg.size, dtype=np.int64)
-        i += (ilo - starts)[seg]
+        pos = np.arange(seg.size, dtype=np.int64)
+        pos += (ilo - starts)[seg]
+        i = cols[pos]
         v = W[i]
         v *= C[mid][seg]
         np.subtract(f_prev[i], v, out=v)
@@ -663,9 +707,9 @@ def _layer_divide_and_conquer(
         hit = np.flatnonzero(v == best[seg])
         hseg = seg[hit]
         first = hit[np.r_[True, hseg[1:] != hseg[:-1]]]  # leftmost argmin of each subproblem
-        opt = i[first]
+        opt = pos[first]
         f[mid] = best + base[mid]
-        arg[mid] = opt
+        arg[mid] = cols[opt]
         left, right = mid > jlo, mid < jhi
         jlo, jhi, ilo, ihi = (
             np.concatenate([jlo[left], mid[right] + 1]),
@@ -728,7 +772,7 @@ def _dp_layers(
     top = min(kmax, n)
     for k in range(2, top + 1):
         if k < top:
-            f_prev, arg = _layer_divide_and_conquer(f_prev, Wd, Cd, base, k)
+            f_prev, arg = _layer_divide_and_conquer(f_prev, Wd, Cd, base, k, prune=extra is None)
             finals.append(f_prev[-1])
         else:  # the last layer is only read at the last candidate: one row, O(n)
             v = f_prev[k - 2 : n - 1] - Wd[k - 2 : n - 1] * Cd[n - 1]
