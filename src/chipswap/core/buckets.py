@@ -638,11 +638,18 @@ def _useful_lines(f_prev: np.ndarray, W: np.ndarray, first: int) -> np.ndarray:
 
     A point (W_b, f_b) strictly above the chord between two other points (W_a, f_a), (W_c, f_c) is never a
     minimiser, for any x: its value is above a convex combination of theirs. Each pass drops every point
-    that is certainly above the chord of its current neighbours. The test runs in float64 and only drops a
-    point when the margin exceeds the rounding bound by 2^5, so every exact minimiser (and so the leftmost
+    that is certainly above the chord of its current neighbours. The test runs in float64 on integers below
+    2^53 (exact copies; larger values skip the pruning) and only drops a point when the margin exceeds the
+    rounding bound of the products (the differences are exact) 16 times over, so every exact minimiser (and so
+    the leftmost
     one) is kept.
     """
     cols = np.arange(first, W.size)
+    if (
+        f_prev.dtype.kind in "iu"
+        and max(abs(int(f_prev[first:].max())), abs(int(f_prev[first:].min())), int(W[-1])) >= 1 << 53
+    ):
+        return cols  # beyond 2^53 the float64 copies are not exact, so the margin below would not hold
     Wf, ff = W.astype(np.float64), f_prev.astype(np.float64)
     for _ in range(PRUNE_MAX_PASSES):
         if cols.size < 3:
