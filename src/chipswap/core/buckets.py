@@ -640,9 +640,8 @@ def _useful_lines(f_prev: np.ndarray, W: np.ndarray, first: int) -> np.ndarray:
     minimiser, for any x: its value is above a convex combination of theirs. Each pass drops every point
     that is certainly above the chord of its current neighbours. The test runs in float64 on integers below
     2^53 (exact copies; larger values skip the pruning) and only drops a point when the margin exceeds the
-    rounding bound of the products (the differences are exact) 16 times over, so every exact minimiser (and so
-    the leftmost
-    one) is kept.
+    rounding bound of the products (the differences are exact) 16 times over, so every exact minimiser (and
+    so the leftmost one) is kept.
     """
     cols = np.arange(first, W.size)
     if (
