@@ -276,3 +276,18 @@ def test_progress_is_reported_while_the_engine_scans(tmp_path):
     seen: list[float] = []
     h = aggregate_trace(_parquet(tmp_path / "t.parquet", _rows()), mode="llm", progress=seen.append)
     assert h.requests == N and seen and seen[-1] == 1.0 and all(0 <= x <= 1 for x in seen)
+
+
+def test_parquet_statistics_prove_validity_only_when_they_can(tmp_path, monkeypatch):
+    from chipswap.traces import aggregate as A
+
+    seen: list[bool] = []
+    real = A._proven_valid
+    monkeypatch.setattr(A, "_proven_valid", lambda con, scan: seen.append(real(con, scan)) or seen[-1])
+    good = _parquet(tmp_path / "good.parquet", _rows())
+    _same(aggregate_trace(good, mode="llm"), "llm")
+    bad = _parquet(tmp_path / "bad.parquet", [*_rows(0, 5), [9.0, 2_000_000, 200_000]])
+    with pytest.raises(ChipswapError, match=r"row 6, columns ContextTokens \+ GeneratedTokens"):
+        aggregate_trace(bad, mode="llm")
+    _same(aggregate_trace(_csv(tmp_path / "t.csv", _rows()), mode="llm"), "llm")
+    assert seen == [True, False, False]  # statistics: clean file, out-of-bound sum, no statistics in CSV

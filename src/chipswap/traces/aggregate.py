@@ -29,7 +29,7 @@ import numpy as np
 
 from chipswap.core import buckets as B
 from chipswap.errors import ChipswapError
-from chipswap.traces.checks import MAX_COUNT
+from chipswap.traces.checks import INTEGER_TYPES, MAX_COUNT
 from chipswap.traces.engine import ProgressFn
 from chipswap.traces.scan import Scan, execute, first_bad_row, open_scan
 from chipswap.traces.source import connect, resolve_source
@@ -182,7 +182,8 @@ def _aggregate(
         scan = open_scan(
             con, source, columns, needed=needed, optional=["timestamp"] if times else [], mode=mode
         )
-        query = _Query(mode, kind, max_length, policy, outputs)
+        trusted = kind == "trace" and _proven_valid(con, scan)
+        query = _Query(mode, kind, max_length, policy, outputs, trusted)
         scan, res = execute(
             con,
             scan,
@@ -227,6 +228,7 @@ class _Query:
     cut: int | None
     policy: str
     outputs: bool
+    trusted: bool = False  # the Parquet statistics already prove every length valid (see _proven_valid)
 
     def streamed(self, scan: Scan) -> bool:
         return self.kind == "trace" and self.mode == "llm" and scan.source.fmt != "parquet"
@@ -235,6 +237,8 @@ class _Query:
         """Per-row SQL (pk, gen, w, t) and, per histogram, (key, which rows)."""
         top = B.MAX_LENGTH
         pc = f"COALESCE(LEAST(GREATEST({scan.value('prompt_tokens')}, 0), {top + 1}), 0)"
+        if self.trusted:
+            pc = scan.value("prompt_tokens")
         conds: list[str] = []
         cols: dict[str, str] = {}
         if self.kind == "histogram":
@@ -245,8 +249,11 @@ class _Query:
         parts: dict[int, tuple[str, str]] = {}
         if self.mode == "llm":
             gc = f"LEAST(GREATEST({scan.value('output_tokens')}, -1), {top + 1})"
+            if self.trusted:
+                gc = scan.value("output_tokens")
             cols["gen"] = f"CAST({gc} > 0 AS INTEGER)"
-            conds += [f"{gc} BETWEEN 0 AND {top}", f"{pc} + {gc} <= {top}"]
+            if not self.trusted:
+                conds += [f"{gc} BETWEEN 0 AND {top}", f"{pc} + {gc} <= {top}"]
             decoding, p_eff = f"{gc} > 0", pc
             if self.cut is not None and self.policy == "reject":
                 decoding += f" AND {pc} <= {int(self.cut)}"
@@ -369,6 +376,41 @@ def _count_stream(cursor: Any, times: bool, progress: ProgressFn | None, con: An
     res["t_n"] = res["n"]
     res["times_ok"] = np.asarray(times_ok)
     return res
+
+
+def _proven_valid(con: Any, scan: Scan) -> bool:
+    """Do the Parquet files' own statistics (min, max, nulls of every row group) prove every prompt and output
+    length valid? Then the aggregation needs no per-row check. False whenever anything is missing."""
+    lengths = [f for f in ("prompt_tokens", "output_tokens") if f in scan.mapping]
+    cols = {scan.mapping[f]: f for f in lengths}
+    if (
+        scan.source.fmt != "parquet"
+        or scan.text
+        or any(scan.dtype(f).split("(")[0] not in INTEGER_TYPES for f in lengths)
+    ):
+        return False
+    rows = con.execute(
+        "SELECT path_in_schema, min(TRY_CAST(stats_min_value AS HUGEINT)), "
+        "max(TRY_CAST(stats_max_value AS HUGEINT)), sum(stats_null_count), count(DISTINCT file_name), "
+        "count(*) FILTER (WHERE TRY_CAST(stats_min_value AS HUGEINT) IS NULL "
+        "OR TRY_CAST(stats_max_value AS HUGEINT) IS NULL OR stats_null_count IS NULL) "
+        "FROM parquet_metadata(?) WHERE path_in_schema IN (SELECT unnest(?)) GROUP BY 1",
+        [list(scan.source.files), list(cols)],
+    ).fetchall()
+    stats = {cols[r[0]]: r[1:] for r in rows if r[0] in cols}
+    if set(stats) != set(lengths):
+        return False
+    for lo, hi, nulls, files, missing in stats.values():
+        if missing or nulls or files != len(scan.source.files) or lo is None or hi is None:
+            return False
+    lo_p, hi_p = stats["prompt_tokens"][:2]
+    if lo_p < 1 or hi_p > B.MAX_LENGTH:
+        return False
+    if "output_tokens" in stats:
+        lo_g, hi_g = stats["output_tokens"][:2]
+        if lo_g < 0 or hi_p + hi_g > B.MAX_LENGTH:
+            return False
+    return True
 
 
 def _summed(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
