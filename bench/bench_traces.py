@@ -262,7 +262,11 @@ def write(rows: list, big: dict | None, step: dict, load0: tuple, load1: tuple, 
         "",
         f"`plan_shapes` on the aggregated histograms of trace_10m.parquet ({step['requests']:,} requests: "
         f"{step['prompt_distinct']:,} distinct prompt lengths, {step['decode_distinct']:,} distinct decode "
-        "lengths), K = 6, exact DP for prefill and decode plus every baseline; median of 5 in one process.",
+        "lengths), K = 6, exact DP for prefill and decode plus every baseline; median of 5 in one "
+        "process. The "
+        "CPU seconds are the step's own cost; the wall time also includes waiting for one of the 2 "
+        "cores shared "
+        "with other work (load average above).",
         "",
         "| planning step (median wall) | CPU | min | max | target (wall) | decode DP alone (vectorised "
         "divide "
