@@ -4,11 +4,14 @@ The caller supplies, per knob, a pure function value -> verdict (the whole pipel
 verdict, with every other input held), the base value and the range to search. Continuous knobs are searched
 outward from the base value on a grid (denser near the base) until the verdict changes, then the edge is found
 by bisection. Discrete knobs (the pricing term) are evaluated at every choice. The answer is worded by a table
-of templates, e.g. "a 1.41x slower Neuron throughput would flip it to 'close call — stay'".
+of templates (SHOWN), e.g. "a 1.41x slower Neuron throughput would flip it to 'close call — stay'"; the printed
+number is rounded toward the flip and re-evaluated, so re-running at the printed value does flip, and
+`Flip.value` is that printed value.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -43,21 +46,87 @@ class Flip:
     text: str
 
 
-def _wording(name: str, base: float, value: float) -> str:
-    ratio = value / base if base else float("inf")
-    table: dict[str, Callable[[], str]] = {
-        "throughput ratio": lambda: (
-            f"a {1 / ratio:.2f}x slower Neuron throughput"
-            if ratio < 1
-            else f"a {ratio:.2f}x faster Neuron throughput"
+@dataclass(frozen=True)
+class Shown:
+    """How a knob's value is printed: a display number d = to_d(value, base) rounded to `decimals`, its
+    inverse, and the words. Rounding always goes away from the base, into the flipped side, so a rerun at the
+    printed value flips (a rounded-back value would not)."""
+
+    to_d: Callable[[float, float], float]
+    from_d: Callable[[float, float], float]
+    decimals: int
+    words: Callable[[float, float, float], str]  # (display number, base, value) -> text
+
+
+def _ratio_d(v: float, b: float) -> float:
+    r = v / b if b else float("inf")
+    return 1 / r if r < 1 else r
+
+
+def _ratio_inv(d: float, b: float, slower: bool) -> float:
+    return b / d if slower else b * d
+
+
+_SAME = (lambda v, _b: v, lambda d, _b: d)
+SHOWN: dict[str, tuple[Shown, Shown]] = {
+    # (below the base, above the base)
+    "throughput ratio": (
+        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, True), 2, lambda d, *_: f"a {d:.2f}x slower Neuron throughput"),
+        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, False), 2, lambda d, *_: f"a {d:.2f}x faster Neuron throughput"),
+    ),
+    "GPU throughput ratio": (
+        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, True), 2, lambda d, *_: f"a {d:.2f}x slower GPU throughput"),
+        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, False), 2, lambda d, *_: f"a {d:.2f}x faster GPU throughput"),
+    ),
+    "engineer-days": (
+        Shown(*_SAME, 1, lambda d, b, _v: f"porting taking {d:.1f} engineer-days instead of {b:g}"),
+    )
+    * 2,
+    "utilization": (
+        Shown(
+            lambda v, _b: v * 100,
+            lambda d, _b: d / 100,
+            0,
+            lambda d, b, _v: f"running both fleets at {d:.0f}% utilization instead of {b:.0%}",
         ),
-        "engineer-days": lambda: f"porting taking {value:.1f} engineer-days instead of {base:g}",
-        "utilization": lambda: f"running the Neuron fleet at {value:.0%} utilization instead of {base:.0%}",
-        "traffic": lambda: f"{ratio:.2f}x today's traffic",
-        "runs per month": lambda: f"{value:.2f} runs per month instead of {base:g}",
-        "run time (hours)": lambda: f"a Neuron run taking {value:.1f} hours instead of {base:g}",
-    }
-    return table.get(name, lambda: f"{name} = {value:.4g} instead of {base:.4g}")()
+    )
+    * 2,
+    "traffic": (Shown(lambda v, b: v / b, lambda d, b: d * b, 2, lambda d, *_: f"{d:.2f}x today's traffic"),) * 2,
+    "runs per month": (
+        Shown(*_SAME, 2, lambda d, b, _v: f"{d:.2f} runs per month instead of {b:g}"),
+    )
+    * 2,
+    "run time (hours)": (
+        Shown(*_SAME, 1, lambda d, b, _v: f"a Neuron run taking {d:.1f} hours instead of {b:g}"),
+    )
+    * 2,
+}
+_GENERIC = Shown(*_SAME, 4, lambda d, b, _v: f"{d:.4g} instead of {b:.4g}")
+
+
+def _round_away(d: float, d_base: float, decimals: int) -> float:
+    """`d` rounded to `decimals`, away from the base's display value (toward the flip)."""
+    q = 10.0**decimals
+    return (math.ceil(d * q - 1e-9) if d >= d_base else math.floor(d * q + 1e-9)) / q
+
+
+def shown_value(knob: Knob, value: float, flipped: str) -> tuple[float, str]:
+    """The printed form of a flip at `value`: the rounded value (in knob units) and its words. The rounding
+    goes toward the flip and is checked: if the printed value would not flip, more decimals are used."""
+    below, above = SHOWN.get(knob.name, (_GENERIC, _GENERIC))
+    sh = below if value < knob.base else above
+    d_base = sh.to_d(knob.base, knob.base) if knob.base else 0.0
+    d = sh.to_d(value, knob.base)
+    for extra in range(0, 6):
+        dr = _round_away(d, d_base, sh.decimals + extra)
+        v = sh.from_d(dr, knob.base)
+        if knob.lo <= v <= knob.hi and knob.evaluate(v) == flipped:
+            words = sh.words(dr, knob.base, v)
+            if knob.name not in SHOWN:
+                words = f"{knob.name} = {words}"
+            return v, words
+    words = sh.words(d, knob.base, value)
+    return value, (words if knob.name in SHOWN else f"{knob.name} = {words}")
 
 
 def _edge(f: Callable[[float], str], inside: float, outside: float, base_verdict: str, iters: int) -> float:
@@ -107,9 +176,8 @@ def flip_point(knob: Knob, steps: int = 64, iters: int = 40) -> Flip:
 
     x = min(found, key=rel)
     after = knob.evaluate(x)
-    return Flip(
-        knob.name, knob.base, x, after, f"{_wording(knob.name, knob.base, x)} would flip it to '{after}'"
-    )
+    shown, words = shown_value(knob, x, after)
+    return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'")
 
 
 def choice_flips(choice: Choice) -> Flip:
