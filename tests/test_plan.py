@@ -14,13 +14,16 @@ from typing import Any
 
 import pytest
 
-from chipswap import pipeline
+from chipswap import plan as pipeline
 from chipswap.catalog_io import load_catalog
 from chipswap.commands.plan import example_path
 from chipswap.core import cost
 from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY
 from chipswap.errors import ChipswapError
 from chipswap.pipeline import ReadinessSummary, run_plan
+from chipswap.plan import readiness as readiness_stage
+from chipswap.plan import shapes as shapes_stage
+from chipswap.plan import traffic as traffic_stage
 from chipswap.workload import load_workload, parse_workload
 
 CAT = load_catalog()
@@ -60,12 +63,13 @@ def readiness(monkeypatch: pytest.MonkeyPatch):
     """Stand in for the readiness check (its own tests cover it): a checked model with `blockers` blockers."""
 
     def use(blockers: int | None) -> None:
-        def fake(wl: Any, shapes: Any, target: Any, *_: Any, **__: Any) -> ReadinessSummary:
+        def fake(s: Any, shapes: Any) -> ReadinessSummary:
             if blockers is None:
                 return ReadinessSummary(False, "not checked (test)")
+            target = readiness_stage.targets(s)[0]
             return ReadinessSummary(True, "test", target=target, blockers=blockers, support_pct=100.0)
 
-        monkeypatch.setattr(pipeline, "_readiness", fake)
+        monkeypatch.setattr(readiness_stage, "readiness", fake)
 
     return use
 
@@ -192,12 +196,12 @@ def test_llama_example_tells_the_seed_story() -> None:
 def test_blockers_on_one_target_pick_the_other(readiness, monkeypatch: pytest.MonkeyPatch) -> None:
     """The captured graph is judged per target; a candidate whose target has blockers is not the pick."""
 
-    def fake(wl: Any, shapes: Any, target: Any, *_: Any, **__: Any) -> ReadinessSummary:
+    def fake(s: Any, shapes: Any) -> ReadinessSummary:
         return ReadinessSummary(
             True, "test", target="inf2", blockers=1, by_target={"inf2": (1, 90.0, ()), "trn1": (0, 100.0, ())}
         )
 
-    monkeypatch.setattr(pipeline, "_readiness", fake)
+    monkeypatch.setattr(readiness_stage, "readiness", fake)
     # 200 req/s on 96 GPUs (sized to the traffic at 70%): inf2 saves ~32%, trn1 ~28%
     d = serving(
         targets={"candidates": ["inf2.xlarge", "trn1.32xlarge"]},
@@ -219,12 +223,12 @@ def test_representative_check_keeps_two_layers_only_when_layers_are_alike() -> N
     from chipswap.models import resolve_model
 
     ref = resolve_model("llama-3-8b")
-    small, what = pipeline._representative(ref, full=False)
+    small, what = readiness_stage.representative(ref, full=False)
     assert small.config["num_hidden_layers"] == 2 and ref.config["num_hidden_layers"] == 32
     assert "2-layer copy" in what
-    assert pipeline._representative(ref, full=True)[0] is ref
+    assert readiness_stage.representative(ref, full=True)[0] is ref
     mixed = replace(ref, config={**ref.config, "layer_types": ["full_attention"] * 32})
-    assert pipeline._representative(mixed, full=False)[0] is mixed
+    assert readiness_stage.representative(mixed, full=False)[0] is mixed
 
 
 @pytest.mark.slow
@@ -233,7 +237,7 @@ def test_two_layer_copy_finds_what_the_full_model_finds() -> None:
     from chipswap.models import resolve_model
 
     ref = resolve_model("gpt2")
-    small, _ = pipeline._representative(ref, full=False)
+    small, _ = readiness_stage.representative(ref, full=False)
     assert small.config["n_layer"] == 2
     full = run_check(ref, ["input_ids=1x128:int64"], target="inf2")
     part = run_check(small, ["input_ids=1x128:int64"], target="inf2")
@@ -392,8 +396,8 @@ def bundled(**traffic: Any) -> dict[str, Any]:
 
 
 def test_shape_baselines_are_filled_from_the_plan() -> None:
-    trace = pipeline._read_trace(pipeline._bundled_trace(), None)
-    s = pipeline._plan_shapes(trace, "llm", 6, None)
+    trace = traffic_stage.read_trace(traffic_stage.bundled_trace(), None)
+    s = shapes_stage.plan_shapes(trace, "llm", 6, None)
     assert s.plan_json is not None and s.plan_json["baselines"]
     for name, b in s.plan_json["baselines"].items():
         assert s.baselines[name] is not None
@@ -464,33 +468,52 @@ def test_unset_max_length_is_capped_at_the_model(readiness) -> None:
     assert any("max_position_embeddings" in n for n in r.notes)
 
 
-def test_oversized_gpu_fleet_is_right_sized_first(readiness) -> None:
+def test_oversized_gpu_fleet_is_compared_right_sized(readiness) -> None:
+    """Like for like: the saving of a move is measured against the GPU fleet the traffic needs (sized the same
+    way as the candidate), and today's oversize is reported as a saving of its own."""
     readiness(0)
     needed = math.ceil(20.0 / (3.0 * 0.7))
     r = plan(serving(fleet={"count": 4 * needed}))
-    rs = next(x for x in r.verdict.reasons if x.rule == "right-size-gpu")
-    assert f"{4 * needed} instances" in rs.text and f"needs {needed}" in rs.text
-    # the stated bill stays the comparison...
-    assert r.monthly_now.value == cost.monthly_cost(rate("g6e.xlarge"), 4 * needed, 730)
-    # ... and the right-sized comparison is shown and decides: Neuron vs the right-sized GPU fleet
+    g6e = rate("g6e.xlarge")
+    assert r.monthly_today is not None and r.monthly_today.value == cost.monthly_cost(g6e, 4 * needed, 730)
+    rs_now = cost.monthly_cost(g6e, needed, 730)
+    assert r.gpu_fleet is not None and r.gpu_fleet.count == needed
+    assert r.monthly_now.value == rs_now
     after = r.best.monthly_usd  # type: ignore[union-attr]
-    rs_now = cost.monthly_cost(rate("g6e.xlarge"), needed, 730)
-    assert rs.input_value == (rs_now - after) / rs_now * 100
-    assert r.verdict.verdict == MOVE_INF and rs.outcome == "pass"
-    # a slower candidate whose saving survives only against the oversized fleet: close call
+    assert r.best is not None and r.best.saving_pct == (rs_now - after) / rs_now * 100
+    note = next(n for n in r.notes if "larger than the SLO needs" in n)
+    assert f"{needed} x g6e.xlarge would do" in note
+    assert r.verdict.verdict == MOVE_INF
+    # a slower candidate whose saving would only look clear against the oversized fleet: not a clear move
     d = serving(fleet={"count": 4 * needed})
     d["throughput"]["candidates"]["inf2.xlarge"]["requests_per_s"] = 1.5
     r2 = plan(d)
-    assert r2.verdict.verdict == CLOSE and "right-size the GPU fleet first" in r2.verdict.why
-    assert r2.best is not None and r2.best.saving_pct is not None and r2.best.saving_pct > 20
+    count = math.ceil(20.0 / (1.5 * 0.7))
+    after2 = cost.monthly_cost(rate("inf2.xlarge"), count, 730)
+    vs_today = (r.monthly_today.value - after2) / r.monthly_today.value * 100
+    vs_sized = (rs_now - after2) / rs_now * 100
+    assert vs_today > 20 > vs_sized  # only the oversized comparison would have cleared the margin
+    assert r2.best is not None and r2.best.saving_pct == vs_sized
+    assert r2.verdict.verdict == CLOSE
+
+
+def test_undersized_gpu_fleet_is_said_to_miss(readiness) -> None:
+    readiness(0)
+    needed = math.ceil(20.0 / (3.0 * 0.7))
+    r = plan(serving(fleet={"count": needed - 4}))
+    assert r.gpu_fleet is not None and r.gpu_fleet.count == needed
+    assert any("misses the SLO at the busiest window" in n and f"with {needed}" in n for n in r.notes)
+    assert r.monthly_now.value == cost.monthly_cost(rate("g6e.xlarge"), needed, 730)
 
 
 def _beyond(flip: Any, base: float, eps: float = 0.002) -> float:
+    """Just past the flip (a little further from the base than the printed value)."""
     return float(flip.value) * (1 - eps if flip.value < base else 1 + eps)
 
 
-def _inside(flip: Any, base: float, eps: float = 0.002) -> float:
-    return float(flip.value) * (1 + eps if flip.value < base else 1 - eps)
+def _inside(flip: Any, base: float, eps: float = 1e-6) -> float:
+    """Just inside the exact edge (toward the base)."""
+    return float(flip.edge) * (1 + eps if flip.edge < base else 1 - eps)
 
 
 def test_traffic_and_throughput_flips_match_a_real_rerun(readiness) -> None:
@@ -498,12 +521,12 @@ def test_traffic_and_throughput_flips_match_a_real_rerun(readiness) -> None:
     r = plan(serving())
     t = next(f for f in r.flips if f.knob == "traffic")
     assert t.value is not None and t.verdict is not None
-    for x, want in ((_beyond(t, 1.0), t.verdict), (_inside(t, 1.0), r.verdict.verdict)):
+    for x, want in ((float(t.value), t.verdict), (_beyond(t, 1.0), t.verdict), (_inside(t, 1.0), r.verdict.verdict)):
         d = serving(traffic={"steady_rps": 20.0 * x})
         assert plan(d).verdict.verdict == want, x
     m = next(f for f in r.flips if f.knob == "throughput ratio")
     assert m.value is not None and m.verdict is not None
-    for x, want in ((_beyond(m, 1.0), m.verdict), (_inside(m, 1.0), r.verdict.verdict)):
+    for x, want in ((float(m.value), m.verdict), (_beyond(m, 1.0), m.verdict), (_inside(m, 1.0), r.verdict.verdict)):
         d = serving()
         d["throughput"]["candidates"]["inf2.xlarge"]["requests_per_s"] = 1.8 * x
         assert plan(d).verdict.verdict == want, x

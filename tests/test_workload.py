@@ -113,10 +113,19 @@ def test_trace_and_steady_rate_are_exclusive() -> None:
 
 
 def test_candidate_without_throughput_is_named() -> None:
+    """Without a [model] nothing can be projected, so every candidate needs a stated figure."""
     d = example_dict()
+    del d["model"]
     d["targets"]["candidates"].append("inf2.8xlarge")
     msg = _err(d)
     assert 'throughput.candidates: expected a table [throughput.candidates."inf2.8xlarge"]' in msg
+    assert "or a [model] to project it" in msg
+
+
+def test_candidate_without_throughput_is_projected_with_a_model() -> None:
+    d = example_dict()
+    d["targets"]["candidates"].append("inf2.8xlarge")
+    assert "inf2.8xlarge" in parse_workload(d, "w.toml").targets.candidates
 
 
 def test_training_needs_a_job_table() -> None:
@@ -127,7 +136,7 @@ def test_training_needs_a_job_table() -> None:
 
 def test_not_toml(tmp_path: Path) -> None:
     p = write(tmp_path, "title = \n")
-    with pytest.raises(ChipswapError, match=r"w.toml: not valid TOML"):
+    with pytest.raises(ChipswapError, match=r"w.toml is not valid TOML"):
         load_workload(p)
 
 

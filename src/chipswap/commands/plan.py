@@ -63,24 +63,68 @@ def _money(v: Decimal | None) -> str:
     return "unknown" if v is None else f"${v.quantize(Decimal('0.01')):,}"
 
 
+def _pct1(v: Decimal | None) -> str:
+    return "?" if v is None else f"{v.quantize(Decimal('0.1'))}%"
+
+
+def figure_line(fleet: object) -> str:
+    """One fleet's figures: throughput, latency, size and serving configuration, each with its source."""
+    parts = []
+    thr = getattr(fleet, "throughput", None)
+    if thr is not None:
+        parts.append(f"{float(thr.value):,.4g} {thr.unit} ({thr.label})")
+    for name in ("e2e_p99", "ttft_p99"):
+        fig = getattr(fleet, name, None)
+        if fig is not None:
+            parts.append(f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms ({fig.label})")
+    count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
+    if count is not None:
+        band = f" ({lo}-{hi} across the band)" if lo is not None and hi is not None and lo != hi else ""
+        parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")
+    cfg = getattr(fleet, "config", None)
+    if cfg is not None:
+        parts.append(
+            f"TP {cfg.tp_degree} x {cfg.replicas} replica{'s' if cfg.replicas != 1 else ''}, batch "
+            f"{cfg.max_batch}, {cfg.weight_dtype}"
+        )
+    return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
+
+
 def summary_lines(result: object) -> list[str]:
-    """The lines printed on the terminal (also the head of the Markdown summary)."""
+    """The lines printed on the terminal (also the tail of the Markdown summary). Every line goes through
+    textsafe.one_line: a title or name from a file cannot recolour the terminal or add a line."""
+    from chipswap.textsafe import one_line
+
     r = result  # PlanResult
     v = r.verdict  # type: ignore[attr-defined]
     lines = [f"Verdict: {v.verdict} — {v.why}"]
+    today = getattr(r, "monthly_today", None)
     now = r.monthly_now.value  # type: ignore[attr-defined]
     fleet = f"{r.fleet_count} x {r.fleet_instance}"  # type: ignore[attr-defined]
-    lines.append(f"  now:   {fleet}  {_money(now)}/month")
+    gpu = getattr(r, "gpu_fleet", None)
+    needed = getattr(gpu, "count", None) if getattr(r, "kind", "serving") == "serving" else None
+    if today is not None and needed is not None and needed != r.fleet_count:  # type: ignore[attr-defined]
+        lines.append(
+            f"  now:   {fleet} today {_money(today.value)}/month; sized like the candidates: {needed} x "
+            f"{r.fleet_instance} {_money(now)}/month"  # type: ignore[attr-defined]
+        )
+    else:
+        lines.append(f"  now:   {fleet}  {_money(now)}/month")
     b = r.best  # type: ignore[attr-defined]
     if b is not None and b.monthly_usd is not None:
-        pct = f"{b.saving_pct.quantize(Decimal('0.1'))}%" if b.saving_pct is not None else "?"
         pay = f"month {b.payback_month}" if b.payback_month else "never"
+        lo, hi = getattr(b, "saving_pct_range", (None, None))
+        band = f", {_pct1(lo)} to {_pct1(hi)} across the error band" if lo is not None and lo != hi else ""
         lines.append(
-            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({pct} saving; porting "
-            f"{_money(r.porting.value)}, pays back in {pay})"
-        )  # type: ignore[attr-defined]
+            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({_pct1(b.saving_pct)} saving"
+            f"{band}; porting {_money(r.porting.value)}, pays back in {pay})"  # type: ignore[attr-defined]
+        )
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"
+    fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in getattr(r, "candidates", ()))) if f]
+    if fleets:
+        lines.append("Figures:")
+        lines.extend(f"  {figure_line(f)}" for f in fleets)
     from chipswap.report.html import reason_rows, report_notes
 
     lines.append("Reasons:")
@@ -94,7 +138,7 @@ def summary_lines(result: object) -> list[str]:
     if flips:
         lines.append("What would flip it:")
         lines.extend(f"  {f.text}" for f in flips)
-    return lines
+    return [one_line(line, 2000) for line in lines]
 
 
 def _plan(
@@ -150,8 +194,8 @@ def _plan(
             raise ChipswapError(
                 f"--close-margin must be a percentage, got {close_margin!r}; pass e.g. 20"
             ) from None
-        if not margin.is_finite() or margin < 0:
-            raise ChipswapError(f"--close-margin must be 0 or more, got {close_margin!r}; pass e.g. 20")
+        if not margin.is_finite() or margin < 0 or margin > 100:
+            raise ChipswapError(f"--close-margin must be 0 to 100 (percent), got {close_margin!r}; pass e.g. 20")
     path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
     label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
     wl = load_workload(path)
@@ -175,20 +219,29 @@ def _plan(
         if tty:
             sys.stderr.write("\r\033[K")
     _require_arrival_rates(result, wl, path)
-    from chipswap.atomic import atomic_write_text
+    from chipswap.report.publish import publish_report_set
+    from chipswap.textsafe import one_line
 
     data = result.to_json()
     data["workload_label"] = label
-    atomic_write_text(out / "report.json", json.dumps(data, indent=2, default=str) + "\n")
-    atomic_write_text(out / "report.md", render_markdown(result, summary_lines(result)))
-    html_path = atomic_write_text(out / "report.html", render_html(result))
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    publish_report_set(
+        out,
+        {
+            "report.json": text,
+            "report.md": render_markdown(result, summary_lines(result)),
+            "report.html": render_html(result),
+        },
+    )
     if as_json:
-        typer.echo(json.dumps(data, indent=2, default=str))
+        typer.echo(text, nl=False)
         return
-    typer.echo(f"chipswap plan: {result.title} ({label})")
+    typer.echo(one_line(f"chipswap plan: {result.title} ({label})", 2000))
     for line in summary_lines(result):
         typer.echo(line)
-    typer.echo(f"Report: {html_path} (also report.json, report.md) — {result.seconds:.1f} s")
+    typer.echo(
+        one_line(f"Report: {out / 'report.html'} (also report.json, report.md) — {result.seconds:.1f} s", 2000)
+    )
 
 
 def _workload_help(

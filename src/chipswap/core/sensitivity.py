@@ -41,21 +41,22 @@ class Choice:
 class Flip:
     knob: str
     base: float | str
-    value: float | str | None  # the nearest value that flips the verdict, None when none in range
+    value: float | str | None  # the printed value that flips the verdict (rounded toward the flip); None: none
     verdict: str | None  # the verdict at that value
     text: str
+    edge: float | str | None = None  # where the verdict changes, unrounded (the bisection's outer point)
 
 
 @dataclass(frozen=True)
 class Shown:
     """How a knob's value is printed: a display number d = to_d(value, base) rounded to `decimals`, its
     inverse, and the words. Rounding always goes away from the base, into the flipped side, so a rerun at the
-    printed value flips (a rounded-back value would not)."""
+    printed value flips (a rounded-back value would not); when that is not enough, more decimals are shown."""
 
     to_d: Callable[[float, float], float]
     from_d: Callable[[float, float], float]
     decimals: int
-    words: Callable[[float, float, float], str]  # (display number, base, value) -> text
+    words: Callable[[str, float], str]  # (display number as printed, base) -> text
 
 
 def _ratio_d(v: float, b: float) -> float:
@@ -63,51 +64,40 @@ def _ratio_d(v: float, b: float) -> float:
     return 1 / r if r < 1 else r
 
 
-def _ratio_inv(d: float, b: float, slower: bool) -> float:
-    return b / d if slower else b * d
-
-
 _SAME = (lambda v, _b: v, lambda d, _b: d)
+_SLOWER = (_ratio_d, lambda d, b: b / d)
+_FASTER = (_ratio_d, lambda d, b: b * d)
 SHOWN: dict[str, tuple[Shown, Shown]] = {
     # (below the base, above the base)
     "throughput ratio": (
-        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, True), 2, lambda d, *_: f"a {d:.2f}x slower Neuron throughput"),
-        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, False), 2, lambda d, *_: f"a {d:.2f}x faster Neuron throughput"),
+        Shown(*_SLOWER, 2, lambda d, _b: f"a {d}x slower Neuron throughput"),
+        Shown(*_FASTER, 2, lambda d, _b: f"a {d}x faster Neuron throughput"),
     ),
     "GPU throughput ratio": (
-        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, True), 2, lambda d, *_: f"a {d:.2f}x slower GPU throughput"),
-        Shown(_ratio_d, lambda d, b: _ratio_inv(d, b, False), 2, lambda d, *_: f"a {d:.2f}x faster GPU throughput"),
+        Shown(*_SLOWER, 2, lambda d, _b: f"a {d}x slower GPU throughput"),
+        Shown(*_FASTER, 2, lambda d, _b: f"a {d}x faster GPU throughput"),
     ),
-    "engineer-days": (
-        Shown(*_SAME, 1, lambda d, b, _v: f"porting taking {d:.1f} engineer-days instead of {b:g}"),
-    )
-    * 2,
+    "engineer-days": (Shown(*_SAME, 1, lambda d, b: f"porting taking {d} engineer-days instead of {b:g}"),) * 2,
     "utilization": (
         Shown(
             lambda v, _b: v * 100,
             lambda d, _b: d / 100,
             0,
-            lambda d, b, _v: f"running both fleets at {d:.0f}% utilization instead of {b:.0%}",
+            lambda d, b: f"running both fleets at {d}% utilization instead of {b:.0%}",
         ),
     )
     * 2,
-    "traffic": (Shown(lambda v, b: v / b, lambda d, b: d * b, 2, lambda d, *_: f"{d:.2f}x today's traffic"),) * 2,
-    "runs per month": (
-        Shown(*_SAME, 2, lambda d, b, _v: f"{d:.2f} runs per month instead of {b:g}"),
-    )
-    * 2,
-    "run time (hours)": (
-        Shown(*_SAME, 1, lambda d, b, _v: f"a Neuron run taking {d:.1f} hours instead of {b:g}"),
-    )
-    * 2,
+    "traffic": (Shown(lambda v, b: v / b, lambda d, b: d * b, 2, lambda d, _b: f"{d}x today's traffic"),) * 2,
+    "runs per month": (Shown(*_SAME, 2, lambda d, b: f"{d} runs per month instead of {b:g}"),) * 2,
+    "run time (hours)": (Shown(*_SAME, 1, lambda d, b: f"a Neuron run taking {d} hours instead of {b:g}"),) * 2,
 }
-_GENERIC = Shown(*_SAME, 4, lambda d, b, _v: f"{d:.4g} instead of {b:.4g}")
+_GENERIC = Shown(*_SAME, 4, lambda d, b: f"{d} instead of {b:g}")
 
 
 def _round_away(d: float, d_base: float, decimals: int) -> float:
     """`d` rounded to `decimals`, away from the base's display value (toward the flip)."""
     q = 10.0**decimals
-    return (math.ceil(d * q - 1e-9) if d >= d_base else math.floor(d * q + 1e-9)) / q
+    return (math.ceil(d * q) if d >= d_base else math.floor(d * q)) / q
 
 
 def shown_value(knob: Knob, value: float, flipped: str) -> tuple[float, str]:
@@ -115,18 +105,18 @@ def shown_value(knob: Knob, value: float, flipped: str) -> tuple[float, str]:
     goes toward the flip and is checked: if the printed value would not flip, more decimals are used."""
     below, above = SHOWN.get(knob.name, (_GENERIC, _GENERIC))
     sh = below if value < knob.base else above
+    prefix = "" if knob.name in SHOWN else f"{knob.name} = "
     d_base = sh.to_d(knob.base, knob.base) if knob.base else 0.0
     d = sh.to_d(value, knob.base)
-    for extra in range(0, 6):
-        dr = _round_away(d, d_base, sh.decimals + extra)
-        v = sh.from_d(dr, knob.base)
-        if knob.lo <= v <= knob.hi and knob.evaluate(v) == flipped:
-            words = sh.words(dr, knob.base, v)
-            if knob.name not in SHOWN:
-                words = f"{knob.name} = {words}"
-            return v, words
-    words = sh.words(d, knob.base, value)
-    return value, (words if knob.name in SHOWN else f"{knob.name} = {words}")
+    for dec in range(sh.decimals, sh.decimals + 7):
+        # the nearest printed number if it already flips (float noise at the edge), else one step further
+        step = (1 if d >= d_base else -1) / 10.0**dec
+        for dr in (round(d, dec), _round_away(d, d_base, dec), round(d, dec) + step):
+            text = f"{dr:.{dec}f}"
+            v = sh.from_d(float(text), knob.base)
+            if knob.lo <= v <= knob.hi and knob.evaluate(v) == flipped:
+                return v, prefix + sh.words(text, knob.base)
+    return value, prefix + sh.words(f"{d:.{sh.decimals + 6}g}", knob.base)
 
 
 def _edge(f: Callable[[float], str], inside: float, outside: float, base_verdict: str, iters: int) -> float:
@@ -177,7 +167,7 @@ def flip_point(knob: Knob, steps: int = 64, iters: int = 40) -> Flip:
     x = min(found, key=rel)
     after = knob.evaluate(x)
     shown, words = shown_value(knob, x, after)
-    return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'")
+    return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'", x)
 
 
 def choice_flips(choice: Choice) -> Flip:
@@ -202,7 +192,7 @@ def choice_flips(choice: Choice) -> Flip:
         + (f"; {more}" if more else "")
         + tail
     )
-    return Flip(choice.name, choice.base, c, v, text)
+    return Flip(choice.name, choice.base, c, v, text, c)
 
 
 def sensitivity(knobs: Sequence[Knob], choices: Sequence[Choice] = ()) -> tuple[Flip, ...]:

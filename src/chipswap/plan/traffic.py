@@ -46,7 +46,7 @@ class Load:
 class TrafficStage:
     summary: TrafficSummary
     trace: Any  # chipswap.traces.Trace, or None for a steady rate
-    load: Load | None  # None when the trace has no timestamps (no arrival rate, so no fleet size)
+    load: Load
     notes: tuple[str, ...] = ()
 
 
@@ -190,11 +190,10 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
         output_p50=float(np.median(out)),
     )
     if trace.timestamps_s is None:
-        summary = TrafficSummary(
-            name, len(prompt), 0.0, tr.scale, None, None, None, tr.burst_window_s, (), **common,
-            prompt_tokens=prompt, output_tokens=out, output_p99=float(np.percentile(out, 99)),
-        )  # fmt: skip
-        return TrafficStage(summary, trace, None)
+        raise ChipswapError(
+            f"{wpath}: traffic.trace has no timestamp column, so arrival rates and the fleet size can't be "
+            'computed; add [traffic.columns] timestamp = "COLUMN" or give traffic.steady_rps instead'
+        )
     ts = np.asarray(trace.timestamps_s, dtype=float)
     duration = float(ts.max() - ts.min())
     if duration <= 0:
