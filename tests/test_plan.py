@@ -481,7 +481,7 @@ def test_oversized_gpu_fleet_is_compared_right_sized(readiness) -> None:
     assert r.monthly_now.value == rs_now
     after = r.best.monthly_usd  # type: ignore[union-attr]
     assert r.best is not None and r.best.saving_pct == (rs_now - after) / rs_now * 100
-    note = next(n for n in r.notes if "larger than the SLO needs" in n)
+    note = next(n for n in r.notes if "larger than the busiest window needs" in n)
     assert f"{needed} x g6e.xlarge would do" in note
     assert r.verdict.verdict == MOVE_INF
     # a slower candidate whose saving would only look clear against the oversized fleet: not a clear move
@@ -502,7 +502,7 @@ def test_undersized_gpu_fleet_is_said_to_miss(readiness) -> None:
     needed = math.ceil(20.0 / (3.0 * 0.7))
     r = plan(serving(fleet={"count": needed - 4}))
     assert r.gpu_fleet is not None and r.gpu_fleet.count == needed
-    assert any("misses the SLO at the busiest window" in n and f"with {needed}" in n for n in r.notes)
+    assert any("too small for the busiest window" in n and f"needs at 70% utilization {needed}" in n for n in r.notes)
     assert r.monthly_now.value == cost.monthly_cost(rate("g6e.xlarge"), needed, 730)
 
 

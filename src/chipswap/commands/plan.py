@@ -17,7 +17,11 @@ import typer
 
 from chipswap.errors import ChipswapError, closest
 
-EXAMPLES = {"llama-serving": "llama-serving.toml", "finetune": "finetune.toml"}
+EXAMPLES = {
+    "llama-serving": "llama-serving.toml",
+    "classifier-serving": "classifier-serving.toml",
+    "finetune": "finetune.toml",
+}
 DEFAULT_EXAMPLE = "llama-serving"
 
 
@@ -79,7 +83,7 @@ def figure_line(fleet: object) -> str:
             parts.append(f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms ({fig.label})")
     count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
     if count is not None:
-        band = f" ({lo}-{hi} across the band)" if lo is not None and hi is not None and lo != hi else ""
+        band = f" ({lo}-{hi} across the error band)" if lo is not None and hi is not None and lo != hi else ""
         parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")
     cfg = getattr(fleet, "config", None)
     if cfg is not None:
@@ -87,6 +91,9 @@ def figure_line(fleet: object) -> str:
             f"TP {cfg.tp_degree} x {cfg.replicas} replica{'s' if cfg.replicas != 1 else ''}, batch "
             f"{cfg.max_batch}, {cfg.weight_dtype}"
         )
+    lost = getattr(fleet, "overridden", ())
+    if lost:
+        parts.append("not used: " + ", ".join(f"{float(o.value):,.4g} {o.unit} ({o.label})" for o in lost))
     return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
 
 
@@ -112,12 +119,12 @@ def summary_lines(result: object) -> list[str]:
         lines.append(f"  now:   {fleet}  {_money(now)}/month")
     b = r.best  # type: ignore[attr-defined]
     if b is not None and b.monthly_usd is not None:
-        pay = f"month {b.payback_month}" if b.payback_month else "never"
+        pay = f"pays back in month {b.payback_month}" if b.payback_month else "never pays back"
         lo, hi = getattr(b, "saving_pct_range", (None, None))
         band = f", {_pct1(lo)} to {_pct1(hi)} across the error band" if lo is not None and lo != hi else ""
         lines.append(
             f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({_pct1(b.saving_pct)} saving"
-            f"{band}; porting {_money(r.porting.value)}, pays back in {pay})"  # type: ignore[attr-defined]
+            f"{band}; porting {_money(r.porting.value)}, {pay})"  # type: ignore[attr-defined]
         )
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"

@@ -77,7 +77,7 @@ SHOWN: dict[str, tuple[Shown, Shown]] = {
         Shown(*_SLOWER, 2, lambda d, _b: f"a {d}x slower GPU throughput"),
         Shown(*_FASTER, 2, lambda d, _b: f"a {d}x faster GPU throughput"),
     ),
-    "engineer-days": (Shown(*_SAME, 1, lambda d, b: f"porting taking {d} engineer-days instead of {b:g}"),) * 2,
+    "engineer-days": (Shown(*_SAME, 1, lambda d, b: f"porting taking {d} engineer-days instead of {b:.4g}"),) * 2,
     "utilization": (
         Shown(
             lambda v, _b: v * 100,
@@ -88,10 +88,10 @@ SHOWN: dict[str, tuple[Shown, Shown]] = {
     )
     * 2,
     "traffic": (Shown(lambda v, b: v / b, lambda d, b: d * b, 2, lambda d, _b: f"{d}x today's traffic"),) * 2,
-    "runs per month": (Shown(*_SAME, 2, lambda d, b: f"{d} runs per month instead of {b:g}"),) * 2,
-    "run time (hours)": (Shown(*_SAME, 1, lambda d, b: f"a Neuron run taking {d} hours instead of {b:g}"),) * 2,
+    "runs per month": (Shown(*_SAME, 2, lambda d, b: f"{d} runs per month instead of {b:.4g}"),) * 2,
+    "run time (hours)": (Shown(*_SAME, 1, lambda d, b: f"a Neuron run taking {d} hours instead of {b:.4g}"),) * 2,
 }
-_GENERIC = Shown(*_SAME, 4, lambda d, b: f"{d} instead of {b:g}")
+_GENERIC = Shown(*_SAME, 4, lambda d, b: f"{d} instead of {b:.4g}")
 
 
 def _round_away(d: float, d_base: float, decimals: int) -> float:

@@ -454,7 +454,7 @@ def _economics(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
     rows = (
         (
             "monthly-saving",
-            "saving per month (% of today)",
+            "saving per month (% of the GPU side)",
             pct,
             pct is not None and pct >= th.close_margin_pct,
             f"clear when >= {th.close_margin_pct}%",

@@ -55,7 +55,9 @@ def _latency_source(source: str, note: str | None) -> str:
     return "measured" if source == "measured" else "assumption"
 
 
-def _serving_throughput(s: PlanSetup, name: str, is_gpu: bool, gpu: Figure | None, sim: InstanceSim | None) -> Chosen:
+def _serving_throughput(
+    s: PlanSetup, name: str, is_gpu: bool, gpu: Figure | None, sim: InstanceSim | None, projected: Figure | None
+) -> Chosen:
     wl = s.workload
     tp = wl.throughput
     given: list[Figure | None] = []
@@ -79,6 +81,8 @@ def _serving_throughput(s: PlanSetup, name: str, is_gpu: bool, gpu: Figure | Non
         )
     if sim is not None and sim.capacity_rps is not None:
         given.append(Figure(sim.capacity_rps, RPS, "projected", sim.note, sim.band))
+    elif projected is not None:  # no simulation: the projection's steady throughput
+        given.append(projected)
     return pick(given)
 
 
@@ -126,7 +130,7 @@ def _serving_fleet(
     is_gpu = name == s.fleet.name
     sim = sims.get(name)
     p = proj.get(name)
-    thr = _serving_throughput(s, name, is_gpu, gpu, sim)
+    thr = _serving_throughput(s, name, is_gpu, gpu, sim, p.requests_per_s)
     e2e = _serving_latency(s, name, is_gpu, "e2e_p99", sim)
     ttft = _serving_latency(s, name, is_gpu, "ttft_p99", sim)
     fig = thr.figure
@@ -143,7 +147,10 @@ def _serving_fleet(
     excluded = None if fig is not None and fig.kind == "measured" else p.excluded
     count = sizer.count() if sizer is not None else None
     band = fig.band if fig is not None else None
-    rng = (sizer.count(1.0, 1 / (1 + band)), sizer.count(1.0, 1 + band)) if sizer and band else (count, count)
+    rng: tuple[int | None, int | None] = (count, count)
+    if sizer is not None and band:
+        fast, slow = sizer.count(1.0, 1 + band), sizer.count(1.0, 1 / (1 + band))
+        rng = (fast, slow)  # fewest (instances as fast as the band allows) .. most
     plan = FleetPlan(
         instance=name,
         kind="gpu" if is_gpu else inst.kind,  # type: ignore[attr-defined]
@@ -249,6 +256,20 @@ def _training_fleet(
     return plan, FixedSizer(s.workload.fleet.count), excluded
 
 
+def _overridden_note(plan: FleetPlan) -> str | None:
+    """What the data imply for a figure the user stated, when a projection outranked it."""
+    fig = plan.throughput
+    lost = [o for o in plan.overridden if o.unit == (fig.unit if fig else "") and o.kind in ("stated", "assumption")]
+    if fig is None or fig.kind != "projected" or not lost:
+        return None
+    said = "; ".join(f"{float(o.value):,.4g} {o.unit} ({o.source})" for o in lost)
+    return (
+        f"{plan.instance}: the workload states {said}; the projection from published benchmarks implies "
+        f"{float(fig.value):,.4g} {fig.unit} (± {fig.band * 100 if fig.band else 0:.0f}%), and a projection "
+        'outranks a stated figure: measure it and mark it source = "measured" to use your own'
+    )
+
+
 def fleets(
     s: PlanSetup, t: TrafficStage | None, proj: ProjectionStage, sims: SimulationStage
 ) -> FleetsStage:
@@ -267,7 +288,7 @@ def fleets(
         sizers[inst.name] = sizer
         if why:
             excluded[inst.name] = why
-    notes: list[str] = []
+    notes: list[str] = [n for plan in plans if (n := _overridden_note(plan))]
     gpu = plans[0]
     if gpu.throughput is None:
         notes.append(

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from chipswap.errors import ChipswapError
 from chipswap.plan.figures import Figure
 from chipswap.plan.result import ShapeSummary
@@ -21,15 +23,18 @@ from chipswap.plan.traffic import Load
 @dataclass(frozen=True)
 class InstanceProjection:
     """The projection for one instance type. times: a chipswap.core.servicetime.ServiceTimes (serving);
-    config: its ServingConfig; tokens_per_s: training throughput per instance; excluded: why the model cannot
-    run there (memory, no calibration), None when it can or when nothing was projected."""
+    config: its ServingConfig; requests_per_s: the projected steady throughput of one instance (serving);
+    tokens_per_s: training throughput per instance; excluded: why the model cannot run there (memory, no
+    calibration), None when it can or when nothing was projected."""
 
     instance: str
     config: Any = None
     times: Any = None
+    requests_per_s: Figure | None = None
     tokens_per_s: Figure | None = None
     excluded: str | None = None
     note: str = ""
+    detail: Any = None  # the engine's full answer (its as_dict() goes into report.json)
 
 
 @dataclass(frozen=True)
@@ -43,29 +48,20 @@ class ProjectionStage:
         return self.by_instance.get(instance, InstanceProjection(instance))
 
 
-def weights_gib(ref: Any) -> Figure | None:
-    """Weight memory in bf16 from a meta-device build (no weight memory); None when it cannot be counted."""
-    if ref is None or not getattr(ref, "weightless_ok", False):
-        return None
-    from chipswap.models import parameter_count
-
-    try:
-        n = parameter_count(ref)
-    except ChipswapError:
-        return None
-    gib = n * 2 / 2**30
-    return Figure(
-        gib, "GiB (bf16 weights)", "computed", f"{n / 1e9:.2f}B parameters x 2 bytes, from the model config"
-    )
-
-
 def _engine() -> Any:
-    """The projection engine module, or None while it is not part of this installation."""
+    """The projection engine (chipswap.projection), or None where it is not installed."""
     try:
-        from chipswap import projection as engine  # type: ignore[attr-defined]
+        from chipswap import projection as engine
     except ImportError:
         return None
     return engine
+
+
+def _weights(work: Any) -> Figure:
+    gib = work.params * 2 / 2**30
+    return Figure(
+        gib, "GiB (bf16 weights)", "computed", f"{work.params / 1e9:.2f}B parameters x 2 bytes ({work.source})"
+    )
 
 
 def _fits(instance: Any, weights: Figure | None) -> str | None:
@@ -78,8 +74,63 @@ def _fits(instance: Any, weights: Figure | None) -> str | None:
     return None
 
 
+def _lengths(s: PlanSetup, load: Load, shapes: ShapeSummary | None, work: Any) -> tuple[Any, Any]:
+    """The request lengths a configuration must hold: the whole trace's, without the requests no compiled
+    shape or the model accepts (they are rejected and reported as overflow, never served)."""
+    tr = s.workload.traffic
+    assert tr is not None
+    if tr.steady_rps is not None:
+        return np.array([tr.prompt_tokens]), np.array([tr.output_tokens or 0])
+    prompt, out = load.all_prompt_tokens, load.all_output_tokens
+    limit = work.dims.max_positions or 0
+    keep = np.ones(prompt.size, dtype=bool)
+    if limit:
+        keep &= prompt + (out if tr.mode == "llm" else 0) <= limit
+    if shapes is not None and shapes.sequence_buckets:
+        keep &= prompt <= max(shapes.sequence_buckets)
+    if not keep.any():
+        keep[:] = True
+    return prompt[keep], out[keep]
+
+
+def _serving(s: PlanSetup, engine: Any, work: Any, inst: Any, load: Load, shapes: ShapeSummary | None) -> InstanceProjection:
+    tr = s.workload.traffic
+    assert tr is not None
+    prompt, out = _lengths(s, load, shapes, work)
+    buckets = list(shapes.sequence_buckets) if inst.is_neuron and shapes and shapes.sequence_buckets else None
+    try:
+        p = engine.project_serving(
+            work, inst, prompt_tokens=prompt, output_tokens=out if tr.mode == "llm" else None, mode=tr.mode,
+            buckets=buckets, catalog=s.catalog,
+        )  # fmt: skip
+    except ChipswapError as exc:
+        return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
+    if not p.fits:
+        return InstanceProjection(inst.name, excluded=p.reason, detail=p)
+    rps = p.requests_per_s
+    fig = None
+    if rps is not None:
+        fig = Figure(rps.value, "requests/s per instance", "projected", "steady throughput at the chosen batch", rps.band)
+    return InstanceProjection(inst.name, p.config, p.times, fig, note="; ".join(p.notes), detail=p)
+
+
+def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjection:
+    job = s.workload.job
+    assert job is not None
+    tokens = job.job_tokens
+    if tokens is None:
+        return InstanceProjection(inst.name, note="no job size (job.tokens), so the run time is not projected")
+    seq = job.sequence_length or min(work.dims.max_positions or 4096, 4096)
+    try:
+        t = engine.project_training(work, inst, tokens=tokens, seq_len=seq, nodes=s.workload.fleet.count, catalog=s.catalog)
+    except ChipswapError as exc:
+        return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
+    tps = t.tokens_per_s_per_node
+    fig = Figure(tps.value, "tokens/s", "projected", f"{tps.note}; sequence length {seq}", tps.band)
+    return InstanceProjection(inst.name, tokens_per_s=fig, note="; ".join(t.notes), detail=t)
+
+
 def projection(s: PlanSetup, load: Load | None, shapes: ShapeSummary | None) -> ProjectionStage:
-    weights = weights_gib(s.model)
     instances = (s.fleet, *s.candidates)
     engine = _engine() if s.model is not None else None
     if engine is None:
@@ -88,10 +139,17 @@ def projection(s: PlanSetup, load: Load | None, shapes: ShapeSummary | None) -> 
             if s.model is None
             else "the projection engine is not installed here, so nothing is projected"
         )
-        return ProjectionStage(
-            {i.name: InstanceProjection(i.name, excluded=_fits(i, weights)) for i in instances},
-            weights,
-            False,
-            (why,),
-        )
-    raise NotImplementedError("projection engine wiring")  # replaced when the engine lands
+        return ProjectionStage({i.name: InstanceProjection(i.name) for i in instances}, None, False, (why,))
+    try:
+        work = engine.model_work(s.model, task=s.workload.model.task if s.workload.model else None)
+    except ChipswapError as exc:
+        raise ChipswapError(f"{s.path}: model: {exc}") from None
+    weights = _weights(work)
+    out: dict[str, InstanceProjection] = {}
+    for inst in instances:
+        if s.kind == "serving":
+            assert load is not None
+            out[inst.name] = _serving(s, engine, work, inst, load, shapes)
+        else:
+            out[inst.name] = _training(s, engine, work, inst)
+    return ProjectionStage(out, weights, True)

@@ -61,4 +61,16 @@ def simulation(
     projected = [p for p in proj.by_instance.values() if p.times is not None and p.excluded is None]
     if s.kind != "serving" or load is None or not projected:
         return SimulationStage()
-    raise NotImplementedError("simulator wiring")  # replaced when the simulator lands
+    sim = _simulator()
+    if sim is None:
+        return SimulationStage(
+            notes=(
+                "the fleet simulator is not installed here: projected fleets are sized from the projected "
+                f"steady throughput at {s.workload.utilization:.0%} utilization, and latency is not simulated",
+            )
+        )
+    return _simulate_all(s, sim, load, shapes, projected)
+
+
+def _simulate_all(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, projected: list[Any]) -> SimulationStage:
+    raise NotImplementedError  # filled in when chipswap.core.simulate lands

@@ -67,6 +67,8 @@ class CurveSizer:
 
     def capacity(self, speed: float) -> float | None:
         sp, cap = self.speeds, self.capacity_rps
+        if speed in sp:
+            return cap[sp.index(speed)]
         if speed <= sp[0]:
             return None if cap[0] is None else cap[0] * speed / sp[0]
         if speed >= sp[-1]:

@@ -36,6 +36,8 @@ class Load:
     window_s: float
     rate_rps: float
     what: str
+    all_prompt_tokens: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    all_output_tokens: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def requests(self) -> int:
@@ -236,6 +238,8 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
         t.size / window,
         f"the busiest {tr.burst_window_s:g}-second window of the trace (from t = {start:,.0f} s), "
         f"x{tr.scale:g}",
+        prompt.astype(np.int64),
+        out.astype(np.int64),
     )
     summary = TrafficSummary(
         name,

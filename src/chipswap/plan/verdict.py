@@ -371,16 +371,18 @@ def _gpu_notes(s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan) -> tup
         )
     if needed is None:
         return ()
+    simulated = gpu.throughput is not None and gpu.sizing.startswith("simulated")
+    need = "the SLO needs" if simulated else f"the busiest window needs at {s.workload.utilization:.0%} utilization"
     if needed > n_today:
+        miss = "misses the SLO at the busiest window" if simulated else "is too small for the busiest window"
         return (
-            f"today's GPU fleet misses the SLO at the busiest window: {n_today} x {gpu.instance} carry it only "
-            f"with {needed}; the saving compares with the {needed} the SLO needs "
-            f"({money.monthly_now.quantize(Decimal('0.01')):,} USD/month)",
+            f"today's GPU fleet {miss}: {n_today} x {gpu.instance}, where {need} {needed}; the saving compares "
+            f"with those {needed} ({money.monthly_now.quantize(Decimal('0.01')):,} USD/month)",
         )
     if needed < n_today and today.value > 0:
         gain = today.value - money.monthly_now
         return (
-            f"today's GPU fleet is larger than the SLO needs: {needed} x {gpu.instance} would do, which saves "
+            f"today's GPU fleet is larger than {need}: {needed} x {gpu.instance} would do, which saves "
             f"{gain.quantize(Decimal('0.01')):,} USD/month ({gain / today.value * 100:.1f}%) without a port; "
             "the saving of a move compares with that right-sized fleet",
         )
