@@ -651,6 +651,8 @@ def _table_hint(name: str, tables: dict[str, Any]) -> str:
 
 def _bound(v: Any) -> str:
     """A bound as the user would write it: 0, 0.5, 100000 (not Decimal('1E+10') or 0.0)."""
+    if isinstance(v, str):  # pydantic hands Decimal bounds over as their repr
+        v = re.sub(r"^Decimal\('(.*)'\)$", r"\1", v)
     try:
         f = float(v)
     except (TypeError, ValueError):
