@@ -113,7 +113,7 @@ def bars_svg(
         if v is None:
             ax.text(0, y, "  unknown (no price)", va="center", fontsize=8)
             continue
-        ax.barh(y, v, color=color, height=0.62, gid=f"bar-{cls}")
+        ax.barh(y, v, color=color, height=0.62)[0].set_gid(f"bar-{int(y)}")
         if rng is not None and rng[0] is not None and rng[1] is not None:
             lo, hi = sorted((float(rng[0]), float(rng[1])))
             ax.errorbar(v, y, xerr=[[max(v - lo, 0)], [max(hi - v, 0)]], color="#333333", capsize=3, linewidth=1)
@@ -135,7 +135,8 @@ def arrivals_svg(
         return ""
     rates = np.array(counts, dtype=float) / window_s * scale
     fig, ax = _figure()
-    ax.bar(np.arange(rates.size), rates, color=NAVY, width=0.85, gid="arrival-bars")
+    for i, patch in enumerate(ax.bar(np.arange(rates.size), rates, color=NAVY, width=0.85)):
+        patch.set_gid(f"window-{i}")
     if peak is not None:
         ax.axhline(peak, color=ORANGE, linestyle="--", linewidth=1.2, label=f"95th-percentile window: {peak:.3g} req/s")
     if busiest is not None:
@@ -247,7 +248,9 @@ def histogram_svg(
     else:
         bins = np.zeros(nb)
     fig, ax = _figure()
-    ax.bar(np.arange(nb) * binw, bins, width=binw * 0.95, align="edge", color=BLUE, gid="bars")
+    drawn = ax.bar(np.arange(nb) * binw, bins, width=binw * 0.95, align="edge", color=BLUE)
+    for i, patch in enumerate(b for b in drawn if b.get_height() > 0):
+        patch.set_gid(f"bar-{i}")
     for i, e in enumerate(compare_edges or []):
         ax.axvline(e, color="#888888", linestyle="--", linewidth=1, gid=f"compare-edge-{i}", label=f"{compare_label} ({len(compare_edges or [])})" if i == 0 else None)
     for i, e in enumerate(edges):
