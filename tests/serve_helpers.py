@@ -57,6 +57,66 @@ def compiled_tiny(root: Path) -> tuple[Path, Path]:
     return out, cache_dir
 
 
+@contextlib.contextmanager
+def cli_server(*args: str, ready_timeout: float = 180.0) -> Iterator[tuple[Any, str]]:
+    """`python -m chipswap serve ARGS --port 0` in a child process; yields (process, base URL) once /readyz is
+    200; terminates it on exit if it still runs. The URL comes from the server's own "listening on" line."""
+    import re
+    import subprocess
+    import sys
+
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chipswap", "serve", *args, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    url = None
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + ready_timeout
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if m:
+                url = m.group(1)
+        assert url, f"server did not start: {''.join(lines)}"
+        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # keep the pipe drained
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, f"server exited: {''.join(lines)}"
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"server not ready in {ready_timeout} s: {''.join(lines)}")
+        proc.log = lines  # type: ignore[attr-defined]
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind((LOOPBACK, 0))

@@ -104,6 +104,9 @@ def _serve(
     drain_timeout_s: float = typer.Option(
         30.0, "--drain-timeout", help="On SIGTERM, seconds to finish work."
     ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own."
+    ),
     token_file: Path | None = typer.Option(
         None, "--token-file", help=f"File holding the bearer token (or set {TOKEN_ENV})."
     ),
@@ -121,6 +124,13 @@ def _serve(
         raise ChipswapError("give either --plan or --seq-len, not both")
     if max_length is not None and not eager:
         raise ChipswapError("--max-length goes with --eager; compiled buckets set the longest input")
+    if threads is not None:
+        if not 1 <= threads <= 1024:
+            raise ChipswapError(f"--threads must be 1..1024, got {threads}")
+        os.environ["CHIPSWAP_ORT_THREADS"] = str(threads)  # read when each ONNX Runtime session is created
+        import torch
+
+        torch.set_num_threads(threads)
     if drain_timeout_s <= 0 or drain_timeout_s > 3600:
         raise ChipswapError(f"--drain-timeout must be in (0, 3600] s, got {drain_timeout_s}")
     batcher = BatcherConfig(

@@ -92,6 +92,8 @@ def build_schedule(
         raise ChipswapError("the trace has no requests; give a trace with at least one row")
     # lengths wrap around the trace when more requests are asked for than it holds
     n = max_requests
+    if rate is not None:  # the mean rate holds over the duration window, not over requests cut off by it
+        n = min(n, int(rate * duration_s) + 1)
     idx = np.arange(n) % n_trace
     outs = np.asarray(output_tokens, dtype=np.int64) if output_tokens is not None else None
     arrivals = "trace"

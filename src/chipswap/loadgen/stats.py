@@ -8,6 +8,7 @@ error/reject rates, goodput at the SLO, padding waste and per-bucket figures.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -182,6 +183,20 @@ def summarize(
         }
         result["buckets"] = _buckets(bucketed)
     return result
+
+
+def _top_errors(records: Sequence[Record], n: int = 10) -> list[dict[str, Any]]:
+    """The most common failures, grouped with their numbers blanked (queue depths, ports, byte counts vary);
+    each group shows its first message."""
+    groups: Counter[tuple[str, str]] = Counter()
+    first: dict[tuple[str, str], str] = {}
+    for r in records:
+        if r.status in FAILED or r.status == "rejected":
+            msg = r.error or r.status
+            key = (r.status, re.sub(r"\d+(\.\d+)?", "#", msg))
+            groups[key] += 1
+            first.setdefault(key, msg)
+    return [{"kind": k[0], "message": first[k], "count": c} for k, c in groups.most_common(n)]
 
 
 def _buckets(records: Sequence[Record]) -> list[dict[str, Any]]:
