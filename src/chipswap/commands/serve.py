@@ -186,6 +186,12 @@ def _loader(
         from chipswap import models
 
         ref = models.resolve_model(source)  # fail fast on an unknown model, before binding the port
+        mpe = ref.config.get("max_position_embeddings")
+        if max_length is not None and (max_length < 1 or (mpe is not None and max_length > int(mpe))):
+            raise ChipswapError(
+                f"--max-length {max_length} is outside 1..{mpe} ({ref.name}'s max_position_embeddings);"
+                f" pass --max-length {mpe} or less"
+            )
         return ref.name, lambda: eager_exact_model(source, max_length=max_length)
     if plan is None and seq_len is None:
         if not source.endswith(".json") or not Path(source).exists():

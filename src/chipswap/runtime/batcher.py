@@ -112,6 +112,7 @@ class DynamicBatcher:
         self._queues: dict[int, deque[_Pending]] = {}
         self._total = 0
         self._closing = False
+        self._flush = False  # draining: run what is queued now, wait for no company
         self._threads: list[threading.Thread] = []
         self._running = 0  # batches executing now
         self._per_request_s = 0.0  # moving average of model seconds per real request
@@ -141,6 +142,12 @@ class DynamicBatcher:
         for t in self._threads:
             t.join(timeout)
         return waiting
+
+    def flush_now(self) -> None:
+        """Stop holding batches for company (no more requests are coming: the server is draining)."""
+        with self._cond:
+            self._flush = True
+            self._cond.notify_all()
 
     @property
     def closing(self) -> bool:
@@ -214,7 +221,7 @@ class DynamicBatcher:
                     continue
                 head = q[0].enqueued
                 due = head + self.config.max_batch_delay_s
-                if self._closing or len(q) >= self._max_batch(bucket) or due <= now:
+                if self._closing or self._flush or len(q) >= self._max_batch(bucket) or due <= now:
                     if head < best_t:
                         best, best_t = bucket, head
                 else:

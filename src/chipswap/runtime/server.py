@@ -259,14 +259,20 @@ class ServingEngine:
         return t
 
     def begin_drain(self) -> None:
+        """The first SIGTERM/SIGINT: /readyz turns 503, queued batches run now, admitted requests finish."""
         if self.state in ("ready", "loading"):
             self.state = "draining"
+            self.drained = self.inflight
         self.metrics.ready.set(0)
+        if self.batcher is not None:
+            self.batcher.flush_now()
 
     def close(self) -> int:
+        """After uvicorn has finished the admitted requests: stop the batcher (running anything left)."""
         self.begin_drain()
         if self.batcher is not None:
-            self.drained = self.batcher.close(drain=True, timeout=self.config.drain_timeout_s)
+            left = self.batcher.close(drain=True, timeout=self.config.drain_timeout_s)
+            self.drained = max(self.drained, left)
         return self.drained
 
 
