@@ -294,3 +294,54 @@ def test_no_candidate_says_why() -> None:
     r = plan(d)
     assert r.best is None and r.verdict.verdict == STAY
     assert "inf2.xlarge" in r.verdict.why
+
+
+# ------------------------------------------------------------- measured figures from `chipswap bench`
+
+
+def _bench_file(tmp_path: Any, instance: str, e2e_s: float) -> Any:
+    """A chipswap.bench/1 file as `chipswap bench` writes it (summarize + build_results over records)."""
+    import json
+
+    from chipswap.loadgen.results import build_results
+    from chipswap.loadgen.stats import Record, Slo, summarize
+
+    recs = []
+    for i in range(200):
+        r = Record(i, scheduled_s=i * 0.2, prompt_tokens=512)
+        r.status, r.sent_s, r.e2e_s = "ok", i * 0.2 + 0.001, e2e_s
+        recs.append(r)
+    doc = build_results(
+        outcome_result=summarize(recs, Slo(e2e_ms=1000)),
+        target={"url": "http://127.0.0.1:8000", "protocol": "chipswap-predict", "model": "m", "server": None},
+        load={"trace": "t.csv"},
+        slo=Slo(e2e_ms=1000).to_json(),
+        complete=True,
+        stop_reason="every planned request was sent",
+        command="chipswap bench http://127.0.0.1:8000 --instance " + instance,
+        instance={"name": instance, "term": "on-demand", "region": "us-east-1", "usd_per_hour": "0.7582"},
+    )
+    p = tmp_path / f"bench-{instance}.json"
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_bench_results_outrank_stated_figures(tmp_path: Any) -> None:
+    bench = _bench_file(tmp_path, "inf2.xlarge", 0.3)
+    wl = parse_workload(serving(slo={"p99_ms": 500}), tmp_path / "w.toml")
+    r = run_plan(wl, tmp_path / "w.toml", bench=(bench,))
+    inf2 = r.candidates[0]
+    assert inf2.throughput.source == "measured" and "chipswap bench" in inf2.throughput.note
+    assert inf2.fleet.e2e_p99.source == "measured" and inf2.fleet.e2e_p99.value == pytest.approx(300, rel=0.01)
+    assert inf2.meets_slo is True
+    assert inf2.fleet.overridden and inf2.fleet.overridden[0].value == 1.8
+    # through the workload file as well, relative to it
+    d = serving(slo={"p99_ms": 500}, bench_results=[bench.name])
+    assert run_plan(parse_workload(d, tmp_path / "w.toml"), tmp_path / "w.toml").candidates[0].throughput.source == "measured"
+
+
+def test_bench_results_for_an_unknown_instance_is_one_line(tmp_path: Any) -> None:
+    bench = _bench_file(tmp_path, "trn1.2xlarge", 0.3)
+    wl = parse_workload(serving(), tmp_path / "w.toml")
+    with pytest.raises(ChipswapError, match=r"bench_results: .* measured 'trn1.2xlarge', which is neither"):
+        run_plan(wl, tmp_path / "w.toml", bench=(bench,))

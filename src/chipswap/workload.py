@@ -569,6 +569,12 @@ class Workload(_Model):
         description="Per instance type (the fleet's or a candidate's): figures you know, e.g. measured "
         "throughput; each outranks a projection only when its source ranks higher.",
     )
+    bench_results: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="`chipswap bench` result files (JSON, relative to the workload file): each gives its "
+        "instance measured throughput (goodput at the SLO) and latency, which outrank every projection.",
+    )
     throughput: Throughput | None = Field(
         None, description="Stated serving throughput figures (optional with a [model]: it is projected)."
     )
@@ -595,7 +601,7 @@ class Workload(_Model):
             given = set(tp.candidates) if tp else set()
             given |= {n for n, f in self.figures.items() if f.throughput is not None}
             missing = [c for c in self.targets.candidates if c not in given]
-            if missing and not has_model:
+            if missing and not has_model and not self.bench_results:
                 raise ValueError(
                     f'throughput.candidates: expected a table [throughput.candidates."{missing[0]}"] with '
                     f"requests_per_s or speed_factor, or a [model] to project it"

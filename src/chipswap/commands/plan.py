@@ -170,6 +170,13 @@ def _plan(
         help="Saving (percent of today's monthly cost) under which the answer is a close call, and so a no, "
         "e.g. 20 or 12.5%. Overrides [verdict].close_margin_pct (default 20).",
     ),
+    bench: list[Path] = typer.Option(
+        [],
+        "--bench",
+        metavar="FILE",
+        help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
+        "the projection. Repeat for several instances; adds to the workload's bench_results.",
+    ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
     print_example: str | None = typer.Option(
         None,
@@ -219,7 +226,7 @@ def _plan(
             sys.stderr.flush()
 
     try:
-        result = run_plan(wl, path, close_margin_pct=margin, progress=progress)
+        result = run_plan(wl, path, close_margin_pct=margin, progress=progress, bench=tuple(bench))
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
     finally:

@@ -74,13 +74,15 @@ def run_plan(
     *,
     close_margin_pct: Decimal | None = None,
     progress: Callable[[str], None] | None = None,
+    bench: tuple[Path, ...] = (),
 ) -> PlanResult:
-    """The whole plan for one workload. Raises ChipswapError (one line) on bad input."""
+    """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
+    workload's own. Raises ChipswapError (one line) on bad input."""
     from chipswap.plan import fleets, projection, readiness, sensitivity, setup, shapes, simulation, traffic
     from chipswap.plan import verdict as decide
 
     clock = _Clock(progress or (lambda _m: None))
-    s = setup.setup(wl, workload_path, close_margin_pct)
+    s = setup.setup(wl, workload_path, close_margin_pct, bench)
     t = clock.stage("reading traffic", traffic.traffic, s)
     sh = clock.stage("planning shapes", shapes.shapes, s, t)
     rd = clock.stage("checking readiness", readiness.readiness, s, sh.summary)

@@ -63,6 +63,9 @@ def _serving_throughput(
     given: list[Figure | None] = []
     if name in wl.figures:
         given.append(from_input(wl.figures[name].throughput, "throughput", RPS))
+    m = s.measured.get(name)
+    if m is not None:
+        given.append(Figure(m.requests_per_s, RPS, "measured", m.note))
     if tp is not None and is_gpu and tp.gpu_requests_per_s is not None:
         src = workload_source(tp.gpu_source, tp.gpu_note)
         given.append(Figure(tp.gpu_requests_per_s, RPS, src, tp.gpu_note or ""))
@@ -94,6 +97,11 @@ def _serving_latency(
     given: list[Figure | None] = []
     if name in wl.figures:
         given.append(from_input(getattr(wl.figures[name], quantity), quantity, "ms"))
+    m = s.measured.get(name)
+    if m is not None:
+        v = m.ttft_p99_ms if quantity == "ttft_p99" else m.p99_ms
+        if v is not None:
+            given.append(Figure(v, "ms", "measured", m.note))
     if quantity == "e2e_p99" and tp is not None:
         if is_gpu and tp.gpu_p99_ms is not None:
             given.append(Figure(tp.gpu_p99_ms, "ms", _latency_source(tp.gpu_source, tp.gpu_note), tp.gpu_note or ""))

@@ -7,7 +7,7 @@ I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ class PlanSetup:
     candidates: tuple[Any, ...]
     region: str
     model: Any = None
+    measured: dict[str, Any] = field(default_factory=dict)  # instance -> chipswap.loadgen MeasuredServing
 
     @property
     def kind(self) -> str:
@@ -92,8 +93,33 @@ def resolve_model(wl: Workload, wpath: Path, base_dir: Path) -> Any:
         raise ChipswapError(f"{wpath}: {key}: {exc}") from None
 
 
+def read_measured(paths: list[Path], wpath: Path, names: list[str]) -> dict[str, Any]:
+    """Measured serving figures from `chipswap bench` result files, by instance (one line per bad file)."""
+    if not paths:
+        return {}
+    from chipswap.loadgen.results import measured_serving, read_bench_results
+
+    out: dict[str, Any] = {}
+    for p in paths:
+        m = measured_serving(read_bench_results(p))
+        if m.instance not in names:
+            raise ChipswapError(
+                f"{wpath}: bench_results: {p} measured {m.instance!r}, which is neither the fleet nor a candidate "
+                f"({', '.join(names)}); add it to targets.candidates or drop the file"
+            )
+        if m.instance in out:
+            raise ChipswapError(
+                f"{wpath}: bench_results: two files measure {m.instance}; keep one per instance"
+            )
+        out[m.instance] = m
+    return out
+
+
 def setup(
-    wl: Workload, workload_path: str | Path = "<workload>", close_margin_pct: Decimal | None = None
+    wl: Workload,
+    workload_path: str | Path = "<workload>",
+    close_margin_pct: Decimal | None = None,
+    bench: tuple[Path, ...] = (),
 ) -> PlanSetup:
     """Check the fleet and candidates against the catalog (errors name the key) and resolve the model."""
     wpath = Path(workload_path)
@@ -115,6 +141,8 @@ def setup(
                 "(inf1/inf2/trn1/trn2)"
             )
         cands.append(inst)
+    files = [Path(b) if Path(b).is_absolute() else base_dir / b for b in wl.bench_results] + list(bench)
+    measured = read_measured(files, wpath, [wl.fleet.instance, *wl.targets.candidates])
     return PlanSetup(
         workload=wl,
         path=wpath,
@@ -125,6 +153,7 @@ def setup(
         candidates=tuple(cands),
         region=wl.targets.region or wl.fleet.region,
         model=resolve_model(wl, wpath, base_dir),
+        measured=measured,
     )
 
 
