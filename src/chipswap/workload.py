@@ -775,14 +775,15 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
     return f"{path}: {key}: {msg}{shown}{more}"
 
 
-def _catalog_problem(data: dict[str, Any]) -> str | None:
+def _catalog_problem(data: dict[str, Any], catalog: Any = None) -> str | None:
     """A region or instance name the catalog does not know, as 'key: problem; did you mean ...?'."""
-    try:
-        from chipswap.catalog_io import load_catalog
+    if catalog is None:
+        try:
+            from chipswap.catalog_io import load_catalog
 
-        catalog = load_catalog()
-    except ChipswapError:
-        return None
+            catalog = load_catalog()
+        except ChipswapError:
+            return None
     regions = list(catalog.regions)
     names = [i.name for i in catalog.instances]
 
@@ -810,8 +811,9 @@ def _catalog_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
-def parse_workload(data: dict[str, Any], path: str | Path = "<workload>") -> Workload:
-    """Validate a parsed workload; every problem is one terminal-safe line naming the file and the key."""
+def parse_workload(data: dict[str, Any], path: str | Path = "<workload>", catalog: Any = None) -> Workload:
+    """Validate a parsed workload against `catalog` (default: the shipped one); every problem is one
+    terminal-safe line naming the file and the key."""
     from chipswap.textsafe import one_line
 
     try:
@@ -819,11 +821,11 @@ def parse_workload(data: dict[str, Any], path: str | Path = "<workload>") -> Wor
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         if not any(e.get("type") == "extra_forbidden" for e in errors):
-            problem = _catalog_problem(data)
+            problem = _catalog_problem(data, catalog)
             if problem:
                 raise ChipswapError(one_line(f"{path}: {problem}", 1000)) from None
         raise ChipswapError(one_line(format_validation_error(path, exc), 1000)) from None
-    problem = _catalog_problem(data)
+    problem = _catalog_problem(data, catalog)
     if problem:
         raise ChipswapError(one_line(f"{path}: {problem}", 1000))
     return wl
@@ -832,7 +834,7 @@ def parse_workload(data: dict[str, Any], path: str | Path = "<workload>") -> Wor
 MAX_WORKLOAD_BYTES = 1024 * 1024  # a workload file is a few KB; a megabyte is not a workload
 
 
-def load_workload(path: str | Path) -> Workload:
+def load_workload(path: str | Path, catalog: Any = None) -> Workload:
     """Read and validate a workload TOML file; any problem is one ChipswapError line naming file and key
     (missing, a folder, too big, not UTF-8, not TOML, nested too deep: chipswap.datafile)."""
     from chipswap.datafile import read_toml
@@ -841,7 +843,7 @@ def load_workload(path: str | Path) -> Workload:
     if not p.exists():
         raise ChipswapError(f"workload file not found: {p}; pass a TOML file or use --example")
     data = read_toml(p, "workload file", max_bytes=MAX_WORKLOAD_BYTES)
-    return parse_workload(data, p)
+    return parse_workload(data, p, catalog)
 
 
 # ------------------------------------------------------------------------------------------------------ help

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -104,7 +106,7 @@ def summary_lines(result: object) -> list[str]:
 
     r = result  # PlanResult
     v = r.verdict  # type: ignore[attr-defined]
-    lines = [f"Verdict: {v.verdict} — {v.why}"]
+    lines = [f"Verdict: {getattr(v, 'headline', v.verdict)} — {v.why}"]
     today = getattr(r, "monthly_today", None)
     now = r.monthly_now.value  # type: ignore[attr-defined]
     fleet = f"{r.fleet_count} x {r.fleet_instance}"  # type: ignore[attr-defined]
@@ -148,6 +150,24 @@ def summary_lines(result: object) -> list[str]:
     return [one_line(line, 2000) for line in lines]
 
 
+def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | None, str], tuple[Any, str]]:
+    """The capacity screen of the pick: AWS read-only (or the shipped snapshot when offline / --no-aws)."""
+    from datetime import date
+
+    from chipswap.aws import access as aws_access
+    from chipswap.aws.capacity import capacity_for_plan
+    from chipswap.catalog_io import load_catalog
+
+    cat = catalog if catalog is not None else load_catalog()
+    access = aws_access.access_from_environment(no_aws)
+    today = date.today().isoformat()
+
+    def check(instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
+        return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
+
+    return check
+
+
 def _plan(
     workload: Path | None = typer.Argument(
         None,
@@ -176,6 +196,16 @@ def _plan(
         metavar="FILE",
         help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
         "the projection. Repeat for several instances; adds to the workload's bench_results.",
+    ),
+    catalog_file: Path | None = typer.Option(
+        None,
+        "--catalog",
+        metavar="FILE",
+        help="Price with this catalog (e.g. written by `chipswap catalog refresh --out FILE`) instead of the "
+        "shipped one.",
+    ),
+    no_aws: bool = typer.Option(
+        False, "--no-aws", help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked)."
     ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
     print_example: str | None = typer.Option(
@@ -212,7 +242,12 @@ def _plan(
             raise ChipswapError(f"--close-margin must be 0 to 100 (percent), got {close_margin!r}; pass e.g. 20")
     path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
     label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
-    wl = load_workload(path)
+    catalog = None
+    if catalog_file is not None:
+        from chipswap.catalog_io import load_catalog
+
+        catalog = load_catalog(catalog_file)
+    wl = load_workload(path, catalog)
 
     from chipswap.pipeline import run_plan
     from chipswap.report.html import render_html
@@ -226,7 +261,15 @@ def _plan(
             sys.stderr.flush()
 
     try:
-        result = run_plan(wl, path, close_margin_pct=margin, progress=progress, bench=tuple(bench))
+        result = run_plan(
+            wl,
+            path,
+            close_margin_pct=margin,
+            progress=progress,
+            bench=tuple(bench),
+            catalog=catalog,
+            capacity_check=_capacity_check(catalog, no_aws),
+        )
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
     finally:

@@ -217,10 +217,16 @@ class Verdict:
     why: str
     reasons: tuple[Reason, ...]
     economics: tuple[Reason, ...] = field(default_factory=tuple)
+    qualifier: str = ""  # what a move must do first (e.g. a quota increase), from the capacity rule
 
     @property
     def is_move(self) -> bool:
         return self.verdict in MOVES
+
+    @property
+    def headline(self) -> str:
+        """The verdict as printed: "move to Trainium — but request a quota increase ... first" when qualified."""
+        return f"{self.verdict} — but {self.qualifier}" if self.qualifier else self.verdict
 
 
 def _fmt(v: object) -> str:

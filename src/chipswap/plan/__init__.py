@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from chipswap.plan.capacity import CapacityCheck
 from chipswap.plan.figures import Figure
 from chipswap.plan.result import (
     CandidateResult,
@@ -75,14 +77,18 @@ def run_plan(
     close_margin_pct: Decimal | None = None,
     progress: Callable[[str], None] | None = None,
     bench: tuple[Path, ...] = (),
+    catalog: Any = None,
+    capacity_check: CapacityCheck | None = None,
 ) -> PlanResult:
     """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
-    workload's own. Raises ChipswapError (one line) on bad input."""
-    from chipswap.plan import fleets, projection, readiness, sensitivity, setup, shapes, simulation, traffic
+    workload's own; `catalog`: a catalog to price with (default: the shipped one); `capacity_check`: the
+    capacity screen of the pick (None: not checked). Raises ChipswapError (one line) on bad input."""
+    from chipswap.plan import capacity, fleets, projection, readiness, sensitivity, setup, shapes, simulation
+    from chipswap.plan import traffic
     from chipswap.plan import verdict as decide
 
     clock = _Clock(progress or (lambda _m: None))
-    s = setup.setup(wl, workload_path, close_margin_pct, bench)
+    s = setup.setup(wl, workload_path, close_margin_pct, bench, catalog)
     t = clock.stage("reading traffic", traffic.traffic, s)
     sh = clock.stage("planning shapes", shapes.shapes, s, t)
     rd = clock.stage("checking readiness", readiness.readiness, s, sh.summary)
@@ -93,6 +99,8 @@ def run_plan(
     summary = t.summary if t is not None else None
     v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
     fp = clock.stage("sensitivity", sensitivity.flips, s, v)
+    checked, cap_notes = clock.stage("checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check)
+    v = replace(v, verdict=checked, notes=(*v.notes, *cap_notes))
     return _assemble(s, t, sh, pr, sim, fl, v, fp, clock)
 
 

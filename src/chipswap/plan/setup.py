@@ -120,11 +120,12 @@ def setup(
     workload_path: str | Path = "<workload>",
     close_margin_pct: Decimal | None = None,
     bench: tuple[Path, ...] = (),
+    catalog: Any = None,
 ) -> PlanSetup:
     """Check the fleet and candidates against the catalog (errors name the key) and resolve the model."""
     wpath = Path(workload_path)
     base_dir = wpath.parent if wpath.name != "<workload>" else Path.cwd()
-    catalog = load_catalog()
+    catalog = catalog if catalog is not None else load_catalog()
     try:
         fleet = catalog.instance(wl.fleet.instance)
     except ChipswapError as exc:
