@@ -1,7 +1,8 @@
 """`chipswap plan` on a Llama-3-70B serving workload with a day of traffic: whole-run wall clock (target <= 2
 minutes on the 2-core dev machine), against the same workload on the one-hour trace in the same session.
 
-The day: the bundled one-hour Azure LLM code trace played back 24 times (each hour starts one mean gap after the
+The day: the bundled one-hour Azure LLM code trace played back 24 times (each hour starts one mean gap after
+the
 previous ends), scale 10, written to a temporary CSV; the workload asks for Llama-3-70B on 2 x p5.48xlarge
 today with inf2.48xlarge and trn1.32xlarge as candidates. Each run is a fresh `python -m chipswap plan`
 process (imports, trace reading, shapes, the 2-layer readiness export, projection, simulation, sensitivity and

@@ -63,14 +63,26 @@ def one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, p: Path,
         ("steady_rps = 20.0", "steady_rps = true", "traffic.steady_rps: expected a number, not true"),
         ("steady_rps = 20.0", 'steady_rps = "20"', "traffic.steady_rps: expected a number without quotes"),
         ("count = 10", "count = true", "fleet.count: expected an integer, not true"),
-        ("engineer_days = 10", "engineer_days = false", "porting.engineer_days: expected a number, not false"),
+        (
+            "engineer_days = 10",
+            "engineer_days = false",
+            "porting.engineer_days: expected a number, not false",
+        ),
         ("steady_rps = 20.0", "steady_rps = nan", "traffic.steady_rps: expected a finite number"),
         ("steady_rps = 20.0", "steady_rps = inf", "traffic.steady_rps: expected a finite number"),
         ("steady_rps = 20.0", "steady_rps = 1e400", "traffic.steady_rps: expected a finite number"),
         ("steady_rps = 20.0", "steady_rps = 1e300", "traffic.steady_rps: expected a number <= 1000000"),
         ("count = 10", "count = 99999999999999999", "fleet.count: expected a number <= 100000"),
-        ("prompt_tokens = 512", "prompt_tokens = 2000000000", "traffic.prompt_tokens: expected a number <= 1048576"),
-        ("[porting]", "[porting]\nday_rate_usd = 1e300", "porting.day_rate_usd: expected a number <= 1000000"),
+        (
+            "prompt_tokens = 512",
+            "prompt_tokens = 2000000000",
+            "traffic.prompt_tokens: expected a number <= 1048576",
+        ),
+        (
+            "[porting]",
+            "[porting]\nday_rate_usd = 1e300",
+            "porting.day_rate_usd: expected a number <= 1000000",
+        ),
     ],
 )
 def test_numbers_are_strict_and_bounded(
@@ -118,7 +130,9 @@ def test_huge_workload_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 
 @pytest.mark.parametrize("scale", ["0", "-2"])
 def test_traffic_scale_not_positive(capsys: pytest.CaptureFixture[str], tmp_path: Path, scale: str) -> None:
-    text = SMALL.replace("steady_rps = 20.0\nprompt_tokens = 512\noutput_tokens = 32", f'trace = "t.csv"\nscale = {scale}')
+    text = SMALL.replace(
+        "steady_rps = 20.0\nprompt_tokens = 512\noutput_tokens = 32", f'trace = "t.csv"\nscale = {scale}'
+    )
     (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,2\n1,10,2\n")
     one_line_exit_2(capsys, tmp_path, workload(tmp_path, text), "traffic.scale: expected a number > 0")
 
@@ -142,7 +156,9 @@ def test_trace_with_every_arrival_at_one_instant(capsys: pytest.CaptureFixture[s
 
 def test_trace_shorter_than_the_window(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     p = _trace_workload(tmp_path, [f"{i},100,10" for i in range(20)], "burst_window_s = 300")
-    one_line_exit_2(capsys, tmp_path, p, "traffic.burst_window_s: 300 s is longer than the trace's 19 s", "= 19 or less")
+    one_line_exit_2(
+        capsys, tmp_path, p, "traffic.burst_window_s: 300 s is longer than the trace's 19 s", "= 19 or less"
+    )
 
 
 def test_trace_without_timestamps(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -154,7 +170,10 @@ def test_trace_without_timestamps(capsys: pytest.CaptureFixture[str], tmp_path: 
 # ------------------------------------------------------------------------ terminal and Markdown safety
 
 
-HOSTILE = "evil\x1b[31m red \x1b]0;pwned\x07\nVerdict: move serving to Inferentia — trust me <script>alert(1)</script>"
+HOSTILE = (
+    "evil\x1b[31m red \x1b]0;pwned\x07\nVerdict: move serving to Inferentia — trust me "
+    "<script>alert(1)</script>"
+)
 
 
 @pytest.fixture
@@ -179,7 +198,9 @@ def test_report_md_escapes_the_title(hostile_run: tuple[str, Path]) -> None:
     md = (rep / "report.md").read_text()
     assert "<script>" not in md and "&lt;script&gt;" in md
     assert "\x1b" not in md
-    assert not any(line.startswith("Verdict:") or line.startswith("**Verdict: move") for line in md.splitlines()[:2])
+    assert not any(
+        line.startswith("Verdict:") or line.startswith("**Verdict: move") for line in md.splitlines()[:2]
+    )
     html = (rep / "report.html").read_text()
     assert "<script>alert" not in html
 
@@ -201,7 +222,8 @@ CHILD = textwrap.dedent(
             time.sleep(120)
         real(fd)
     publish.os.fsync = slow
-    publish.publish_report_set(Path(sys.argv[1]), {n: "new" for n in ("report.html", "report.json", "report.md")})
+    publish.publish_report_set(Path(sys.argv[1]), {n: "new" for n in ("report.html", "report.json",
+    "report.md")})
     """
 )
 

@@ -81,7 +81,9 @@ def test_pick_ranks_measured_over_projected_over_published_over_stated_over_assu
 
 
 def test_measured_figure_overrides_a_stated_one_and_the_loser_is_listed() -> None:
-    d = serving(figures={"inf2.xlarge": {"throughput": {"value": 2.4, "unit": "requests/s", "source": "measured"}}})
+    d = serving(
+        figures={"inf2.xlarge": {"throughput": {"value": 2.4, "unit": "requests/s", "source": "measured"}}}
+    )
     r = plan(d)
     inf2 = r.candidates[0]
     assert inf2.throughput.value == 2.4 and inf2.throughput.source == "measured"
@@ -90,7 +92,9 @@ def test_measured_figure_overrides_a_stated_one_and_the_loser_is_listed() -> Non
 
 
 def test_figure_units_are_converted() -> None:
-    d = serving(figures={"inf2.xlarge": {"throughput": {"value": 120, "unit": "requests/min", "source": "measured"}}})
+    d = serving(
+        figures={"inf2.xlarge": {"throughput": {"value": 120, "unit": "requests/min", "source": "measured"}}}
+    )
     r = plan(d)
     assert r.candidates[0].throughput.value == pytest.approx(2.0)
     assert "120 requests/min" in r.candidates[0].throughput.note
@@ -125,7 +129,9 @@ def test_assumed_speed_factor_is_labelled_and_loses_to_a_stated_figure() -> None
 
 
 def _banded(band_pct: float) -> dict[str, Any]:
-    d = serving(figures={"inf2.xlarge": {"throughput": {"value": 1.8, "unit": "requests/s", "band_pct": band_pct}}})
+    d = serving(
+        figures={"inf2.xlarge": {"throughput": {"value": 1.8, "unit": "requests/s", "band_pct": band_pct}}}
+    )
     return d
 
 
@@ -181,7 +187,10 @@ def test_old_traffic_flip_held_the_gpu_fleet_still() -> None:
     r = plan(serving())
     t = next(f for f in r.flips if f.knob == "traffic")
     if t.value is not None:
-        assert plan(serving(traffic={"steady_rps": 20.0 * float(t.value), "prompt_tokens": 512})).verdict.verdict == t.verdict
+        assert (
+            plan(serving(traffic={"steady_rps": 20.0 * float(t.value), "prompt_tokens": 512})).verdict.verdict
+            == t.verdict
+        )
     # at twice the traffic both fleets double and the verdict holds
     r2 = plan(serving(traffic={"steady_rps": 40.0, "prompt_tokens": 512}))
     assert r2.gpu_fleet.count == math.ceil(40 / 2.1) and r2.best.count == math.ceil(40 / 1.26)
@@ -217,7 +226,11 @@ def test_price_term_flip_compares_like_terms_on_both_sides() -> None:
 
 def test_spot_on_one_side_only_is_not_offered_as_a_flip() -> None:
     """Old code: 'buying on spot would flip it' priced Neuron on spot against GPU on demand."""
-    r = plan(serving(throughput={"gpu_requests_per_s": 3.0, "candidates": {"inf2.xlarge": {"requests_per_s": 1.05}}}))
+    r = plan(
+        serving(
+            throughput={"gpu_requests_per_s": 3.0, "candidates": {"inf2.xlarge": {"requests_per_s": 1.05}}}
+        )
+    )
     term = next(f for f in r.flips if f.knob == "price term")
     # with both sides on spot the ratio of prices decides, not a one-sided discount
     gpu_ratio = rate("g6e.xlarge", "spot") / rate("g6e.xlarge")
@@ -259,12 +272,15 @@ def test_training_hours_from_job_size_and_measured_tokens_per_s() -> None:
 
 
 def test_training_needs_hours_or_a_size_with_a_model() -> None:
-    with pytest.raises(ChipswapError, match=r"job.gpu_hours: expected the hours of one run, or the run's size"):
+    with pytest.raises(
+        ChipswapError, match=r"job.gpu_hours: expected the hours of one run, or the run's size"
+    ):
         parse_workload(training(candidates={"trn1.32xlarge": {"hours": 26}}), "w.toml")
     with pytest.raises(ChipswapError, match="epochs and dataset_tokens together"):
         parse_workload(training(gpu_hours=2, epochs=2, candidates={"trn1.32xlarge": {"hours": 3}}), "w.toml")
     wl = parse_workload(
-        training(gpu_hours=2, epochs=2, dataset_tokens=1e9, candidates={"trn1.32xlarge": {"hours": 3}}), "w.toml"
+        training(gpu_hours=2, epochs=2, dataset_tokens=1e9, candidates={"trn1.32xlarge": {"hours": 3}}),
+        "w.toml",
     )
     assert wl.job is not None and wl.job.job_tokens == 2e9
 
@@ -332,12 +348,17 @@ def test_bench_results_outrank_stated_figures(tmp_path: Any) -> None:
     r = run_plan(wl, tmp_path / "w.toml", bench=(bench,))
     inf2 = r.candidates[0]
     assert inf2.throughput.source == "measured" and "chipswap bench" in inf2.throughput.note
-    assert inf2.fleet.e2e_p99.source == "measured" and inf2.fleet.e2e_p99.value == pytest.approx(300, rel=0.01)
+    assert inf2.fleet.e2e_p99.source == "measured" and inf2.fleet.e2e_p99.value == pytest.approx(
+        300, rel=0.01
+    )
     assert inf2.meets_slo is True
     assert inf2.fleet.overridden and inf2.fleet.overridden[0].value == 1.8
     # through the workload file as well, relative to it
     d = serving(slo={"p99_ms": 500}, bench_results=[bench.name])
-    assert run_plan(parse_workload(d, tmp_path / "w.toml"), tmp_path / "w.toml").candidates[0].throughput.source == "measured"
+    assert (
+        run_plan(parse_workload(d, tmp_path / "w.toml"), tmp_path / "w.toml").candidates[0].throughput.source
+        == "measured"
+    )
 
 
 def test_bench_results_for_an_unknown_instance_is_one_line(tmp_path: Any) -> None:

@@ -117,10 +117,7 @@ def test_padding_header_is_right_aligned_like_its_values(report: Path) -> None:
 
 def _path_xs(svg: str, gid: str) -> list[float]:
     """x coordinates of the path inside matplotlib's <g id="GID"> groups (lines drawn by the report)."""
-    return [
-        float(m.group(1))
-        for m in re.finditer(rf'<g id="{gid}">\s*<path d="M ([\d.]+) ', svg)
-    ]
+    return [float(m.group(1)) for m in re.finditer(rf'<g id="{gid}">\s*<path d="M ([\d.]+) ', svg)]
 
 
 def test_histogram_last_edge_is_inside_the_plot(report: Path) -> None:

@@ -147,5 +147,8 @@ def test_plot_last_edge_is_inside_the_frame():
     svg = histogram_svg((np.array([10, 50, 100]), np.array([1.0, 2.0, 3.0])), [50, 100])
     # matplotlib draws each edge as a path in a group with its gid; the axes frame has gid "frame"
     xs = [float(x) for x in re.findall(r'<g id="edge-\d+">\s*<path d="M ([0-9.]+) ', svg)]
-    left, right = (float(x) for x in re.search(r'<g id="frame">\s*<path d="M ([0-9.]+) [0-9.]+\s+L ([0-9.]+) ', svg).groups())
+    left, right = (
+        float(x)
+        for x in re.search(r'<g id="frame">\s*<path d="M ([0-9.]+) [0-9.]+\s+L ([0-9.]+) ', svg).groups()
+    )
     assert len(xs) == 2 and max(xs) < right - 2 and min(xs) > left

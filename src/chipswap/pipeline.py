@@ -1,4 +1,5 @@
-"""Where `chipswap plan` used to live: it is now the chain of stages in `chipswap.plan` (one module per stage).
+"""Where `chipswap plan` used to live: it is now the chain of stages in `chipswap.plan` (one module per
+stage).
 
 Kept so `from chipswap.pipeline import run_plan, PlanResult` keeps working; nothing else lives here.
 """

@@ -4,13 +4,17 @@ Every field carries a description; that text *is* the documentation: `chipswap p
 workload-help` print it (see `schema_help`). Unknown keys are rejected (extra="forbid"), and every validation
 error becomes one line naming the file, the key and the expected form (`load_workload`).
 
-Figures that drive money carry a `source` so the report can say where each number came from. By default chipswap
-projects throughput and latency from the model (`chipswap.plan.projection`) and sizes both fleets by simulation;
+Figures that drive money carry a `source` so the report can say where each number came from. By default
+chipswap
+projects throughput and latency from the model (`chipswap.plan.projection`) and sizes both fleets by
+simulation;
 a figure you give in `[figures."<instance>"]` (value + unit + source) takes part in one precedence rule,
-measured > projected > published > stated > assumption (`chipswap.plan.figures.pick`). The older `[throughput]`
+measured > projected > published > stated > assumption (`chipswap.plan.figures.pick`). The older
+`[throughput]`
 and `[job]` figures map into the same rule; a `speed_factor` is always an "assumption".
 
-Numbers are strict: true/false and quoted numbers are not numbers, NaN/inf are refused, and every number has an
+Numbers are strict: true/false and quoted numbers are not numbers, NaN/inf are refused, and every number has
+an
 upper bound (it may size an allocation or a Decimal), each error naming the key. May not read anything but the
 workload file (through chipswap.datafile) and the catalog (for did-you-mean).
 """
@@ -285,7 +289,10 @@ class Porting(_Model):
         ge=0, le=100_000, description="Engineer-days to port and validate the model on Neuron."
     )
     day_rate_usd: Money = Field(
-        Decimal("800"), gt=0, le=Decimal(1_000_000), description="Cost of one engineer-day in USD (assumption)."
+        Decimal("800"),
+        gt=0,
+        le=Decimal(1_000_000),
+        description="Cost of one engineer-day in USD (assumption).",
     )
 
 
@@ -307,9 +314,13 @@ class Stability(_Model):
     )
 
 
-# Units a figure may be given in, per quantity, and the factor to the unit chipswap computes in. Data, not code.
+# Units a figure may be given in, per quantity, and the factor to the unit chipswap computes in. Data, not
+# code.
 FIGURE_UNITS: dict[str, tuple[str, dict[str, float]]] = {
-    "throughput": ("requests/s", {"requests/s": 1.0, "req/s": 1.0, "requests/min": 1 / 60, "requests/h": 1 / 3600}),
+    "throughput": (
+        "requests/s",
+        {"requests/s": 1.0, "req/s": 1.0, "requests/min": 1 / 60, "requests/h": 1 / 3600},
+    ),
     "ttft_p99": ("ms", {"ms": 1.0, "s": 1000.0}),
     "e2e_p99": ("ms", {"ms": 1.0, "s": 1000.0}),
     "tokens_per_s": ("tokens/s", {"tokens/s": 1.0, "tokens/min": 1 / 60, "tokens/h": 1 / 3600}),
@@ -351,7 +362,8 @@ class FigureIn(_Model):
 
 
 class InstanceFigures(_Model):
-    """Figures you know for one instance type (the GPU fleet's or a candidate's); each overrides the projection
+    """Figures you know for one instance type (the GPU fleet's or a candidate's); each overrides the
+    projection
     when its source ranks higher (measured > projected > published > stated > assumption)."""
 
     throughput: FigureIn | None = Field(
@@ -481,7 +493,9 @@ class Job(_Model):
     @model_validator(mode="after")
     def _size(self) -> Job:
         if (self.epochs is None) != (self.dataset_tokens is None):
-            raise ValueError("expected epochs and dataset_tokens together (run size = epochs x dataset_tokens)")
+            raise ValueError(
+                "expected epochs and dataset_tokens together (run size = epochs x dataset_tokens)"
+            )
         if self.tokens is not None and self.epochs is not None:
             raise ValueError("expected tokens or epochs x dataset_tokens, not both")
         if self.job_tokens is not None and self.job_tokens > MAX_JOB_TOKENS:
@@ -594,6 +608,17 @@ class Workload(_Model):
                 fix = f"did you mean {near[0]}?" if near else "use the fleet's instance or a candidate"
                 raise ValueError(f'figures."{name}": expected the fleet instance or a candidate; {fix}')
         has_model = self.model is not None
+        tables = {"throughput.candidates": self.throughput.candidates if self.throughput else {}}
+        tables["job.candidates"] = self.job.candidates if self.job else {}
+        for key, table in tables.items():
+            for name in table:
+                if name not in self.targets.candidates:
+                    near = closest(name, self.targets.candidates, n=1)
+                    want = near[0] if near else self.targets.candidates[0]
+                    raise ValueError(
+                        f'{key}: expected a table [{key}."{want}"] for a candidate; the table for {name!r} names '
+                        "no candidate (see targets.candidates)"
+                    )
         if self.kind == "serving":
             if self.traffic is None:
                 raise ValueError('traffic: expected a [traffic] table for kind = "serving"')
@@ -609,7 +634,8 @@ class Workload(_Model):
                 )
             needs_gpu = tp is not None and any(t.speed_factor is not None for t in tp.candidates.values())
             gpu_given = (tp is not None and tp.gpu_requests_per_s is not None) or (
-                self.fleet.instance in self.figures and self.figures[self.fleet.instance].throughput is not None
+                self.fleet.instance in self.figures
+                and self.figures[self.fleet.instance].throughput is not None
             )
             if needs_gpu and not gpu_given and not has_model:
                 raise ValueError(
@@ -620,7 +646,9 @@ class Workload(_Model):
                 raise ValueError('job: expected a [job] table for kind = "training"')
             sized = self.job.job_tokens is not None and has_model
             if not sized:
-                if self.job.gpu_hours is None and not _has_figure(self.figures, self.fleet.instance, "run_hours"):
+                if self.job.gpu_hours is None and not _has_figure(
+                    self.figures, self.fleet.instance, "run_hours"
+                ):
                     raise ValueError(
                         "job.gpu_hours: expected the hours of one run, or the run's size (job.tokens, or "
                         "job.epochs x job.dataset_tokens) with a [model] to project it"
@@ -649,7 +677,6 @@ def _table_hint(name: str, tables: dict[str, Any]) -> str:
     if near:
         return f"; a table for {near[0]!r} is given: if that is a typo, use the same name in both places"
     return ""
-
 
 
 # --------------------------------------------------------------------------------------------------- loading

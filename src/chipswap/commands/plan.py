@@ -82,7 +82,10 @@ def figure_line(fleet: object) -> str:
     for name in ("e2e_p99", "ttft_p99"):
         fig = getattr(fleet, name, None)
         if fig is not None:
-            parts.append(f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms ({fig.label})")
+            parts.append(
+                f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms "
+                f"({fig.label})"
+            )
     count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
     if count is not None:
         band = f" ({lo}-{hi} across the error band)" if lo is not None and hi is not None and lo != hi else ""
@@ -205,7 +208,9 @@ def _plan(
         "shipped one.",
     ),
     no_aws: bool = typer.Option(
-        False, "--no-aws", help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked)."
+        False,
+        "--no-aws",
+        help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
     print_example: str | None = typer.Option(
@@ -239,7 +244,9 @@ def _plan(
                 f"--close-margin must be a percentage, got {close_margin!r}; pass e.g. 20"
             ) from None
         if not margin.is_finite() or margin < 0 or margin > 100:
-            raise ChipswapError(f"--close-margin must be 0 to 100 (percent), got {close_margin!r}; pass e.g. 20")
+            raise ChipswapError(
+                f"--close-margin must be 0 to 100 (percent), got {close_margin!r}; pass e.g. 20"
+            )
     path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
     label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
     catalog = None
@@ -297,7 +304,9 @@ def _plan(
     for line in summary_lines(result):
         typer.echo(line)
     typer.echo(
-        one_line(f"Report: {out / 'report.html'} (also report.json, report.md) — {result.seconds:.1f} s", 2000)
+        one_line(
+            f"Report: {out / 'report.html'} (also report.json, report.md) — {result.seconds:.1f} s", 2000
+        )
     )
 
 

@@ -4,7 +4,8 @@ The caller supplies, per knob, a pure function value -> verdict (the whole pipel
 verdict, with every other input held), the base value and the range to search. Continuous knobs are searched
 outward from the base value on a grid (denser near the base) until the verdict changes, then the edge is found
 by bisection. Discrete knobs (the pricing term) are evaluated at every choice. The answer is worded by a table
-of templates (SHOWN), e.g. "a 1.41x slower Neuron throughput would flip it to 'close call — stay'"; the printed
+of templates (SHOWN), e.g. "a 1.41x slower Neuron throughput would flip it to 'close call — stay'"; the
+printed
 number is rounded toward the flip and re-evaluated, so re-running at the printed value does flip, and
 `Flip.value` is that printed value.
 """
@@ -41,7 +42,9 @@ class Choice:
 class Flip:
     knob: str
     base: float | str
-    value: float | str | None  # the printed value that flips the verdict (rounded toward the flip); None: none
+    value: (
+        float | str | None
+    )  # the printed value that flips the verdict (rounded toward the flip); None: none
     verdict: str | None  # the verdict at that value
     text: str
     edge: float | str | None = None  # where the verdict changes, unrounded (the bisection's outer point)
@@ -77,7 +80,8 @@ SHOWN: dict[str, tuple[Shown, Shown]] = {
         Shown(*_SLOWER, 2, lambda d, _b: f"a {d}x slower GPU throughput"),
         Shown(*_FASTER, 2, lambda d, _b: f"a {d}x faster GPU throughput"),
     ),
-    "engineer-days": (Shown(*_SAME, 1, lambda d, b: f"porting taking {d} engineer-days instead of {b:.4g}"),) * 2,
+    "engineer-days": (Shown(*_SAME, 1, lambda d, b: f"porting taking {d} engineer-days instead of {b:.4g}"),)
+    * 2,
     "utilization": (
         Shown(
             lambda v, _b: v * 100,
@@ -89,7 +93,8 @@ SHOWN: dict[str, tuple[Shown, Shown]] = {
     * 2,
     "traffic": (Shown(lambda v, b: v / b, lambda d, b: d * b, 2, lambda d, _b: f"{d}x today's traffic"),) * 2,
     "runs per month": (Shown(*_SAME, 2, lambda d, b: f"{d} runs per month instead of {b:.4g}"),) * 2,
-    "run time (hours)": (Shown(*_SAME, 1, lambda d, b: f"a Neuron run taking {d} hours instead of {b:.4g}"),) * 2,
+    "run time (hours)": (Shown(*_SAME, 1, lambda d, b: f"a Neuron run taking {d} hours instead of {b:.4g}"),)
+    * 2,
 }
 _GENERIC = Shown(*_SAME, 4, lambda d, b: f"{d} instead of {b:.4g}")
 

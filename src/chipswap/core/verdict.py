@@ -225,7 +225,8 @@ class Verdict:
 
     @property
     def headline(self) -> str:
-        """The verdict as printed: "move to Trainium — but request a quota increase ... first" when qualified."""
+        """The verdict as printed: "move to Trainium — but request a quota increase ... first" when
+        qualified."""
         return f"{self.verdict} — but {self.qualifier}" if self.qualifier else self.verdict
 
 

@@ -4,7 +4,8 @@
 
 (the report is written by chipswap.report from the PlanResult). A new source of a figure plugs into one stage:
 a measurement into `fleets` (through the one precedence rule in `figures.pick`), a new predictor into
-`projection`, a new way to size a fleet into `simulation` / `sizing`. `run_plan` only calls the stages in order
+`projection`, a new way to size a fleet into `simulation` / `sizing`. `run_plan` only calls the stages in
+order
 and assembles the PlanResult; it holds no logic of its own.
 """
 
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from chipswap.plan.capacity import CapacityCheck
@@ -83,8 +84,17 @@ def run_plan(
     """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
     workload's own; `catalog`: a catalog to price with (default: the shipped one); `capacity_check`: the
     capacity screen of the pick (None: not checked). Raises ChipswapError (one line) on bad input."""
-    from chipswap.plan import capacity, fleets, projection, readiness, sensitivity, setup, shapes, simulation
-    from chipswap.plan import traffic
+    from chipswap.plan import (
+        capacity,
+        fleets,
+        projection,
+        readiness,
+        sensitivity,
+        setup,
+        shapes,
+        simulation,
+        traffic,
+    )
     from chipswap.plan import verdict as decide
 
     clock = _Clock(progress or (lambda _m: None))
@@ -99,7 +109,9 @@ def run_plan(
     summary = t.summary if t is not None else None
     v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
     fp = clock.stage("sensitivity", sensitivity.flips, s, v)
-    checked, cap_notes = clock.stage("checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check)
+    checked, cap_notes = clock.stage(
+        "checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check
+    )
     v = replace(v, verdict=checked, notes=(*v.notes, *cap_notes))
     return _assemble(s, t, sh, pr, sim, fl, v, fp, clock)
 
@@ -131,7 +143,11 @@ def _assemble(
     ]
     slo = {
         k: float(val)
-        for k, val in (("p99_ms", wl.slo.p99_ms), ("ttft_p99_ms", wl.slo.ttft_p99_ms), ("p50_ms", wl.slo.p50_ms))
+        for k, val in (
+            ("p99_ms", wl.slo.p99_ms),
+            ("ttft_p99_ms", wl.slo.ttft_p99_ms),
+            ("p50_ms", wl.slo.p50_ms),
+        )
         if val is not None
     }
     return PlanResult(

@@ -1,9 +1,12 @@
 """Capacity stage: can the chosen fleet actually be launched (offered in the region, within the vCPU quota)?
 
-Input: PlanSetup, the VerdictStage and a `CapacityCheck` (the command builds it from chipswap.aws.capacity, which
-asks AWS read-only or falls back to the shipped snapshot). Output: the Verdict with the capacity reason added and,
+Input: PlanSetup, the VerdictStage and a `CapacityCheck` (the command builds it from chipswap.aws.capacity,
+which
+asks AWS read-only or falls back to the shipped snapshot). Output: the Verdict with the capacity reason added
+and,
 for a move that cannot launch as is, its qualifier ("— but request a quota increase of 768 vCPUs in us-east-1
-first"), plus the note saying where the facts came from. The capacity rule qualifies a move; it never turns one
+first"), plus the note saying where the facts came from. The capacity rule qualifies a move; it never turns
+one
 into a stay (chipswap.core.capacity decides the wording). No I/O here.
 """
 
@@ -20,7 +23,9 @@ from chipswap.plan.setup import PlanSetup
 CapacityCheck = Callable[[str, str, "int | None", str], "tuple[Any, str]"]
 
 
-def capacity(s: PlanSetup, verdict: Verdict, best: Any, check: CapacityCheck | None) -> tuple[Verdict, tuple[str, ...]]:
+def capacity(
+    s: PlanSetup, verdict: Verdict, best: Any, check: CapacityCheck | None
+) -> tuple[Verdict, tuple[str, ...]]:
     if check is None or best is None:
         return verdict, ()
     from chipswap.core.capacity import capacity_reason, qualify_verdict

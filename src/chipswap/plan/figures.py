@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-# Precedence, best first. Every source a workload, the projection or the simulator writes maps to one of these.
+# Precedence, best first. Every source a workload, the projection or the simulator writes maps to one of
+# these.
 SOURCES: tuple[str, ...] = ("measured", "projected", "published", "stated", "assumption")
 _RANK = {s: i for i, s in enumerate(SOURCES)}
 # Sources spelled with their origin in the workload file or the catalog, and the class they rank as.
@@ -79,7 +80,7 @@ class Figure:
 
     @property
     def label(self) -> str:
-        """"projected ± 23%", "measured", "assumption": how the report names the figure's origin."""
+        """ "projected ± 23%", "measured", "assumption": how the report names the figure's origin."""
         if self.band:
             return f"{self.source} ± {self.band * 100:.0f}%"
         return self.source

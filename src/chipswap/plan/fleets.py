@@ -39,7 +39,7 @@ def workload_source(source: str, note: str | None) -> str:
 
 
 def from_input(f: FigureIn | None, quantity: str, unit: str) -> Figure | None:
-    """A `[figures]` entry as a Figure in chipswap's unit for that quantity (e.g. requests/min -> requests/s)."""
+    """A `[figures]` entry as a Figure in chipswap's unit for that quantity (requests/min -> requests/s)."""
     if f is None or f.value is None or f.unit is None:
         return None
     factor = FIGURE_UNITS[quantity][1][f.unit]
@@ -56,7 +56,12 @@ def _latency_source(source: str, note: str | None) -> str:
 
 
 def _serving_throughput(
-    s: PlanSetup, name: str, is_gpu: bool, gpu: Figure | None, sim: InstanceSim | None, projected: Figure | None
+    s: PlanSetup,
+    name: str,
+    is_gpu: bool,
+    gpu: Figure | None,
+    sim: InstanceSim | None,
+    projected: Figure | None,
 ) -> Chosen:
     wl = s.workload
     tp = wl.throughput
@@ -89,9 +94,7 @@ def _serving_throughput(
     return pick(given)
 
 
-def _serving_latency(
-    s: PlanSetup, name: str, is_gpu: bool, quantity: str, sim: InstanceSim | None
-) -> Chosen:
+def _serving_latency(s: PlanSetup, name: str, is_gpu: bool, quantity: str, sim: InstanceSim | None) -> Chosen:
     wl = s.workload
     tp = wl.throughput
     given: list[Figure | None] = []
@@ -104,7 +107,9 @@ def _serving_latency(
             given.append(Figure(v, "ms", "measured", m.note))
     if quantity == "e2e_p99" and tp is not None:
         if is_gpu and tp.gpu_p99_ms is not None:
-            given.append(Figure(tp.gpu_p99_ms, "ms", _latency_source(tp.gpu_source, tp.gpu_note), tp.gpu_note or ""))
+            given.append(
+                Figure(tp.gpu_p99_ms, "ms", _latency_source(tp.gpu_source, tp.gpu_note), tp.gpu_note or "")
+            )
         ct = tp.candidates.get(name) if not is_gpu else None
         if ct is not None and ct.p99_ms is not None:
             given.append(Figure(ct.p99_ms, "ms", _latency_source(ct.source, ct.note), ct.note or ""))
@@ -115,7 +120,9 @@ def _serving_latency(
     return pick(given)
 
 
-def _meets(s: PlanSetup, thr: Figure | None, e2e: Figure | None, ttft: Figure | None, sim: InstanceSim | None) -> bool | None:
+def _meets(
+    s: PlanSetup, thr: Figure | None, e2e: Figure | None, ttft: Figure | None, sim: InstanceSim | None
+) -> bool | None:
     slo = s.workload.slo
     if thr is not None and thr.kind == "projected" and sim is not None:
         return sim.feasible  # the simulator sized the fleet for every objective, or found none that meets it
@@ -267,7 +274,11 @@ def _training_fleet(
 def _overridden_note(plan: FleetPlan) -> str | None:
     """What the data imply for a figure the user stated, when a projection outranked it."""
     fig = plan.throughput
-    lost = [o for o in plan.overridden if o.unit == (fig.unit if fig else "") and o.kind in ("stated", "assumption")]
+    lost = [
+        o
+        for o in plan.overridden
+        if o.unit == (fig.unit if fig else "") and o.kind in ("stated", "assumption")
+    ]
     if fig is None or fig.kind != "projected" or not lost:
         return None
     said = "; ".join(f"{float(o.value):,.4g} {o.unit} ({o.source})" for o in lost)
@@ -278,9 +289,7 @@ def _overridden_note(plan: FleetPlan) -> str | None:
     )
 
 
-def fleets(
-    s: PlanSetup, t: TrafficStage | None, proj: ProjectionStage, sims: SimulationStage
-) -> FleetsStage:
+def fleets(s: PlanSetup, t: TrafficStage | None, proj: ProjectionStage, sims: SimulationStage) -> FleetsStage:
     sizers: dict[str, Sizer | None] = {}
     excluded: dict[str, str] = {}
     plans: list[FleetPlan] = []

@@ -1,6 +1,7 @@
 """Projection stage: how fast the model runs on each instance (GPU fleet and candidates), predicted.
 
-Input: PlanSetup, the Load and the ShapeSummary. Output: ProjectionStage: per instance the serving configuration
+Input: PlanSetup, the Load and the ShapeSummary. Output: ProjectionStage: per instance the serving
+configuration
 and the ServiceTimes the simulator replays (serving), or training tokens/s per instance (training), each a
 prediction with its error band; or why the instance cannot run the model. The projection engine is reached
 through `_engine()` only; the model's weight size through `chipswap.models.parameter_count`.
@@ -60,7 +61,10 @@ def _engine() -> Any:
 def _weights(work: Any) -> Figure:
     gib = work.params * 2 / 2**30
     return Figure(
-        gib, "GiB (bf16 weights)", "computed", f"{work.params / 1e9:.2f}B parameters x 2 bytes ({work.source})"
+        gib,
+        "GiB (bf16 weights)",
+        "computed",
+        f"{work.params / 1e9:.2f}B parameters x 2 bytes ({work.source})",
     )
 
 
@@ -93,7 +97,9 @@ def _lengths(s: PlanSetup, load: Load, shapes: ShapeSummary | None, work: Any) -
     return prompt[keep], out[keep]
 
 
-def _serving(s: PlanSetup, engine: Any, work: Any, inst: Any, load: Load, shapes: ShapeSummary | None) -> InstanceProjection:
+def _serving(
+    s: PlanSetup, engine: Any, work: Any, inst: Any, load: Load, shapes: ShapeSummary | None
+) -> InstanceProjection:
     tr = s.workload.traffic
     assert tr is not None
     prompt, out = _lengths(s, load, shapes, work)
@@ -110,7 +116,13 @@ def _serving(s: PlanSetup, engine: Any, work: Any, inst: Any, load: Load, shapes
     rps = p.requests_per_s
     fig = None
     if rps is not None:
-        fig = Figure(rps.value, "requests/s per instance", "projected", "steady throughput at the chosen batch", rps.band)
+        fig = Figure(
+            rps.value,
+            "requests/s per instance",
+            "projected",
+            "steady throughput at the chosen batch",
+            rps.band,
+        )
     return InstanceProjection(inst.name, p.config, p.times, fig, note="; ".join(p.notes), detail=p)
 
 
@@ -119,10 +131,14 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     assert job is not None
     tokens = job.job_tokens
     if tokens is None:
-        return InstanceProjection(inst.name, note="no job size (job.tokens), so the run time is not projected")
+        return InstanceProjection(
+            inst.name, note="no job size (job.tokens), so the run time is not projected"
+        )
     seq = job.sequence_length or min(work.dims.max_positions or 4096, 4096)
     try:
-        t = engine.project_training(work, inst, tokens=tokens, seq_len=seq, nodes=s.workload.fleet.count, catalog=s.catalog)
+        t = engine.project_training(
+            work, inst, tokens=tokens, seq_len=seq, nodes=s.workload.fleet.count, catalog=s.catalog
+        )
     except ChipswapError as exc:
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
     tps = t.tokens_per_s_per_node

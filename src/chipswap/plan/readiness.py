@@ -1,7 +1,8 @@
 """Readiness stage: what the Neuron compiler is predicted to reject, judged once per candidate target.
 
 Input: PlanSetup and the ShapeSummary. Output: ReadinessSummary. The readiness check is reached through
-`run_check` only; a 2-layer copy stands for a transformer whose layers are all alike (same operators and dtypes).
+`run_check` only; a 2-layer copy stands for a transformer whose layers are all alike (same operators and
+dtypes).
 May not write anything.
 """
 

@@ -1,6 +1,7 @@
 """Sensitivity stage: for each main input, the change that flips the verdict, like for like.
 
-Traffic re-sizes BOTH fleets (each with its own sizer); a price term is applied to BOTH sides; the Neuron and the
+Traffic re-sizes BOTH fleets (each with its own sizer); a price term is applied to BOTH sides; the Neuron and
+the
 GPU throughput are varied separately. Input: PlanSetup and the VerdictStage. Output: the Flip rows. The search
 itself is chipswap.core.sensitivity (pure); every evaluation here is a pure re-run of economics + verdict.
 """
@@ -8,6 +9,7 @@ itself is chipswap.core.sensitivity (pure); every evaluation here is a pure re-r
 from __future__ import annotations
 
 from dataclasses import replace
+
 from chipswap.core import cost
 from chipswap.core.sensitivity import Choice, Flip, Knob, sensitivity
 from chipswap.plan.economics import Scenario, evaluate
@@ -86,7 +88,9 @@ def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
     if s.kind == "serving":
         if isinstance(scn.cand_sizer, RateSizer):
             knobs.append(
-                Knob("utilization", wl.utilization, 0.05, 1.0, lambda u: verdict_of(_with_utilization(scn, u)))
+                Knob(
+                    "utilization", wl.utilization, 0.05, 1.0, lambda u: verdict_of(_with_utilization(scn, u))
+                )
             )
         knobs.append(Knob("traffic", 1.0, 0.01, 100.0, lambda f: verdict_of(replace(scn, traffic_factor=f))))
     elif scn.runs_per_month:

@@ -1,6 +1,7 @@
 """Stage 0 of the plan: resolve what the workload names (catalog instances, the model, the thresholds).
 
-Input: a validated Workload and its path. Output: PlanSetup, which every later stage reads. The catalog and the
+Input: a validated Workload and its path. Output: PlanSetup, which every later stage reads. The catalog and
+the
 model resolver are reached through one function each (`load_catalog`, `resolve_model`); nothing else here does
 I/O.
 """
@@ -104,7 +105,8 @@ def read_measured(paths: list[Path], wpath: Path, names: list[str]) -> dict[str,
         m = measured_serving(read_bench_results(p))
         if m.instance not in names:
             raise ChipswapError(
-                f"{wpath}: bench_results: {p} measured {m.instance!r}, which is neither the fleet nor a candidate "
+                f"{wpath}: bench_results: {p} measured {m.instance!r}, which is neither the fleet nor a "
+                "candidate "
                 f"({', '.join(names)}); add it to targets.candidates or drop the file"
             )
         if m.instance in out:

@@ -1,7 +1,9 @@
-"""Shapes stage: the fixed shapes Neuron would compile for this traffic (the shape planner), capped at what the
+"""Shapes stage: the fixed shapes Neuron would compile for this traffic (the shape planner), capped at what
+the
 model accepts.
 
-Input: PlanSetup and the TrafficStage. Output: ShapesStage (ShapeSummary + notes). The planner is reached through
+Input: PlanSetup and the TrafficStage. Output: ShapesStage (ShapeSummary + notes). The planner is reached
+through
 `plan_shapes` only. May not read files itself.
 """
 

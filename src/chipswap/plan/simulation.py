@@ -1,7 +1,8 @@
 """Simulation stage: replay the busiest window on each projected fleet and size it for the SLO, like for like
 (today's GPU type and every candidate get the same traffic, objectives and search).
 
-Input: PlanSetup, the Load, the ShapeSummary and the ProjectionStage. Output: SimulationStage: per instance the
+Input: PlanSetup, the Load, the ShapeSummary and the ProjectionStage. Output: SimulationStage: per instance
+the
 capacity per instance that meets the SLO (at the projection's value and at the edges of its band), the
 fleet size, simulated latency percentiles and distributions at that size, the unloaded latency floor, and a
 CurveSizer the economics and sensitivity stages re-size with. The simulator is reached through `_simulator()`
@@ -66,11 +67,14 @@ def simulation(
         return SimulationStage(
             notes=(
                 "the fleet simulator is not installed here: projected fleets are sized from the projected "
-                f"steady throughput at {s.workload.utilization:.0%} utilization, and latency is not simulated",
+                f"steady throughput at {s.workload.utilization:.0%} utilization, and latency is not "
+                "simulated",
             )
         )
     return _simulate_all(s, sim, load, shapes, projected)
 
 
-def _simulate_all(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, projected: list[Any]) -> SimulationStage:
+def _simulate_all(
+    s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, projected: list[Any]
+) -> SimulationStage:
     raise NotImplementedError  # filled in when chipswap.core.simulate lands

@@ -1,6 +1,7 @@
 """Fleet sizers: how many instances carry a traffic level, as a function the sensitivity can re-evaluate.
 
-A sizer answers `count(traffic_factor, speed)`: the instances needed when traffic is `traffic_factor` times the
+A sizer answers `count(traffic_factor, speed)`: the instances needed when traffic is `traffic_factor` times
+the
 load the fleet was sized for and the instance is `speed` times as fast as its figure says (the band's edges).
 None means no fleet size meets the objective. Two kinds:
 

@@ -1,7 +1,8 @@
 """Traffic stage: read the trace (or the stated steady rate), summarise it, and cut out the load fleets are
 sized for: the busiest `burst_window_s` window, at the workload's scale.
 
-Input: PlanSetup. Output: TrafficStage (summary for the report and verdict, the trace for the shape planner, and
+Input: PlanSetup. Output: TrafficStage (summary for the report and verdict, the trace for the shape planner,
+and
 the Load the simulator replays). Trace files are read through `chipswap.traces.read_trace` only. Bad traffic
 (an empty trace, every arrival at one instant, a window longer than the trace, a window too large to simulate)
 is one ChipswapError line naming the key and the fix.
@@ -36,8 +37,12 @@ class Load:
     window_s: float
     rate_rps: float
     what: str
-    all_prompt_tokens: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
-    all_output_tokens: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64))
+    all_prompt_tokens: np.ndarray = field(
+        repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64)
+    )
+    all_output_tokens: np.ndarray = field(
+        repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64)
+    )
 
     @property
     def requests(self) -> int:
@@ -217,7 +222,8 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
     notes: list[str] = []
     if window < tr.burst_window_s:
         notes.append(
-            f"the busiest window holds {busiest_rps * tr.burst_window_s:,.0f} requests after scale; fleets are "
+            f"the busiest window holds {busiest_rps * tr.burst_window_s:,.0f} requests after scale; fleets "
+            "are "
             f"sized on its first {window:.3g} s ({MAX_SIM_REQUESTS:,} requests)"
         )
     keep = w_times < window

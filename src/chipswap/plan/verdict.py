@@ -1,9 +1,13 @@
-"""Verdict stage: price both sides, pick the best candidate, and decide, with the error band taken into account.
+"""Verdict stage: price both sides, pick the best candidate, and decide, with the error band taken into
+account.
 
-Input: PlanSetup, the traffic summary, shapes, readiness and FleetsStage. Output: VerdictStage (every candidate's
+Input: PlanSetup, the traffic summary, shapes, readiness and FleetsStage. Output: VerdictStage (every
+candidate's
 money, the pick, the Verdict and the Scenario/Facts the sensitivity stage varies). The decision itself is the
-pure table in chipswap.core.verdict; this stage only assembles its Facts, including `band_flip`: when the move's
-saving flips somewhere inside the error band of the throughput figures it rests on, the verdict is a close call
+pure table in chipswap.core.verdict; this stage only assembles its Facts, including `band_flip`: when the
+move's
+saving flips somewhere inside the error band of the throughput figures it rests on, the verdict is a close
+call
 and the words say which figure, which band and where it flips. Prices come from the catalog in PlanSetup.
 """
 
@@ -41,7 +45,7 @@ class VerdictStage:
 
 
 def rate(catalog: Any, instance: str, region: str, term: str) -> Figure | None:
-    """The catalog's hourly price as a Figure (source and date), None when that term has no published price."""
+    """The catalog's hourly price as a Figure (source and date); None when the term has no published price."""
     try:
         r = catalog.rate(instance, region, term)
     except ChipswapError:
@@ -127,9 +131,7 @@ def at_band(scn: Scenario, bc: float, bg: float, e: float) -> Scenario:
 def _band_words(c: CandidateResult, gpu: FleetPlan, bc: float, bg: float, e: float) -> str:
     parts = []
     if bc:
-        parts.append(
-            f"a {(1 + bc) ** e:.2f}x slower {c.instance} throughput (projection band ±{bc:.0%})"
-        )
+        parts.append(f"a {(1 + bc) ** e:.2f}x slower {c.instance} throughput (projection band ±{bc:.0%})")
     if bg:
         parts.append(f"a {(1 + bg) ** e:.2f}x faster {gpu.instance} throughput (band ±{bg:.0%})")
     return " and ".join(parts)
@@ -256,7 +258,9 @@ def verdict(
                 else f"misses the SLO ({_latency_words(fleet)})"
             )
         if r is None:
-            excluded = excluded or f"no published {wl.pricing.term} price in {s.region} (unknown, not guessed)"
+            excluded = (
+                excluded or f"no published {wl.pricing.term} price in {s.region} (unknown, not guessed)"
+            )
         money: Money = economics(scn)
         cpm = None
         if s.kind == "serving" and r is not None and thr is not None:
@@ -289,7 +293,8 @@ def verdict(
         )
         results.append((cand, scn, facts))
 
-    # the pick: the largest monthly saving among priced, fitting, SLO-meeting candidates, preferring those whose
+    # the pick: the largest monthly saving among priced, fitting, SLO-meeting candidates, preferring those
+    # whose
     # readiness target has no predicted blockers; an SLO that is set but not evaluated is never a pass
     viable = [r for r in results if r[0].excluded is None and r[0].saving_usd is not None]
     clean = [r for r in viable if r[2].readiness_blockers == 0]
@@ -366,17 +371,20 @@ def _gpu_notes(s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan) -> tup
     n_today, needed = s.workload.fleet.count, money.gpu_count
     if gpu.meets_slo is False and needed is None:
         floor = f" (its unloaded latency is {gpu.slo_floor_ms:,.0f} ms)" if gpu.slo_floor_ms else ""
-        return (
-            f"no number of {gpu.instance} meets the SLO{floor}: the saving compares with today's bill",
-        )
+        return (f"no number of {gpu.instance} meets the SLO{floor}: the saving compares with today's bill",)
     if needed is None:
         return ()
     simulated = gpu.throughput is not None and gpu.sizing.startswith("simulated")
-    need = "the SLO needs" if simulated else f"the busiest window needs at {s.workload.utilization:.0%} utilization"
+    need = (
+        "the SLO needs"
+        if simulated
+        else f"the busiest window needs at {s.workload.utilization:.0%} utilization"
+    )
     if needed > n_today:
         miss = "misses the SLO at the busiest window" if simulated else "is too small for the busiest window"
         return (
-            f"today's GPU fleet {miss}: {n_today} x {gpu.instance}, where {need} {needed}; the saving compares "
+            f"today's GPU fleet {miss}: {n_today} x {gpu.instance}, where {need} {needed}; the saving "
+            "compares "
             f"with those {needed} ({money.monthly_now.quantize(Decimal('0.01')):,} USD/month)",
         )
     if needed < n_today and today.value > 0:

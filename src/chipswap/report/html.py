@@ -1,7 +1,8 @@
 """The plan report as ONE self-contained HTML file: inline CSS, inline SVG plots, no scripts, no network.
 
 Plots (all matplotlib, via chipswap.report.plots): cumulative cost with the break-even month, monthly cost of
-both sides, the saving with its error band, cost per 1M requests, simulated latency distributions (TTFT and end
+both sides, the saving with its error band, cost per 1M requests, simulated latency distributions (TTFT and
+end
 to end) per fleet against the SLO, fleet size vs traffic for both sides, arrivals per window with the busiest
 window, and the length histogram with the planned bucket edges. Everything from data is escaped by Jinja's
 autoescape. May not write files (the command publishes the report set).
@@ -59,7 +60,9 @@ def _plots(r: Any) -> dict[str, Markup]:
     out: dict[str, Markup] = {}
     tokens = getattr(r.traffic, "prompt_tokens", None) if r.traffic is not None else None
     if tokens is not None and np.asarray(tokens).size > 1:
-        out["histogram"] = Markup(lengths_svg(np.asarray(tokens), r.shapes.sequence_buckets if r.shapes else ()))
+        out["histogram"] = Markup(
+            lengths_svg(np.asarray(tokens), r.shapes.sequence_buckets if r.shapes else ())
+        )
     best = r.best
     after_label = f"{best.count} x {best.instance} + porting" if best and best.count else "Neuron + porting"
     gpu = getattr(r, "gpu_fleet", None)
@@ -115,7 +118,11 @@ def _plots(r: Any) -> dict[str, Markup]:
             )
         )
     fleets = _fleets(r)
-    sims = [(f"{f.count} x {f.instance}", f.latency.ttft_ms, f.latency.e2e_ms) for f in fleets if f.latency.e2e_ms.size]
+    sims = [
+        (f"{f.count} x {f.instance}", f.latency.ttft_ms, f.latency.e2e_ms)
+        for f in fleets
+        if f.latency.e2e_ms.size
+    ]
     if sims:
         slo = getattr(r, "slo", {}) or {}
         out["latency"] = Markup(latency_svg(sims, slo.get("p99_ms"), slo.get("ttft_p99_ms")))

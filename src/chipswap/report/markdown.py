@@ -1,8 +1,11 @@
-"""The plan report as a Markdown summary (for pull requests and chat): verdict, figures, reasons, costs, flips.
+"""The plan report as a Markdown summary (for pull requests and chat): verdict, figures, reasons, costs,
+flips.
 
-Everything that comes from a file someone else wrote (the title, notes, figure notes, trace names) goes through
+Everything that comes from a file someone else wrote (the title, notes, figure notes, trace names) goes
+through
 textsafe.md_text: HTML is escaped and Markdown markup is neutralised, one line each, so a title cannot inject
-raw HTML or fake a "Verdict:" line. The terminal summary at the end sits in a code fence longer than any run of
+raw HTML or fake a "Verdict:" line. The terminal summary at the end sits in a code fence longer than any run
+of
 backticks inside it. May not write files.
 """
 
@@ -55,7 +58,12 @@ def _fleet_row(f: Any, serving: bool) -> str:
 
 def render_markdown(r: Any, summary: list[str]) -> str:
     v = r.verdict
-    out = [f"# chipswap plan: {md_text(r.title)}", "", f"**Verdict: {md_text(v.verdict)}** — {md_text(v.why, 2000)}", ""]
+    out = [
+        f"# chipswap plan: {md_text(r.title)}",
+        "",
+        f"**Verdict: {md_text(v.verdict)}** — {md_text(v.why, 2000)}",
+        "",
+    ]
     gpu = getattr(r, "gpu_fleet", None)
     now_count = gpu.count if gpu is not None and gpu.count and r.kind == "serving" else r.fleet_count
     out.append(
@@ -121,7 +129,8 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         rate = f"{c.rate.value} ({md_text(c.rate.source)})" if c.rate else "unknown"
         note = f" — excluded: {md_text(c.excluded, 1000)}" if c.excluded else ""
         out.append(
-            f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {c.count} | {_money(c.monthly_usd)} | "
+            f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {c.count} | "
+            f"{_money(c.monthly_usd)} | "
             f"{_pct(c.saving_pct)} | {c.payback_month or 'never'} |"
         )
     out += ["", "## What would flip it", ""]

@@ -2,7 +2,8 @@
 
 Each function takes plain data (numbers, arrays, labels) and returns an `<svg class="plot NAME" ...>` string
 with no XML prolog, no metadata and no external references, so the HTML report stays one self-contained
-offline file. Text stays text (svg.fonttype = none); ids are salted per plot so several plots can share a page.
+offline file. Text stays text (svg.fonttype = none); ids are salted per plot so several plots can share a
+page.
 Artists that tests and readers look for carry a gid (e.g. `edge-0`, `breakeven`, `slo-e2e`, `frame`).
 May not write files; matplotlib is imported inside `_figure` so `chipswap --help` stays fast.
 """
@@ -44,7 +45,13 @@ def render(fig: Any, name: str, title: str) -> str:
     import matplotlib
 
     buf = io.StringIO()
-    rc = {"svg.fonttype": "none", "svg.hashsalt": f"chipswap-{name}", "font.size": 9}
+    # text stays text; "$" in money labels is a dollar, not mathtext
+    rc = {
+        "svg.fonttype": "none",
+        "svg.hashsalt": f"chipswap-{name}",
+        "font.size": 9,
+        "text.parse_math": False,
+    }
     with matplotlib.rc_context(rc):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = _METADATA.sub("", _PROLOG.sub("", buf.getvalue(), count=1), count=1)
@@ -82,11 +89,22 @@ def cumulative_svg(
         after = np.array([float(v) for v in cum_after])
         ax.plot(months, after, color=ORANGE, linewidth=2.2, label=after_label, gid="series-after")
         if payback_month is not None and payback_month <= months[-1]:
-            at = float(crossing_month) if crossing_month is not None and 0 <= crossing_month <= payback_month else float(payback_month)
+            at = (
+                float(crossing_month)
+                if crossing_month is not None and 0 <= crossing_month <= payback_month
+                else float(payback_month)
+            )
             y = float(np.interp(at, months, after))
             ax.axvline(at, color=GREEN, linestyle="--", linewidth=1)
             ax.plot([at], [y], "o", color=GREEN, markersize=7, gid="breakeven")
-            ax.annotate(f"break-even: month {payback_month}", (at, y), xytext=(6, 18), textcoords="offset points", color=GREEN, fontsize=8)
+            ax.annotate(
+                f"break-even: month {payback_month}",
+                (at, y),
+                xytext=(6, 18),
+                textcoords="offset points",
+                color=GREEN,
+                fontsize=8,
+            )
     ax.yaxis.set_major_formatter(FuncFormatter(_money_tick))
     ax.set_xlabel("months from the move")
     ax.set_ylim(bottom=0)
@@ -116,7 +134,9 @@ def bars_svg(
         ax.barh(y, v, color=color, height=0.62)[0].set_gid(f"bar-{int(y)}")
         if rng is not None and rng[0] is not None and rng[1] is not None:
             lo, hi = sorted((float(rng[0]), float(rng[1])))
-            ax.errorbar(v, y, xerr=[[max(v - lo, 0)], [max(hi - v, 0)]], color="#333333", capsize=3, linewidth=1)
+            ax.errorbar(
+                v, y, xerr=[[max(v - lo, 0)], [max(hi - v, 0)]], color="#333333", capsize=3, linewidth=1
+            )
         text = f"${v:,.2f}{unit}" if unit.startswith("/") or unit == "" else f"{v:,.2f} {unit}"
         ax.annotate(text, (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(ys, labels)
@@ -138,9 +158,21 @@ def arrivals_svg(
     for i, patch in enumerate(ax.bar(np.arange(rates.size), rates, color=NAVY, width=0.85)):
         patch.set_gid(f"window-{i}")
     if peak is not None:
-        ax.axhline(peak, color=ORANGE, linestyle="--", linewidth=1.2, label=f"95th-percentile window: {peak:.3g} req/s")
+        ax.axhline(
+            peak,
+            color=ORANGE,
+            linestyle="--",
+            linewidth=1.2,
+            label=f"95th-percentile window: {peak:.3g} req/s",
+        )
     if busiest is not None:
-        ax.axhline(busiest, color=RED, linestyle=":", linewidth=1.2, label=f"busiest window (sized for): {busiest:.3g} req/s")
+        ax.axhline(
+            busiest,
+            color=RED,
+            linestyle=":",
+            linewidth=1.2,
+            label=f"busiest window (sized for): {busiest:.3g} req/s",
+        )
     ax.set_xlabel(f"{window_s:g}-second windows (requests/s, scaled x{scale:g})")
     ax.set_ylabel("requests/s")
     ax.set_title("Arrival rate per window", loc="left", fontsize=10)
@@ -155,7 +187,9 @@ def latency_svg(
     each against its objective."""
     fig, axes = _figure(height=3.3, ncols=2)
     drawn = False
-    for k, (ax, which, slo) in enumerate(zip(axes, ("time to first token", "end to end"), (slo_ttft_ms, slo_e2e_ms), strict=True)):
+    for k, (ax, which, slo) in enumerate(
+        zip(axes, ("time to first token", "end to end"), (slo_ttft_ms, slo_e2e_ms), strict=True)
+    ):
         for i, (label, ttft, e2e) in enumerate(fleets):
             v = np.sort(np.asarray(ttft if k == 0 else e2e, dtype=float))
             v = v[np.isfinite(v)]
@@ -165,8 +199,17 @@ def latency_svg(
             ax.plot(v, q, color=PALETTE[i % len(PALETTE)], linewidth=1.8, label=label, gid=f"cdf-{k}-{i}")
             drawn = True
         if slo is not None:
-            ax.axvline(slo, color=RED, linestyle="--", linewidth=1.2, gid=f"slo-{'ttft' if k == 0 else 'e2e'}")
-            ax.annotate(f"SLO p99 {slo:,.0f} ms", (slo, 5), xytext=(4, 0), textcoords="offset points", color=RED, fontsize=8)
+            ax.axvline(
+                slo, color=RED, linestyle="--", linewidth=1.2, gid=f"slo-{'ttft' if k == 0 else 'e2e'}"
+            )
+            ax.annotate(
+                f"SLO p99 {slo:,.0f} ms",
+                (slo, 5),
+                xytext=(4, 0),
+                textcoords="offset points",
+                color=RED,
+                fontsize=8,
+            )
         ax.axhline(99, color=GREY, linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
         ax.set_xlabel(f"{which} (ms, log scale)")
@@ -174,7 +217,12 @@ def latency_svg(
         ax.set_ylim(0, 100.5)
     if drawn:
         axes[1].legend(fontsize=7, frameon=False, loc="lower right")
-    fig.suptitle("Simulated latency at the busiest window, each fleet at its chosen size", x=0.02, ha="left", fontsize=10)
+    fig.suptitle(
+        "Simulated latency at the busiest window, each fleet at its chosen size",
+        x=0.02,
+        ha="left",
+        fontsize=10,
+    )
     return render(fig, "latency", "Simulated latency distributions against the SLO")
 
 
@@ -187,9 +235,27 @@ def fleet_size_svg(
         xs = [f for f, n in pts if n is not None]
         ys = [n for _f, n in pts if n is not None]
         if xs:
-            ax.step(xs, ys, where="post", color=PALETTE[i % len(PALETTE)], linewidth=1.8, marker="o", markersize=3, label=label, gid=f"size-{i}")
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=PALETTE[i % len(PALETTE)],
+                linewidth=1.8,
+                marker="o",
+                markersize=3,
+                label=label,
+                gid=f"size-{i}",
+            )
     if today is not None:
-        ax.plot([1.0], [today[1]], "s", color=RED, markersize=6, label=f"today: {today[1]} x {today[0]}", gid="today")
+        ax.plot(
+            [1.0],
+            [today[1]],
+            "s",
+            color=RED,
+            markersize=6,
+            label=f"today: {today[1]} x {today[0]}",
+            gid="today",
+        )
     ax.axvline(1.0, color=GREY, linewidth=0.8, linestyle=":")
     ax.set_xlabel("traffic (x the busiest window of the workload)")
     ax.set_ylabel("instances")
@@ -214,9 +280,13 @@ def saving_band_svg(
             continue
         if lo is not None and hi is not None:
             a, b = sorted((lo, hi))
-            ax.plot([a, b], [y, y], color=ORANGE, linewidth=7, alpha=0.35, solid_capstyle="butt", gid=f"band-{y}")
+            ax.plot(
+                [a, b], [y, y], color=ORANGE, linewidth=7, alpha=0.35, solid_capstyle="butt", gid=f"band-{y}"
+            )
         ax.plot([pct], [y], "o", color=NAVY if pct >= margin_pct else RED, markersize=7)
-        ax.annotate(f"{pct:.1f}%", (pct, y), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8)
+        ax.annotate(
+            f"{pct:.1f}%", (pct, y), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8
+        )
     ax.axvline(margin_pct, color=RED, linestyle="--", linewidth=1, gid="margin")
     ax.axvline(0, color="#333333", linewidth=0.8)
     ax.set_yticks(ys, [r[0] for r in rows])
@@ -237,7 +307,8 @@ def histogram_svg(
     max_bins: int = 120,
 ) -> str:
     """Request counts per length bin with the plan's bucket edges (gid edge-i) and an optional comparison set
-    (gid compare-edge-i, dashed). The x axis runs a little past the largest edge so the last line is visible."""
+    (gid compare-edge-i, dashed). The x axis runs a little past the largest edge so the last line is
+    visible."""
     edges = [int(e) for e in edges]
     xmax = float(max([*(np.asarray(lengths).tolist() or [1]), *edges, *(compare_edges or [])]))
     nb = int(min(max_bins, max(1, xmax)))
@@ -252,9 +323,22 @@ def histogram_svg(
     for i, patch in enumerate(b for b in drawn if b.get_height() > 0):
         patch.set_gid(f"bar-{i}")
     for i, e in enumerate(compare_edges or []):
-        ax.axvline(e, color="#888888", linestyle="--", linewidth=1, gid=f"compare-edge-{i}", label=f"{compare_label} ({len(compare_edges or [])})" if i == 0 else None)
+        ax.axvline(
+            e,
+            color="#888888",
+            linestyle="--",
+            linewidth=1,
+            gid=f"compare-edge-{i}",
+            label=f"{compare_label} ({len(compare_edges or [])})" if i == 0 else None,
+        )
     for i, e in enumerate(edges):
-        ax.axvline(e, color="#d62728", linewidth=1.5, gid=f"edge-{i}", label=f"chipswap buckets ({len(edges)})" if i == 0 else None)
+        ax.axvline(
+            e,
+            color="#d62728",
+            linewidth=1.5,
+            gid=f"edge-{i}",
+            label=f"chipswap buckets ({len(edges)})" if i == 0 else None,
+        )
     ax.set_xlim(0, xmax + max(1.0, 0.03 * xmax))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("requests")

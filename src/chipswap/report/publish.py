@@ -1,9 +1,11 @@
 """Publish the plan report's files (report.html, report.json, report.md) as ONE set: a reader of the output
-folder always sees three files from the same run, and a run killed at any point leaves the previous set intact.
+folder always sees three files from the same run, and a run killed at any point leaves the previous set
+intact.
 
 How: each run writes its files into a fresh folder `OUT/.chipswap-runs/run-<pid>-<token>/` (fsynced), then
 swaps ONE symlink, `OUT/.chipswap-current`, to point at it (a new symlink renamed over the old one: rename is
-atomic). `OUT/report.html` (and .json, .md) are symlinks through `.chipswap-current`, created once, so all three
+atomic). `OUT/report.html` (and .json, .md) are symlinks through `.chipswap-current`, created once, so all
+three
 switch together. Linux cannot rename a folder over a non-empty folder, and swapping OUT itself would move
 whatever else the user keeps there, hence the symlink (renameat2(RENAME_EXCHANGE) would need ctypes and is
 Linux-only). Where symlinks are not possible (e.g. FAT) each file is written atomically on its own instead.
@@ -42,7 +44,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _pid_of(name: str) -> int:
-    """The pid in a name like `run-1234-ab12cd` or `.chipswap-current.tmp-1234-ab12cd` (0 when there is none)."""
+    """The pid in a name like `run-1234-ab12cd` or `.chipswap-current.tmp-1234-ab12cd` (0 when none)."""
     parts = name.rsplit("-", 2)
     try:
         return int(parts[-2])
@@ -125,13 +127,17 @@ def publish_report_set(out: Path, files: dict[str, str]) -> Path:
         clean_stale(out)
         for name in files:
             if (out / name).is_dir() and not (out / name).is_symlink():
-                raise ChipswapError(f"cannot write {out / name}: it is a folder; remove it or choose another --out")
+                raise ChipswapError(
+                    f"cannot write {out / name}: it is a folder; remove it or choose another --out"
+                )
         token = secrets.token_hex(4)
         run_name = f"run-{os.getpid()}-{token}"
         run_dir = out / RUNS / run_name
         run_dir.mkdir(parents=True)
     except OSError as exc:
-        raise ChipswapError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
+        raise ChipswapError(
+            f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out"
+        ) from None
     try:
         for name, text in files.items():
             _write_file(run_dir / name, text)
@@ -150,7 +156,9 @@ def publish_report_set(out: Path, files: dict[str, str]) -> Path:
             for name, text in files.items():
                 atomic_write_text(out / name, text)
             return out
-        raise ChipswapError(f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out") from None
+        raise ChipswapError(
+            f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out"
+        ) from None
     if previous and previous != f"{RUNS}/{run_name}" and previous.startswith(f"{RUNS}/run-"):
         shutil.rmtree(out / previous, ignore_errors=True)
     return out

@@ -3,7 +3,8 @@ matplotlib, the one plotting library of the reports; no files).
 
 `histogram_svg(plan_or_hist, edges)` is what `chipswap shapes --plot` writes and what the HTML report embeds.
 Bars: request counts per length bin (linear length axis, up to 120 bins). Solid red lines (gid `edge-i`): the
-plan's bucket edges; dashed grey lines (gid `compare-edge-i`): an optional comparison set (e.g. powers of two).
+plan's bucket edges; dashed grey lines (gid `compare-edge-i`): an optional comparison set (e.g. powers of
+two).
 The plot frame has gid `frame`. It may not touch files.
 """
 
