@@ -6,24 +6,5 @@ Kept so `from chipswap.pipeline import run_plan, PlanResult` keeps working; noth
 
 from __future__ import annotations
 
-from chipswap.plan import (
-    CandidateResult,
-    Figure,
-    FleetPlan,
-    PlanResult,
-    ReadinessSummary,
-    ShapeSummary,
-    TrafficSummary,
-    run_plan,
-)
-
-__all__ = [
-    "CandidateResult",
-    "Figure",
-    "FleetPlan",
-    "PlanResult",
-    "ReadinessSummary",
-    "ShapeSummary",
-    "TrafficSummary",
-    "run_plan",
-]
+from chipswap.plan import *  # noqa: F403  (the public names of the plan, unchanged)
+from chipswap.plan import __all__ as __all__

@@ -40,6 +40,12 @@ def _figure(height: float = HEIGHT_IN, ncols: int = 1) -> tuple[Any, Any]:
     return fig, axes
 
 
+def _vertical_grid(ax: Any) -> None:
+    """Horizontal-bar plots: grid lines across the value axis only."""
+    ax.grid(False)
+    ax.grid(axis="x", color="#eeeeee", linewidth=0.8)
+
+
 def render(fig: Any, name: str, title: str) -> str:
     """The figure as an inline <svg class="plot NAME"> with a <title>, deterministic for the same data."""
     import matplotlib
@@ -123,8 +129,7 @@ def bars_svg(
     """Horizontal bars (label, value or None = unknown, colour); `ranges` draws each bar's band as an error
     bar. Money when unit is "" or starts with "/" ("$12.30/h"), else "12.30 unit"."""
     fig, ax = _figure(height=0.6 + 0.42 * max(len(rows), 1))
-    ax.grid(False)
-    ax.grid(axis="x", color="#eeeeee", linewidth=0.8)
+    _vertical_grid(ax)
     labels = [r[0] for r in rows]
     ys = np.arange(len(rows))[::-1]
     for y, (_label, v, color), rng in zip(ys, rows, ranges or [None] * len(rows), strict=True):
@@ -271,8 +276,7 @@ def saving_band_svg(
     """Each candidate's monthly saving (% of the GPU side) with its range across the error band, against the
     close-call margin."""
     fig, ax = _figure(height=0.7 + 0.45 * max(len(rows), 1))
-    ax.grid(False)
-    ax.grid(axis="x", color="#eeeeee", linewidth=0.8)
+    _vertical_grid(ax)
     ys = np.arange(len(rows))[::-1]
     for y, (_label, pct, lo, hi) in zip(ys, rows, strict=True):
         if pct is None:

@@ -23,24 +23,13 @@ import shutil
 import time
 from pathlib import Path
 
-from chipswap.atomic import atomic_write_text
+from chipswap.atomic import _fsync_dir, atomic_write_text
+from chipswap.cache import _pid_alive, _write_file
 from chipswap.errors import ChipswapError
 
 RUNS = ".chipswap-runs"
 CURRENT = ".chipswap-current"
 LEGACY_TEMP_AGE_S = 600  # `.report.*.tmp` files from atomic writes of older versions, when this old
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _pid_of(name: str) -> int:
@@ -50,26 +39,6 @@ def _pid_of(name: str) -> int:
         return int(parts[-2])
     except (IndexError, ValueError):
         return 0
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def _current_target(out: Path) -> str | None:
@@ -140,7 +109,7 @@ def publish_report_set(out: Path, files: dict[str, str]) -> Path:
         ) from None
     try:
         for name, text in files.items():
-            _write_file(run_dir / name, text)
+            _write_file(run_dir / name, text.encode("utf-8"))
         _fsync_dir(run_dir)
         previous = _current_target(out)
         _swap_link(out / CURRENT, f"{RUNS}/{run_name}", token)
