@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from chipswap.plan.projection import ProjectionStage
 from chipswap.plan.result import LatencySample, ShapeSummary
 from chipswap.plan.setup import PlanSetup
@@ -74,7 +76,196 @@ def simulation(
     return _simulate_all(s, sim, load, shapes, projected)
 
 
+MAX_INSTANCES = 4096  # the largest fleet the sizing search tries; beyond it the SLO counts as unreachable
+FLOOR_REQUESTS = 2000  # requests replayed one at a time for the unloaded latency floor
+CAPACITY_STEPS = 7  # bisection steps for the capacity at one speed (about 1% of the bracket)
+SEED = 7
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What a fleet must meet at the busiest window: p99 TTFT / end-to-end and p50 end-to-end (ms), or, with
+    no SLO, a utilization ceiling."""
+
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    p50_ms: float | None = None
+    utilization: float | None = None
+
+    def met(self, r: Any) -> bool:
+        checks = (
+            (self.ttft_ms, r.ttft.p99),
+            (self.e2e_ms, r.e2e.p99),
+            (self.p50_ms, r.e2e.p50),
+        )
+        for limit, seconds in checks:
+            if limit is not None and not seconds * 1000 <= limit:  # NaN (nothing served) is a miss
+                return False
+        return self.utilization is None or r.utilization <= self.utilization
+
+    def floor_miss(self, r: Any) -> float | None:
+        """The unloaded latency (ms) of the first objective even an idle fleet misses, or None."""
+        for limit, seconds in (
+            (self.ttft_ms, r.ttft.p99),
+            (self.e2e_ms, r.e2e.p99),
+            (self.p50_ms, r.e2e.p50),
+        ):
+            if limit is not None and not seconds * 1000 <= limit:
+                return seconds * 1000
+        return None
+
+
+def objective(s: PlanSetup) -> Objective:
+    slo = s.workload.slo
+    if slo.any:
+        return Objective(slo.ttft_p99_ms, slo.p99_ms, slo.p50_ms)
+    return Objective(utilization=s.workload.utilization)
+
+
+class _Fleet:
+    """One instance type's replicas on the busiest window: runs simulations, caches scaled traffic."""
+
+    def __init__(self, sim: Any, s: PlanSetup, load: Load, shapes: ShapeSummary | None, p: Any) -> None:
+        self.sim, self.p, self.cfg = sim, p, p.config
+        self.mode = s.workload.traffic.mode if s.workload.traffic else "llm"
+        prefill = tuple(shapes.sequence_buckets) if shapes and shapes.sequence_buckets else ()
+        decode = tuple(shapes.decode_buckets) if shapes and shapes.decode_buckets else ()
+        self.setup = sim.setup_from_serving(
+            self.cfg,
+            mode=self.mode,
+            prefill_buckets=prefill if self.cfg.padded else (),
+            decode_buckets=decode if self.cfg.padded else (),
+        )
+        self.traffic = sim.make_traffic(load.times_s, load.prompt_tokens, load.output_tokens)
+        self._scaled: dict[float, Any] = {1.0: self.traffic}
+        self.runs = 0
+
+    def scaled(self, g: float) -> Any:
+        g = round(g, 4)
+        if g not in self._scaled:
+            self._scaled[g] = self.sim.scale_traffic(self.traffic, g, np.random.default_rng(SEED))
+        return self._scaled[g]
+
+    def run(self, n: int, g: float = 1.0, speed: float = 1.0) -> Any:
+        from chipswap.core.servicetime import ScaledServiceTimes
+
+        times = self.p.times if speed == 1.0 else ScaledServiceTimes(self.p.times, 1.0 / speed)
+        self.runs += 1
+        return self.sim.simulate(self.scaled(g), times, self.setup, n * self.cfg.replicas, mode=self.mode)
+
+    def floor(self) -> Any:
+        """Every request alone on an idle replica: the latency no fleet size can go below."""
+        t = self.traffic
+        k = min(len(t), FLOOR_REQUESTS)
+        pick = np.sort(np.random.default_rng(SEED).choice(len(t), size=k, replace=False))
+        spaced = self.sim.make_traffic(np.arange(k) * 1e6, t.prompt_tokens[pick], t.output_tokens[pick])
+        return self.sim.simulate(spaced, self.p.times, self.setup, 1, mode=self.mode)
+
+
+def _size(f: _Fleet, obj: Objective, speed: float = 1.0) -> tuple[int | None, Any]:
+    """The smallest instance count that meets `obj` (exponential then binary search), with its run."""
+    n, last = 1, None
+    while n <= MAX_INSTANCES:
+        last = f.run(n, speed=speed)
+        if obj.met(last):
+            break
+        n *= 2
+    else:
+        return None, last
+    lo, hi, best = n // 2, n, last  # lo fails (or is 0), hi meets
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        r = f.run(mid, speed=speed)
+        if obj.met(r):
+            hi, best = mid, r
+        else:
+            lo = mid
+    return hi, best
+
+
+def _capacity(f: _Fleet, obj: Objective, n: int, speed: float, start: float) -> float | None:
+    """The largest traffic scale `n` instances at `speed` carry within `obj` (a bisection from `start`)."""
+    lo, hi = None, None
+    g = start
+    for _ in range(12):  # bracket: a scale that meets and one that does not
+        if obj.met(f.run(n, g, speed)):
+            lo = g
+            if hi is not None:
+                break
+            g *= 1.6
+        else:
+            hi = g
+            if lo is not None:
+                break
+            g /= 1.6
+    if lo is None:
+        return None
+    if hi is None:
+        return lo
+    for _ in range(CAPACITY_STEPS):
+        mid = (lo * hi) ** 0.5
+        if obj.met(f.run(n, mid, speed)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _ms(seconds: float) -> float | None:
+    return None if not np.isfinite(seconds) else seconds * 1000
+
+
+def _one(
+    s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any, obj: Objective
+) -> InstanceSim:
+    f = _Fleet(sim, s, load, shapes, p)
+    band = float(p.times.band or 0.0)
+    floor = f.floor()
+    miss = obj.floor_miss(floor)
+    floor_ms = _ms(floor.e2e.p99) if obj.e2e_ms is not None or obj.ttft_ms is None else _ms(floor.ttft.p99)
+    what = (
+        f"simulated: {load.what}, {len(f.traffic):,} requests; {f.cfg.replicas} replica(s) per instance, "
+        f"{'continuous' if f.mode == 'llm' else 'dynamic'} batching up to {f.cfg.max_batch}"
+        + (", padded to the compiled buckets" if f.cfg.padded else "")
+    )
+    if miss is not None:
+        return InstanceSim(p.instance, None, None, None, None, None, band, False, miss, note=what)
+    n, run = _size(f, obj)
+    if n is None or run is None:
+        return InstanceSim(p.instance, None, None, None, None, None, band, False, floor_ms, note=what)
+    speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+    caps: list[float | None] = []
+    g1 = _capacity(f, obj, n, 1.0, 1.0) or 1.0
+    for sp in speeds:
+        g = g1 if sp == 1.0 else _capacity(f, obj, n, sp, g1 * sp)
+        caps.append(None if g is None else load.rate_rps * g / n)
+    sizer = CurveSizer(load.rate_rps, speeds, tuple(caps), "simulated for the SLO")
+    q_t = run.latency_cdf("ttft")[1] * 1000
+    q_e = run.latency_cdf("e2e")[1] * 1000
+    return InstanceSim(
+        p.instance,
+        sizer,
+        n,
+        caps[speeds.index(1.0)],
+        _ms(run.ttft.p99),
+        _ms(run.e2e.p99),
+        band,
+        True,
+        floor_ms,
+        LatencySample(q_t, q_e),
+        f"{what}; {f.runs} simulations",
+    )
+
+
 def _simulate_all(
     s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, projected: list[Any]
 ) -> SimulationStage:
-    raise NotImplementedError  # filled in when chipswap.core.simulate lands
+    obj = objective(s)
+    out = {p.instance: _one(s, sim, load, shapes, p, obj) for p in projected}
+    notes = []
+    if obj.utilization is not None:
+        notes.append(
+            f"no [slo] given: simulated fleets are sized to keep busy time under {obj.utilization:.0%} at the "
+            "busiest window; state an SLO to size them for latency"
+        )
+    return SimulationStage(out, tuple(notes))
