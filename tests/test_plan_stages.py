@@ -360,3 +360,31 @@ def test_bench_results_for_an_unknown_instance_is_one_line(tmp_path: Any) -> Non
     wl = parse_workload(serving(), tmp_path / "w.toml")
     with pytest.raises(ChipswapError, match=r"bench_results: .* measured 'trn1.2xlarge', which is neither"):
         run_plan(wl, tmp_path / "w.toml", bench=(bench,))
+
+
+# -------------------------------------------------------------- traffic from a pre-aggregated histogram
+
+
+def test_histogram_file_with_a_stated_rate(tmp_path: Any) -> None:
+    """Lengths from a histogram (no arrival times in it), Poisson arrivals at steady_rps: the same shapes as
+    planning the raw trace, and a fleet sized for the stated rate."""
+    import csv
+
+    from chipswap.traces import bundled_trace_path
+
+    counts: dict[tuple[int, int], int] = {}
+    with bundled_trace_path().open() as fh:
+        for row in csv.DictReader(fh):
+            key = (int(row["ContextTokens"]), int(row["GeneratedTokens"]))
+            counts[key] = counts.get(key, 0) + 1
+    rows = ["prompt_tokens,output_tokens,count"] + [f"{p},{o},{n}" for (p, o), n in counts.items()]
+    (tmp_path / "hist.csv").write_text("\n".join(rows) + "\n")
+    d = serving(traffic={"histogram": "hist.csv", "steady_rps": 20.0, "max_buckets": 4})
+    r = run_plan(parse_workload(d, tmp_path / "w.toml"), tmp_path / "w.toml")
+    raw = serving(traffic={"trace": "bundled", "max_buckets": 4})
+    r_raw = run_plan(parse_workload(raw, tmp_path / "w.toml"), tmp_path / "w.toml")
+    assert r.shapes.sequence_buckets == r_raw.shapes.sequence_buckets
+    assert r.traffic.requests == sum(counts.values()) and "histogram" in r.traffic.source
+    assert r.best.count == math.ceil(20.0 / (1.8 * 0.7))
+    with pytest.raises(ChipswapError, match="traffic: expected a trace or a histogram, not both"):
+        parse_workload(serving(traffic={"histogram": "h.csv", "trace": "bundled"}), "w.toml")

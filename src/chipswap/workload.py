@@ -141,6 +141,13 @@ class Traffic(_Model):
         "the Azure LLM "
         "code trace shipped with chipswap (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024).",
     )
+    histogram: str | None = Field(
+        None,
+        max_length=4096,
+        description="Instead of a trace: a pre-aggregated length histogram file (prompt length, output length "
+        "in llm mode, and a count per row; CSV/Parquet/JSONL, relative to the workload file). It has no "
+        "arrival times: give steady_rps for the rate.",
+    )
     columns: ColumnMap | None = Field(
         None, description="Column mapping when the trace is not in the Azure schema."
     )
@@ -196,8 +203,12 @@ class Traffic(_Model):
     def _one_source(self) -> Traffic:
         if (self.trace is None) == (self.steady_rps is None):
             raise ValueError("expected exactly one of trace, steady_rps")
-        if self.steady_rps is not None and self.prompt_tokens is None:
-            raise ValueError("expected prompt_tokens with steady_rps")
+        if self.histogram is not None and self.trace is not None:
+            raise ValueError("expected a trace or a histogram, not both (a histogram takes steady_rps)")
+        if self.steady_rps is not None and self.prompt_tokens is None and self.histogram is None:
+            raise ValueError("expected prompt_tokens (or a histogram of lengths) with steady_rps")
+        if self.histogram is not None and self.prompt_tokens is not None:
+            raise ValueError("expected prompt_tokens or a histogram, not both")
         return self
 
 

@@ -38,6 +38,7 @@ def plan_shapes(trace: Any, mode: str, max_buckets: int, max_length: int | None)
     from chipswap.shapeplan import plan_shapes as planner
 
     plan = planner(trace, mode=mode, max_buckets=max_buckets, max_length=max_length)
+    requests = len(trace)
     baselines = {
         name: _float_or_none(b.get("padding_overhead_pct", b.get("overhead_pct")))
         if isinstance(b, dict)
@@ -46,8 +47,7 @@ def plan_shapes(trace: Any, mode: str, max_buckets: int, max_length: int | None)
     }
     return ShapeSummary(
         True,
-        f"optimal buckets from {len(trace.prompt_tokens):,} requests (mode {mode}, at most {max_buckets} "
-        f"buckets)",
+        f"optimal buckets from {requests:,} requests (mode {mode}, at most {max_buckets} buckets)",
         tuple(int(b) for b in plan.sequence_buckets),
         tuple(int(b) for b in plan.decode_buckets),
         _float_or_none(plan.padding_overhead_pct),
@@ -87,7 +87,11 @@ def shapes(s: PlanSetup, t: TrafficStage | None) -> ShapesStage:
             f"{wpath}: traffic.max_length: {max_len} is longer than the model's "
             f"max_position_embeddings {max_pos}; set traffic.max_length = {max_pos} or less"
         )
-    longest = int(np.max(t.trace.prompt_tokens)) if len(t.trace.prompt_tokens) else 0
+    hist = getattr(t.trace, "prompt", None)  # a histogram file: its own longest length, not a sample's
+    if hist is not None and hasattr(hist, "max_length"):
+        longest = int(hist.max_length)
+    else:
+        longest = int(np.max(t.load.all_prompt_tokens)) if t.load.all_prompt_tokens.size else 0
     if max_pos is not None and max_len is None and longest > max_pos:
         max_len = max_pos  # cap at what the model accepts; the longer requests are overflow
     summary = plan_shapes(t.trace, tr.mode, tr.max_buckets, max_len)

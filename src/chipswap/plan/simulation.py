@@ -265,7 +265,7 @@ def _simulate_all(
     notes = []
     if obj.utilization is not None:
         notes.append(
-            f"no [slo] given: simulated fleets are sized to keep busy time under {obj.utilization:.0%} at the "
-            "busiest window; state an SLO to size them for latency"
+            f"no [slo] given: simulated fleets are sized to keep busy time under {obj.utilization:.0%} at "
+            "the busiest window; state an SLO to size them for latency"
         )
     return SimulationStage(out, tuple(notes))

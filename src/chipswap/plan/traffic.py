@@ -112,9 +112,72 @@ def _cap(window_s: float, rate: float) -> float:
     return min(window_s, MAX_SIM_REQUESTS / rate) if rate > 0 else window_s
 
 
+HISTOGRAM_SAMPLE = 20_000  # lengths drawn from a histogram file for the projection and the report
+
+
+def _from_histogram(s: PlanSetup) -> TrafficStage:
+    """Poisson arrivals at the stated rate, each request's lengths drawn from a histogram file."""
+    from chipswap.traces import read_histogram
+
+    tr = s.workload.traffic
+    assert tr is not None and tr.histogram is not None and tr.steady_rps is not None
+    path = s.base_dir / tr.histogram
+    if not path.exists():
+        raise ChipswapError(
+            f"{s.path}: traffic.histogram: file not found: {path}; expected a path relative to the workload file"
+        )
+    cols = tr.columns.model_dump(exclude_none=True) if tr.columns else None
+    h = read_histogram(path, mode=tr.mode, columns=cols, outputs=tr.mode == "llm")
+    rng = np.random.default_rng(SEED)
+
+    def draw(lengths: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
+        c = np.asarray(counts, dtype=float)
+        return rng.choice(np.asarray(lengths, dtype=np.int64), size=n, p=c / c.sum())
+
+    window = _cap(tr.burst_window_s, tr.steady_rps)
+    times = poisson_arrivals(tr.steady_rps, window)
+    n = times.size
+    prompt = draw(h.prompt.lengths, h.prompt.counts, n)
+    out = draw(*h.output, n) if h.output is not None else np.zeros(n, dtype=np.int64)
+    sp, so = prompt[:HISTOGRAM_SAMPLE], out[:HISTOGRAM_SAMPLE]
+    summary = TrafficSummary(
+        f"{tr.histogram} (a histogram of {len(h):,} requests) at the stated {tr.steady_rps:g} requests/s",
+        len(h),
+        0.0,
+        1.0,
+        tr.steady_rps,
+        tr.steady_rps,
+        1.0,
+        tr.burst_window_s,
+        (),
+        float(h.prompt.quantile(0.5)),
+        float(h.prompt.quantile(0.99)),
+        float(np.median(so)) if so.size else None,
+        sp,
+        so,
+        output_p99=float(np.percentile(so, 99)) if so.size else None,
+        busiest_rps=tr.steady_rps,
+        busiest_start_s=0.0,
+    )
+    load = Load(
+        times,
+        prompt,
+        out,
+        window,
+        tr.steady_rps,
+        f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s, lengths drawn from {tr.histogram} "
+        "(prompt and output drawn independently)",
+        sp,
+        so,
+    )
+    return TrafficStage(summary, h, load)
+
+
 def _steady(s: PlanSetup) -> TrafficStage:
     tr = s.workload.traffic
     assert tr is not None and tr.steady_rps is not None
+    if tr.histogram is not None:
+        return _from_histogram(s)
     prompt = int(tr.prompt_tokens or 0)
     out = int(tr.output_tokens or 0)
     summary = TrafficSummary(
