@@ -144,7 +144,8 @@ class Traffic(_Model):
     histogram: str | None = Field(
         None,
         max_length=4096,
-        description="Instead of a trace: a pre-aggregated length histogram file (prompt length, output length "
+        description="Instead of a trace: a pre-aggregated length histogram file (prompt length, output "
+        "length "
         "in llm mode, and a count per row; CSV/Parquet/JSONL, relative to the workload file). It has no "
         "arrival times: give steady_rps for the rate.",
     )
@@ -627,7 +628,8 @@ class Workload(_Model):
                     near = closest(name, self.targets.candidates, n=1)
                     want = near[0] if near else self.targets.candidates[0]
                     raise ValueError(
-                        f'{key}: expected a table [{key}."{want}"] for a candidate; the table for {name!r} names '
+                        f'{key}: expected a table [{key}."{want}"] for a candidate; the table for {name!r} '
+                        "names "
                         "no candidate (see targets.candidates)"
                     )
         if self.kind == "serving":

@@ -124,7 +124,8 @@ def _from_histogram(s: PlanSetup) -> TrafficStage:
     path = s.base_dir / tr.histogram
     if not path.exists():
         raise ChipswapError(
-            f"{s.path}: traffic.histogram: file not found: {path}; expected a path relative to the workload file"
+            f"{s.path}: traffic.histogram: file not found: {path}; expected a path relative to the "
+            "workload file"
         )
     cols = tr.columns.model_dump(exclude_none=True) if tr.columns else None
     h = read_histogram(path, mode=tr.mode, columns=cols, outputs=tr.mode == "llm")
