@@ -109,9 +109,11 @@ def _slo_text(s: PlanSetup) -> str | None:
     slo = s.workload.slo
     parts = []
     if slo.p99_ms is not None:
-        parts.append(f"end-to-end p99 <= {slo.p99_ms:,.4g} ms")
+        parts.append(f"end-to-end p99 <= {slo.p99_ms:,.0f} ms")
     if slo.ttft_p99_ms is not None:
-        parts.append(f"TTFT p99 <= {slo.ttft_p99_ms:,.4g} ms")
+        parts.append(f"TTFT p99 <= {slo.ttft_p99_ms:,.0f} ms")
+    if slo.p50_ms is not None:
+        parts.append(f"end-to-end p50 <= {slo.p50_ms:,.0f} ms")
     return "; ".join(parts) or None
 
 
@@ -227,6 +229,7 @@ def verdict(
         overflow_policy=shapes.overflow_policy if shapes else None,
     )
     base_money = economics(base_scn)
+    base_facts = replace(base_facts, monthly_now_usd=base_money.monthly_now)
     monthly_now = today
     if s.kind == "serving" and base_money.gpu_count is not None:
         monthly_now = Figure(
