@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export AOTI_RUNTIME_CHECK_INPUTS := 1
 
-.PHONY: install demo test test-fast lint bench browser clean
+.PHONY: install demo test test-fast lint bench browser clean calibrate
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ lint: $(STAMP)
 
 bench: $(STAMP) ## every benchmark in bench/; results land in docs/benchmarks.md
 	@set -e; for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+calibrate: $(STAMP) ## re-fit the projection's platform coefficients from ../shared/reference (docs/projection.md)
+	$(VENV)/bin/chipswap calibrate
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

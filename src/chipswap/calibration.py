@@ -212,6 +212,44 @@ def _neuron_decoder(
             )
 
 
+def _encoder_row(
+    rid: str,
+    source: str,
+    r: dict[str, str],
+    chip: str,
+    instance: str,
+    model: str,
+    copies: int,
+    batch: int,
+    length: int,
+    observed: tuple[tuple[str, float], ...],
+    notes: str,
+) -> BenchRow:
+    """A Neuron encoder row: an FP32 model whose matmuls auto-cast to bf16 (so weights stream as bf16), one
+    copy per NeuronCore."""
+    return BenchRow(
+        row_id=rid,
+        source=source,
+        stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
+        family="",
+        chip=chip,
+        instance=instance,
+        model=model,
+        phase="encoder",
+        scenario="data-parallel",
+        weight_dtype="bf16",
+        compute_dtype="bf16",
+        kv_dtype="bf16",
+        tp=1,
+        replicas=copies,
+        batch=batch,
+        input_len=length,
+        output_len=0,
+        observed=observed,
+        notes=notes,
+    )
+
+
 def _neuron_encoder(
     ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]
 ) -> None:
@@ -241,29 +279,19 @@ def _neuron_encoder(
             if key not in models.works:
                 models.works[key] = models.encoder_work(model, head)
             out.append(
-                BenchRow(
-                    row_id=rid,
-                    source=_neuron_source(fname),
-                    stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
-                    family="",
-                    chip=chip,
-                    instance=instance,
-                    model=key,
-                    phase="encoder",
-                    scenario="data-parallel",
-                    weight_dtype="bf16",  # FP32 model, matmuls auto-cast: weights stream as bf16
-                    compute_dtype="bf16",
-                    kv_dtype="bf16",
-                    tp=1,
-                    replicas=copies,
-                    batch=batch,
-                    input_len=int(r["Sequence Length"]),
-                    output_len=0,
-                    observed=(("enc_per_s", thr), ("enc_latency_s", lat / 1e3)),
-                    notes=(
-                        f"{r['Task']}; FP32 model, {r['Compilation Autocast Data Type']} auto-cast; "
-                        f"{copies} copies"
-                    ),
+                _encoder_row(
+                    rid,
+                    _neuron_source(fname),
+                    r,
+                    chip,
+                    instance,
+                    key,
+                    copies,
+                    batch,
+                    int(r["Sequence Length"]),
+                    (("enc_per_s", thr), ("enc_latency_s", lat / 1e3)),
+                    f"{r['Task']}; FP32 model, {r['Compilation Autocast Data Type']} auto-cast; {copies} "
+                    "copies",
                 )
             )
     # Inferentia (NeuronCore-v1): throughput only; several workers share a core, so latency is not one call
@@ -289,31 +317,57 @@ def _neuron_encoder(
         if key not in models.works:
             models.works[key] = models.encoder_work(model, "none")
         out.append(
-            BenchRow(
-                row_id=rid,
-                source=f"{NEURON_COMMIT} about-neuron/benchmarks/inf1/throughput_data_encoder.csv",
-                stack=f"{r['Framework']}, Neuron {r['Neuron Version']}",
-                family="",
-                chip=chip,
-                instance=instance,
-                model=key,
-                phase="encoder",
-                scenario="data-parallel",
-                weight_dtype="bf16",  # FP32 model, matmuls auto-cast: weights stream as bf16
-                compute_dtype="bf16",
-                kv_dtype="bf16",
-                tp=1,
-                replicas=cores,
-                batch=int(r["Batch Size"]),
-                input_len=int(r["Seq. Length"]),
-                output_len=0,
-                observed=(("enc_per_s", thr),),
-                notes=(
-                    f"{r['N Models']} models x {r['Workers per Model']} workers on {cores} cores "
-                    "(latency not used)"
-                ),
+            _encoder_row(
+                rid,
+                f"{NEURON_COMMIT} about-neuron/benchmarks/inf1/throughput_data_encoder.csv",
+                r,
+                chip,
+                instance,
+                key,
+                cores,
+                int(r["Batch Size"]),
+                int(r["Seq. Length"]),
+                (("enc_per_s", thr),),
+                f"{r['N Models']} models x {r['Workers per Model']} workers on {cores} cores (latency not "
+                "used)",
             )
         )
+
+
+def _training_row(
+    rid: str,
+    source: str,
+    stack: str,
+    chip: str,
+    instance: str,
+    model: str,
+    compute: str,
+    seq_len: int,
+    tokens_per_s_per_device: float,
+    notes: str,
+) -> BenchRow:
+    """A published training row: trained tokens/s per device at `seq_len`, `compute` matmuls."""
+    return BenchRow(
+        row_id=rid,
+        source=source,
+        stack=stack,
+        family="",
+        chip=chip,
+        instance=instance,
+        model=model,
+        phase="training",
+        scenario="training",
+        weight_dtype="bf16",
+        compute_dtype=compute,
+        kv_dtype="bf16",
+        tp=1,
+        replicas=1,
+        batch=0,
+        input_len=seq_len,
+        output_len=0,
+        observed=(("train_tok_s", tokens_per_s_per_device),),
+        notes=notes,
+    )
 
 
 def _tutorial(cell: str) -> str:
@@ -382,26 +436,17 @@ def _neuron_training(
                     models.works[work_key] = models.encoder_work(model, "classifier")
             per_device = per_s * seq / (nodes * cores_per_node)
             out.append(
-                BenchRow(
-                    row_id=rid,
-                    source=f"{NEURON_COMMIT} about-neuron/benchmarks/trn1/{fname.split('_', 1)[1]}",
-                    stack=f"{_tutorial(r.get('Neuron Tutorial/Example', ''))}, Neuron {r['Neuron Version']}",
-                    family="",
-                    chip="Trainium",
-                    instance="trn1.32xlarge",
-                    model=work_key,
-                    phase="training",
-                    scenario="training",
-                    weight_dtype="bf16",
-                    compute_dtype="bf16",
-                    kv_dtype="bf16",
-                    tp=1,
-                    replicas=1,
-                    batch=0,
-                    input_len=seq,
-                    output_len=0,
-                    observed=(("train_tok_s", per_device),),
-                    notes=f"{nodes} nodes, {r['Topology']}; {note}".strip("; "),
+                _training_row(
+                    rid,
+                    f"{NEURON_COMMIT} about-neuron/benchmarks/trn1/{fname.split('_', 1)[1]}",
+                    f"{_tutorial(r.get('Neuron Tutorial/Example', ''))}, Neuron {r['Neuron Version']}",
+                    "Trainium",
+                    "trn1.32xlarge",
+                    work_key,
+                    "bf16",
+                    seq,
+                    per_device,
+                    f"{nodes} nodes, {r['Topology']}; {note}".strip("; "),
                 )
             )
 
@@ -529,26 +574,17 @@ def _gpu_training(ref: Path, models: _Models, out: list[BenchRow], skipped: list
             skipped.append(Skipped(rid, "no tokens/s published"))
             continue
         out.append(
-            BenchRow(
-                row_id=rid,
-                source=f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
-                stack=f"{r['framework']} {r['container_version']}",
-                family="",
-                chip=chip,
-                instance="",
-                model=model,
-                phase="training",
-                scenario="training",
-                weight_dtype="bf16",
-                compute_dtype="fp8",
-                kv_dtype="bf16",
-                tp=1,
-                replicas=1,
-                batch=0,
-                input_len=int(r["seq_len"]),
-                output_len=0,
-                observed=(("train_tok_s", per_gpu),),
-                notes=(
+            _training_row(
+                rid,
+                f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
+                f"{r['framework']} {r['container_version']}",
+                chip,
+                "",
+                model,
+                "fp8",
+                int(r["seq_len"]),
+                per_gpu,
+                (
                     f"{r['task']}, {r['gpu_count']} GPUs, TP{r['tp']} PP{r['pp']} CP{r['cp'] or 1}, "
                     f"{r['precision']}"
                 ),
@@ -603,6 +639,8 @@ class Validation:
     group: str
     phase: str
     splits: dict[str, list[HeldOut]] = field(default_factory=dict)  # split name -> held-out predictions
+    # split name -> (row id, why) of rows that cannot be predicted with their fold held out
+    unpredictable: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     fitted: list[HeldOut] = field(default_factory=list)  # in-sample predictions of the shipped fit
 
     def median(self, split: str, metric: str, *, baseline: bool = False) -> float | None:
@@ -626,14 +664,19 @@ def validate_group(reference: Reference, group: str, phase: str) -> Validation:
     val = Validation(group, phase)
     if not problem.rows or not free:
         return val
-    val.splits["model"] = held_out(problem, phase, free, lambda r: r.model.split(":")[0], group=group)
-    arch = architecture_key({k: v for k, v in reference.works.items()})
-    val.splits["architecture"] = held_out(problem, phase, free, arch, group=group)
-    fams = {r.family for r in problem.rows}
-    if spec.vendor == "AWS" and len(fams) > 1:
-        val.splits["platform"] = held_out(problem, phase, free, lambda r: r.family, group=group)
+    arch = architecture_key(reference.works)
+    splits: dict[str, Callable[[BenchRow], str]] = {
+        "model": lambda r: r.model.split(":")[0],
+        "architecture": arch,
+    }
+    if spec.vendor == "AWS" and len({r.family for r in problem.rows}) > 1:
+        splits["platform"] = lambda r: r.family
     if spec.vendor == "NVIDIA":
-        val.splits["gpu"] = held_out(problem, phase, free, lambda r: r.family, group=group)
+        splits["gpu"] = lambda r: r.family
+    for name, key in splits.items():
+        lost: list[tuple[str, str]] = []
+        val.splits[name] = held_out(problem, phase, free, key, group=group, unpredictable=lost)
+        val.unpredictable[name] = lost
     return val
 
 
@@ -673,19 +716,17 @@ def calibrate(
     return Calibration(ref, coefs, vals)
 
 
-def _band_split(cal: Calibration, family: str, group: str, phase: str) -> tuple[str, list[HeldOut]]:
-    """Which held-out predictions a family's band comes from: its own rows held out by architecture; a family
-    with no rows of this phase (e.g. L4) gets the leave-one-platform/GPU-out errors of its group."""
+def _band_splits(cal: Calibration, family: str, group: str, phase: str) -> list[tuple[str, list[HeldOut]]]:
+    """Which held-out predictions a family's band comes from: its group's rows held out by architecture;
+    a family with no rows of this phase (e.g. L4) also gets the leave-one-GPU/platform-out errors, and its
+    band is the wider of the two (a chip nobody published is at least as uncertain as one held out)."""
     val = cal.validations.get((group, phase))
     if val is None:
-        return "", []
-    own = [h for h in val.splits.get("architecture", []) if h.row.family == family]
-    if own:
-        return "architecture", val.splits["architecture"]
-    for split in ("gpu", "platform"):
-        if val.splits.get(split):
-            return split, val.splits[split]
-    return "architecture", val.splits.get("architecture", [])
+        return []
+    chosen = [("architecture", val.splits.get("architecture", []))]
+    if not any(h.row.family == family for h in chosen[0][1]):
+        chosen += [(s, val.splits[s]) for s in ("gpu", "platform") if val.splits.get(s)]
+    return [(s, items) for s, items in chosen if items]
 
 
 def _toml_value(v: Any) -> str:
@@ -731,26 +772,29 @@ def family_file_text(cal: Calibration, family: str) -> str:
             f"stacks = {_toml_value(list(coef.stacks))}",
             f"rows = {_toml_value(list(coef.rows))}",
         ]
-        split, items = _band_split(cal, family, g, phase)
-        if items:
-            n = len({id(h.row) for h in items})
+        splits = _band_splits(cal, family, g, phase)
+        if splits:
+            n = max(len({id(h.row) for h in items}) for _, items in splits)
+            names = " and ".join(SPLIT_DOC[s].split(":")[0] for s, _ in splits)
             basis = (
-                f"{SPLIT_DOC[split].split(':')[0]}, {int(BAND_QUANTILE * 100)}th percentile of "
-                f"|ln(predicted/published)| over {n} held-out rows"
+                f"{names}, {int(BAND_QUANTILE * 100)}th percentile of |ln(predicted/published)| over "
+                f"{n} held-out rows" + (" (the wider of the two)" if len(splits) > 1 else "")
             )
             lines.append(f"band_basis = {_toml_value(basis)}")
         lines.append(f"[{phase}.coefficients]")
         lines += [f"{k} = {v!r}" for k, v in coef.values]
-        if items:
+        if splits:
+            metrics = sorted({h.metric for _, items in splits for h in items})
             lines.append(f"[{phase}.bands]  # relative half-width of the error band per metric")
-            for metric in sorted({h.metric for h in items}):
-                b = band_of(items, metric, BAND_QUANTILE)
-                if b is not None:
-                    lines.append(f"{metric} = {b!r}")
+            for metric in metrics:
+                found = [b for _, items in splits if (b := band_of(items, metric, BAND_QUANTILE)) is not None]
+                if found:
+                    lines.append(f"{metric} = {max(found)!r}")
+            split, items = splits[-1]
             lines.append(
                 f"[{phase}.held_out_median_error]  # median |predicted/published - 1|, {split} split"
             )
-            for metric in sorted({h.metric for h in items}):
+            for metric in metrics:
                 m = median_error(items, metric)
                 if m is not None:
                     lines.append(f"{metric} = {round_sig(m, 3)!r}")
@@ -770,14 +814,42 @@ def write_families(cal: Calibration, folder: str | Path | None = None) -> list[P
     return written
 
 
-def differences(cal: Calibration, folder: str | Path | None = None) -> list[str]:
-    """Families whose shipped file differs from a fresh calibration (empty = the shipped files match)."""
+def _same(a: Any, b: Any, rel: float) -> bool:
+    """Structural equality with floats equal to `rel` (a re-fit on another machine may flip a last digit)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], rel) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) or isinstance(b, float):
+        if (
+            isinstance(a, bool)
+            or isinstance(b, bool)
+            or not isinstance(a, (int, float))
+            or not isinstance(b, (int, float))
+        ):
+            return False
+        return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-12)
+    return bool(a == b)
+
+
+def differences(cal: Calibration, folder: str | Path | None = None, *, rel: float = 2e-3) -> list[str]:
+    """Families whose shipped file differs from a fresh calibration (empty = the shipped files match).
+    Numbers are compared to `rel` (shipped values carry 3-4 significant digits); everything else exactly."""
+    import tomllib
+
     root = Path(folder) if folder else shipped_dir()
     out = []
     for family, text in cal.families_text().items():
         path = root / f"{family.lower()}.toml"
-        old = path.read_text() if path.is_file() else ""
-        if old != text:
+        if not path.is_file():
+            out.append(family)
+            continue
+        try:
+            old = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            out.append(family)
+            continue
+        if not _same(old, tomllib.loads(text), rel):
             out.append(family)
     return out
 

@@ -104,44 +104,13 @@ def ifb_batch(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRule
 def predict_row(
     row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficients, rules: FitRules
 ) -> dict[str, float]:
-    """The model's value of every metric the row publishes, with `coef`."""
-    out: dict[str, float] = {}
-    if row.phase == "llm":
-        poly = llm_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            kv_dtype=row.kv_dtype,
-            family=row.family,
-        )
-        batch = row.batch or ifb_batch(row, work, device, rules)
-        prefill = poly.prefill_s(batch, row.input_len)
-        context = row.input_len + row.output_len // 2
-        step = poly.decode_step_s(batch, context)
-        out["ttft_s"] = prefill
-        out["tpot_s"] = step
-        out["out_tok_s"] = batch * row.output_len / (prefill + row.output_len * step) * row.replicas
-    elif row.phase == "encoder":
-        epoly = encoder_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            family=row.family,
-        )
-        t = epoly.encoder_s(row.batch, row.input_len)
-        out["enc_latency_s"] = t
-        out["enc_per_s"] = row.replicas * row.batch / t
-    elif row.phase == "training":
-        out["train_tok_s"] = train_tokens_per_s_per_device(
-            work, device, coef, seq_len=row.input_len, compute_dtype=row.compute_dtype, family=row.family
-        )
-    return {m: v for m, v in out.items() if row.value(m) is not None}
+    """The model's value of every metric the row publishes, with `coef` (the same `_times` the fit's
+    design is built from, so a fitted prediction and a design prediction cannot disagree)."""
+    return {
+        metric: (scale / t if inverse else t)
+        for metric, (t, scale, inverse) in _times(row, work, device, coef, rules).items()
+        if row.value(metric) is not None
+    }
 
 
 def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRules) -> dict[str, float]:
@@ -423,9 +392,14 @@ def held_out(
     key: Callable[[BenchRow], str],
     *,
     group: str = "",
+    unpredictable: list[tuple[str, str]] | None = None,
 ) -> list[HeldOut]:
     """For each value k of `key`, fit on the rows whose key is not k and predict the rows whose key is k.
-    Nothing about a held-out row reaches its fit: the design lines of the fold's rows are dropped."""
+    Nothing about a held-out row reaches its fit: the design lines of the fold's rows are dropped.
+
+    A held-out row that needs a coefficient no remaining row informs (e.g. the only GPU with FP4 rows held
+    out) cannot be predicted from the others; it is left out of the result and listed in `unpredictable`
+    as (row id, why) instead of being scored against a coefficient that was never fitted."""
     names = list(free)
     full = design(problem, phase, names)
     keys = np.array([key(r) for r in full.rows])
@@ -443,7 +417,19 @@ def held_out(
             full.observed[train],
         )
         coef = fit_group(problem, phase, names, group, dz=part)
-        test_rows = tuple(dict.fromkeys(r for r, t in zip(full.rows, train, strict=True) if not t))
+        informed = (part.matrix != 0).any(axis=0)
+        blind: set[int] = set()
+        for i in np.flatnonzero(~train):
+            missing = [n for j, n in enumerate(names) if full.matrix[i, j] != 0 and not informed[j]]
+            if missing:
+                blind.add(id(full.rows[i]))
+                if unpredictable is not None:
+                    unpredictable.append(
+                        (full.rows[i].row_id, f"no row left to fit {', '.join(missing)} when {k} is held out")
+                    )
+        test_rows = tuple(
+            dict.fromkeys(r for r, t in zip(full.rows, train, strict=True) if not t and id(r) not in blind)
+        )
         test = Problem(test_rows, problem.works, problem.devices, problem.rules)
         base = {(id(r), m): p for r, m, p, _ in _pairs(test, coef, baseline=True)}
         for r, m, p, o in _pairs(test, coef):

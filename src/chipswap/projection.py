@@ -26,10 +26,11 @@ from chipswap.core.platform import PlatformModel
 from chipswap.core.projection import ServingProjection, TrainingProjection
 from chipswap.core.projection import project_serving as _project_serving
 from chipswap.core.projection import project_training as _project_training
+from chipswap.core.projection import tp_options as _tp_options
 from chipswap.core.work import ModelWork
 from chipswap.platforms import platform_for_instance
 
-__all__ = ["model_work", "platform_of", "project_serving", "project_training"]
+__all__ = ["model_work", "platform_of", "project_serving", "project_training", "tp_options"]
 
 
 def model_work(model: Any, *, task: str | None = None) -> ModelWork:
@@ -61,6 +62,7 @@ def project_serving(
     dtype: str = "bf16",
     buckets: Sequence[int] | None = None,
     catalog: Catalog | None = None,
+    tp: int | None = None,
 ) -> ServingProjection:
     """Configuration search + projected service times and figures for `work` on `instance` (see
     chipswap.core.projection.project_serving for the arguments)."""
@@ -75,7 +77,14 @@ def project_serving(
         mode=mode,
         dtype=dtype,
         buckets=buckets,
+        tp=tp,
     )
+
+
+def tp_options(work: ModelWork, instance: str | Instance, catalog: Catalog | None = None) -> list[int]:
+    """Valid tensor-parallel degrees of `work` on `instance` (pass each as project_serving(..., tp=N))."""
+    cat = catalog or load_catalog()
+    return _tp_options(work, _instance(instance, cat))
 
 
 def project_training(

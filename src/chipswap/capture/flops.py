@@ -48,10 +48,12 @@ def graph_flops(
     ref = _ref_with_layers(ref, layers)
     model = models.build_model(ref, meta=True, task=task)
     inputs = models.example_inputs(ref, batch, length, device="meta", task=task)
-    inputs.pop("attention_mask", None)  # all-ones mask; building it on meta needs a .item()
     kwargs: dict[str, Any] = {}
     if (task or ref.task) == "causal-lm" and ref.kind in ("preset", "hf-config"):
         kwargs["logits_to_keep"] = 1
+    else:
+        # an encoder's all-ones mask is the default; building it on meta would need a .item()
+        inputs.pop("attention_mask", None)
     seen: set[int] = set()
     params = 0
     for p in model.parameters():

@@ -108,6 +108,16 @@ class DeviceSpec:
     def peak(self, dtype: str) -> float | None:
         return dict(self.peak_flops).get(dtype.lower())
 
+    def need_peak(self, dtype: str, who: str = "") -> float:
+        """The peak FLOP/s of `dtype`, or a one-line error when the chip publishes none."""
+        peak = self.peak(dtype)
+        if peak is None:
+            raise ChipswapError(
+                f"{who or self.chip}: no published {dtype} peak for {self.chip}; pick a dtype the chip "
+                "supports"
+            )
+        return peak
+
 
 @dataclass(frozen=True)
 class Coefficients:
@@ -196,12 +206,7 @@ def llm_poly(
     """The prefill / decode polynomials of `work` on a replica of `tp` devices (see the module docstring)."""
     if tp < 1:
         raise ChipswapError(f"tensor-parallel degree must be >= 1, got {tp}")
-    peak = device.peak(compute_dtype)
-    if peak is None:
-        raise ChipswapError(
-            f"{family or device.chip}: no published {compute_dtype} peak for {device.chip}; "
-            "pick a dtype the chip supports"
-        )
+    peak = device.need_peak(compute_dtype, family)
     cls = precision_class(compute_dtype)
     ce = coef.need(f"compute_eff_{cls}", family or device.chip)
     ae = coef.need("attention_eff", family or device.chip)
@@ -252,12 +257,7 @@ def encoder_poly(
     family: str = "",
 ) -> EncoderPoly:
     """The encoder-forward polynomial of `work` on `tp` devices (tp > 1 only for encoders too big for one)."""
-    peak = device.peak(compute_dtype)
-    if peak is None:
-        raise ChipswapError(
-            f"{family or device.chip}: no published {compute_dtype} peak for {device.chip}; "
-            "pick a dtype the chip supports"
-        )
+    peak = device.need_peak(compute_dtype, family)
     who = family or device.chip
     ce = coef.need("encoder_compute_eff", who)
     # optional terms: a group that did not fit them (e.g. Inferentia, whose weights sit in on-chip cache)
@@ -291,12 +291,7 @@ def train_tokens_per_s_per_device(
     family: str = "",
 ) -> float:
     """Trained tokens per second on one device at the fitted model-FLOPs utilisation of that precision."""
-    peak = device.peak(compute_dtype)
-    if peak is None:
-        raise ChipswapError(
-            f"{family or device.chip}: no published {compute_dtype} peak for {device.chip}; "
-            "pick a dtype the chip supports"
-        )
+    peak = device.need_peak(compute_dtype, family)
     eff = coef.need(f"train_eff_{precision_class(compute_dtype)}", family or device.chip)
     return peak * eff / work.train_flops_per_token(seq_len)
 

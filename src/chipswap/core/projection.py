@@ -195,10 +195,12 @@ class ShapePrediction:
             "prompt_tokens": self.shape.prompt,
             "output_tokens": self.shape.output,
             "padded_prompt_tokens": self.padded_prompt,
-            "ttft_s": self.ttft.as_dict(),
-            "tpot_s": self.tpot.as_dict(),
-            "e2e_s": self.e2e.as_dict(),
-        }
+        } | _figures(self, {"ttft_s": "ttft", "tpot_s": "tpot", "e2e_s": "e2e"})
+
+
+def _figures(obj: Any, names: dict[str, str]) -> dict[str, Any]:
+    """{json key: figure.as_dict()} for the Projected attributes of a prediction record."""
+    return {key: getattr(obj, attr).as_dict() for key, attr in names.items()}
 
 
 @dataclass(frozen=True)
@@ -212,13 +214,15 @@ class BatchPrediction:
     output_tokens_per_s: Projected
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "batch": self.batch,
-            "tpot_s": self.tpot.as_dict(),
-            "e2e_s": self.e2e.as_dict(),
-            "requests_per_s": self.requests_per_s.as_dict(),
-            "output_tokens_per_s": self.output_tokens_per_s.as_dict(),
-        }
+        return {"batch": self.batch} | _figures(
+            self,
+            {
+                "tpot_s": "tpot",
+                "e2e_s": "e2e",
+                "requests_per_s": "requests_per_s",
+                "output_tokens_per_s": "output_tokens_per_s",
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -231,12 +235,9 @@ class BucketPrediction:
     inferences_per_s: Projected
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "length": self.length,
-            "batch": self.batch,
-            "latency_s": self.latency.as_dict(),
-            "inferences_per_s": self.inferences_per_s.as_dict(),
-        }
+        return {"length": self.length, "batch": self.batch} | _figures(
+            self, {"latency_s": "latency", "inferences_per_s": "inferences_per_s"}
+        )
 
 
 @dataclass(frozen=True)
@@ -307,6 +308,12 @@ def devices_of(instance: Instance) -> int:
     return instance.neuron_cores if instance.is_neuron else instance.accelerator_count
 
 
+def tp_options(work: ModelWork, instance: Instance) -> list[int]:
+    """The tensor-parallel degrees `work` can use on `instance`. Callers that size fleets for an SLO try each
+    with `project_serving(..., tp=N)`: the highest-throughput layout may miss a latency objective."""
+    return _tp_options(work, devices_of(instance))
+
+
 def _tp_options(work: ModelWork, devices: int) -> list[int]:
     """TP degrees that split the attention heads evenly (KV heads split or replicated) within the
     instance's devices."""
@@ -332,7 +339,7 @@ def _dtype_candidates(platform: PlatformModel, dtype: str, mode: str) -> tuple[l
         return served, []
     if want == "bf16":
         sixteen = [w for w in served if w in ("bf16",)] or [w for w in served if w == "fp16"]
-        return sixteen, [w for w in served if w not in sixteen and w != "fp32"]
+        return sixteen, [w for w in served if w not in ("bf16", "fp16", "fp32")]
     if want not in served:
         raise ChipswapError(
             f"dtype {dtype!r} is not served on {platform.family}; use one of {', '.join(served)}, bf16 or any"
@@ -391,13 +398,15 @@ def project_serving(
     dtype: str = "bf16",
     buckets: Sequence[int] | None = None,
     host_memory_note: bool = True,
+    tp: int | None = None,
 ) -> ServingProjection:
     """Search the serving configurations of `work` on `instance` and predict the chosen one.
 
     mode "llm": prefill + decode (causal LM); "encoder": one forward per request. dtype "bf16" (16-bit
     only; 8-bit configurations are listed as alternatives), "any" (8-bit weights may win; labelled), or one
     weight dtype. buckets: the compiled prompt lengths on a padded (Neuron) platform; powers of two from 128
-    when not given. A model that fits no configuration returns a projection with `reason` set, not an error;
+    when not given. tp: search only this tensor-parallel degree (llm mode; see `tp_options`). A model that
+    fits no configuration returns a projection with `reason` set, not an error;
     a platform with no calibration for this mode raises ChipswapError naming what is missing."""
     if mode not in MODES:
         raise ChipswapError(f"unknown mode: {mode!r}; use llm or encoder")
@@ -422,11 +431,20 @@ def project_serving(
         )
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     tps = _tp_options(work, devices)
+    if tp is not None:
+        if tp not in tps:
+            reason = (
+                f"TP{tp} is not a valid layout of {work.name} on {instance.name}: it must divide the "
+                f"{d.heads} attention heads and {d.kv_heads} KV heads and fit {devices} devices "
+                f"(valid: {', '.join(f'TP{t}' for t in tps) or 'none'})"
+            )
+            return _empty(work, platform, instance, mode, reason, [(f"TP{tp}", reason)], notes)
+        tps = [tp]
     if not tps:
         reason = f"no TP degree <= {devices} divides the {d.heads} attention heads and {d.kv_heads} KV heads"
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     for t in (2, 4, 8, 16, 24, 32, 64):
-        if t <= devices and t not in tps:
+        if tp is None and t <= devices and t not in tps:
             rejected.append(
                 (f"TP{t}", f"{t} does not split the {d.heads} attention heads / {d.kv_heads} KV heads evenly")
             )
