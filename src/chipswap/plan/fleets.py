@@ -149,12 +149,17 @@ def _serving_fleet(
     e2e = _serving_latency(s, name, is_gpu, "e2e_p99", sim)
     ttft = _serving_latency(s, name, is_gpu, "ttft_p99", sim)
     fig = thr.figure
+    simulated = fig is not None and fig.kind == "projected" and sim is not None and sim.sizer is not None
     sizer: Sizer | None = None
     sizing = ""
     load = t.load if t is not None else None
     if fig is not None and fig.kind == "projected" and sim is not None:
         sizer = sim.sizer
-        sizing = "simulated: the smallest fleet whose busiest window meets the SLO"
+        sizing = (
+            "simulated: the smallest fleet whose busiest window meets the SLO"
+            if sim.feasible
+            else "simulated: no fleet size meets the SLO"
+        )
     elif fig is not None and load is not None:
         sizer = RateSizer(load.rate_rps, float(fig.value), s.workload.utilization)
         sizing = f"busiest-window rate / ({fig.label} throughput x {s.workload.utilization:.0%} utilization)"
@@ -178,7 +183,7 @@ def _serving_fleet(
         meets_slo=_meets(s, fig, e2e.figure, ttft.figure, sim),
         slo_floor_ms=sim.floor_ms if sim is not None else None,
         curve=_curve(sizer),
-        config=p.config,
+        config=sim.config if sim is not None and sim.config is not None and simulated else p.config,
         overridden=thr.overridden + e2e.overridden + ttft.overridden,
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,

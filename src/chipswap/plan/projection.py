@@ -9,7 +9,7 @@ through `_engine()` only; the model's weight size through `chipswap.models.param
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,8 @@ class InstanceProjection:
     excluded: str | None = None
     note: str = ""
     detail: Any = None  # the engine's full answer (its as_dict() goes into report.json)
+    # other layouts that fit (one per tensor-parallel degree), for the simulator to size against the SLO
+    alternatives: tuple[InstanceProjection, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,21 @@ def _serving(
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
     if not p.fits:
         return InstanceProjection(inst.name, excluded=p.reason, detail=p)
+    alternatives = []
+    if tr.mode == "llm":
+        for tp in engine.tp_options(work, inst, catalog=s.catalog):
+            if tp == p.config.tp_degree:
+                continue
+            alt = engine.project_serving(
+                work, inst, prompt_tokens=prompt, output_tokens=out, mode=tr.mode, buckets=buckets,
+                catalog=s.catalog, tp=tp,
+            )  # fmt: skip
+            if alt.fits:
+                alternatives.append(_layout(inst.name, alt))
+    return replace(_layout(inst.name, p), alternatives=tuple(alternatives))
+
+
+def _layout(name: str, p: Any) -> InstanceProjection:
     rps = p.requests_per_s
     fig = None
     if rps is not None:
@@ -123,7 +140,7 @@ def _serving(
             "steady throughput at the chosen batch",
             rps.band,
         )
-    return InstanceProjection(inst.name, p.config, p.times, fig, note="; ".join(p.notes), detail=p)
+    return InstanceProjection(name, p.config, p.times, fig, note="; ".join(p.notes), detail=p)
 
 
 def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjection:

@@ -73,12 +73,14 @@ def shapes(s: PlanSetup, t: TrafficStage | None) -> ShapesStage:
                 f"{wpath}: traffic.prompt_tokens: {tr.prompt_tokens} is longer than the model's "
                 f"max_position_embeddings {max_pos}; set traffic.prompt_tokens = {max_pos} or less"
             )
+        total = int(tr.prompt_tokens or 0) + int(tr.output_tokens or 0)
         return ShapesStage(
             ShapeSummary(
                 False,
                 "steady rate with one length: one shape, no planning needed",
                 (int(tr.prompt_tokens or 0),),
-                max_length=int(tr.prompt_tokens or 0) + int(tr.output_tokens or 0),
+                (total,) if tr.mode == "llm" else (),
+                max_length=total,
             )
         )
     max_len = tr.max_length

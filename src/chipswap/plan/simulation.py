@@ -11,6 +11,7 @@ only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ class InstanceSim:
     floor_ms: float | None = None
     latency: LatencySample = field(default_factory=LatencySample, compare=False)
     note: str = ""
+    config: Any = None  # the layout that needs the fewest instances (ServingConfig)
+    times: Any = None  # its ServiceTimes
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ def simulation(
 
 MAX_INSTANCES = 4096  # the largest fleet the sizing search tries; beyond it the SLO counts as unreachable
 FLOOR_REQUESTS = 2000  # requests replayed one at a time for the unloaded latency floor
-CAPACITY_STEPS = 7  # bisection steps for the capacity at one speed (about 1% of the bracket)
+CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
+BAND_STEPS = 2  # the same at the band's edges (about 4%)
 SEED = 7
 
 
@@ -103,15 +107,16 @@ class Objective:
                 return False
         return self.utilization is None or r.utilization <= self.utilization
 
-    def floor_miss(self, r: Any) -> float | None:
-        """The unloaded latency (ms) of the first objective even an idle fleet misses, or None."""
+    def floor_miss(self, r: Any, speed: float = 1.0) -> float | None:
+        """The unloaded latency (ms) of the first objective even an idle fleet misses, or None. At another
+        speed every call takes 1/speed as long, and so does an idle request."""
         for limit, seconds in (
             (self.ttft_ms, r.ttft.p99),
             (self.e2e_ms, r.e2e.p99),
             (self.p50_ms, r.e2e.p50),
         ):
-            if limit is not None and not seconds * 1000 <= limit:
-                return seconds * 1000
+            if limit is not None and not seconds / speed * 1000 <= limit:
+                return seconds / speed * 1000
         return None
 
 
@@ -138,6 +143,7 @@ class _Fleet:
         )
         self.traffic = sim.make_traffic(load.times_s, load.prompt_tokens, load.output_tokens)
         self._scaled: dict[float, Any] = {1.0: self.traffic}
+        self._floor: Any = None
         self.runs = 0
 
     def scaled(self, g: float) -> Any:
@@ -155,6 +161,11 @@ class _Fleet:
 
     def floor(self) -> Any:
         """Every request alone on an idle replica: the latency no fleet size can go below."""
+        if self._floor is None:
+            self._floor = self._idle()
+        return self._floor
+
+    def _idle(self) -> Any:
         t = self.traffic
         k = min(len(t), FLOOR_REQUESTS)
         pick = np.sort(np.random.default_rng(SEED).choice(len(t), size=k, replace=False))
@@ -162,20 +173,30 @@ class _Fleet:
         return self.sim.simulate(spaced, self.p.times, self.setup, 1, mode=self.mode)
 
 
-def _size(f: _Fleet, obj: Objective, speed: float = 1.0) -> tuple[int | None, Any]:
-    """The smallest instance count that meets `obj` (exponential then binary search), with its run."""
-    n, last = 1, None
-    while n <= MAX_INSTANCES:
-        last = f.run(n, speed=speed)
-        if obj.met(last):
-            break
-        n *= 2
+def _size(f: _Fleet, obj: Objective, start: int = 1, below: int | None = None) -> tuple[int | None, Any]:
+    """The smallest instance count that meets `obj`, with its run: from `start` (a lower bound, e.g. the
+    projected steady throughput's count) upward by 60% steps, then a bisection. With `below`, only counts
+    under it are of interest: one run at below - 1 settles that none is."""
+    if below is not None:
+        if below <= 1 or not obj.met(f.run(below - 1)):
+            return None, None
+        hi, best = below - 1, f.run(below - 1)
+        lo = 0
     else:
-        return None, last
-    lo, hi, best = n // 2, n, last  # lo fails (or is 0), hi meets
+        n, last, lo = max(1, start), None, 0
+        while n <= MAX_INSTANCES:
+            last = f.run(n)
+            if obj.met(last):
+                break
+            lo, n = n, max(n + 1, math.ceil(n * 1.6))
+        else:
+            return None, last
+        hi, best = n, last
+        if lo == 0 and n > 1:  # the start met already: look below it
+            lo = 0
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        r = f.run(mid, speed=speed)
+        r = f.run(mid)
         if obj.met(r):
             hi, best = mid, r
         else:
@@ -183,26 +204,29 @@ def _size(f: _Fleet, obj: Objective, speed: float = 1.0) -> tuple[int | None, An
     return hi, best
 
 
-def _capacity(f: _Fleet, obj: Objective, n: int, speed: float, start: float) -> float | None:
-    """The largest traffic scale `n` instances at `speed` carry within `obj` (a bisection from `start`)."""
+def _capacity(f: _Fleet, obj: Objective, n: int, speed: float, start: float, steps: int) -> float | None:
+    """The largest traffic scale `n` instances at `speed` carry within `obj`: bracket from `start` by 15%
+    steps, then `steps` bisection steps (geometric)."""
+    if obj.floor_miss(f.floor(), speed) is not None:
+        return None  # even an idle fleet at this speed misses the objective
     lo, hi = None, None
     g = start
-    for _ in range(12):  # bracket: a scale that meets and one that does not
+    for _ in range(16):
         if obj.met(f.run(n, g, speed)):
             lo = g
             if hi is not None:
                 break
-            g *= 1.6
+            g *= 1.15
         else:
             hi = g
             if lo is not None:
                 break
-            g /= 1.6
+            g /= 1.15
     if lo is None:
         return None
     if hi is None:
         return lo
-    for _ in range(CAPACITY_STEPS):
+    for _ in range(steps):
         mid = (lo * hi) ** 0.5
         if obj.met(f.run(n, mid, speed)):
             lo = mid
@@ -215,36 +239,73 @@ def _ms(seconds: float) -> float | None:
     return None if not np.isfinite(seconds) else seconds * 1000
 
 
+def _layout_words(cfg: Any) -> str:
+    return f"TP{cfg.tp_degree} x {cfg.replicas}"
+
+
 def _one(
     s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any, obj: Objective
 ) -> InstanceSim:
-    f = _Fleet(sim, s, load, shapes, p)
+    """Size every layout of one instance type for the objective and keep the one that needs the fewest
+    instances (ties: the projection's own pick, the highest throughput)."""
+    layouts = [p, *getattr(p, "alternatives", ())]
+    best: tuple[int, Any, _Fleet, Any] | None = None
+    floors: list[float] = []
+    tried: list[str] = []
+    runs = 0
+    for lay in layouts:
+        f = _Fleet(sim, s, load, shapes, lay)
+        miss = obj.floor_miss(f.floor())
+        if miss is not None:
+            floors.append(miss)
+            tried.append(f"{_layout_words(lay.config)}: unloaded latency {miss:,.0f} ms misses the SLO")
+            runs += f.runs
+            continue
+        steady = float(lay.requests_per_s.value) if lay.requests_per_s is not None else 0.0
+        start = math.ceil(load.rate_rps / steady - 1e-9) if steady > 0 else 1
+        n, run = _size(f, obj, start, best[0] if best is not None else None)
+        runs += f.runs
+        if n is None or run is None:
+            why = f"no fewer than {best[0]}" if best is not None else f"no size up to {MAX_INSTANCES}"
+            tried.append(f"{_layout_words(lay.config)}: {why} meets the SLO")
+            continue
+        tried.append(f"{_layout_words(lay.config)}: {n} instance{'s' if n != 1 else ''}")
+        best = (n, lay, f, run)
+    what = f"simulated: {load.what}, {load.requests:,} requests"
     band = float(p.times.band or 0.0)
-    floor = f.floor()
-    miss = obj.floor_miss(floor)
-    floor_ms = _ms(floor.e2e.p99) if obj.e2e_ms is not None or obj.ttft_ms is None else _ms(floor.ttft.p99)
-    what = (
-        f"simulated: {load.what}, {len(f.traffic):,} requests; {f.cfg.replicas} replica(s) per instance, "
-        f"{'continuous' if f.mode == 'llm' else 'dynamic'} batching up to {f.cfg.max_batch}"
-        + (", padded to the compiled buckets" if f.cfg.padded else "")
-    )
-    if miss is not None:
-        return InstanceSim(p.instance, None, None, None, None, None, band, False, miss, note=what)
-    n, run = _size(f, obj)
-    if n is None or run is None:
-        return InstanceSim(p.instance, None, None, None, None, None, band, False, floor_ms, note=what)
+    if best is None:
+        return InstanceSim(
+            p.instance,
+            None,
+            None,
+            None,
+            None,
+            None,
+            band,
+            False,
+            min(floors) if floors else None,
+            note=f"{what}; layouts tried: " + "; ".join(tried),
+        )
+    n, lay, f, run = best
+    before = f.runs
     speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+    g1 = _capacity(f, obj, n, 1.0, 1.0, CAPACITY_STEPS) or 1.0
     caps: list[float | None] = []
-    g1 = _capacity(f, obj, n, 1.0, 1.0) or 1.0
     for sp in speeds:
-        g = g1 if sp == 1.0 else _capacity(f, obj, n, sp, g1 * sp)
+        g = g1 if sp == 1.0 else _capacity(f, obj, n, sp, g1 * sp, BAND_STEPS)
         caps.append(None if g is None else load.rate_rps * g / n)
-    sizer = CurveSizer(load.rate_rps, speeds, tuple(caps), "simulated for the SLO")
-    q_t = run.latency_cdf("ttft")[1] * 1000
-    q_e = run.latency_cdf("e2e")[1] * 1000
+    floor = f.floor()
+    floor_ms = _ms(floor.e2e.p99) if obj.e2e_ms is not None or obj.ttft_ms is None else _ms(floor.ttft.p99)
+    runs += f.runs - before
+    batching = "continuous" if f.mode == "llm" else "dynamic"
+    note = (
+        f"{what}; {batching} batching up to {f.cfg.max_batch}"
+        + (", padded to the compiled buckets" if f.cfg.padded else "")
+        + f"; layouts tried: {'; '.join(tried)}; {runs} simulations"
+    )
     return InstanceSim(
         p.instance,
-        sizer,
+        CurveSizer(load.rate_rps, speeds, tuple(caps), "simulated for the SLO"),
         n,
         caps[speeds.index(1.0)],
         _ms(run.ttft.p99),
@@ -252,8 +313,10 @@ def _one(
         band,
         True,
         floor_ms,
-        LatencySample(q_t, q_e),
-        f"{what}; {f.runs} simulations",
+        LatencySample(run.latency_cdf("ttft")[1] * 1000, run.latency_cdf("e2e")[1] * 1000),
+        note,
+        lay.config,
+        lay.times,
     )
 
 
