@@ -1,6 +1,7 @@
-"""The simulation stage: both fleets sized by the simulator for the SLO, like for like; sizing monotone in traffic
-and objective; an SLO no fleet can meet is a verdict with the floor, not a hang; the layouts of an instance are
-each sized and the cheapest kept. Small steady workloads on Llama 3 8B (projection in closed form, no export)."""
+"""The simulation stage: both fleets sized by the simulator for the SLO, like for like; sizing monotone in
+traffic and objective; an SLO no fleet can meet is a verdict with the floor, not a hang; the layouts of an
+instance are each sized and the cheapest kept. Small steady workloads on Llama 3 8B (projection in closed
+form, no export)."""
 
 from __future__ import annotations
 
