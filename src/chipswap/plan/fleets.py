@@ -147,7 +147,8 @@ def _serving_fleet(
     p = proj.get(name)
     thr = _serving_throughput(s, name, is_gpu, gpu, sim, p.requests_per_s)
     e2e = _serving_latency(s, name, is_gpu, "e2e_p99", sim)
-    ttft = _serving_latency(s, name, is_gpu, "ttft_p99", sim)
+    # an encoder's first token is its answer: TTFT is the end-to-end latency, reported once
+    ttft = _serving_latency(s, name, is_gpu, "ttft_p99", sim) if _mode(s) == "llm" else Chosen(None)
     fig = thr.figure
     simulated = fig is not None and fig.kind == "projected" and sim is not None and sim.sizer is not None
     sizer: Sizer | None = None
@@ -189,6 +190,10 @@ def _serving_fleet(
         note=p.note,
     )
     return plan, sizer, excluded
+
+
+def _mode(s: PlanSetup) -> str:
+    return s.workload.traffic.mode if s.workload.traffic is not None else "llm"
 
 
 CURVE_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0)

@@ -12,7 +12,7 @@ only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -320,11 +320,25 @@ def _one(
     )
 
 
+def _same_layouts(p: Any) -> tuple[Any, ...]:
+    """What makes two instance types simulate alike: every layout's configuration (less the instance name)
+    and service times (inf2.xlarge and inf2.8xlarge carry the same chip)."""
+    return tuple(
+        (replace(lay.config, instance=""), lay.times) for lay in (p, *getattr(p, "alternatives", ()))
+    )
+
+
 def _simulate_all(
     s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, projected: list[Any]
 ) -> SimulationStage:
     obj = objective(s)
-    out = {p.instance: _one(s, sim, load, shapes, p, obj) for p in projected}
+    out: dict[str, InstanceSim] = {}
+    done: list[tuple[tuple[Any, ...], InstanceSim]] = []
+    for p in projected:
+        key = _same_layouts(p)
+        twin = next((r for k, r in done if k == key), None)
+        out[p.instance] = replace(twin, instance=p.instance) if twin else _one(s, sim, load, shapes, p, obj)
+        done.append((key, out[p.instance]))
     notes = []
     if obj.utilization is not None:
         notes.append(
