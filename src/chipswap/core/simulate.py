@@ -756,7 +756,7 @@ def simulate(
         raise ChipswapError(f"simulation mode {mode!r} is not known; use one of {', '.join(MODES)}")
     if dispatch not in DISPATCH:
         raise ChipswapError(f"dispatch {dispatch!r} is not known; use one of {', '.join(DISPATCH)}")
-    if not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= MAX_REPLICAS:
         raise ChipswapError(f"replica count must be an integer 1 .. {MAX_REPLICAS:,}, got {replicas!r}")
     n = len(traffic)
     if n == 0:
