@@ -1,5 +1,5 @@
-"""Fleet sizing for an SLO: the answer is the smallest size that meets it (checked one below), the verdicts when
-no size can, monotonicity in traffic and in the SLO (property tests), and one-line errors."""
+"""Fleet sizing for an SLO: the answer is the smallest size that meets it (checked one below), the verdicts
+when no size can, monotonicity in traffic and in the SLO (property tests), and one-line errors."""
 
 from __future__ import annotations
 

@@ -103,7 +103,8 @@ def test_llm_with_one_slot_and_geometric_outputs_is_mg1():
 def test_wide_batches_do_not_queue():
     """With far more slots than requests and a step time that does not grow with the batch, continuous
     batching is an infinite-server system: each request takes its own prefill and decode steps, plus at most
-    one step waiting for the batch's current step to end (and other requests' prefills, which are tiny here)."""
+    one step waiting for the batch's current step to end (and other requests' prefills, which are tiny
+    here)."""
     rng = np.random.default_rng(3)
     n, step, tiny = 20_000, 0.01, 1e-7
     outputs = rng.integers(1, 300, n)

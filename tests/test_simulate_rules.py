@@ -16,7 +16,8 @@ NEURON = S.ReplicaSetup(max_batch=4, batch_sizes=(4,), prefill_buckets=(16, 64),
 
 
 def test_overlong_requests_are_rejected_and_counted_never_resized():
-    # prompts: fits, beyond the largest prefill bucket, fits but prompt + output beyond the largest decode bucket
+    # prompts: fits, beyond the largest prefill bucket, fits but prompt + output beyond the largest decode
+    # bucket
     t = S.make_traffic([0.0, 1.0, 2.0, 3.0], [10, 65, 60, 64], [5, 1, 30, 16])
     res = S.simulate(t, Constant(0.5), NEURON, 1)
     assert res.requests == 4 and res.rejected == 2
@@ -40,9 +41,9 @@ def test_gpu_max_length_rejects():
 
 
 def test_decode_padding_is_batch_and_bucket_waste():
-    """One request alone on a Neuron replica compiled for batch 4: every decode step runs 4 slots at the bucket
-    that holds the context. Prompt 20 (bucket 64), 15 outputs -> 14 steps at contexts 21..34: 12 in bucket 32
-    and 2 in bucket 80."""
+    """One request alone on a Neuron replica compiled for batch 4: every decode step runs 4 slots at the
+    bucket that holds the context. Prompt 20 (bucket 64), 15 outputs -> 14 steps at contexts 21..34: 12 in
+    bucket 32 and 2 in bucket 80."""
     t = S.make_traffic([0.0], [20], [15])
     res = S.simulate(t, Constant(0.5), NEURON, 1)
     pad = res.padding

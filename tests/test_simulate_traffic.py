@@ -1,4 +1,5 @@
-"""Traffic for the simulator: validation (one-line errors), synthetic arrivals, scaling, repeating, windows."""
+"""Traffic for the simulator: validation (one-line errors), synthetic arrivals, scaling, repeating,
+windows."""
 
 from __future__ import annotations
 
