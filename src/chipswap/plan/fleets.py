@@ -125,7 +125,10 @@ def _meets(
 ) -> bool | None:
     slo = s.workload.slo
     if thr is not None and thr.kind == "projected" and sim is not None:
-        return sim.feasible  # the simulator sized the fleet for every objective, or found none that meets it
+        # the simulator sized the fleet for the p99 objectives, or found no size that meets them
+        if sim.feasible and slo.p50_ms is not None and sim.e2e_p50_ms is not None:
+            return sim.e2e_p50_ms <= slo.p50_ms
+        return sim.feasible
     checks: list[bool | None] = []
     for objective, fig in ((slo.p99_ms, e2e), (slo.ttft_p99_ms, ttft)):
         if objective is not None:

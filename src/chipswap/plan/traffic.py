@@ -1,11 +1,12 @@
-"""Traffic stage: read the trace (or the stated steady rate), summarise it, and cut out the load fleets are
-sized for: the busiest `burst_window_s` window, at the workload's scale.
+"""Traffic stage: read the trace (or a histogram of lengths, or the stated steady rate), summarise it, and cut
+out the load both fleets are sized for: the busiest `burst_window_s` window with a warm-up before and a
+cool-down after, at the workload's scale.
 
-Input: PlanSetup. Output: TrafficStage (summary for the report and verdict, the trace for the shape planner,
-and
-the Load the simulator replays). Trace files are read through `chipswap.traces.read_trace` only. Bad traffic
-(an empty trace, every arrival at one instant, a window longer than the trace, a window too large to simulate)
-is one ChipswapError line naming the key and the fix.
+Input: PlanSetup. Output: TrafficStage (summary for the report and verdict, the trace or histogram for the
+shape planner, and the Load the simulator replays). Trace files are read through `chipswap.traces` only;
+arrivals are built, scaled and windowed with the simulator's own helpers (chipswap.core.simulate /
+chipswap.core.fleet). Bad traffic (an empty trace, every arrival at one instant, a window longer than the
+trace, no timestamps) is one ChipswapError line naming the key and the fix.
 """
 
 from __future__ import annotations
@@ -21,40 +22,51 @@ from chipswap.errors import ChipswapError
 from chipswap.plan.result import TrafficSummary
 from chipswap.plan.setup import PlanSetup
 
-# arrivals replayed per sizing run (each fleet is simulated a few dozen times); a busier window is cut to its
-# first MAX_SIM_REQUESTS arrivals, which still puts a p99 on hundreds of requests
+# Arrivals in the measured window of one sizing run (each fleet is simulated a few dozen times); a busier
+# window is shortened so that it holds this many, which still puts a p99 on hundreds of requests.
 MAX_SIM_REQUESTS = 60_000
+WARMUP_S = 120.0  # simulated before the window so it does not start on an empty fleet
+COOLDOWN_S = 60.0  # after it, so requests at the window's end still share their replicas
 SEED = 20240611  # arrivals drawn for a steady rate or a scaled trace are reproducible
+HISTOGRAM_SAMPLE = 20_000  # lengths drawn from a histogram file for the projection and the report
 
 
 @dataclass(frozen=True)
 class Load:
-    """The arrivals a fleet must serve: sorted times (s from the window start) with each request's lengths.
+    """What a fleet must serve: `traffic` (chipswap.core.simulate.Traffic: the window with its warm-up and
+    cool-down, at scale), the `window` measured within it (start, end seconds), its arrival rate after scale,
+    and where it comes from. all_*_tokens: every request's lengths (for the configuration search)."""
 
-    rate_rps is the window's arrival rate after scale; `what` says where the arrivals come from."""
-
-    times_s: np.ndarray = field(repr=False, compare=False)
-    prompt_tokens: np.ndarray = field(repr=False, compare=False)
-    output_tokens: np.ndarray = field(repr=False, compare=False)
-    window_s: float
+    traffic: Any = field(repr=False, compare=False)
+    window: tuple[float, float]
     rate_rps: float
     what: str
-    all_prompt_tokens: np.ndarray = field(
-        repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64)
-    )
-    all_output_tokens: np.ndarray = field(
-        repr=False, compare=False, default_factory=lambda: np.zeros(0, dtype=np.int64)
-    )
+    all_prompt_tokens: np.ndarray = field(repr=False, compare=False)
+    all_output_tokens: np.ndarray = field(repr=False, compare=False)
+
+    @property
+    def window_s(self) -> float:
+        return self.window[1] - self.window[0]
 
     @property
     def requests(self) -> int:
-        return int(self.times_s.size)
+        """Requests arriving in the measured window."""
+        a = self.traffic.arrivals_s
+        return int(((a >= self.window[0]) & (a < self.window[1])).sum())
+
+    @property
+    def warmup_s(self) -> float:
+        return max(0.0, self.window[0] - float(self.traffic.arrivals_s[0]))
+
+    @property
+    def cooldown_s(self) -> float:
+        return max(0.0, float(self.traffic.arrivals_s[-1]) - self.window[1])
 
 
 @dataclass(frozen=True)
 class TrafficStage:
     summary: TrafficSummary
-    trace: Any  # chipswap.traces.Trace, or None for a steady rate
+    trace: Any  # chipswap.traces.Trace or TraceHistograms (for the shape planner); None for a steady rate
     load: Load
     notes: tuple[str, ...] = ()
 
@@ -77,103 +89,26 @@ def traffic_stats(
     return mean, peak, (peak / wmean if wmean > 0 else None), tuple(int(c) for c in counts)
 
 
-def scaled_arrivals(
-    times_s: np.ndarray, window_s: float, scale: float, seed: int = SEED
-) -> tuple[np.ndarray, np.ndarray]:
-    """`scale` times the arrivals of one window: floor(scale) copies plus a random share of one more, each
-    copy shifted circularly by a random offset (independent streams with the same pattern). Returns the sorted
-    times and, for each, the index of the original request it copies (its lengths)."""
-    rng = np.random.default_rng(seed)
-    n = times_s.size
-    whole = int(math.floor(scale))
-    frac = scale - whole
-    parts_t: list[np.ndarray] = []
-    parts_i: list[np.ndarray] = []
-    for k in range(whole + (1 if frac > 0 else 0)):
-        idx = np.arange(n)
-        if k == whole:  # the fractional copy: keep each request with probability frac
-            idx = idx[rng.random(n) < frac]
-        shift = 0.0 if k == 0 else float(rng.uniform(0, window_s))
-        parts_t.append(np.mod(times_s[idx] + shift, window_s))
-        parts_i.append(idx)
-    t = np.concatenate(parts_t) if parts_t else np.zeros(0)
-    i = np.concatenate(parts_i) if parts_i else np.zeros(0, dtype=np.int64)
-    order = np.argsort(t, kind="stable")
-    return t[order], i[order]
+def _shrink(window_s: float, rate_rps: float) -> float:
+    """The factor (<= 1) that brings the measured window down to MAX_SIM_REQUESTS arrivals."""
+    n = rate_rps * window_s
+    return 1.0 if n <= MAX_SIM_REQUESTS else MAX_SIM_REQUESTS / n
 
 
-def poisson_arrivals(rate_rps: float, window_s: float, seed: int = SEED) -> np.ndarray:
-    """Poisson arrival times at `rate_rps` over `window_s` seconds (a steady stated rate)."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.poisson(rate_rps * window_s))
-    return np.sort(rng.uniform(0.0, window_s, size=n))
-
-
-def _cap(window_s: float, rate: float) -> float:
-    """The simulated window: the whole window, or its first part when it would hold too many arrivals."""
-    return min(window_s, MAX_SIM_REQUESTS / rate) if rate > 0 else window_s
-
-
-HISTOGRAM_SAMPLE = 20_000  # lengths drawn from a histogram file for the projection and the report
-
-
-def _from_histogram(s: PlanSetup) -> TrafficStage:
-    """Poisson arrivals at the stated rate, each request's lengths drawn from a histogram file."""
-    from chipswap.traces import read_histogram
+def _stated_rate(s: PlanSetup, prompt: np.ndarray, out: np.ndarray, what: str) -> Load:
+    """Poisson arrivals at the stated rate over warm-up + window + cool-down, lengths given per request."""
+    from chipswap.core.simulate import make_traffic, poisson_arrivals
 
     tr = s.workload.traffic
-    assert tr is not None and tr.histogram is not None and tr.steady_rps is not None
-    path = s.base_dir / tr.histogram
-    if not path.exists():
-        raise ChipswapError(
-            f"{s.path}: traffic.histogram: file not found: {path}; expected a path relative to the "
-            "workload file"
-        )
-    cols = tr.columns.model_dump(exclude_none=True) if tr.columns else None
-    h = read_histogram(path, mode=tr.mode, columns=cols, outputs=tr.mode == "llm")
+    assert tr is not None and tr.steady_rps is not None
+    k = _shrink(tr.burst_window_s, tr.steady_rps)
+    warm, win, cool = WARMUP_S * k, tr.burst_window_s * k, COOLDOWN_S * k
     rng = np.random.default_rng(SEED)
-
-    def draw(lengths: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
-        c = np.asarray(counts, dtype=float)
-        return rng.choice(np.asarray(lengths, dtype=np.int64), size=n, p=c / c.sum())
-
-    window = _cap(tr.burst_window_s, tr.steady_rps)
-    times = poisson_arrivals(tr.steady_rps, window)
+    times = poisson_arrivals(tr.steady_rps, rng, duration_s=warm + win + cool)
     n = times.size
-    prompt = draw(h.prompt.lengths, h.prompt.counts, n)
-    out = draw(*h.output, n) if h.output is not None else np.zeros(n, dtype=np.int64)
-    sp, so = prompt[:HISTOGRAM_SAMPLE], out[:HISTOGRAM_SAMPLE]
-    summary = TrafficSummary(
-        f"{tr.histogram} (a histogram of {len(h):,} requests) at the stated {tr.steady_rps:g} requests/s",
-        len(h),
-        0.0,
-        1.0,
-        tr.steady_rps,
-        tr.steady_rps,
-        1.0,
-        tr.burst_window_s,
-        (),
-        float(h.prompt.quantile(0.5)),
-        float(h.prompt.quantile(0.99)),
-        float(np.median(so)) if so.size else None,
-        sp,
-        so,
-        output_p99=float(np.percentile(so, 99)) if so.size else None,
-        busiest_rps=tr.steady_rps,
-        busiest_start_s=0.0,
-    )
-    load = Load(
-        times,
-        prompt,
-        out,
-        window,
-        tr.steady_rps,
-        f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s, lengths drawn from {tr.histogram} "
-        "(prompt and output drawn independently)",
-        sp,
-        so,
-    )
-    return TrafficStage(summary, h, load)
+    idx = rng.integers(0, prompt.size, n) if prompt.size > 1 else np.zeros(n, dtype=np.int64)
+    traffic = make_traffic(times, prompt[idx], out[idx])
+    return Load(traffic, (warm, warm + win), tr.steady_rps, what, prompt, out)
 
 
 def _steady(s: PlanSetup) -> TrafficStage:
@@ -202,28 +137,61 @@ def _steady(s: PlanSetup) -> TrafficStage:
         busiest_rps=tr.steady_rps,
         busiest_start_s=0.0,
     )
-    window = _cap(tr.burst_window_s, tr.steady_rps)
-    times = poisson_arrivals(tr.steady_rps, window)
-    n = times.size
-    load = Load(
-        times,
-        np.full(n, prompt, dtype=np.int64),
-        np.full(n, out, dtype=np.int64),
-        window,
-        tr.steady_rps,
+    load = _stated_rate(
+        s,
+        np.array([prompt], dtype=np.int64),
+        np.array([out], dtype=np.int64),
         f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s",
     )
     return TrafficStage(summary, None, load)
 
 
-def _busiest(ts: np.ndarray, window_s: float) -> tuple[float, np.ndarray]:
-    """Start and index mask of the window of `window_s` seconds holding the most arrivals (sliding)."""
-    t = np.sort(ts)
-    ends = np.searchsorted(t, t + window_s, side="left")
-    counts = ends - np.arange(t.size)
-    best = int(np.argmax(counts))
-    start = float(t[best])
-    return start, (ts >= start) & (ts < start + window_s)
+def _from_histogram(s: PlanSetup) -> TrafficStage:
+    """Poisson arrivals at the stated rate, each request's lengths drawn from a histogram file."""
+    from chipswap.traces import read_histogram
+
+    tr = s.workload.traffic
+    assert tr is not None and tr.histogram is not None and tr.steady_rps is not None
+    path = s.base_dir / tr.histogram
+    if not path.exists():
+        raise ChipswapError(
+            f"{s.path}: traffic.histogram: file not found: {path}; expected a path relative to the "
+            "workload file"
+        )
+    cols = tr.columns.model_dump(exclude_none=True) if tr.columns else None
+    h = read_histogram(path, mode=tr.mode, columns=cols, outputs=tr.mode == "llm")
+    rng = np.random.default_rng(SEED)
+
+    def draw(lengths: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        c = np.asarray(counts, dtype=float)
+        return rng.choice(np.asarray(lengths, dtype=np.int64), size=HISTOGRAM_SAMPLE, p=c / c.sum())
+
+    prompt = draw(h.prompt.lengths, h.prompt.counts)
+    out = draw(*h.output) if h.output is not None else np.zeros(HISTOGRAM_SAMPLE, dtype=np.int64)
+    summary = TrafficSummary(
+        f"{tr.histogram} (a histogram of {len(h):,} requests) at the stated {tr.steady_rps:g} requests/s",
+        len(h),
+        0.0,
+        1.0,
+        tr.steady_rps,
+        tr.steady_rps,
+        1.0,
+        tr.burst_window_s,
+        (),
+        float(h.prompt.quantile(0.5)),
+        float(h.prompt.quantile(0.99)),
+        float(np.median(out)),
+        prompt,
+        out,
+        output_p99=float(np.percentile(out, 99)),
+        busiest_rps=tr.steady_rps,
+        busiest_start_s=0.0,
+    )
+    what = (
+        f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s, lengths drawn from {tr.histogram} "
+        "(prompt and output drawn independently)"
+    )
+    return TrafficStage(summary, h, _stated_rate(s, prompt, out, what))
 
 
 def read_trace(path: Path, columns: dict[str, str] | None) -> Any:
@@ -239,6 +207,9 @@ def bundled_trace() -> Path:
 
 
 def _from_trace(s: PlanSetup) -> TrafficStage:
+    from chipswap.core.fleet import window_traffic
+    from chipswap.core.simulate import make_traffic, scale_traffic
+
     tr = s.workload.traffic
     wpath = s.path
     assert tr is not None and tr.trace is not None
@@ -250,23 +221,15 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
         )
     cols = tr.columns.model_dump(exclude_none=True) if tr.columns else None
     trace = read_trace(path, cols)
-    prompt = np.asarray(trace.prompt_tokens)
-    out = np.asarray(trace.output_tokens if trace.output_tokens is not None else np.zeros_like(prompt))
-    name = (
-        "bundled Azure LLM code trace (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024)"
-        if tr.trace == "bundled"
-        else str(tr.trace)
-    )
-    common = dict(
-        prompt_p50=float(np.median(prompt)),
-        prompt_p99=float(np.percentile(prompt, 99)),
-        output_p50=float(np.median(out)),
-    )
     if trace.timestamps_s is None:
         raise ChipswapError(
             f"{wpath}: traffic.trace has no timestamp column, so arrival rates and the fleet size can't be "
             'computed; add [traffic.columns] timestamp = "COLUMN" or give traffic.steady_rps instead'
         )
+    prompt = np.asarray(trace.prompt_tokens, dtype=np.int64)
+    out = np.asarray(
+        trace.output_tokens if trace.output_tokens is not None else np.zeros_like(prompt), dtype=np.int64
+    )
     ts = np.asarray(trace.timestamps_s, dtype=float)
     duration = float(ts.max() - ts.min())
     if duration <= 0:
@@ -281,37 +244,36 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
             f"{math.floor(duration * 1000) / 1000:g} or less, or give a longer trace"
         )
     mean, peak, ratio, counts = traffic_stats(ts, tr.burst_window_s, tr.scale)
-    start, in_window = _busiest(ts, tr.burst_window_s)
-    w_times = ts[in_window] - start
-    busiest_rps = w_times.size / tr.burst_window_s * tr.scale
-    window = _cap(tr.burst_window_s, busiest_rps)
+    order = np.argsort(ts, kind="stable")
+    full = make_traffic(ts[order] - ts.min(), prompt[order], out[order])
+    by = "tokens" if tr.mode == "llm" else "requests"
+    _part, busiest = window_traffic(full, tr.burst_window_s, warmup_s=0, cooldown_s=0, by=by)
+    busiest_rps = busiest.requests * tr.scale / tr.burst_window_s
+    k = _shrink(tr.burst_window_s, busiest_rps)
     notes: list[str] = []
-    if window < tr.burst_window_s:
+    part, window = window_traffic(
+        full, tr.burst_window_s * k, warmup_s=WARMUP_S * k, cooldown_s=COOLDOWN_S * k, by=by
+    )
+    if k < 1:
         notes.append(
             f"the busiest window holds {busiest_rps * tr.burst_window_s:,.0f} requests after scale; fleets "
-            "are "
-            f"sized on its first {window:.3g} s ({MAX_SIM_REQUESTS:,} requests)"
+            f"are sized on its busiest {tr.burst_window_s * k:.3g} s ({MAX_SIM_REQUESTS:,} requests)"
         )
-    keep = w_times < window
-    # scale: more (or fewer) independent streams with the window's own pattern, over the same window
-    t, idx = scaled_arrivals(w_times[keep], window, tr.scale)
-    src_prompt = prompt[in_window][keep]
-    src_out = out[in_window][keep]
-    if t.size == 0:
-        raise ChipswapError(
-            f"{wpath}: traffic.scale: {tr.scale:g} leaves no arrivals in the busiest "
-            f"{tr.burst_window_s:g}-second window; raise traffic.scale or lengthen traffic.burst_window_s"
-        )
+    scaled = scale_traffic(part, tr.scale, np.random.default_rng(SEED)) if tr.scale != 1 else part
+    name = (
+        "bundled Azure LLM code trace (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024)"
+        if tr.trace == "bundled"
+        else str(tr.trace)
+    )
     load = Load(
-        t,
-        src_prompt[idx].astype(np.int64),
-        src_out[idx].astype(np.int64),
-        window,
-        t.size / window,
-        f"the busiest {tr.burst_window_s:g}-second window of the trace (from t = {start:,.0f} s), "
+        scaled,
+        (window.start_s, window.end_s),
+        window.requests * tr.scale / (window.end_s - window.start_s),
+        f"the busiest {window.end_s - window.start_s:g}-second window of the trace by {by} (from t = "
+        f"{window.start_s:,.0f} s, with {WARMUP_S * k:g} s before and {COOLDOWN_S * k:g} s after), "
         f"x{tr.scale:g}",
-        prompt.astype(np.int64),
-        out.astype(np.int64),
+        prompt,
+        out,
     )
     summary = TrafficSummary(
         name,
@@ -323,12 +285,14 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
         ratio,
         tr.burst_window_s,
         counts,
-        **common,
-        prompt_tokens=prompt,
-        output_tokens=out,
+        float(np.median(prompt)),
+        float(np.percentile(prompt, 99)),
+        float(np.median(out)),
+        prompt,
+        out,
         output_p99=float(np.percentile(out, 99)),
         busiest_rps=busiest_rps,
-        busiest_start_s=start,
+        busiest_start_s=busiest.start_s,
     )
     return TrafficStage(summary, trace, load, tuple(notes))
 
