@@ -87,6 +87,9 @@ def figure_line(fleet: object) -> str:
                 f"({fig.label})"
             )
     count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
+    if count is None and getattr(fleet, "sizing", ""):
+        floor = getattr(fleet, "slo_floor_ms", None)
+        parts.append(fleet.sizing + (f" (unloaded {floor:,.0f} ms)" if floor else ""))  # type: ignore[attr-defined]
     if count is not None:
         band = f" ({lo}-{hi} across the error band)" if lo is not None and hi is not None and lo != hi else ""
         parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")

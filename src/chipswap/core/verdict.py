@@ -397,7 +397,7 @@ DECISION_TABLE: tuple[
         "costs-more",
         lambda a: (a.facts.monthly_saving_usd or Decimal(0)) <= 0,
         STAY,
-        lambda a: f"{a.facts.target} costs as much or more per month than today's fleet",
+        lambda a: f"{a.facts.target} costs as much or more per month than the GPU fleet it would replace",
     ),
     (
         "never-pays-back",

@@ -25,7 +25,8 @@ from chipswap.plan.traffic import SEED, Load
 
 MAX_INSTANCES = 1000  # the largest fleet the sizing search tries; beyond it the SLO counts as unreachable
 CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
-BAND_STEPS = 2  # the same at the band's edges (about 4%)
+BAND_STEPS = 1  # the same at the band's edges (about 7%)
+SMALL_FLEET = 3  # up to this many instances the capacity per instance is searched, not bounded
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,9 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     n, f = best
     before = f.runs
     speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
-    g1 = _capacity(f, n, 1.0, 1.0, CAPACITY_STEPS) or 1.0
+    # capacity per instance: n meets the window and n - 1 does not, so it lies within rate/n .. rate/(n-1);
+    # a small fleet is searched (that range is wide), a large one takes rate/n (its count at 1x is exact)
+    g1 = (_capacity(f, n, 1.0, 1.0, CAPACITY_STEPS) or 1.0) if n <= SMALL_FLEET else 1.0
     caps: list[float | None] = []
     for sp in speeds:
         g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
