@@ -125,7 +125,12 @@ def _plots(r: Any) -> dict[str, Markup]:
     ]
     if sims:
         slo = getattr(r, "slo", {}) or {}
-        out["latency"] = Markup(latency_svg(sims, slo.get("p99_ms"), slo.get("ttft_p99_ms")))
+        llm = (
+            r.gpu_fleet is None
+            or r.gpu_fleet.ttft_p99 is not None
+            or any(c.fleet is not None and c.fleet.ttft_p99 is not None for c in r.candidates)
+        )
+        out["latency"] = Markup(latency_svg(sims, slo.get("p99_ms"), slo.get("ttft_p99_ms"), with_ttft=llm))
     curves = [(f.instance, f.curve) for f in fleets if f.curve]
     if r.kind == "serving" and curves:
         out["fleetsize"] = Markup(fleet_size_svg(curves, (r.fleet_instance, r.fleet_count)))

@@ -134,7 +134,7 @@ def bars_svg(
     ys = np.arange(len(rows))[::-1]
     for y, (_label, v, color), rng in zip(ys, rows, ranges or [None] * len(rows), strict=True):
         if v is None:
-            ax.text(0, y, "  unknown (no price)", va="center", fontsize=8)
+            ax.text(0, y, "  unknown (not priced, or no fleet size meets the SLO)", va="center", fontsize=8)
             continue
         ax.barh(y, v, color=color, height=0.62)[0].set_gid(f"bar-{int(y)}")
         if rng is not None and rng[0] is not None and rng[1] is not None:
@@ -145,6 +145,10 @@ def bars_svg(
         text = f"${v:,.2f}{unit}" if unit.startswith("/") or unit == "" else f"{v:,.2f} {unit}"
         ax.annotate(text, (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(ys, labels)
+    if unit == "":
+        from matplotlib.ticker import FuncFormatter
+
+        ax.xaxis.set_major_formatter(FuncFormatter(_money_tick))
     known = [r[1] for r in rows if r[1] is not None]
     ax.set_xlim(0, (max(known) if known else 1.0) * 1.3 or 1.0)
     ax.set_title(title, loc="left", fontsize=10)
@@ -186,42 +190,55 @@ def arrivals_svg(
 
 
 def latency_svg(
-    fleets: Sequence[tuple[str, np.ndarray, np.ndarray]], slo_e2e_ms: float | None, slo_ttft_ms: float | None
+    fleets: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    slo_e2e_ms: float | None,
+    slo_ttft_ms: float | None,
+    *,
+    with_ttft: bool = True,
 ) -> str:
-    """Simulated latency distributions (CDF) per fleet at its chosen size: time to first token and end to end,
-    each against its objective."""
-    fig, axes = _figure(height=3.3, ncols=2)
-    drawn = False
-    for k, (ax, which, slo) in enumerate(
-        zip(axes, ("time to first token", "end to end"), (slo_ttft_ms, slo_e2e_ms), strict=True)
-    ):
-        for i, (label, ttft, e2e) in enumerate(fleets):
-            v = np.sort(np.asarray(ttft if k == 0 else e2e, dtype=float))
-            v = v[np.isfinite(v)]
+    """Simulated latency distributions (CDF) per fleet at its chosen size: time to first token (LLMs) and end
+    to end, each against its objective. An encoder's answer is its first token: one panel."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    panels = [("time to first token", slo_ttft_ms, 1), ("end to end", slo_e2e_ms, 2)]
+    if not with_ttft:
+        panels = panels[1:]
+    fig, axes = _figure(height=3.3, ncols=len(panels))
+    axes = np.atleast_1d(axes)
+    plain = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}")
+    for ax, (which, slo, col) in zip(axes, panels, strict=True):
+        for i, row in enumerate(fleets):
+            v = np.sort(np.asarray(row[col], dtype=float))
+            v = v[np.isfinite(v) & (v > 0)]
             if v.size == 0:
                 continue
             q = np.linspace(0, 100, v.size)
-            ax.plot(v, q, color=PALETTE[i % len(PALETTE)], linewidth=1.8, label=label, gid=f"cdf-{k}-{i}")
-            drawn = True
+            ax.plot(v, q, color=PALETTE[i % len(PALETTE)], linewidth=1.8, label=row[0], gid=f"cdf-{col}-{i}")
         if slo is not None:
             ax.axvline(
-                slo, color=RED, linestyle="--", linewidth=1.2, gid=f"slo-{'ttft' if k == 0 else 'e2e'}"
+                slo, color=RED, linestyle="--", linewidth=1.2, gid=f"slo-{'ttft' if col == 1 else 'e2e'}"
             )
             ax.annotate(
                 f"SLO p99 {slo:,.0f} ms",
-                (slo, 5),
-                xytext=(4, 0),
+                (slo, 50),
+                xytext=(-4, 0),
                 textcoords="offset points",
+                ha="right",
+                rotation=90,
+                va="center",
                 color=RED,
                 fontsize=8,
             )
         ax.axhline(99, color=GREY, linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
         ax.set_xlabel(f"{which} (ms, log scale)")
         ax.set_ylabel("percentile of requests")
         ax.set_ylim(0, 100.5)
-    if drawn:
-        axes[1].legend(fontsize=7, frameon=False, loc="lower right")
+    if fleets:
+        axes[0].legend(fontsize=7, frameon=False, loc="upper left")
     fig.suptitle(
         "Simulated latency at the busiest window, each fleet at its chosen size",
         x=0.02,
@@ -294,6 +311,7 @@ def saving_band_svg(
     ax.axvline(margin_pct, color=RED, linestyle="--", linewidth=1, gid="margin")
     ax.axvline(0, color="#333333", linewidth=0.8)
     ax.set_yticks(ys, [r[0] for r in rows])
+    ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlabel(f"monthly saving, % of the GPU side (close-call margin {margin_pct:g}%)")
     ax.set_title("Saving with its error band", loc="left", fontsize=10)
     return render(fig, "savingband", "Saving with its error band")
