@@ -393,7 +393,7 @@ def test_default_plan_writes_the_report(tmp_path: Path) -> None:
     # the seed's story, re-derived: about $40k a month on GPU, computed from the catalog, flat traffic
     wl = load_workload(example_path("llama-serving"))
     today = cost.monthly_cost(rate(wl.fleet.instance), wl.fleet.count, 730)
-    assert data["monthly_today"]["value"] == float(today) and 35000 < float(today) < 45000
+    assert data["monthly_today"]["value"] == float(cost.usd(today)) and 35000 < float(today) < 45000
     assert data["traffic"]["requests"] > 8000 and data["traffic"]["peak_to_mean"] < 2
     gpu = data["gpu_fleet"]
     assert gpu["sizing"].startswith("simulated") and gpu["meets_slo"] is True
