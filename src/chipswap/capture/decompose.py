@@ -142,6 +142,8 @@ def fast_inventory(ep: Any, *, strip: str | None = None) -> list[OpUse]:
                 replace(
                     s,
                     module_path=use.module_path,
+                    module_types=use.module_types,
+                    phase=use.phase,
                     location=use.location,
                     code=use.code,
                     stack=use.stack,
