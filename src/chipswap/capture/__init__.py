@@ -366,7 +366,7 @@ def _capture(
                     eps = [torch.export.export(module, (), inputs[i], strict=False) for i in idx]
                 n_concrete += len(idx)
             for ep in eps:
-                if opts.decompose and device == "meta" and not dyn:
+                if opts.decompose and not dyn:
                     try:
                         ops.extend(fast_inventory(ep, strip=strip))
                         decomp = "core-ATen decomposition once per distinct op"
@@ -389,17 +389,14 @@ def _capture(
             ops = _dedupe_ops(ops)
         return Inventory(ops=tuple(ops), issues=(), shapes=shape_strs, exported=True, method=method)
 
-    return _draft(
-        module,
-        inputs[0],
-        first_error,
-        strip=strip,
-        shapes=shape_strs,
-        decompose=opts.decompose,
-        retry=lambda: _isolate(
-            module, specs, inputs, first_error, device=device, strip=strip, opts=opts, rounds=isolate_rounds
-        ),
+    # a data-dependent failure inside one submodule (MoE routing): report it there and capture the rest;
+    # otherwise draft_export collects every failure with its line and still gives a graph
+    isolated = _isolate(
+        module, specs, inputs, first_error, device=device, strip=strip, opts=opts, rounds=isolate_rounds
     )
+    if isolated is not None:
+        return isolated
+    return _draft(module, inputs[0], first_error, strip=strip, shapes=shape_strs, decompose=opts.decompose)
 
 
 def _issue_modules_from_ops(inv: Inventory) -> Inventory:
@@ -552,7 +549,6 @@ def _draft(
     strip,
     shapes,
     decompose,
-    retry: Any = None,
 ) -> Inventory:
     import torch
 
@@ -563,9 +559,6 @@ def _draft(
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001
-        isolated = retry() if retry is not None else None
-        if isolated is not None:
-            return isolated
         err = exc if error is None else error
         loc, code = _exc_location(err)
         found = failing_module(err, module)

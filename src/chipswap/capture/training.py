@@ -6,7 +6,7 @@ traces one training step of the model in train mode:
 
     loss = model(**inputs) (its own loss when given labels, else the mean of its first float output)
     grads = torch.autograd.grad(loss, params)
-    AdamW update of every parameter (written out of place: the ops a fused optimizer step runs)
+    AdamW update (written out of place: the arithmetic of torch.optim.AdamW), traced once per parameter dtype
 
 with ``make_fx`` and the core-ATen decomposition table, and returns the backward and optimizer nodes as OpUse
 records with ``phase`` set. Each backward node carries the module path of the forward module whose autograd node
@@ -99,6 +99,18 @@ def _module_stamps(root: Any) -> Iterator[None]:
             h.remove()
 
 
+def _set_phase(phase: str | None) -> None:
+    """fx copies only a few meta keys onto new nodes; "custom" is one of them."""
+    import torch.fx.traceback as fxt
+
+    custom = dict(fxt.current_meta.get("custom") or {})
+    if phase is None:
+        custom.pop(PHASE_KEY, None)
+    else:
+        custom[PHASE_KEY] = phase
+    fxt.current_meta["custom"] = custom
+
+
 def _backward_hooks(loss: Any) -> None:
     """Before each autograd node runs: mark the fx nodes it creates as backward, with its forward module stack."""
     import torch.fx.traceback as fxt
@@ -112,7 +124,7 @@ def _backward_hooks(loss: Any) -> None:
         seen.add(id(node))
 
         def prehook(_grads: Any, node: Any = node) -> None:
-            fxt.current_meta[PHASE_KEY] = "backward"
+            _set_phase("backward")
             fxt.current_meta["nn_module_stack"] = node.metadata.get(_MODULE_KEY, {})
 
         node.register_prehook(prehook)
@@ -162,23 +174,64 @@ def training_ops(module: Any, inputs: Mapping[str, Any], *, strip: str | None = 
         _backward_hooks(loss)
         names = list(flat_params)
         grads = torch.autograd.grad(loss, [flat_params[n] for n in names], allow_unused=True)
-        fxt.current_meta[PHASE_KEY] = "optimizer"
+        _set_phase("optimizer")
         fxt.current_meta.pop("nn_module_stack", None)
-        updated = _adamw([flat_params[n] for n in names], list(grads))
-        fxt.current_meta.pop(PHASE_KEY, None)
+        # the update is the same arithmetic for every parameter of a dtype: trace it once per dtype
+        one: dict[Any, int] = {}
+        for i, n in enumerate(names):
+            if grads[i] is not None:
+                one.setdefault(flat_params[n].dtype, i)
+        updated = _adamw([flat_params[names[i]] for i in one.values()], [grads[i] for i in one.values()])
+        _set_phase(None)
         return loss, updated
 
     table = dict(core_aten_decompositions().items())
     with quiet(), fxt.preserve_node_meta():
-        gm = make_fx(step, decomposition_table=table, tracing_mode="real", record_stack_traces=True)(
-            params, dict(inputs)
-        )
+        # real mode: values are concrete, so a mask check that reads a value is baked in (the forward export
+        # already reported every data-dependent construct; this trace is for the backward's ops)
+        gm = make_fx(
+            step,
+            decomposition_table=table,
+            tracing_mode="real",
+            record_stack_traces=True,
+            _error_on_data_dependent_ops=False,
+        )(params, dict(inputs))
     for node in gm.graph.nodes:
-        if node.op == "call_function" and PHASE_KEY not in node.meta:
-            node.meta[PHASE_KEY] = "forward"
-    ops = graph_ops(gm, strip=_loss_strip(strip))
+        if node.op == "call_function":
+            node.meta[PHASE_KEY] = (node.meta.get("custom") or {}).get(PHASE_KEY, "forward")
+    ops = [_functional_name(o) for o in graph_ops(gm, strip=_loss_strip(strip)) if o.kind not in _BAKED]
     forward = [o for o in ops if o.phase == "forward"]
     return forward + _locate_backward([o for o in ops if o.phase != "forward"], forward)
+
+
+# value reads that real-mode tracing records where the model reads a tensor value (a mask check): the forward
+# export is the authority on data-dependence, so these are not ops of the training step
+_BAKED = frozenset({"aten::_local_scalar_dense", "aten::item", "aten::_assert_async", "aten::_assert_scalar"})
+
+
+def _functional_name(op: OpUse) -> OpUse:
+    """make_fx keeps in-place ops (add_, mul_) that torch.export would have functionalized: use the functional
+    op's name, which is what the compiler sees after functionalization."""
+    import torch
+
+    name = op.name
+    if op.namespace != "aten" or not name.endswith("_") or name.startswith("_") or name.endswith("__"):
+        return op
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    if packet is None:
+        return op
+    overloads = packet.overloads()
+    overload = op.overload if op.overload in overloads else ("default" if "default" in overloads else op.overload)
+    composite = op.composite
+    if overload in overloads:
+        composite = bool(
+            torch._C._dispatch_has_kernel_for_dispatch_key(
+                getattr(packet, overload).name(), "CompositeExplicitAutograd"
+            )
+        )
+    return replace(
+        op, kind=f"aten::{name[:-1]}", overload=overload, composite=composite, original=op.original or op.kind
+    )
 
 
 def _loss_strip(strip: str | None) -> str:
