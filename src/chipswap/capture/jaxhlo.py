@@ -73,6 +73,8 @@ _REGION_OWNERS = frozenset(
         "map",
     }
 )
+# instructions that only pass values around (arguments, tuples): not ops, like placeholders in a torch graph
+_PLUMBING = frozenset({"parameter", "tuple", "get-tuple-element"})
 # packages whose frames are library code, not the user's line
 _LIB_PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "chipswap", "ml_dtypes", "equinox", "haiku")
 
@@ -394,8 +396,17 @@ def hlo_inventory(text: str, *, shapes: tuple[str, ...] = ()) -> Inventory:
         if c.name in regions:
             continue
         types = {ins.name: ins.types for ins in c.instrs}
+        # an instruction JAX gave no frame (a constant, a broadcast of one) takes its first user's frame
+        user_frame: dict[str, int] = {}
+        for ins in reversed(c.instrs):  # users come after what they use
+            own = ins.frame if ins.frame is not None else user_frame.get(ins.name)
+            if own is not None:
+                for o in ins.operands:
+                    user_frame.setdefault(o, own)
         for ins in c.instrs:
-            frame = ins.frame if ins.frame is not None else inherited.get(c.name)
+            if ins.opcode in _PLUMBING:
+                continue
+            frame = ins.frame if ins.frame is not None else user_frame.get(ins.name, inherited.get(c.name))
             loc, code, func, stack = _where(frames.get(frame or -1, []))
             in_types = [types.get(o, []) for o in ins.operands]
             in_dtypes = tuple(dict.fromkeys(HLO_DTYPES.get(t, t) for ts in in_types for t in ts))
