@@ -593,6 +593,8 @@ def _import_factory(mod_name: str, attr: str, spec: str, dirs: Sequence[str] = (
                 f"factory {one_line(spec)!r} names a function of {top!r}, not a model factory; point to your own "
                 "function that returns a torch.nn.Module (or a JAX entry point)"
             )
+        if mod_name in sys.modules:  # already imported (and run) in this process: nothing new executes
+            return _attr(sys.modules[mod_name], mod_name, attr)
         with _import_path(dirs, dirs):
             spec_found = None
             try:
@@ -616,6 +618,10 @@ def _import_factory(mod_name: str, attr: str, spec: str, dirs: Sequence[str] = (
             mod = _guarded(
                 f"importing factory module {mod_name!r}", "fix the module", importlib.import_module, mod_name
             )
+    return _attr(mod, mod_name, attr)
+
+
+def _attr(mod: Any, mod_name: str, attr: str) -> Any:
     obj: Any = mod
     for part in attr.split("."):
         if not hasattr(obj, part):

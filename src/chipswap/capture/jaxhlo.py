@@ -341,19 +341,19 @@ def parse_hlo(text: str) -> tuple[list[_Comp], dict[int, list[tuple[str, int, st
             ins = _parse_instr(line)
             if ins is not None:
                 cur.instrs.append(ins)
+    # The printed parent_frame_id is the parent's id + 1 (0 and 1 both mean "no parent"): a frame printed as
+    # "4 {... parent_frame_id=4}" is called from frame 3.
     frames: dict[int, list[tuple[str, int, str]]] = {}
     for fid in parents:
         chain: list[tuple[str, int, str]] = []
         seen: set[int] = set()
         cur_id = fid
-        while cur_id in parents and cur_id not in seen:
+        while cur_id in parents and cur_id not in seen and len(chain) < 64:
             seen.add(cur_id)
             loc_id, parent = parents[cur_id]
             f, fn, ln = locs.get(loc_id, (0, 0, 0))
             chain.append((files.get(f, "?"), ln, funcs.get(fn, "?")))
-            if parent == cur_id:
-                break
-            cur_id = parent
+            cur_id = parent - 1
         frames[fid] = chain
     return comps, frames
 
