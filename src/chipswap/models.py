@@ -403,11 +403,11 @@ def _quiet_transformers() -> Iterator[None]:
         lg.setLevel(level)
 
 
-def _short(exc: BaseException, limit: int = 160) -> str:
-    text = str(exc).strip()
-    msg = text.splitlines()[0] if text else type(exc).__name__
-    msg = msg.split(". Should contain one of")[0]
-    return one_line(msg, limit)
+def _short(exc: BaseException, limit: int = 200) -> str:
+    """The exception's message on one line (a multi-line message keeps its detail, joined), cut at limit."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = text.split(". Should contain one of")[0]
+    return one_line(text, limit)
 
 
 # ---------------------------------------------------------------------------------------------- resolve
@@ -504,7 +504,8 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     try:
         build_model(ref, meta=True)
     except ChipswapError as exc:
-        raise ChipswapError(f"transformers rejects the config {f}: {exc}") from None
+        detail = str(exc).removeprefix("transformers ")
+        raise ChipswapError(f"transformers rejects the config {f}: {detail}") from None
     return ref
 
 
@@ -1033,7 +1034,10 @@ def build_model(
     except MemoryError:
         raise ChipswapError(f"building {ref.name} ran out of memory; check the config's sizes") from None
     except Exception as exc:  # noqa: BLE001 - transformers rejects the config while building it
-        raise ChipswapError(f"transformers cannot build {ref.name} as {t!r}: {_short(exc)}") from None
+        raise ChipswapError(
+            f"transformers cannot build {ref.name} ({one_line(ref.model_type, 40)}) as {t!r}: {_short(exc)}; "
+            "fix the config"
+        ) from None
     if t == "encoder" and ref.model_type not in ("t5", "mt5", "umt5") and hasattr(model, "get_encoder"):
         model = model.get_encoder()
     model.eval()
