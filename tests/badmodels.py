@@ -189,7 +189,9 @@ class IntScatterAdd(nn.Module):
         self.proj = nn.Linear(8, 8)
 
     def forward(self, x, pos):
-        hist = torch.zeros(16, dtype=torch.int64).scatter_add(0, pos, torch.ones_like(pos))  # BAD: scatter_add
+        hist = torch.zeros(16, dtype=torch.int64).scatter_add(
+            0, pos, torch.ones_like(pos)
+        )  # BAD: scatter_add
         return self.proj(x), hist
 
 
@@ -233,7 +235,8 @@ class SegmentEmbedding(nn.Module):
 
 
 class PairwiseDistance(nn.Module):
-    """torch.cdist: the forward lowers, its backward (_cdist_backward) has no lowering: training-only finding."""
+    """torch.cdist: the forward lowers, its backward (_cdist_backward) has no lowering: a finding only
+    with --training."""
 
     def __init__(self):
         super().__init__()

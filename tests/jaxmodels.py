@@ -1,8 +1,8 @@
 """Known-bad and known-good JAX / Flax entry points for the readiness check.
 
-Each entry point returns ``(fn, args)`` as `chipswap check module:entry` expects. A bad one marks its offending
-line with ``# BAD: <tag>``; tests find that line with ``bad_line(tag)``, so expected file:line values come from
-this file, not from the output. ``EXPECTED`` maps each tag to its entry point and rule id.
+Each entry point returns ``(fn, args)`` as `chipswap check module:entry` expects. A bad one marks its
+offending line with ``# BAD: <tag>``; tests find that line with ``bad_line(tag)``, so expected file:line
+values come from this file, not from the output. ``EXPECTED`` maps each tag to its entry point and rule id.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ def int_topk(ids):
 
 
 def host_callback(x):
-    return jax.pure_callback(lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x)  # BAD: callback
+    return jax.pure_callback(
+        lambda v: np.asarray(v) * 2, jax.ShapeDtypeStruct(x.shape, x.dtype), x
+    )  # BAD: callback
 
 
 def int_scatter_add(ids):

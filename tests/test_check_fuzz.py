@@ -2,8 +2,8 @@
 traceback, never exit 1 from a crash (exit 1 means "the check ran and found blockers" to a CI gate).
 
 Hypothesis mutates small valid configs of several architectures (wrong types, missing keys, inconsistent or
-wrong-length lists, absurd sizes, unknown architectures). Seeded (derandomized) and bounded so CI stays fast; set
-CHIPSWAP_FUZZ_EXAMPLES to run more.
+wrong-length lists, absurd sizes, unknown architectures). Seeded (derandomized) and bounded so CI stays fast;
+set CHIPSWAP_FUZZ_EXAMPLES to run more.
 """
 
 from __future__ import annotations
@@ -20,15 +20,37 @@ from tests.cli_helpers import run_inproc
 from tests.zoo_configs import CONFIGS
 
 BASES = {
-    "bert": {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
-             "intermediate_size": 64, "vocab_size": 128, "max_position_embeddings": 32},
-    "llama": {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 128, "max_position_embeddings": 32},
+    "bert": {
+        "model_type": "bert",
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "vocab_size": 128,
+        "max_position_embeddings": 32,
+    },
+    "llama": {
+        "model_type": "llama",
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 64,
+        "vocab_size": 128,
+        "max_position_embeddings": 32,
+    },
     "swin": CONFIGS["swin"],
     "convnext": CONFIGS["convnext"],
     "wav2vec2": CONFIGS["wav2vec2"],
-    "t5": {"model_type": "t5", "d_model": 32, "d_ff": 64, "num_layers": 1, "num_heads": 4, "d_kv": 8,
-           "vocab_size": 128},
+    "t5": {
+        "model_type": "t5",
+        "d_model": 32,
+        "d_ff": 64,
+        "num_layers": 1,
+        "num_heads": 4,
+        "d_kv": 8,
+        "vocab_size": 128,
+    },
 }
 EXAMPLES = int(os.environ.get("CHIPSWAP_FUZZ_EXAMPLES", "24"))
 
@@ -56,8 +78,14 @@ def mutated_configs(draw):
             lists = [k for k in keys if isinstance(cfg[k], list)]
             if lists:
                 k = draw(st.sampled_from(lists))
-                cfg[k] = draw(st.one_of(st.just(cfg[k][:-1]), st.just(cfg[k] + cfg[k]), st.just([]),
-                                        st.just([str(v) for v in cfg[k]])))
+                cfg[k] = draw(
+                    st.one_of(
+                        st.just(cfg[k][:-1]),
+                        st.just(cfg[k] + cfg[k]),
+                        st.just([]),
+                        st.just([str(v) for v in cfg[k]]),
+                    )
+                )
             else:
                 cfg[key] = [cfg[key], cfg[key]]
         elif op == "unknown_type":
@@ -82,7 +110,9 @@ def _assert_clean_outcome(code: int, out: str, err: str) -> None:
         report = json.loads(out)  # a finished check: its exit code says what it found
         assert report["exit_code"] == code
         if code == 1:
-            assert report["verdict"] == "blocked" and any(f["severity"] == "blocker" for f in report["findings"])
+            assert report["verdict"] == "blocked" and any(
+                f["severity"] == "blocker" for f in report["findings"]
+            )
             # a crash inside chipswap is never reported as a finding
             assert not any(f["rule"] == "CHIP_TRACE_FAIL" for f in report["findings"]), report["findings"]
 

@@ -1,7 +1,7 @@
 """JAX / Flax entry points: lowered to HLO on the CPU and checked with the same rules as PyTorch graphs.
 
-Known-bad functions in tests/jaxmodels.py each yield their rule at the line marked `# BAD: <tag>`; Flax MLP, CNN
-and transformer blocks check clean; bad entry points are one-line exit-2 errors.
+Known-bad functions in tests/jaxmodels.py each yield their rule at the line marked `# BAD: <tag>`; Flax MLP,
+CNN and transformer blocks check clean; bad entry points are one-line exit-2 errors.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def test_known_bad_jax_function_yields_rule_at_its_line(tag):
     entry, rule, severity = jaxmodels.EXPECTED[tag]
     report = run_check(f"tests.jaxmodels:{entry}", target="trn1")
     line = jaxmodels.bad_line(tag)
-    hits = [f for f in report.findings if f.rule == rule and (f.location or "").endswith(f"jaxmodels.py:{line}")]
+    hits = [
+        f for f in report.findings if f.rule == rule and (f.location or "").endswith(f"jaxmodels.py:{line}")
+    ]
     assert hits, [(f.rule, f.location) for f in report.findings]
     assert hits[0].severity == severity
     assert report.framework == "jax" and report.exit_code == (1 if report.blockers else 0)
@@ -43,7 +45,9 @@ def test_known_bad_jax_function_yields_rule_at_its_line(tag):
 @pytest.mark.parametrize("entry", jaxmodels.GOOD)
 def test_flax_models_and_plain_scatter_are_clean(entry):
     report = run_check(f"tests.jaxmodels:{entry}", target="trn1")
-    assert report.exit_code == 0 and not report.blockers, [(f.rule, f.op, f.location) for f in report.findings]
+    assert report.exit_code == 0 and not report.blockers, [
+        (f.rule, f.op, f.location) for f in report.findings
+    ]
     assert [f for f in report.findings if f.severity in ("warn", "slow")] == []
     kinds = set(report.assessment.counts("supported"))
     assert kinds and all(k.startswith("hlo::") for k in kinds)
@@ -117,11 +121,23 @@ ENTRY main.4 {
   zero = s32[] constant(0)
   z = s32[8]{0} broadcast(zero), dimensions={}
   idx = s32[8,1]{1,0} reshape(ids.1)
-  sc = s32[8]{0} scatter(z, idx, ids.1), update_window_dims={}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=region_0.1, metadata={op_name="scatter-add" stack_frame_id=2}
-  dyn = f32[<=8]{0} custom-call(ids.1), custom_call_target="lapack_sgetrf_ffi", metadata={op_name="x" stack_frame_id=1}
+  @SCATTER@
+  @CUSTOM@
   ROOT t = (s32[8]{0}, f32[<=8]{0}) tuple(sc, dyn)
 }
 """
+
+
+HLO = HLO.replace(
+    "@SCATTER@",
+    "sc = s32[8]{0} scatter(z, idx, ids.1), update_window_dims={}, inserted_window_dims={0}, "
+    "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=region_0.1, "
+    'metadata={op_name="scatter-add" stack_frame_id=2}',
+).replace(
+    "@CUSTOM@",
+    'dyn = f32[<=8]{0} custom-call(ids.1), custom_call_target="lapack_sgetrf_ffi", '
+    'metadata={op_name="x" stack_frame_id=1}',
+)
 
 
 def test_hlo_parser_reads_ops_types_frames_regions_and_dynamic_dims():

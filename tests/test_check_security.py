@@ -1,4 +1,5 @@
-"""Files from someone else cannot make `chipswap check` run code, read arbitrary files or allocate without bound.
+"""Files from someone else cannot make `chipswap check` run code, read arbitrary files or allocate
+without bound.
 
 One test per class (issue 15), each failing on the code before the fix:
 * a .pt2 archive carrying a pickle payload is refused (weights-only loading), also when a workload names it;
@@ -82,7 +83,8 @@ def test_clean_pt2_still_loads_weights_only(tmp_path, capsys):
 
 
 def test_pt2_named_by_a_workload_goes_through_the_same_refusal(tmp_path, capsys):
-    """`chipswap plan` resolves model.preset with models.resolve_model; a .pt2 there is loaded weights-only."""
+    """`chipswap plan` resolves model.preset with models.resolve_model; a .pt2 there is loaded
+    weights-only."""
     bad, marker = _payload_pt2(tmp_path)
     ref = models.resolve_model(str(bad))  # what the plan pipeline calls with a workload's model.preset
     with pytest.raises(ChipswapError, match="weights-only"):
@@ -90,7 +92,9 @@ def test_pt2_named_by_a_workload_goes_through_the_same_refusal(tmp_path, capsys)
     with pytest.raises(ChipswapError, match="weights-only"):
         models.input_names(ref)
     assert not marker.exists()
-    example = Path(__file__).resolve().parents[1] / "src" / "chipswap" / "data" / "examples" / "llama-serving.toml"
+    example = (
+        Path(__file__).resolve().parents[1] / "src" / "chipswap" / "data" / "examples" / "llama-serving.toml"
+    )
     wl = tmp_path / "wl.toml"
     wl.write_text(example.read_text().replace('preset = "llama-3-8b"', f'preset = "{bad}"'))
     code, _, err = run_inproc(capsys, "plan", str(wl), "--out", str(tmp_path / "report"))
@@ -101,8 +105,7 @@ def test_pt2_named_by_a_workload_goes_through_the_same_refusal(tmp_path, capsys)
 def test_factory_in_the_current_folder_is_not_imported_by_accident(tmp_path, monkeypatch, capsys):
     marker = tmp_path / "IMPORTED"
     (tmp_path / "evilfactory.py").write_text(
-        f"open({str(marker)!r}, 'w').close()\n"
-        "from tests.badmodels import make_good as make\n"
+        f"open({str(marker)!r}, 'w').close()\nfrom tests.badmodels import make_good as make\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # as `python -m chipswap` would put the folder on sys.path
@@ -169,8 +172,15 @@ def test_preset_kind_never_reads_a_json_file(tmp_path):
     ],
 )
 def test_absurd_config_sizes_are_refused_before_building(field, value, tmp_path, capsys):
-    cfg = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-           "intermediate_size": 64, "vocab_size": 256, field: value}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "vocab_size": 256,
+        field: value,
+    }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -178,13 +188,17 @@ def test_absurd_config_sizes_are_refused_before_building(field, value, tmp_path,
     code, _, err = run_inproc(capsys, "check", str(p))
     assert code == 2 and field in err and "outside [0," in err and err.count("\n") == 1
     assert time.perf_counter() - t0 < 10
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 * 1024  # < 200 MiB more (KiB units)
+    assert (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 * 1024
+    )  # < 200 MiB more (KiB units)
 
 
 def test_huge_shape_flags_are_bounded(capsys):
     code, _, err = run_inproc(capsys, "check", "tiny-bert", "--shape", "input_ids=100000000x100000000")
     assert code == 2 and "dimension" in err
-    code, _, err = run_inproc(capsys, "check", "tests.badmodels:make_good", "--shape", "x=1000000x1000000:float32")
+    code, _, err = run_inproc(
+        capsys, "check", "tests.badmodels:make_good", "--shape", "x=1000000x1000000:float32"
+    )
     assert code == 2 and "elements" in err
 
 

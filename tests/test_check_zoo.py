@@ -1,13 +1,13 @@
 """Zoo: transformers architectures from small configs check with 0 crashes and 0 false blockers.
 
-* 8 shipped tiny presets (bert, distilbert, roberta, gpt2, llama, mistral, t5, vit) with a stable op inventory:
-  tests/snapshots/check_zoo_ops.json holds, per preset, the core-ATen op counts by status. It depends on the torch
-  and transformers versions (torch 2.13, transformers 5.x); after an intended upgrade, regenerate it with
-  CHIPSWAP_UPDATE_SNAPSHOTS=1 and review the diff.
-* 23 more architectures from tests/zoo_configs.py (text encoders, decoders, encoder-decoders, audio, vision CNNs
-  and transformers, mixture of experts), each checked with the inputs chipswap derives from the model's forward
-  signature and config. Every one is clean except the MoE models, whose single finding is the data-dependent
-  expert routing at the experts loop (docs/readiness.md, "Zoo", justifies it).
+* 8 shipped tiny presets (bert, distilbert, roberta, gpt2, llama, mistral, t5, vit) with a stable op
+  inventory: tests/snapshots/check_zoo_ops.json holds, per preset, the core-ATen op counts by status. It
+  depends on the torch and transformers versions (torch 2.13, transformers 5.x); after an intended upgrade,
+  regenerate it with CHIPSWAP_UPDATE_SNAPSHOTS=1 and review the diff.
+* 23 more architectures from tests/zoo_configs.py (text encoders, decoders, encoder-decoders, audio, vision
+  CNNs and transformers, mixture of experts), each checked with the inputs chipswap derives from the model's
+  forward signature and config. Every one is clean except the MoE models, whose single finding is the
+  data-dependent expert routing at the experts loop (docs/readiness.md, "Zoo", justifies it).
 * The decoders also with --training: backward and optimizer ops are captured, still 0 false blockers.
 """
 
@@ -55,8 +55,14 @@ def updated():
 def test_zoo_covers_at_least_20_architectures_in_every_family():
     families = Counter({**FAMILY, **PRESETS}.values())
     assert len(CONFIGS) + len(PRESETS) >= 20
-    for family in ("text encoder", "decoder", "encoder-decoder", "vision CNN", "vision transformer",
-                   "mixture of experts"):
+    for family in (
+        "text encoder",
+        "decoder",
+        "encoder-decoder",
+        "vision CNN",
+        "vision transformer",
+        "mixture of experts",
+    ):
         assert families[family] >= 2, family
 
 
@@ -105,7 +111,8 @@ def test_zoo_architecture_checks_with_no_false_blockers(arch, tmp_path):
     counted = sum(report.phase_counts().values())
     assert counted > 15, (arch, counted)
     if arch in MOE_EXPERTS:
-        # the one finding: routing at the experts loop, with the fix, and an inventory of the rest of the model
+        # the one finding: routing at the experts loop, with the fix, and an inventory of the rest of the
+        # model
         file, line = _experts_loop_line(MOE_EXPERTS[arch])
         assert _not_info(report) == [("CHIP_MOE_ROUTING", MOE_EXPERTS[arch], report.blockers[0].location)]
         hit = report.blockers[0]
@@ -133,8 +140,13 @@ def test_zoo_decoders_check_clean_with_training(arch, tmp_path):
         spec = str(cfg)
     else:
         spec = arch
-    report = run_check(spec, ["input_ids=1x8:int64", "attention_mask=1x8:int64"], training=True, target="trn1",
-                       task="causal-lm")
+    report = run_check(
+        spec,
+        ["input_ids=1x8:int64", "attention_mask=1x8:int64"],
+        training=True,
+        target="trn1",
+        task="causal-lm",
+    )
     assert report.exit_code == 0 and _not_info(report) == [], arch
     phases = report.phase_counts()
     assert phases.get("backward", 0) > 50 and phases.get("optimizer", 0) > 0, phases
@@ -178,15 +190,17 @@ def test_symbolic_export_covers_all_buckets_with_same_ops():
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-t5"])
 def test_fast_meta_decomposition_matches_run_decompositions(preset):
-    from chipswap.capture import CaptureOptions, capture_module, make_inputs  # noqa: F401
     from chipswap import models
+    from chipswap.capture import CaptureOptions, capture_module, make_inputs  # noqa: F401
 
     fast = run_check(preset, ["input_ids=1x16:int64", "attention_mask=1x16:int64"], weightless=True)
     assert fast.weightless and "once per distinct op" in fast.inventory.method
     ref = models.resolve_model(preset)
     module = models.build_model(ref, input_names=["input_ids", "attention_mask"])
     spec = {"input_ids": ((1, 16), "int64"), "attention_mask": ((1, 16), "int64")}
-    full = capture_module(module, [spec], vocab_size=100, strip="model.", options=CaptureOptions(symbolic=False))
+    full = capture_module(
+        module, [spec], vocab_size=100, strip="model.", options=CaptureOptions(symbolic=False)
+    )
     import torch
 
     ep = torch.export.export(module, (), make_inputs(spec, vocab_size=100), strict=False)

@@ -16,8 +16,8 @@ import time
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from decimal import Decimal
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -156,8 +156,11 @@ def load_plan(path: str | Path) -> tuple[list[int], list[int]]:
     return list(plan.batch_buckets), list(plan.sequence_buckets)
 
 
-def default_specs(ref: Any, batches: Sequence[int], seqs: Sequence[int], *, task: str | None = None) -> list[InputSpec]:
-    """One shape set per batch x sequence bucket, with the model's own inputs (text, pixels, audio, decoder ids).
+def default_specs(
+    ref: Any, batches: Sequence[int], seqs: Sequence[int], *, task: str | None = None
+) -> list[InputSpec]:
+    """One shape set per batch x sequence bucket, with the model's own inputs (text, pixels, audio, decoder
+    ids).
 
     Inputs of a fixed size (pixels, audio features) do not vary with the sequence bucket: a model without a
     sequence input gets one shape set per batch bucket.
@@ -435,9 +438,11 @@ def _needs_meta(ref: Any, params: int, specs: Sequence[InputSpec]) -> bool:
     """Weightless capture for big weights, or when one eager forward would need GiBs for attention scores."""
     if params > META_PARAMS:
         return True
-    heads = int(ref.config.get("num_attention_heads") or 1) if not isinstance(
-        ref.config.get("num_attention_heads"), list
-    ) else 1
+    heads = (
+        int(ref.config.get("num_attention_heads") or 1)
+        if not isinstance(ref.config.get("num_attention_heads"), list)
+        else 1
+    )
     for spec in specs:
         for dims, _ in spec.values():
             if len(dims) == 2 and dims[0] * heads * dims[1] * dims[1] * 4 > META_ACTIVATION_BYTES:
@@ -501,7 +506,9 @@ def run_check(
             f"{META_PARAMS:,} parameters is checked without weights)"
         ) from None
     except RecursionError:
-        raise ChipswapError("the model is nested too deeply to capture (recursion limit); simplify it") from None
+        raise ChipswapError(
+            "the model is nested too deeply to capture (recursion limit); simplify it"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - exit 2 with one line, never a traceback or exit 1
         raise ChipswapError(
             f"could not check {one_line(str(spec_or_ref), 80)}: {type(exc).__name__}: "
@@ -551,7 +558,9 @@ def _run(
         "rules_source": ruleset.source,
         "torch (capture)": torch.__version__,
     }
-    common = dict(model=ref.name, model_kind=ref.kind, task=task, sdk=ruleset.sdk, target=target, ruleset=ruleset)
+    common = dict(
+        model=ref.name, model_kind=ref.kind, task=task, sdk=ruleset.sdk, target=target, ruleset=ruleset
+    )
     if ref.kind == "exported":
         if training:
             raise ChipswapError(
@@ -570,10 +579,19 @@ def _run(
         if not _is_torch(out):
             return _run_jax(ref, out, common, versions, training=training, shapes=shapes, plan=plan)
         module, example = models.split_factory_output(ref, out)
-        return _run_torch_factory(ref, module, example, common, versions, shapes=shapes, plan=plan, training=training)
+        return _run_torch_factory(
+            ref, module, example, common, versions, shapes=shapes, plan=plan, training=training
+        )
     return _run_config(
-        ref, common, versions, task=task, shapes=shapes, plan=plan, weightless=weightless,
-        training=training, full_model=full_model,
+        ref,
+        common,
+        versions,
+        task=task,
+        shapes=shapes,
+        plan=plan,
+        weightless=weightless,
+        training=training,
+        full_model=full_model,
     )
 
 
@@ -596,20 +614,26 @@ def _report(common: dict[str, Any], inventory: Any, versions: dict[str, str], **
     )
 
 
-def _run_jax(ref: Any, out: Any, common: dict[str, Any], versions: dict[str, str], **kw: Any) -> ReadinessReport:
+def _run_jax(
+    ref: Any, out: Any, common: dict[str, Any], versions: dict[str, str], **kw: Any
+) -> ReadinessReport:
     from chipswap.capture.jaxhlo import capture_jax, jax_versions, split_entry
 
     if kw.get("shapes") or kw.get("plan"):
         raise ChipswapError(
-            f"{ref.source} is a JAX entry point: its example arguments fix the shapes; drop --shape/--plan and "
+            f"{ref.source} is a JAX entry point: its example arguments fix the shapes; drop --shape/--plan "
+            "and "
             "return arguments of the shape you want checked"
         )
     fn, args, kwargs = split_entry(out, ref.source)
     inventory = capture_jax(fn, args, kwargs, name=ref.source)
     versions = {k: v for k, v in versions.items() if not k.startswith("torch")} | jax_versions()
     notes = (
-        ("--training: a JAX entry point is checked as given; return your train step (with jax.grad) to check "
-         "the backward pass",)
+        (
+            "--training: a JAX entry point is checked as given; return your train step (with jax.grad) "
+            "to check "
+            "the backward pass",
+        )
         if kw.get("training")
         else ()
     )
@@ -617,8 +641,15 @@ def _run_jax(ref: Any, out: Any, common: dict[str, Any], versions: dict[str, str
 
 
 def _run_torch_factory(
-    ref: Any, module: Any, example: Any, common: dict[str, Any], versions: dict[str, str], *, shapes: Any,
-    plan: Any, training: bool,
+    ref: Any,
+    module: Any,
+    example: Any,
+    common: dict[str, Any],
+    versions: dict[str, str],
+    *,
+    shapes: Any,
+    plan: Any,
+    training: bool,
 ) -> ReadinessReport:
     import inspect
 
@@ -633,9 +664,11 @@ def _run_torch_factory(
             )
         specs = [{k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in example.items()}]
     params = inspect.signature(module.forward).parameters
-    names = list(example) if example else [
-        n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    names = (
+        list(example)
+        if example
+        else [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    )
     if any(p.kind == p.VAR_KEYWORD for p in params.values()) and example:
         names = []  # **kwargs forward: any name goes
     _validate_specs(ref, specs, names)
@@ -647,8 +680,16 @@ def _run_torch_factory(
 
 
 def _run_config(
-    ref: Any, common: dict[str, Any], versions: dict[str, str], *, task: Any, shapes: Any, plan: Any,
-    weightless: bool | None, training: bool, full_model: bool,
+    ref: Any,
+    common: dict[str, Any],
+    versions: dict[str, str],
+    *,
+    task: Any,
+    shapes: Any,
+    plan: Any,
+    weightless: bool | None,
+    training: bool,
+    full_model: bool,
 ) -> ReadinessReport:
     import transformers
 

@@ -1,25 +1,27 @@
 """Model specs -> real PyTorch modules (or JAX entry points), without hub downloads.
 
 A spec is one of:
-  * a shipped preset name (``distilbert-base``, ``llama-3-70b``, ``tiny-bert`` ...; data/models/*.json). A preset
-    is a *name*: it never names a file outside the shipped presets;
+  * a shipped preset name (``distilbert-base``, ``llama-3-70b``, ``tiny-bert`` ...; data/models/*.json). A
+    preset is a *name*: it never names a file outside the shipped presets;
   * a path to a transformers ``config.json`` (or a folder holding one);
   * a factory ``package.module:make_model`` or ``path/to/file.py:make_model`` (a callable returning an
     ``nn.Module``, or ``(module, {input_name: example_tensor})``; a JAX entry point returns ``(fn, args)``);
   * a saved ``torch.export`` program (``.pt2``), loaded with weights-only semantics.
 
 What a spec may execute (see docs/readiness.md, "Trust"):
-  * presets and config.json files are data: parsed, bounded (``CONFIG_BOUNDS``) and built by transformers code;
+  * presets and config.json files are data: parsed, bounded (``CONFIG_BOUNDS``) and built by transformers
+    code;
   * a ``.pt2`` never unpickles anything unless ``trust_pickle`` is set (``--trust-pickle``);
-  * factories are the user's own code: imported from ``sys.path`` (installed packages, ``PYTHONPATH``), from an
-    explicit ``file.py`` path, or from folders given as ``factory_dirs`` (``--factory-path``); never from the
-    current folder by accident, never from the standard library. A factory that raises or exits is one error line.
+  * factories are the user's own code: imported from ``sys.path`` (installed packages, ``PYTHONPATH``), from
+    an explicit ``file.py`` path, or from folders given as ``factory_dirs`` (``--factory-path``); never from
+    the current folder by accident, never from the standard library. A factory that raises or exits is one
+    error line.
 
-transformers models are built from their config with random weights (or on the meta device, so a 70B config needs
-no weight memory) and wrapped so ``forward`` takes tensors positionally or by name and returns a tuple. Which
-inputs a model takes comes from its forward signature and config (``model_inputs``): token ids, pixels, audio
-samples or features, decoder ids, labels.
-torch / transformers are imported inside the functions that need them.
+transformers models are built from their config with random weights (or on the meta device, so a 70B config
+needs no weight memory) and wrapped so ``forward`` takes tensors positionally or by name and returns a tuple.
+Which inputs a model takes comes from its forward signature and config (``model_inputs``): token ids, pixels,
+audio samples or features, decoder ids, labels. torch / transformers are imported inside the functions that
+need them.
 """
 
 from __future__ import annotations
@@ -107,7 +109,9 @@ CONFIG_BOUNDS: dict[str, int] = {
         ),
         _LAYERS,
     ),
-    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "embedding_size", "d_kv"), _WIDTH),
+    **dict.fromkeys(
+        ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "embedding_size", "d_kv"), _WIDTH
+    ),
     **dict.fromkeys(
         (
             "intermediate_size",
@@ -236,9 +240,11 @@ class ModelRef:
 class ModelInputs:
     """What a model's forward takes, derived from its signature and config.
 
-    ``accepted``: every tensor input the forward takes (``--shape`` may name any of them); ``defaults``: the ones
+    ``accepted``: every tensor input the forward takes (``--shape`` may name any of them); ``defaults``: the
+    ones
     chipswap feeds when no shapes are given; ``labels``: how training labels look (``"tokens"`` (batch x seq),
-    ``"class"`` (batch,) or ``""`` when the head takes none); ``highs``: exclusive upper bound of integer values.
+    ``"class"`` (batch,) or ``""`` when the head takes none); ``highs``: exclusive upper bound of integer
+    values.
     """
 
     accepted: tuple[str, ...]
@@ -325,7 +331,9 @@ def _check_task(task: str | None) -> None:
 def check_config_bounds(cfg: Mapping[str, Any], where: str, _depth: int = 0) -> None:
     """Every number that sizes the built model is a number within its bound (nested sub-configs too)."""
     if _depth > 4:
-        raise ChipswapError(f"config {where} nests sub-configs deeper than 4 levels; not a transformers config")
+        raise ChipswapError(
+            f"config {where} nests sub-configs deeper than 4 levels; not a transformers config"
+        )
     for key, value in cfg.items():
         if isinstance(value, Mapping) and key.endswith("config"):
             check_config_bounds(value, f"{where} ({key})", _depth + 1)
@@ -391,7 +399,8 @@ def _validate_hf_config(cfg: dict[str, Any], where: str):
 
 @contextlib.contextmanager
 def _quiet_transformers() -> Iterator[None]:
-    """transformers logs config warnings (token ids outside the vocabulary, ...); chipswap reports errors itself."""
+    """transformers logs config warnings (token ids outside the vocabulary, ...); chipswap reports errors
+    itself."""
     import logging
 
     lg = logging.getLogger("transformers")
@@ -463,7 +472,8 @@ def resolve_model(
         fn = _import_factory(mod_name, attr, spec, dirs)
         if not callable(fn):
             raise ChipswapError(
-                f"factory is not callable: {one_line(spec)}; point to a function that returns a torch.nn.Module"
+                f"factory is not callable: {one_line(spec)}; "
+                "point to a function that returns a torch.nn.Module"
             )
         return ModelRef(
             kind="factory", name=attr, config={}, task=task, source=spec, path=spec, factory_dirs=dirs
@@ -488,9 +498,7 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
 
     f = p / "config.json" if p.is_dir() else p
     if not f.is_file():
-        raise ChipswapError(
-            f"config file not found: {one_line(spec)}; pass a transformers config.json path"
-        )
+        raise ChipswapError(f"config file not found: {one_line(spec)}; pass a transformers config.json path")
     cfg = read_json(f, "config")
     if not isinstance(cfg, dict):
         raise ChipswapError(f"config is not a JSON object: {f}; pass a transformers config.json")
@@ -533,7 +541,8 @@ def _split_factory(spec: str) -> tuple[str, str]:
     mod_name, _, attr = spec.rpartition(":")
     if not mod_name or not attr or not all(part.isidentifier() for part in attr.split(".")):
         raise ChipswapError(
-            f"bad factory spec: {one_line(spec)!r}; use package.module:make_model or path/to/file.py:make_model"
+            f"bad factory spec: {one_line(spec)!r}; "
+            "use package.module:make_model or path/to/file.py:make_model"
         )
     return mod_name, attr
 
@@ -587,11 +596,13 @@ def _import_factory(mod_name: str, attr: str, spec: str, dirs: Sequence[str] = (
     else:
         if not all(part.isidentifier() for part in mod_name.split(".")):
             raise ChipswapError(
-                f"bad factory spec: {one_line(spec)!r}; use package.module:make_model or path/to/file.py:make_model"
+                f"bad factory spec: {one_line(spec)!r}; "
+                "use package.module:make_model or path/to/file.py:make_model"
             )
         if top in sys.stdlib_module_names or top in sys.builtin_module_names or top == "chipswap":
             raise ChipswapError(
-                f"factory {one_line(spec)!r} names a function of {top!r}, not a model factory; point to your own "
+                f"factory {one_line(spec)!r} names a function of {top!r}, not a model factory; "
+                "point to your own "
                 "function that returns a torch.nn.Module (or a JAX entry point)"
             )
         if mod_name in sys.modules:  # already imported (and run) in this process: nothing new executes
@@ -610,8 +621,12 @@ def _import_factory(mod_name: str, attr: str, spec: str, dirs: Sequence[str] = (
             if spec_found is None:
                 local = Path.cwd() / (mod_name.replace(".", "/") + ".py")
                 pkg = Path.cwd() / mod_name.split(".")[0]
-                here = " (a copy is in the current folder, which chipswap does not import from unless asked: " \
-                    "pass --factory-path . or set PYTHONPATH=.)" if local.exists() or pkg.is_dir() else ""
+                here = (
+                    " (a copy is in the current folder, which chipswap does not import from unless asked: "
+                    "pass --factory-path . or set PYTHONPATH=.)"
+                    if local.exists() or pkg.is_dir()
+                    else ""
+                )
                 raise ChipswapError(
                     f"cannot import factory module {mod_name!r} from {one_line(spec)!r}{here}; "
                     "install the package, set PYTHONPATH, or pass --factory-path DIR"
@@ -688,7 +703,8 @@ def split_factory_output(ref: ModelRef, out: Any) -> tuple[Any, dict[str, Any] |
         out, example = out
     if not isinstance(out, torch.nn.Module):
         raise ChipswapError(
-            f"factory {one_line(ref.source)} returned {type(out).__name__}, not a torch.nn.Module; return the "
+            f"factory {one_line(ref.source)} returned {type(out).__name__}, not a torch.nn.Module; "
+            "return the "
             "model (or (model, {input_name: example_tensor}); a JAX entry point returns (fn, args))"
         )
     if example is not None:
@@ -710,7 +726,8 @@ def call_factory(ref: ModelRef):
 
 
 class _NeedsPickle(BaseException):
-    """Raised inside torch.export.load when the archive wants to unpickle something (BaseException: torch's own
+    """Raised inside torch.export.load when the archive wants to unpickle something (BaseException: torch's
+    own
     `except Exception` fallbacks must not swallow it)."""
 
 
@@ -757,7 +774,8 @@ def load_exported(ref: ModelRef):
     except _NeedsPickle as exc:
         raise ChipswapError(
             f"exported program {where} needs unpickling ({one_line(str(exc), 120)}), and chipswap loads .pt2 "
-            "files with weights-only semantics; re-save it with torch.export.save from plain tensors, or pass "
+            "files with weights-only semantics; re-save it with torch.export.save from plain tensors, "
+            "or pass "
             "--trust-pickle if you trust whoever made the file"
         ) from None
     except Exception as exc:  # noqa: BLE001 - a corrupt or foreign archive is bad input
@@ -837,7 +855,11 @@ def model_inputs(ref: ModelRef, *, task: str | None = None) -> ModelInputs:
     defaults = [main]
     if main == "input_ids" and "attention_mask" in accepted:
         defaults.append("attention_mask")
-    if "pixel_values" in accepted and main != "pixel_values" and getattr(cfg, "vision_config", None) is not None:
+    if (
+        "pixel_values" in accepted
+        and main != "pixel_values"
+        and getattr(cfg, "vision_config", None) is not None
+    ):
         defaults.append("pixel_values")
     if enc_dec and not encoder_only and "decoder_input_ids" in accepted:
         defaults.append("decoder_input_ids")
@@ -861,8 +883,10 @@ def model_inputs(ref: ModelRef, *, task: str | None = None) -> ModelInputs:
 
     labels = ""
     if "labels" in accepted:
-        labels = "class" if t in ("sequence-classification", "image-classification", "audio-classification") else (
-            "tokens" if t in ("causal-lm", "masked-lm", "seq2seq-lm", "speech-seq2seq") else ""
+        labels = (
+            "class"
+            if t in ("sequence-classification", "image-classification", "audio-classification")
+            else ("tokens" if t in ("causal-lm", "masked-lm", "seq2seq-lm", "speech-seq2seq") else "")
         )
     text_cfg = getattr(cfg, "text_config", None)
     vocab = int(getattr(cfg, "vocab_size", None) or getattr(text_cfg, "vocab_size", None) or 1000)
@@ -1100,13 +1124,18 @@ _LAYER_VARIANTS = (
 def representative(ref: ModelRef) -> tuple[ModelRef, str]:
     """A copy of a transformer config with REPRESENTATIVE_DEPTH of its identical layers, and words saying so.
 
-    Every layer of a standard transformer has the same operators and dtypes, so the findings of a 2-layer copy are
-    those of the full model (module paths name layers 0 and 1), for a fraction of the export time. Configs whose
-    layers differ (layer types, MoE every n-th layer, dense first layers), factories and .pt2 programs are checked
+    Every layer of a standard transformer has the same operators and dtypes, so the findings of a 2-layer
+    copy are
+    those of the full model (module paths name layers 0 and 1), for a fraction of the export time. Configs
+    whose
+    layers differ (layer types, MoE every n-th layer, dense first layers), factories and .pt2 programs are
+    checked
     whole.
     """
     cfg = ref.config
-    depths = {k: cfg[k] for k in _DEPTH_KEYS if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)}
+    depths = {
+        k: cfg[k] for k in _DEPTH_KEYS if isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool)
+    }
     deepest = max(depths.values(), default=0)
     if ref.kind not in ("preset", "hf-config") or deepest <= REPRESENTATIVE_DEPTH:
         return ref, "the full model"

@@ -1,16 +1,16 @@
 """Capture a model as a core-ATen graph and turn it into an op inventory for the rule engine.
 
 * ``torch.export`` (non-strict) at each bucket shape, or once with symbolic batch/sequence dims when there are
-  several buckets: a symbolic export that succeeds is valid for every shape in the range (any
-  shape-specific guard would have raised), so it yields the same findings as one export per bucket.
+  several buckets: a symbolic export that succeeds is valid for every shape in the range (any shape-specific
+  guard would have raised), so it yields the same findings as one export per bucket.
 * ``run_decompositions()`` to core ATen.
 * When export fails, ``torch.export.draft_export`` collects every failure (data-dependent guards, missing fake
   kernels) with its file:line, and its graph still gives an op inventory.
 * Weightless configs are captured on the meta device (fake tensors), so a 70B config needs no weight memory.
 * When neither export nor draft_export gets a graph because one module's code is data-dependent (e.g. MoE
-  routing: a loop over the experts a batch hits), that failure is reported at its line with the module it runs in,
-  and the module (every instance of its class) is stubbed with a same-shaped placeholder so the rest of the model
-  still gets an op inventory. The report says which module was left out.
+  routing: a loop over the experts a batch hits), that failure is reported at its line with the module it runs
+  in, and the module (every instance of its class) is stubbed with a same-shaped placeholder so the rest of
+  the model still gets an op inventory. The report says which module was left out.
 * A factory's example tensors are used as given (their values, not just their shapes).
 
 torch is imported inside the functions. May not read model files or print; errors are ChipswapError.
@@ -58,7 +58,8 @@ def make_inputs(
     highs: Mapping[str, int] | None = None,
     example: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Tensors for a shape spec: the factory's ``example`` tensors when their shapes match (used as given), else
+    """Tensors for a shape spec: the factory's ``example`` tensors when their shapes match (used as given),
+    else
     deterministic ones: integers below ``highs[name]`` (default vocab_size), all-ones masks, N(0,1) floats."""
     import torch
 
@@ -77,7 +78,8 @@ def make_inputs(
         n = math.prod(dims)
         if device != "meta" and n > MAX_INPUT_ELEMENTS:
             raise ChipswapError(
-                f"input {name} of {'x'.join(map(str, dims))} is {n:,} elements, over the {MAX_INPUT_ELEMENTS:,} "
+                f"input {name} of {'x'.join(map(str, dims))} is {n:,} elements, over the "
+                f"{MAX_INPUT_ELEMENTS:,} "
                 "chipswap materializes for one capture; use smaller --shape sizes"
             )
         if device == "meta":
@@ -115,7 +117,8 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
 def check_forward(module: Any, inputs: Mapping[str, Any]) -> None:
     """Run the model once eagerly; a forward that raises is a user error (exit 2), not a readiness finding.
 
-    A data-dependent model runs fine eagerly, so this never hides a finding: only code that fails on real inputs
+    A data-dependent model runs fine eagerly, so this never hides a finding: only code that fails on real
+    inputs
     (wrong shapes, a bug, an exit) stops here.
     """
     import torch
@@ -143,7 +146,8 @@ def check_forward(module: Any, inputs: Mapping[str, Any]) -> None:
 
 
 def is_data_dependent(exc: BaseException) -> bool:
-    """A tracing failure caused by a value-dependent size or branch (not a bug or an unsupported construct)."""
+    """A tracing failure caused by a value-dependent size or branch (not a bug or an unsupported
+    construct)."""
     names = {type(e).__name__ for e in _chain(exc)}
     if names & {"GuardOnDataDependentSymNode", "DynamicOutputShapeException", "DataDependentOutputException"}:
         return True
@@ -161,7 +165,8 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def failing_module(exc: BaseException, root: Any) -> tuple[str, Any] | None:
-    """(qualified name, module) of the innermost model module whose code raised ``exc``, from its traceback."""
+    """(qualified name, module) of the innermost model module whose code raised ``exc`` (from its
+    traceback)."""
     import torch
 
     names = {id(m): n for n, m in root.named_modules()}
@@ -470,9 +475,11 @@ def _stub(template: Any) -> Any:
         if template is None:
             return torch.zeros_like(first)
         return torch.utils._pytree.tree_map(
-            lambda leaf: first.new_zeros(leaf[0], dtype=leaf[1])
-            if isinstance(leaf, tuple) and len(leaf) == 2 and isinstance(leaf[1], torch.dtype)
-            else leaf,
+            lambda leaf: (
+                first.new_zeros(leaf[0], dtype=leaf[1])
+                if isinstance(leaf, tuple) and len(leaf) == 2 and isinstance(leaf[1], torch.dtype)
+                else leaf
+            ),
             template,
             is_leaf=lambda x: isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], torch.dtype),
         )
@@ -491,7 +498,8 @@ def _isolate(
     opts: CaptureOptions,
     rounds: int,
 ) -> Inventory | None:
-    """A data-dependent failure inside one module: report it there, stub that module class, capture the rest."""
+    """A data-dependent failure inside one module: report it there, stub that module class, capture the
+    rest."""
     import types
 
     if rounds <= 0 or not is_data_dependent(error):
@@ -519,7 +527,9 @@ def _isolate(
         saved[id(m)] = m.__dict__.get("forward")
         m.forward = types.MethodType(_stub(recorded.get(id(m))), m)
     try:
-        rest = _capture(module, specs, inputs, device=device, strip=strip, opts=opts, isolate_rounds=rounds - 1)
+        rest = _capture(
+            module, specs, inputs, device=device, strip=strip, opts=opts, isolate_rounds=rounds - 1
+        )
     finally:
         for _, m in instances:
             old = saved[id(m)]
@@ -529,7 +539,8 @@ def _isolate(
                 m.forward = old
     names = ", ".join(_strip(n, strip) for n, _ in instances[:3]) + (" ..." if len(instances) > 3 else "")
     note = (
-        f"{cls.__name__} ({len(instances)} instance(s): {names}) is left out of the op inventory: its code is "
+        f"{cls.__name__} ({len(instances)} instance(s): {names}) is left out of the op inventory: "
+        "its code is "
         "data-dependent; it was replaced by a same-shaped placeholder to capture the rest of the model"
     )
     return replace(

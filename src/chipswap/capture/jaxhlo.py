@@ -1,16 +1,19 @@
-"""JAX / Flax readiness capture: lower an entry point to HLO on the CPU and turn its instructions into OpUse records.
+"""JAX / Flax readiness capture: lower an entry point to HLO on the CPU and turn its instructions into OpUse
+records.
 
-An entry point is ``module:function`` returning ``(fn, args)`` (positional example arguments, a tuple or list),
-``(fn, kwargs)`` (a dict) or ``(fn, args, kwargs)``. chipswap runs ``jax.jit(fn).lower(*args, **kwargs)`` on the
-CPU (nothing is compiled or executed) and reads the HLO text with debug info: every instruction's opcode, element
-types, shapes and the source frames JAX recorded for it. Each instruction becomes ``OpUse(kind="hlo::<opcode>")``
-with its user source line; the rule engine gives it a status from the HLO evidence table (data/neuron_rules/
-hlo.toml) and applies the same rules as to PyTorch graphs (integer sort/topk, scatter-add into integers, dynamic
-dimensions, custom calls neuronx-cc does not recognise, float64, ...).
+An entry point is ``module:function`` returning ``(fn, args)`` (positional example arguments, a tuple or
+list), ``(fn, kwargs)`` (a dict) or ``(fn, args, kwargs)``. chipswap runs ``jax.jit(fn).lower(*args,
+**kwargs)`` on the CPU (nothing is compiled or executed) and reads the HLO text with debug info: every
+instruction's opcode, element types, shapes and the source frames JAX recorded for it. Each instruction
+becomes ``OpUse(kind="hlo::<opcode>")`` with its user source line; the rule engine gives it a status from the
+HLO evidence table (data/neuron_rules/hlo.toml) and applies the same rules as to PyTorch graphs (integer
+sort/topk, scatter-add into integers, dynamic dimensions, custom calls neuronx-cc does not recognise, float64,
+...).
 
-What lowering itself rejects is sorted in two: a value-dependent size or branch (``jnp.unique`` without ``size=``,
-``if x > 0`` on a traced value) is a data-dependent finding at the user's line; anything else (the function raises,
-x64 dtypes requested with x64 disabled, arguments that are not arrays) is bad input, one ChipswapError line.
+What lowering itself rejects is sorted in two: a value-dependent size or branch (``jnp.unique`` without
+``size=``, ``if x > 0`` on a traced value) is a data-dependent finding at the user's line; anything else (the
+function raises, x64 dtypes requested with x64 disabled, arguments that are not arrays) is bad input, one
+ChipswapError line.
 
 jax is imported inside the functions. May not write files or print.
 """
@@ -76,7 +79,18 @@ _REGION_OWNERS = frozenset(
 # instructions that only pass values around (arguments, tuples): not ops, like placeholders in a torch graph
 _PLUMBING = frozenset({"parameter", "tuple", "get-tuple-element"})
 # packages whose frames are library code, not the user's line
-_LIB_PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "chipswap", "ml_dtypes", "equinox", "haiku")
+_LIB_PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "chex",
+    "numpy",
+    "chipswap",
+    "ml_dtypes",
+    "equinox",
+    "haiku",
+)
 
 _TYPE = re.compile(r"^(?P<et>[a-z0-9]+)\[(?P<dims>[^\]]*)\]")
 
@@ -105,7 +119,8 @@ class _Comp:
 
 
 def lower_entry(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, name: str) -> str:
-    """HLO text (with debug info) of ``jax.jit(fn).lower(*args, **kwargs)``; errors sorted into findings/bad input.
+    """HLO text (with debug info) of ``jax.jit(fn).lower(*args, **kwargs)``; errors sorted into findings/bad
+    input.
 
     Returns the HLO text; raises _DataDependent for a value-dependent failure, ChipswapError for bad input.
     """
@@ -119,7 +134,9 @@ def lower_entry(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, name
         except KeyboardInterrupt:
             raise
         except SystemExit as exc:
-            raise ChipswapError(f"JAX entry point {name} called exit({exc.code!r}) while tracing; fix it") from None
+            raise ChipswapError(
+                f"JAX entry point {name} called exit({exc.code!r}) while tracing; fix it"
+            ) from None
         except BaseException as exc:  # noqa: BLE001 - sorted below: a finding or bad input
             if _is_value_dependent(exc):
                 raise _DataDependent(exc) from None
@@ -133,7 +150,8 @@ def lower_entry(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, name
         text = str(w.message)
         if "is not available" in text and ("float64" in text or "int64" in text or "complex128" in text):
             raise ChipswapError(
-                f"JAX entry point {name} needs 64-bit types but x64 is disabled ({one_line(text, 140)}); call "
+                f"JAX entry point {name} needs 64-bit types but x64 is disabled ({one_line(text, 140)}); "
+                "call "
                 "jax.config.update('jax_enable_x64', True) in the entry point, or use 32-bit dtypes"
             )
     try:
@@ -322,7 +340,11 @@ def parse_hlo(text: str) -> tuple[list[_Comp], dict[int, list[tuple[str, int, st
                 f = re.search(r"file_name_id=(\d+)", val)
                 fn = re.search(r"function_name_id=(\d+)", val)
                 ln = re.search(r"\bline=(\d+)", val)
-                locs[i] = (int(f.group(1)) if f else 0, int(fn.group(1)) if fn else 0, int(ln.group(1)) if ln else 0)
+                locs[i] = (
+                    int(f.group(1)) if f else 0,
+                    int(fn.group(1)) if fn else 0,
+                    int(ln.group(1)) if ln else 0,
+                )
             elif section == "StackFrames":
                 fl = re.search(r"file_location_id=(\d+)", val)
                 pa = re.search(r"parent_frame_id=(\d+)", val)
@@ -433,7 +455,8 @@ def hlo_inventory(text: str, *, shapes: tuple[str, ...] = ()) -> Inventory:
                 issues.append(
                     CaptureIssue(
                         kind="dynamic_dim",
-                        message=f"HLO {ins.opcode} has a dynamic dimension ({ins.shape}); Neuron needs static shapes",
+                        message=f"HLO {ins.opcode} has a dynamic dimension ({ins.shape}); "
+                        "Neuron needs static shapes",
                         location=loc,
                         code=code,
                         module_path=func,
@@ -455,7 +478,11 @@ def _callees(ins: _Instr) -> list[str]:
         if key in ins.attrs:
             out.append(ins.attrs[key].lstrip("%"))
     if "branch_computations" in ins.attrs:
-        out += [b.strip().lstrip("%") for b in ins.attrs["branch_computations"].strip("{}").split(",") if b.strip()]
+        out += [
+            b.strip().lstrip("%")
+            for b in ins.attrs["branch_computations"].strip("{}").split(",")
+            if b.strip()
+        ]
     return out
 
 
@@ -494,9 +521,7 @@ def split_entry(out: Any, name: str) -> tuple[Any, tuple[Any, ...], dict[str, An
     if callable(out) and not isinstance(out, tuple):
         raise ChipswapError(f"JAX entry point {name} returned a function but no example arguments; {fix}")
     if not isinstance(out, tuple) or len(out) not in (2, 3) or not callable(out[0]):
-        raise ChipswapError(
-            f"JAX entry point {name} returned {type(out).__name__}, not (fn, args); {fix}"
-        )
+        raise ChipswapError(f"JAX entry point {name} returned {type(out).__name__}, not (fn, args); {fix}")
     fn, rest = out[0], out[1:]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = {}
@@ -509,7 +534,8 @@ def split_entry(out: Any, name: str) -> tuple[Any, tuple[Any, ...], dict[str, An
             args = tuple(part)
         else:
             raise ChipswapError(
-                f"JAX entry point {name}: example arguments must be a tuple/list (and optionally a dict), got "
+                f"JAX entry point {name}: example arguments must be a tuple/list (and optionally a dict), "
+                "got "
                 f"{type(part).__name__}; {fix}"
             )
     if not args and not kwargs:
@@ -552,10 +578,13 @@ def capture_jax(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, name
         msg = str(dy.exc)
         m = re.search(r"([^\s:]+\.py):(\d+):\d+: error: (.*)", msg)
         loc = f"{_rel(m.group(1))}:{m.group(2)}" if m else None
-        code = linecache.getline(m.group(1), int(m.group(2))).strip() if m and os.path.isfile(m.group(1)) else ""
+        code = (
+            linecache.getline(m.group(1), int(m.group(2))).strip() if m and os.path.isfile(m.group(1)) else ""
+        )
         issue = CaptureIssue(
             kind="dynamic_dim",
-            message=f"the lowered program has dynamic dimensions ({one_line(m.group(3) if m else _first_line(dy.exc), 160)})",
+            message="the lowered program has dynamic dimensions "
+            f"({one_line(m.group(3) if m else _first_line(dy.exc), 160)})",
             location=loc,
             code=code,
         )

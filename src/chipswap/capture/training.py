@@ -1,18 +1,18 @@
-"""Training graphs: the backward pass and the optimizer step as core-ATen ops, for `chipswap check --training`.
+"""Training graphs: the backward pass and the optimizer step as core-ATen ops (`chipswap check --training`).
 
-Trainium runs fine-tunes, and some ops appear only when gradients flow: the scatter-add that is the gradient of an
-embedding or an index, the scatter of a sort/topk backward, dropout's random masks, loss backward. This module
-traces one training step of the model in train mode:
+Trainium runs fine-tunes, and some ops appear only when gradients flow: the scatter-add that is the gradient
+of an embedding or an index, the scatter of a sort/topk backward, dropout's random masks, loss backward. This
+module traces one training step of the model in train mode:
 
     loss = model(**inputs) (its own loss when given labels, else the mean of its first float output)
     grads = torch.autograd.grad(loss, params)
     AdamW update (written out of place: the arithmetic of torch.optim.AdamW), traced once per parameter dtype
 
 with ``make_fx`` and the core-ATen decomposition table, and returns the backward and optimizer nodes as OpUse
-records with ``phase`` set. Each backward node carries the module path of the forward module whose autograd node
-produced it (stamped by module hooks during the forward), and the source line of that module's forward op it is
-the gradient of, when one matches. The forward half is not taken from here: the forward export (``capture_module``,
-in train mode) stays the authority for forward ops and data-dependent failures.
+records with ``phase`` set. Each backward node carries the module path of the forward module whose autograd
+node produced it (stamped by module hooks during the forward), and the source line of that module's forward op
+it is the gradient of, when one matches. The forward half is not taken from here: the forward export
+(``capture_module``, in train mode) stays the authority for forward ops and data-dependent failures.
 
 torch is imported inside the functions. May not read files or print.
 """
@@ -112,7 +112,8 @@ def _set_phase(phase: str | None) -> None:
 
 
 def _backward_hooks(loss: Any) -> None:
-    """Before each autograd node runs: mark the fx nodes it creates as backward, with its forward module stack."""
+    """Before each autograd node runs: mark the fx nodes it creates as backward, with its forward
+    module stack."""
     import torch.fx.traceback as fxt
 
     todo = [loss.grad_fn]
@@ -156,8 +157,8 @@ def training_ops(module: Any, inputs: Mapping[str, Any], *, strip: str | None = 
     import torch
     import torch.fx.traceback as fxt
     from torch._decomp import core_aten_decompositions
-    from torch.fx.experimental.proxy_tensor import make_fx
     from torch.func import functional_call
+    from torch.fx.experimental.proxy_tensor import make_fx
 
     from chipswap.capture import quiet
     from chipswap.capture.graph import graph_ops
@@ -221,7 +222,9 @@ def _functional_name(op: OpUse) -> OpUse:
     if packet is None:
         return op
     overloads = packet.overloads()
-    overload = op.overload if op.overload in overloads else ("default" if "default" in overloads else op.overload)
+    overload = (
+        op.overload if op.overload in overloads else ("default" if "default" in overloads else op.overload)
+    )
     composite = op.composite
     if overload in overloads:
         composite = bool(

@@ -13,7 +13,8 @@ def check(
     model: str = typer.Argument(
         ...,
         help="Preset name (distilbert-base, llama-3-70b, ...), a transformers config.json, "
-        "package.module:factory or path/to/file.py:factory (PyTorch, or a JAX entry point returning (fn, args)), "
+        "package.module:factory or path/to/file.py:factory (PyTorch, or a JAX entry point returning "
+        "(fn, args)), "
         "or a torch.export .pt2 file.",
     ),
     task: str = typer.Option(
@@ -53,7 +54,8 @@ def check(
     trust_pickle: bool = typer.Option(
         False,
         "--trust-pickle",
-        help="Let a .pt2 file unpickle Python objects (runs code from the file). Default: weights-only loading; "
+        help="Let a .pt2 file unpickle Python objects (runs code from the file). Default: weights-only "
+        "loading; "
         "a file that needs unpickling is refused.",
     ),
     factory_path: list[Path] = typer.Option(
@@ -108,9 +110,8 @@ def _print_table(report) -> None:
     import shutil
 
     from rich.console import Console
-    from rich.table import Table
-
     from rich.markup import escape
+    from rich.table import Table
 
     from chipswap.textsafe import one_line
 
@@ -153,7 +154,10 @@ def _print_table(report) -> None:
         style = SEVERITY_STYLE.get(f.severity, "")
         table.add_row(
             f"[{style}]{f.severity}[/{style}]" if style else f.severity,
-            *(escape(one_line(c, 300)) for c in (f.rule, f.op, f.dtype, f.module_path or "-", f.location or "-")),
+            *(
+                escape(one_line(c, 300))
+                for c in (f.rule, f.op, f.dtype, f.module_path or "-", f.location or "-")
+            ),
             str(f.count),
         )
     console.print(table)

@@ -15,7 +15,7 @@ lowered from JAX (``hlo::sort``). HLO opcodes get their status from the per-opco
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -62,8 +62,12 @@ class OpUse:
     original: str | None = None  # kind of the op this one was decomposed from
     signature: str = ""  # one-node graph text, e.g. "%topk = aten.topk.default(%ids: i64[2, 8], 2)"
     stack: str = ""  # source frames, innermost last
-    data_dtype: str = ""  # dtype of the first tensor operand (the data a scatter writes into, the keys a sort sorts)
-    attrs: tuple[tuple[str, str], ...] = ()  # constant arguments by schema name, e.g. (("accumulate", "True"),)
+    data_dtype: str = (
+        ""  # dtype of the first tensor operand (the data a scatter writes into, the keys a sort sorts)
+    )
+    attrs: tuple[
+        tuple[str, str], ...
+    ] = ()  # constant arguments by schema name, e.g. (("accumulate", "True"),)
     module_types: tuple[str, ...] = ()  # class names of the enclosing modules, outermost first
     phase: str = "forward"  # "forward", "backward" or "optimizer" (training captures)
 
@@ -104,7 +108,9 @@ class Inventory:
     shapes: tuple[str, ...] = ()  # one string per captured shape set
     exported: bool = True  # False when only draft_export (or nothing) produced a graph
     method: str = ""  # how it was captured, e.g. "torch.export (non-strict) + core ATen, symbolic seq dim"
-    notes: tuple[str, ...] = ()  # what the inventory leaves out and why (e.g. a data-dependent module stubbed)
+    notes: tuple[
+        str, ...
+    ] = ()  # what the inventory leaves out and why (e.g. a data-dependent module stubbed)
 
 
 @dataclass(frozen=True)
@@ -119,8 +125,12 @@ class Clause:
     unbacked: bool | None = None
     issue_kinds: frozenset[str] | None = None
     data_dtypes: frozenset[str] | None = None  # dtype of the first tensor operand
-    attrs: Mapping[str, frozenset[str]] | None = None  # every named constant argument must take a listed value
-    modules: frozenset[str] | None = None  # case-insensitive substrings of the module path or module class names
+    attrs: Mapping[str, frozenset[str]] | None = (
+        None  # every named constant argument must take a listed value
+    )
+    modules: frozenset[str] | None = (
+        None  # case-insensitive substrings of the module path or module class names
+    )
     phases: frozenset[str] | None = None
 
     @property
@@ -424,13 +434,16 @@ def classify_hlo(op: OpUse, tables: OpTables, overrides: Mapping[str, str]) -> O
             return OpStatus("excluded", f"custom-call {target}: a sharding annotation, no computation")
         if target in tables.custom_call_host:
             return OpStatus(
-                "unsupported", f"custom-call {target} is a host (Python) callback; JAX host callbacks are "
-                "not supported on Neuron", CUSTOM_CALL
+                "unsupported",
+                f"custom-call {target} is a host (Python) callback; JAX host callbacks are "
+                "not supported on Neuron",
+                CUSTOM_CALL,
             )
         if target.startswith(tables.custom_call_platform) and tables.custom_call_platform:
             return OpStatus(
-                "unknown", f"custom-call {target} is JAX's CPU lowering of a library routine; its Neuron "
-                "lowering has no public statement"
+                "unknown",
+                f"custom-call {target} is JAX's CPU lowering of a library routine; its Neuron "
+                "lowering has no public statement",
             )
         return OpStatus(
             "unsupported", f"custom-call target {target} is not on neuronx-cc's recognised list", CUSTOM_CALL
@@ -552,7 +565,7 @@ def evaluate(inv: Inventory, rs: RuleSet, target: str) -> Assessment:
             if loc and loc != g.get("location") and loc not in g["locations"]:
                 g["locations"].append(loc)
 
-    def unsuperseded(hits: list[tuple[Rule, Clause | None]]) -> list[tuple[Rule, Clause | None]]:
+    def unsuperseded(hits: Sequence[tuple[Rule, Any]]) -> list[tuple[Rule, Any]]:
         gone = {rid for r, _ in hits for rid in r.supersedes}
         return [(r, c) for r, c in hits if r.id not in gone]
 
