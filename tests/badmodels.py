@@ -189,9 +189,8 @@ class IntScatterAdd(nn.Module):
         self.proj = nn.Linear(8, 8)
 
     def forward(self, x, pos):
-        hist = torch.zeros(16, dtype=torch.int64).scatter_add(
-            0, pos, torch.ones_like(pos)
-        )  # BAD: scatter_add
+        hist = torch.zeros(16, dtype=torch.int64)
+        hist = hist.scatter_add(0, pos, torch.ones_like(pos))  # BAD: scatter_add
         return self.proj(x), hist
 
 
