@@ -596,14 +596,14 @@ def _run(
 
 
 def _is_torch(out: Any) -> bool:
+    """A PyTorch factory's output, unless it looks like a JAX entry point's (fn, args) with jax loaded."""
     from chipswap.models import is_torch_module
 
-    if is_torch_module(out):
+    if is_torch_module(out) or (isinstance(out, tuple) and out and is_torch_module(out[0])):
         return True
-    if isinstance(out, tuple) and out and is_torch_module(out[0]):
-        return True
-    # neither a module nor (module, example): a JAX entry point when jax is loaded, else a bad PyTorch factory
-    return "jax" not in sys.modules
+    if "jax" not in sys.modules:
+        return True  # then split_factory_output explains what a factory must return
+    return not (callable(out) or (isinstance(out, tuple) and len(out) > 0 and callable(out[0])))
 
 
 def _report(common: dict[str, Any], inventory: Any, versions: dict[str, str], **kw: Any) -> ReadinessReport:
