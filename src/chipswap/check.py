@@ -703,17 +703,23 @@ def _run_config(
         specs = default_specs(ref, [1], [default_seq(ref)], task=task)
     _validate_specs(ref, specs, info.accepted)
     checked_ref, checked = (ref, "the full model") if full_model else models.representative(ref)
-    if weightless is not None:
-        meta = weightless
-    else:
-        params = models.parameter_count(checked_ref, task=task)
-        meta = _needs_meta(checked_ref, params, specs)
     names = list(dict.fromkeys(n for s in specs for n in s))
     if training and info.labels and "labels" in info.accepted:
         names.append("labels")
-    module = models.build_model(
-        checked_ref, meta=meta, task=task, input_names=names, experts_implementation="eager"
-    )
+
+    def build(on_meta: bool) -> Any:
+        return models.build_model(
+            checked_ref, meta=on_meta, task=task, input_names=names, experts_implementation="eager"
+        )
+
+    # build on the meta device first (no weight memory): its parameter count decides whether weights fit
+    module = build(True) if weightless is not False else None
+    if weightless is not None:
+        meta = weightless
+    else:
+        meta = _needs_meta(checked_ref, models.count_parameters(module), specs)
+    if not meta:
+        module = build(False)
     device = "meta" if meta else "cpu"
     strip = models.WRAPPED_ATTR + "."
     inventory = capture_module(
