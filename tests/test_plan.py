@@ -229,15 +229,14 @@ def test_blockers_on_one_target_pick_the_other(readiness, monkeypatch: pytest.Mo
 
 
 def test_representative_check_keeps_two_layers_only_when_layers_are_alike() -> None:
-    from chipswap.models import resolve_model
+    from chipswap.models import representative, resolve_model
 
     ref = resolve_model("llama-3-8b")
-    small, what = readiness_stage.representative(ref, full=False)
+    small, what = representative(ref)
     assert small.config["num_hidden_layers"] == 2 and ref.config["num_hidden_layers"] == 32
     assert "2-layer copy" in what
-    assert readiness_stage.representative(ref, full=True)[0] is ref
-    mixed = replace(ref, config={**ref.config, "layer_types": ["full_attention"] * 32})
-    assert readiness_stage.representative(mixed, full=False)[0] is mixed
+    mixed = replace(ref, config={**ref.config, "layer_types": ["full_attention", "sliding_attention"] * 16})
+    assert representative(mixed)[0] is mixed
 
 
 @pytest.mark.slow
@@ -246,7 +245,9 @@ def test_two_layer_copy_finds_what_the_full_model_finds() -> None:
     from chipswap.models import resolve_model
 
     ref = resolve_model("gpt2")
-    small, _ = readiness_stage.representative(ref, full=False)
+    from chipswap.models import representative
+
+    small, _ = representative(ref)
     assert small.config["n_layer"] == 2
     full = run_check(ref, ["input_ids=1x128:int64"], target="inf2")
     part = run_check(small, ["input_ids=1x128:int64"], target="inf2")

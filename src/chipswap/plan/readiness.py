@@ -9,38 +9,11 @@ May not write anything.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, is_dataclass, replace
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from chipswap.plan.result import ReadinessSummary, ShapeSummary, jsonable
 from chipswap.plan.setup import PlanSetup, rules_target
-
-CHECK_DEPTH = 2  # layers kept in the representative readiness check
-_DEPTH_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers")
-
-
-def representative(ref: Any, full: bool) -> tuple[Any, str]:
-    """A copy of a transformer config with CHECK_DEPTH of its identical layers, and the words that say so.
-
-    Every layer of a standard transformer has the same operators and dtypes, so the readiness findings of a
-    2-layer copy are those of the full model (module paths name layer 0/1), at a fraction of the export time.
-    Configs whose layers differ (a `layer_types` list) and factories / exported programs are checked whole.
-    """
-    cfg = getattr(ref, "config", None) or {}
-    depth = cfg.get("num_hidden_layers")
-    if (
-        full
-        or getattr(ref, "kind", "") not in ("preset", "hf-config")
-        or not isinstance(depth, int)
-        or depth <= CHECK_DEPTH
-        or "layer_types" in cfg
-    ):
-        return ref, "the full model"
-    small = {**cfg, **{k: CHECK_DEPTH for k in _DEPTH_KEYS if k in cfg}}
-    return replace(ref, config=small), (
-        f"a {CHECK_DEPTH}-layer copy of its {depth} identical layers (same operators and dtypes; "
-        "set model.full_check = true to export every layer)"
-    )
 
 
 def _finding_dict(f: Any) -> dict[str, Any]:
@@ -70,10 +43,12 @@ def targets(s: PlanSetup) -> tuple[str, ...]:
     )
 
 
-def run_check(checked: Any, shapes: list[str] | None, target: str, task: str | None) -> Any:
+def run_check(
+    ref: Any, shapes: list[str] | None, target: str, task: str | None, full: bool, training: bool
+) -> Any:
     from chipswap.check import run_check as check
 
-    return check(checked, shapes, target=target, task=task)
+    return check(ref, shapes, target=target, task=task, full_model=full, training=training)
 
 
 def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
@@ -86,7 +61,11 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
     if not tgts:
         return ReadinessSummary(False, "no Neuron candidate to check against")
     target, others = tgts[0], tgts[1:]
-    checked, what = representative(ref, wl.model.full_check)
+    from chipswap.models import representative
+
+    what = "the full model" if wl.model.full_check else representative(ref)[1]
+    if not wl.model.full_check and what.startswith("a "):
+        what += "; set model.full_check = true to export every layer"
     # One representative shape: batch 1 at the largest planned sequence bucket. A transformer's operator
     # inventory does not depend on the sequence length, so one export stands for every bucket.
     max_pos = int((getattr(ref, "config", None) or {}).get("max_position_embeddings") or 0) or None
@@ -95,8 +74,14 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
     if max_pos and seq > max_pos:
         seq, why = max_pos, f"the model's max_position_embeddings {max_pos}, below the planned buckets"
     t0 = time.perf_counter()
+    training = s.kind == "training"
     report = run_check(
-        checked, None if ref.kind == "factory" else [f"input_ids=1x{seq}:int64"], target, wl.model.task
+        ref,
+        None if ref.kind == "factory" else [f"input_ids=1x{seq}:int64"],
+        target,
+        wl.model.task,
+        wl.model.full_check,
+        training,
     )
     secs = time.perf_counter() - t0
     findings = tuple(report.findings_json())
@@ -114,9 +99,10 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
     shape_desc = (
         f"batch 1 x {seq} tokens ({why})" if ref.kind != "factory" else "the factory's example inputs"
     )
+    step = " with one training step (backward and AdamW)" if training else ""
     return ReadinessSummary(
         True,
-        f"predicted from published Neuron facts, not compiled: checked {what}, once, at {shape_desc}, "
+        f"predicted from published Neuron facts, not compiled: checked {what}{step}, once, at {shape_desc}, "
         "without weights",
         target,
         report.sdk,

@@ -88,8 +88,9 @@ def resolve_model(wl: Workload, wpath: Path, base_dir: Path) -> Any:
     key, value = spec
     from chipswap.models import resolve_model as resolve
 
+    kind = {"model.preset": "preset", "model.config": "config", "model.factory": "factory"}[key]
     try:
-        return resolve(value, task=wl.model.task if wl.model else None)
+        return resolve(value, task=wl.model.task if wl.model else None, kind=kind)
     except ChipswapError as exc:
         raise ChipswapError(f"{wpath}: {key}: {exc}") from None
 
