@@ -64,8 +64,7 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
     from chipswap.models import representative
 
     what = "the full model" if wl.model.full_check else representative(ref)[1]
-    if not wl.model.full_check and what.startswith("a "):
-        what += "; set model.full_check = true to export every layer"
+    what = what.replace("--full-model exports", "model.full_check = true exports")  # the workload's key
     # One representative shape: batch 1 at the largest planned sequence bucket. A transformer's operator
     # inventory does not depend on the sequence length, so one export stands for every bucket.
     max_pos = int((getattr(ref, "config", None) or {}).get("max_position_embeddings") or 0) or None
