@@ -111,16 +111,21 @@ def _stated_rate(s: PlanSetup, prompt: np.ndarray, out: np.ndarray, what: str) -
     return Load(traffic, (warm, warm + win), tr.steady_rps, what, prompt, out)
 
 
-def _steady(s: PlanSetup) -> TrafficStage:
+def _stated_summary(
+    s: PlanSetup,
+    source: str,
+    requests: int,
+    prompt: np.ndarray,
+    out: np.ndarray,
+    prompt_p50_p99: tuple[float, float] | None = None,
+) -> TrafficSummary:
+    """The summary of a stated rate: flat (peak = mean = busiest), lengths from `prompt` / `out`."""
     tr = s.workload.traffic
     assert tr is not None and tr.steady_rps is not None
-    if tr.histogram is not None:
-        return _from_histogram(s)
-    prompt = int(tr.prompt_tokens or 0)
-    out = int(tr.output_tokens or 0)
-    summary = TrafficSummary(
-        "steady rate (stated)",
-        0,
+    p50, p99 = prompt_p50_p99 or (float(np.median(prompt)), float(np.percentile(prompt, 99)))
+    return TrafficSummary(
+        source,
+        requests,
         0.0,
         1.0,
         tr.steady_rps,
@@ -128,21 +133,26 @@ def _steady(s: PlanSetup) -> TrafficStage:
         1.0,
         tr.burst_window_s,
         (),
-        float(prompt),
-        float(prompt),
-        float(out),
-        np.array([prompt], dtype=np.int64),
-        np.array([out], dtype=np.int64),
-        output_p99=float(out),
+        p50,
+        p99,
+        float(np.median(out)),
+        prompt,
+        out,
+        output_p99=float(np.percentile(out, 99)),
         busiest_rps=tr.steady_rps,
         busiest_start_s=0.0,
     )
-    load = _stated_rate(
-        s,
-        np.array([prompt], dtype=np.int64),
-        np.array([out], dtype=np.int64),
-        f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s",
-    )
+
+
+def _steady(s: PlanSetup) -> TrafficStage:
+    tr = s.workload.traffic
+    assert tr is not None and tr.steady_rps is not None
+    if tr.histogram is not None:
+        return _from_histogram(s)
+    prompt = np.array([int(tr.prompt_tokens or 0)], dtype=np.int64)
+    out = np.array([int(tr.output_tokens or 0)], dtype=np.int64)
+    summary = _stated_summary(s, "steady rate (stated)", 0, prompt, out)
+    load = _stated_rate(s, prompt, out, f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s")
     return TrafficStage(summary, None, load)
 
 
@@ -168,24 +178,13 @@ def _from_histogram(s: PlanSetup) -> TrafficStage:
 
     prompt = draw(h.prompt.lengths, h.prompt.counts)
     out = draw(*h.output) if h.output is not None else np.zeros(HISTOGRAM_SAMPLE, dtype=np.int64)
-    summary = TrafficSummary(
+    summary = _stated_summary(
+        s,
         f"{tr.histogram} (a histogram of {len(h):,} requests) at the stated {tr.steady_rps:g} requests/s",
         len(h),
-        0.0,
-        1.0,
-        tr.steady_rps,
-        tr.steady_rps,
-        1.0,
-        tr.burst_window_s,
-        (),
-        float(h.prompt.quantile(0.5)),
-        float(h.prompt.quantile(0.99)),
-        float(np.median(out)),
         prompt,
         out,
-        output_p99=float(np.percentile(out, 99)),
-        busiest_rps=tr.steady_rps,
-        busiest_start_s=0.0,
+        (float(h.prompt.quantile(0.5)), float(h.prompt.quantile(0.99))),
     )
     what = (
         f"Poisson arrivals at the stated {tr.steady_rps:g} requests/s, lengths drawn from {tr.histogram} "
