@@ -91,7 +91,11 @@ def figure_line(fleet: object) -> str:
         floor = getattr(fleet, "slo_floor_ms", None)
         parts.append(fleet.sizing + (f" (unloaded {floor:,.0f} ms)" if floor else ""))  # type: ignore[attr-defined]
     if count is not None:
-        band = f" ({lo}-{hi} across the error band)" if lo is not None and hi is not None and lo != hi else ""
+        band = ""
+        if lo is not None and hi is not None and lo != hi:
+            band = f" ({lo}-{hi} across the error band)"
+        elif lo is not None and hi is None:
+            band = f" ({lo} or more across the error band; none meets the SLO at its slow edge)"
         parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")
     cfg = getattr(fleet, "config", None)
     if cfg is not None:

@@ -48,7 +48,9 @@ def _fleet_row(f: Any, serving: bool) -> str:
         c = f.config
         cfg = f"TP {c.tp_degree} x {c.replicas} replica(s), batch {c.max_batch}, {md_text(c.weight_dtype)}"
     lo, hi = f.count_range
-    count = f"{f.count}" + (f" ({lo}–{hi} across the band)" if lo is not None and lo != hi else "")
+    count = f"{f.count}"
+    if lo is not None and lo != hi:
+        count += f" ({lo}–{hi} across the band)" if hi is not None else f" ({lo} or more across the band)"
     cells = [md_text(f.instance), _fig(f.throughput)]
     if serving:
         cells.append("; ".join(lat) or "unknown")

@@ -282,6 +282,11 @@ def fleet_size_svg(
     ax.set_xlabel("traffic (x the busiest window of the workload)")
     ax.set_ylabel("instances")
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
     ax.set_title("Fleet size vs traffic, both sides sized the same way", loc="left", fontsize=10)
     ax.legend(fontsize=8, frameon=False, loc="upper left")
     return render(fig, "fleetsize", "Fleet size vs traffic")
