@@ -26,7 +26,7 @@ CapacityCheck = Callable[[str, str, "int | None", str], "tuple[Any, str]"]
 def capacity(
     s: PlanSetup, verdict: Verdict, best: Any, check: CapacityCheck | None
 ) -> tuple[Verdict, tuple[str, ...]]:
-    if check is None or best is None:
+    if check is None or best is None or not verdict.is_move:  # capacity only matters for a move
         return verdict, ()
     from chipswap.core.capacity import capacity_reason, qualify_verdict
 
