@@ -231,7 +231,7 @@ def latency_svg(
             )
         ax.axhline(99, color=GREY, linewidth=0.8, linestyle=":")
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 3.0)))
         ax.xaxis.set_major_formatter(plain)
         ax.xaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
         ax.set_xlabel(f"{which} (ms, log scale)")
