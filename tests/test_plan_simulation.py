@@ -61,6 +61,7 @@ def test_both_fleets_are_simulated_for_the_slo() -> None:
     assert r.monthly_now.note.startswith(f"{r.gpu_fleet.count} x g6e.xlarge (sized for the busiest window")
 
 
+@pytest.mark.slow
 def test_sizing_is_monotone_in_traffic_and_objective() -> None:
     counts = [plan(llama(rps)).candidates[0].count for rps in (1.0, 3.0, 9.0)]
     assert counts[0] <= counts[1] <= counts[2] and counts[0] < counts[2]
@@ -87,6 +88,7 @@ def test_today_fleet_too_small_is_said() -> None:
     assert any("misses the SLO at the busiest window" in n for n in r.notes)
 
 
+@pytest.mark.slow
 def test_each_layout_is_sized_and_the_cheapest_kept() -> None:
     r = plan(llama(3.0, targets={"candidates": ["inf2.48xlarge"]}))
     f = r.candidates[0].fleet
