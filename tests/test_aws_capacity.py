@@ -382,6 +382,9 @@ def test_the_plans_clear_move_gets_the_quota_increase_line(aws, tmp_path) -> Non
 
     moto, stubs = aws
     text = example_path("finetune").read_text().replace("count = 1", "count = 8")
+    # the seed's hours as measured figures (a projection would outrank them as stated ones)
+    text = text.replace('gpu_source = "seed example"', 'gpu_source = "measured"')
+    text = text.replace('source = "seed example"', 'source = "measured"')
     wl_path = tmp_path / "finetune8.toml"
     wl_path.write_text(text)
     result = pipeline.run_plan(load_workload(wl_path), wl_path)

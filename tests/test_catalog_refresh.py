@@ -223,9 +223,8 @@ def test_the_plan_accepts_the_refreshed_catalog(aws, tmp_path, capsys, monkeypat
     from chipswap.commands.plan import example_path
     from chipswap.workload import load_workload
 
-    monkeypatch.setattr(pipeline, "_catalog", lambda: load_catalog(out))
     path = example_path("finetune")
-    result = pipeline.run_plan(load_workload(path), path)
+    result = pipeline.run_plan(load_workload(path), path, catalog=load_catalog(out))
     best = result.best
     assert best is not None and best.instance == "trn1.32xlarge"
     assert best.rate is not None and best.rate.value == Decimal("20")

@@ -187,13 +187,20 @@ def test_histogram_svg_draws_bars_and_edges(azure):
     svg = histogram_svg(plan, plan.sequence_buckets, compare_edges=[128, 256, 7437])
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
-    edges = [e for e in root.iter(f"{ns}line") if e.get("class") == "edge"]
-    bars = [e for e in root.iter(f"{ns}rect") if e.get("class") == "bar"]
+    groups = {g.get("id", ""): g for g in root.iter(f"{ns}g")}  # matplotlib: one group per artist gid
+
+    def x0(g: ET.Element) -> float:
+        return float(next(g.iter(f"{ns}path")).get("d", "").split()[1])
+
+    edges = [groups[f"edge-{i}"] for i in range(5) if f"edge-{i}" in groups]
+    bars = [g for gid, g in groups.items() if gid.startswith("bar-")]
     assert len(edges) == 5 and len(bars) > 20
-    xs = [float(e.get("x1")) for e in edges]
-    # largest edge near the right of the plot but inside its border (760 - 16), so the line stays visible
-    assert xs == sorted(xs) and 700 < xs[-1] < 760 - 16
-    assert len([e for e in root.iter(f"{ns}line") if e.get("class") == "compare-edge"]) == 3
+    xs = [x0(e) for e in edges]
+    frame = next(groups[gid] for gid in groups if gid == "frame").iter(f"{ns}path")
+    right = float(next(frame).get("d", "").split()[4])
+    # largest edge near the right of the plot but inside its border, so the line stays visible
+    assert xs == sorted(xs) and right * 0.9 < xs[-1] < right - 2
+    assert len([gid for gid in groups if gid.startswith("compare-edge-")]) == 3
     # also accepts a bare (lengths, counts) pair
     ET.fromstring(histogram_svg(([1, 2, 3], [4, 5, 6]), [2, 3]))
 

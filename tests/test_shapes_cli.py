@@ -142,12 +142,16 @@ def test_baselines_with_another_k_show_no_saving(capsys):
 def test_plot_last_edge_is_inside_the_frame():
     import re
 
-    from chipswap.report.shapes_plot import PAD_L, PAD_R, WIDTH, histogram_svg
+    from chipswap.report.shapes_plot import histogram_svg
 
     svg = histogram_svg((np.array([10, 50, 100]), np.array([1.0, 2.0, 3.0])), [50, 100])
-    xs = [float(x) for x in re.findall(r'class="edge" x1="([0-9.]+)"', svg)]
-    right = WIDTH - PAD_R
-    assert len(xs) == 2 and max(xs) < right - 2 and min(xs) > PAD_L
+    # matplotlib draws each edge as a path in a group with its gid; the axes frame has gid "frame"
+    xs = [float(x) for x in re.findall(r'<g id="edge-\d+">\s*<path d="M ([0-9.]+) ', svg)]
+    left, right = (
+        float(x)
+        for x in re.search(r'<g id="frame">\s*<path d="M ([0-9.]+) [0-9.]+\s+L ([0-9.]+) ', svg).groups()
+    )
+    assert len(xs) == 2 and max(xs) < right - 2 and min(xs) > left
 
 
 # ---- traces of any size, --histogram, outliers, bounds ----------------------------------------------------

@@ -166,6 +166,12 @@ class Router:
     def batch_sizes_for(self, seq_len: int) -> list[int]:
         return sorted(b for b, s in self.buckets if s == seq_len)
 
+    def bucket_for(self, length: int) -> int:
+        """The sequence bucket a request of ``length`` tokens runs in (InputTooLong past the largest)."""
+        if length > self.max_length and self.truncate:
+            return choose_bucket(self.max_length, self.seq_buckets, self.policy)
+        return choose_bucket(max(int(length), 1), self.seq_buckets, self.policy)
+
     def _prepare(self, req: Sequence[int]) -> list[int]:
         row = [int(x) for x in (req.tolist() if hasattr(req, "tolist") else req)]
         if len(row) > self.max_length:
@@ -176,6 +182,9 @@ class Router:
             row = row[: self.max_length]
         return row
 
+    def bucket_names(self) -> str:
+        return ", ".join(f"{b}x{s}" for b, s in sorted(self.buckets, key=lambda k: (k[1], k[0])))
+
     def __call__(self, requests: Sequence[Sequence[int]]) -> list[tuple[torch.Tensor, ...]]:
         return self.run(requests)
 
@@ -185,8 +194,7 @@ class Router:
         rows = [self._prepare(r) for r in requests]
         groups: dict[int, list[int]] = {}
         for idx, row in enumerate(rows):
-            seq = choose_bucket(max(len(row), 1), self.seq_buckets, self.policy)
-            groups.setdefault(seq, []).append(idx)
+            groups.setdefault(self.bucket_for(len(row)), []).append(idx)
         out: dict[int, tuple[torch.Tensor, ...]] = {}
         for seq, idxs in sorted(groups.items()):
             sizes = self.batch_sizes_for(seq)
@@ -196,12 +204,19 @@ class Router:
             while i < len(idxs):
                 batch = choose_batch(len(idxs) - i, sizes)
                 part = idxs[i : i + batch]
-                for k, res in zip(part, self._run_chunk([rows[k] for k in part], batch, seq), strict=True):
+                for k, res in zip(part, self.run_bucket([rows[k] for k in part], batch, seq), strict=True):
                     out[k] = res
                 i += len(part)
         return [out[k] for k in range(len(rows))]
 
-    def _run_chunk(self, chunk: list[list[int]], batch: int, seq: int) -> list[tuple[torch.Tensor, ...]]:
+    def run_bucket(
+        self, chunk: Sequence[Sequence[int]], batch: int, seq: int
+    ) -> list[tuple[torch.Tensor, ...]]:
+        """Run up to ``batch`` requests (each at most ``seq`` tokens) in the compiled (batch, seq) bucket:
+        pad, run once, slice back. The dynamic batcher calls this with the requests it gathered."""
+        if (batch, seq) not in self.buckets:
+            raise ChipswapError(f"no compiled bucket {batch}x{seq}; compiled: {self.bucket_names()}")
+        chunk = [self._prepare(r) for r in chunk]
         feed = pad_batch(chunk, seq, batch, self.pad_token_id)
         if "token_type_ids" in self.input_names:  # BERT-style segment ids: one segment, zeros
             feed["token_type_ids"] = feed["input_ids"].new_zeros(feed["input_ids"].shape)

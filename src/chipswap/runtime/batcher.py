@@ -1,0 +1,292 @@
+"""Per-bucket dynamic batching with a bounded queue: gather requests of one bucket, pad to a compiled batch.
+
+Each request goes to the queue of its sequence bucket. A worker takes the bucket whose oldest request has
+waited longest once that bucket is *due*: it holds as many requests as the largest compiled batch size, or its
+oldest request has waited ``max_batch_delay_s``, or the batcher is draining. It takes up to the largest
+compiled batch size (FIFO), runs them in the smallest compiled batch size that holds them (padding rows fill the
+rest), and completes each request's future. ``workers`` batches run at once (1 on CPU, where one ONNX Runtime
+call already uses every core).
+
+Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, rejects the
+next one with QueueFull and a Retry-After estimate (queued requests x recent model time per request). A request
+whose deadline passes while it waits is completed with RequestExpired and never run. ``close(drain=True)``
+refuses new work and runs everything already queued.
+
+May not: parse HTTP, format responses, or know about the model's backend (it sees a ServedModel).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+from chipswap.errors import ChipswapError
+from chipswap.runtime.metrics import ServeMetrics
+from chipswap.runtime.router import choose_batch
+from chipswap.runtime.served import ServedModel
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    """How the batcher trades latency for batch fill and when it says no."""
+
+    max_batch_delay_s: float = 0.005  # longest the first request of a batch waits for company
+    max_queue: int = 256  # requests waiting in one bucket; the next one is rejected (429)
+    max_queue_total: int = 1024  # requests waiting across all buckets
+    request_timeout_s: float = 30.0  # a request not started by then is dropped (the HTTP layer answers 504)
+    workers: int = 1  # batches that run at the same time
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_batch_delay_s <= 10:
+            raise ChipswapError(
+                f"max batch delay must be 0..10000 ms, got {self.max_batch_delay_s * 1000:g} ms"
+            )
+        if self.max_queue < 1 or self.max_queue_total < 1:
+            raise ChipswapError(f"queue limits must be >= 1, got {self.max_queue}/{self.max_queue_total}")
+        if not 0 < self.request_timeout_s <= 3600:
+            raise ChipswapError(f"request timeout must be in (0, 3600] s, got {self.request_timeout_s}")
+        if not 1 <= self.workers <= 64:
+            raise ChipswapError(f"workers must be 1..64, got {self.workers}")
+
+
+class QueueFull(Exception):
+    """Too many requests waiting; come back in ``retry_after_s``."""
+
+    def __init__(self, bucket: int, depth: int, retry_after_s: int) -> None:
+        super().__init__(f"queue of bucket {bucket} is full ({depth} waiting)")
+        self.bucket = bucket
+        self.depth = depth
+        self.retry_after_s = retry_after_s
+
+
+class Draining(Exception):
+    """The batcher is shutting down and takes no new work."""
+
+
+class RequestExpired(Exception):
+    """The request's deadline passed before its batch started."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request's answer and how it was served."""
+
+    outputs: tuple[Any, ...]
+    bucket: int  # sequence bucket (padded length)
+    batch: int  # compiled batch size it ran in
+    fill: int  # real requests in that batch
+    tokens: int
+    queue_s: float
+    model_s: float
+
+
+@dataclass
+class _Pending:
+    row: list[int]
+    bucket: int
+    enqueued: float
+    deadline: float
+    future: Future[Served] = field(default_factory=Future)
+    cancelled: bool = False
+
+
+class DynamicBatcher:
+    def __init__(
+        self,
+        model: ServedModel,
+        config: BatcherConfig | None = None,
+        metrics: ServeMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.config = config or BatcherConfig()
+        self.metrics = metrics
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._queues: dict[int, deque[_Pending]] = {}
+        self._total = 0
+        self._closing = False
+        self._flush = False  # draining: run what is queued now, wait for no company
+        self._threads: list[threading.Thread] = []
+        self._running = 0  # batches executing now
+        self._per_request_s = 0.0  # moving average of model seconds per real request
+        self.batches_run = 0
+        self.requests_run = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+    def start(self) -> None:
+        for i in range(self.config.workers):
+            t = threading.Thread(target=self._worker, name=f"chipswap-batcher-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def close(self, *, drain: bool = True, timeout: float | None = None) -> int:
+        """Stop taking work. With drain, queued requests still run; without, they fail with Draining.
+        Returns how many requests were waiting or running when close was called."""
+        with self._cond:
+            self._closing = True
+            waiting = self._total + self._running
+            if not drain:
+                for q in self._queues.values():
+                    for p in q:
+                        _fail(p.future, Draining("server is shutting down"))
+                self._queues.clear()
+                self._total = 0
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+        return waiting
+
+    def flush_now(self) -> None:
+        """Stop holding batches for company (no more requests are coming: the server is draining)."""
+        with self._cond:
+            self._flush = True
+            self._cond.notify_all()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    # --- admission ---------------------------------------------------------------------------------------
+    def submit(self, row: Sequence[int]) -> tuple[Future[Served], _Pending]:
+        """Queue one request (token ids). Raises InputTooLong, QueueFull or Draining at once."""
+        ids = list(row)
+        bucket = self.model.bucket_for(len(ids))  # InputTooLong before anything is queued
+        if len(ids) > bucket:
+            ids = ids[:bucket]  # the model truncates (router truncate=True) and counts it
+        now = self.clock()
+        with self._cond:
+            if self._closing:
+                raise Draining("server is shutting down")
+            q = self._queues.get(bucket)
+            depth = len(q) if q else 0
+            if depth >= self.config.max_queue or self._total >= self.config.max_queue_total:
+                if self.metrics:
+                    self.metrics.rejected("queue_full")
+                raise QueueFull(bucket, depth, self._retry_after_locked())
+            p = _Pending(ids, bucket, now, now + self.config.request_timeout_s)
+            if q is None:
+                q = self._queues[bucket] = deque()
+            q.append(p)
+            self._total += 1
+            if self.metrics:
+                self.metrics.queued(bucket, len(q))
+            self._cond.notify()
+        return p.future, p
+
+    def cancel(self, pending: _Pending) -> None:
+        """The caller gave up (timeout, disconnect): skip the request if it has not started."""
+        pending.cancelled = True
+
+    def depth(self) -> dict[int, int]:
+        with self._cond:
+            return {b: len(q) for b, q in self._queues.items() if q}
+
+    def _retry_after_locked(self) -> int:
+        per = self._per_request_s or 0.01
+        return max(1, math.ceil(self._total * per / self.config.workers))
+
+    # --- work --------------------------------------------------------------------------------------------
+    def _worker(self) -> None:
+        while True:
+            with self._cond:
+                job = self._next_batch_locked()
+                if job is None:
+                    return
+                self._running += 1
+            try:
+                self._run(*job)
+            finally:
+                with self._cond:
+                    self._running -= 1
+
+    def _max_batch(self, bucket: int) -> int:
+        sizes = self.model.batch_sizes(bucket)
+        return sizes[-1] if sizes else 1
+
+    def _next_batch_locked(self) -> tuple[int, list[_Pending]] | None:
+        while True:
+            now = self.clock()
+            best: int | None = None
+            best_t = math.inf
+            wake = math.inf
+            for bucket, q in self._queues.items():
+                if not q:
+                    continue
+                head = q[0].enqueued
+                due = head + self.config.max_batch_delay_s
+                if self._closing or self._flush or len(q) >= self._max_batch(bucket) or due <= now:
+                    if head < best_t:
+                        best, best_t = bucket, head
+                else:
+                    wake = min(wake, due)
+            if best is not None:
+                return best, self._take_locked(best, now)
+            if self._closing and self._total == 0:
+                return None
+            self._cond.wait(None if wake == math.inf else max(wake - now, 0.0))
+
+    def _take_locked(self, bucket: int, now: float) -> list[_Pending]:
+        q = self._queues[bucket]
+        limit = self._max_batch(bucket)
+        taken: list[_Pending] = []
+        while q and len(taken) < limit:
+            p = q.popleft()
+            self._total -= 1
+            if p.cancelled or p.future.cancelled():
+                continue
+            if p.deadline <= now:
+                if self.metrics:
+                    self.metrics.rejected("timeout")
+                _fail(p.future, RequestExpired("deadline passed while queued"))
+                continue
+            taken.append(p)
+        if not q:
+            del self._queues[bucket]
+        if self.metrics:
+            self.metrics.queued(bucket, len(q))
+        return taken
+
+    def _run(self, bucket: int, items: list[_Pending]) -> None:
+        if not items:
+            return
+        batch = choose_batch(len(items), self.model.batch_sizes(bucket))
+        start = self.clock()
+        try:
+            results = self.model.run_bucket([p.row for p in items], batch, bucket)
+        except BaseException as exc:  # the model failed: every request of the batch gets the error
+            for p in items:
+                _fail(p.future, exc)
+            return
+        end = self.clock()
+        model_s = end - start
+        real = sum(len(p.row) for p in items)
+        with self._cond:
+            n = len(items)
+            sample = model_s / n
+            self._per_request_s = (
+                sample if not self._per_request_s else 0.8 * self._per_request_s + 0.2 * sample
+            )
+            self.batches_run += 1
+            self.requests_run += n
+        if self.metrics:
+            self.metrics.batch_done(bucket, batch, len(items), real, batch * bucket, model_s)
+        for p, out in zip(items, results, strict=True):
+            served = Served(out, bucket, batch, len(items), len(p.row), start - p.enqueued, model_s)
+            try:
+                p.future.set_result(served)
+            except InvalidStateError:  # the caller cancelled its future while the batch ran
+                pass
+
+
+def _fail(future: Future[Served], exc: BaseException) -> None:
+    try:
+        future.set_exception(exc)
+    except InvalidStateError:  # already cancelled by the caller
+        pass

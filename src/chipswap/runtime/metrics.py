@@ -1,0 +1,127 @@
+"""Prometheus metrics of one serving process: latency per bucket, queue depth, batch fill, padding, rejects.
+
+Each server gets its own registry (several servers can live in one test process). The batcher and the HTTP
+layer report events through the small methods below; nothing here decides anything. May not read the clock.
+
+Exposed names (all prefixed ``chipswap_``):
+  requests_total{status}                   HTTP answers to /v1/predict by status code
+  request_seconds{bucket}                  server time of answered requests (receive -> response ready)
+  queue_seconds{bucket}                    time a request waited for its batch to start
+  batch_seconds{bucket}                    model time of one batch
+  batch_fill_ratio{bucket}                 real requests / compiled batch size, per batch
+  batches_total{bucket,batch}              batches run per compiled shape
+  real_tokens_total{bucket}                tokens of real requests
+  computed_tokens_total{bucket}            token slots computed (real + sequence padding + padding rows)
+  padding_waste_ratio{bucket}              1 - real / computed so far
+  queue_depth{bucket}                      requests waiting now
+  rejects_total{reason}                    queue_full, timeout, draining, not_ready
+  inflight                                 requests admitted and not yet answered
+  ready                                    1 once every bucket is loaded and warmed, 0 while loading/draining
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FILL_BUCKETS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+REJECT_REASONS = ("queue_full", "timeout", "draining", "not_ready")
+
+
+class ServeMetrics:
+    """Counters, gauges and histograms in a private CollectorRegistry; ``render()`` is the /metrics body."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "chipswap_requests", "Answers to /v1/predict by HTTP status", ["status"], registry=r
+        )
+        self.request_s = Histogram(
+            "chipswap_request_seconds",
+            "Server time of answered requests",
+            ["bucket"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_s = Histogram(
+            "chipswap_queue_seconds",
+            "Wait before the request's batch started",
+            ["bucket"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_s = Histogram(
+            "chipswap_batch_seconds",
+            "Model time of one batch",
+            ["bucket"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fill = Histogram(
+            "chipswap_batch_fill_ratio",
+            "Real requests / compiled batch size",
+            ["bucket"],
+            buckets=FILL_BUCKETS,
+            registry=r,
+        )
+        self.batches = Counter(
+            "chipswap_batches", "Batches run per compiled shape", ["bucket", "batch"], registry=r
+        )
+        self.real_tokens = Counter("chipswap_real_tokens", "Tokens of real requests", ["bucket"], registry=r)
+        self.computed_tokens = Counter(
+            "chipswap_computed_tokens", "Token slots computed including padding", ["bucket"], registry=r
+        )
+        self.waste = Gauge(
+            "chipswap_padding_waste_ratio", "1 - real / computed tokens", ["bucket"], registry=r
+        )
+        self.queue_depth = Gauge("chipswap_queue_depth", "Requests waiting", ["bucket"], registry=r)
+        self.rejects = Counter("chipswap_rejects", "Requests turned away", ["reason"], registry=r)
+        self.inflight = Gauge("chipswap_inflight", "Admitted requests not yet answered", registry=r)
+        self.ready = Gauge("chipswap_ready", "1 when every bucket is loaded and warmed", registry=r)
+        for reason in REJECT_REASONS:
+            self.rejects.labels(reason)
+        self._tokens: dict[str, list[int]] = {}
+
+    # --- events from the batcher -----------------------------------------------------------------------
+    def batch_done(
+        self, bucket: int, batch: int, fill: int, real_tokens: int, computed_tokens: int, model_s: float
+    ) -> None:
+        b = str(bucket)
+        self.batch_s.labels(b).observe(model_s)
+        self.fill.labels(b).observe(fill / batch if batch else 0.0)
+        self.batches.labels(b, str(batch)).inc()
+        self.real_tokens.labels(b).inc(real_tokens)
+        self.computed_tokens.labels(b).inc(computed_tokens)
+        tot = self._tokens.setdefault(b, [0, 0])
+        tot[0] += real_tokens
+        tot[1] += computed_tokens
+        self.waste.labels(b).set(1.0 - tot[0] / tot[1] if tot[1] else 0.0)
+
+    def queued(self, bucket: int, depth: int) -> None:
+        self.queue_depth.labels(str(bucket)).set(depth)
+
+    def rejected(self, reason: str) -> None:
+        self.rejects.labels(reason).inc()
+
+    # --- events from the HTTP layer ----------------------------------------------------------------------
+    def answered(
+        self, status: int, bucket: int | None, request_s: float | None, queue_s: float | None
+    ) -> None:
+        self.requests.labels(str(status)).inc()
+        if bucket is not None and request_s is not None:
+            self.request_s.labels(str(bucket)).observe(request_s)
+        if bucket is not None and queue_s is not None:
+            self.queue_s.labels(str(bucket)).observe(queue_s)
+
+    def render(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def value(self, name: str, **labels: Any) -> float:
+        """One sample's current value (tests and the benchmark read counters without parsing text)."""
+        got = self.registry.get_sample_value(name, {k: str(v) for k, v in labels.items()})
+        return float(got) if got is not None else 0.0

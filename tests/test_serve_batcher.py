@@ -1,0 +1,247 @@
+"""Dynamic batcher: batches fill to the compiled size, the delay bounds waiting, FIFO across buckets, bounded
+queues reject with Retry-After, deadlines drop stale requests, close drains (or refuses) queued work.
+
+The model here records each call and answers with the sum of each row, so every request's answer can be checked
+against its own input (the batcher must never mix rows up)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from chipswap.errors import ChipswapError
+from chipswap.runtime.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
+from chipswap.runtime.metrics import ServeMetrics
+from chipswap.runtime.router import InputTooLong
+
+
+class RecordingModel:
+    """Sequence buckets 8 and 16, batch sizes 1, 2, 4; sleeps ``delay`` per call; can be held on a gate."""
+
+    name = "rec"
+    kind = "compiled"
+    max_length = 16
+    vocab_size = None
+    output_names = ("sum",)
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.calls: list[tuple[int, int, int]] = []  # (batch, seq, real rows)
+        self.delay = delay
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def bucket_for(self, length: int) -> int:
+        if length > 16:
+            raise InputTooLong(length, 16)
+        return 8 if length <= 8 else 16
+
+    def batch_sizes(self, bucket: int) -> list[int]:
+        return [1, 2, 4]
+
+    def shapes(self) -> list[tuple[int, int]]:
+        return [(b, s) for s in (8, 16) for b in (1, 2, 4)]
+
+    def run_bucket(self, rows, batch, bucket):
+        assert len(rows) <= batch and all(len(r) <= bucket for r in rows)
+        self.gate.wait(10)
+        if self.delay:
+            time.sleep(self.delay)
+        self.calls.append((batch, bucket, len(rows)))
+        return [(sum(r),) for r in rows]
+
+    def warm(self) -> None:
+        pass
+
+
+def _batcher(model, **kw) -> DynamicBatcher:
+    b = DynamicBatcher(model, BatcherConfig(**kw), ServeMetrics())
+    b.start()
+    return b
+
+
+def test_requests_gathered_into_compiled_batches_and_answered_per_row():
+    model = RecordingModel()
+    model.gate.clear()  # hold the worker: the first request blocks it, the next ones queue up
+    b = _batcher(model, max_batch_delay_s=0.0)
+    first, _ = b.submit([1])
+    time.sleep(0.05)
+    rows = [[i, i] for i in range(2, 9)]  # 7 requests of bucket 8
+    futures = [b.submit(r)[0] for r in rows]
+    model.gate.set()
+    assert first.result(5).outputs == (1,)
+    for r, f in zip(rows, futures, strict=True):
+        served = f.result(5)
+        assert served.outputs == (sum(r),) and served.bucket == 8 and served.tokens == 2
+    # after the held call: 7 waiting -> one batch of 4, then 3 padded up to 4
+    assert model.calls[1:] == [(4, 8, 4), (4, 8, 3)]
+    fills = sorted(f.result().fill for f in futures)
+    assert fills == [3, 3, 3, 4, 4, 4, 4]
+    b.close()
+
+
+def test_delay_waits_for_company_then_runs_a_partial_batch():
+    model = RecordingModel()
+    b = _batcher(model, max_batch_delay_s=0.3)
+    t0 = time.monotonic()
+    f1, _ = b.submit([1, 1])
+    f2, _ = b.submit([2, 2])
+    s1, s2 = f1.result(5), f2.result(5)
+    waited = time.monotonic() - t0
+    assert s1.batch == s2.batch == 2 and s1.fill == 2  # both rode one batch of 2
+    assert waited >= 0.25  # the batch was held for company up to the delay
+    assert s1.queue_s >= 0.25
+    assert model.calls == [(2, 8, 2)]
+    b.close()
+
+
+def test_full_batch_does_not_wait_for_the_delay():
+    model = RecordingModel()
+    b = _batcher(model, max_batch_delay_s=5.0)
+    t0 = time.monotonic()
+    fs = [b.submit([k])[0] for k in range(4)]
+    assert [f.result(5).outputs for f in fs] == [(0,), (1,), (2,), (3,)]
+    assert time.monotonic() - t0 < 2.5
+    b.close()
+
+
+def test_oldest_bucket_first():
+    model = RecordingModel()
+    model.gate.clear()
+    b = _batcher(model, max_batch_delay_s=0.0)
+    b.submit([0])  # occupies the worker
+    time.sleep(0.05)
+    long_f, _ = b.submit([1] * 12)  # bucket 16 arrives first
+    short_f, _ = b.submit([1])  # bucket 8 second
+    model.gate.set()
+    long_f.result(5), short_f.result(5)
+    assert [c[1] for c in model.calls] == [8, 16, 8]
+    b.close()
+
+
+def test_queue_full_rejects_with_retry_after_and_counts():
+    model = RecordingModel(delay=0.05)
+    model.gate.clear()
+    metrics = ServeMetrics()
+    b = DynamicBatcher(model, BatcherConfig(max_batch_delay_s=0.0, max_queue=3, max_queue_total=5), metrics)
+    b.start()
+    b.submit([0])
+    time.sleep(0.05)  # the worker holds the first one
+    for _ in range(3):
+        b.submit([1])
+    with pytest.raises(QueueFull) as ei:
+        b.submit([1])
+    assert ei.value.bucket == 8 and ei.value.depth == 3 and ei.value.retry_after_s >= 1
+    b.submit([1] * 12)  # another bucket still has room ...
+    b.submit([1] * 12)
+    with pytest.raises(QueueFull):  # ... until the total limit (5 waiting)
+        b.submit([1] * 12)
+    assert metrics.value("chipswap_rejects_total", reason="queue_full") == 2
+    model.gate.set()
+    b.close()
+
+
+def test_too_long_is_refused_before_queueing():
+    b = _batcher(RecordingModel())
+    with pytest.raises(InputTooLong, match=r"\(16 tokens\)"):
+        b.submit([1] * 17)
+    assert b.depth() == {}
+    b.close()
+
+
+def test_expired_requests_are_dropped_not_run():
+    model = RecordingModel()
+    model.gate.clear()
+    b = _batcher(model, max_batch_delay_s=0.0, request_timeout_s=0.2)
+    b.submit([5])  # holds the worker past the others' deadline
+    time.sleep(0.05)
+    stale = [b.submit([7])[0] for _ in range(3)]
+    time.sleep(0.3)
+    model.gate.set()
+    for f in stale:
+        with pytest.raises(RequestExpired):
+            f.result(5)
+    assert model.calls == [(1, 8, 1)]  # only the first request ever ran
+    b.close()
+
+
+def test_cancelled_requests_are_skipped():
+    model = RecordingModel()
+    model.gate.clear()
+    b = _batcher(model, max_batch_delay_s=0.0)
+    b.submit([5])
+    time.sleep(0.05)
+    keep, _ = b.submit([1])
+    gone, pending = b.submit([2])
+    b.cancel(pending)
+    model.gate.set()
+    assert keep.result(5).fill == 1
+    assert model.calls[1] == (1, 8, 1)
+    assert not gone.done()
+    b.close()
+
+
+def test_close_drains_queued_work_and_then_refuses():
+    model = RecordingModel(delay=0.02)
+    b = _batcher(model, max_batch_delay_s=2.0)  # long delay: the requests are still queued at close
+    fs = [b.submit([k])[0] for k in range(3)]
+    waiting = b.close(drain=True, timeout=10)
+    assert waiting == 3
+    assert [f.result(0).outputs for f in fs] == [(0,), (1,), (2,)]
+    with pytest.raises(Draining):
+        b.submit([1])
+
+
+def test_close_without_drain_fails_queued_work():
+    model = RecordingModel()
+    b = _batcher(model, max_batch_delay_s=5.0)
+    f, _ = b.submit([1])
+    b.close(drain=False, timeout=5)
+    with pytest.raises(Draining):
+        f.result(1)
+    assert model.calls == []
+
+
+def test_model_failure_reaches_every_request_of_the_batch():
+    class Broken(RecordingModel):
+        def run_bucket(self, rows, batch, bucket):
+            raise RuntimeError("kernel exploded")
+
+    b = _batcher(Broken(), max_batch_delay_s=0.1)
+    fs = [b.submit([1])[0] for _ in range(2)]
+    for f in fs:
+        with pytest.raises(RuntimeError, match="kernel exploded"):
+            f.result(5)
+    b.submit([1])[0].exception(5)  # the worker survives and keeps serving
+    b.close()
+
+
+def test_metrics_padding_and_fill():
+    model = RecordingModel()
+    metrics = ServeMetrics()
+    b = DynamicBatcher(model, BatcherConfig(max_batch_delay_s=0.2), metrics)
+    b.start()
+    fs = [b.submit(r)[0] for r in ([1, 2, 3], [4])]
+    [f.result(5) for f in fs]
+    b.close()
+    # one batch of 2 at bucket 8: 4 real tokens of 16 computed slots
+    assert metrics.value("chipswap_real_tokens_total", bucket=8) == 4
+    assert metrics.value("chipswap_computed_tokens_total", bucket=8) == 16
+    assert metrics.value("chipswap_padding_waste_ratio", bucket=8) == pytest.approx(0.75)
+    assert metrics.value("chipswap_batches_total", bucket=8, batch=2) == 1
+    assert metrics.value("chipswap_batch_fill_ratio_sum", bucket=8) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_batch_delay_s": -1},
+        {"max_queue": 0},
+        {"request_timeout_s": 0},
+        {"workers": 0},
+    ],
+)
+def test_config_checks(kw):
+    with pytest.raises(ChipswapError):
+        BatcherConfig(**kw)
