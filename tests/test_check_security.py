@@ -79,7 +79,8 @@ def test_clean_pt2_still_loads_weights_only(tmp_path, capsys):
     p = tmp_path / "clean.pt2"
     torch.export.save(torch.export.export(module, (), example), str(p))
     code, out, err = run_inproc(capsys, "check", str(p), "--json")
-    assert code == 0, err and json.loads(out)["model_kind"] == "exported"
+    assert code == 0, err
+    assert json.loads(out)["model_kind"] == "exported"
 
 
 def test_pt2_named_by_a_workload_goes_through_the_same_refusal(tmp_path, capsys):

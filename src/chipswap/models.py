@@ -744,11 +744,11 @@ def _weights_only() -> Iterator[None]:
         kwargs["weights_only"] = True
         try:
             return real_load(*args, **kwargs)
-        except pickle.UnpicklingError as exc:
-            raise _NeedsPickle(str(exc).splitlines()[0] if str(exc) else "unpickling") from None
+        except pickle.UnpicklingError:
+            raise _NeedsPickle("it holds pickled Python objects, not plain tensors") from None
 
     def refuse(*_a: Any, **_k: Any) -> Any:
-        raise _NeedsPickle("a pickled Python object")
+        raise _NeedsPickle("it holds a pickled Python object")
 
     saved = (torch.load, pickle.loads, torch._C._pickle_load_obj)
     torch.load = safe_load  # type: ignore[assignment]
@@ -773,7 +773,7 @@ def load_exported(ref: ModelRef):
             return torch.export.load(ref.path)
     except _NeedsPickle as exc:
         raise ChipswapError(
-            f"exported program {where} needs unpickling ({one_line(str(exc), 120)}), and chipswap loads .pt2 "
+            f"exported program {where} needs unpickling ({one_line(str(exc), 120)}); chipswap loads .pt2 "
             "files with weights-only semantics; re-save it with torch.export.save from plain tensors, "
             "or pass "
             "--trust-pickle if you trust whoever made the file"
