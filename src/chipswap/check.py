@@ -9,8 +9,8 @@
 
 Rules live in data/neuron_rules/sdk-<version>.toml (+ ops.toml for aten ops, hlo.toml for HLO opcodes); the
 engine is chipswap.core.rules (pure). This module picks the inputs, the capture path (PyTorch preset/config,
-factory, .pt2, JAX) and assembles the report; it writes no files and prints nothing. Every failure that is not a readiness
-finding leaves as a one-line ChipswapError (exit 2), never as exit 1 or a traceback.
+factory, .pt2, JAX) and assembles the report; it writes no files and prints nothing. Every failure that is not
+a readiness finding leaves as a one-line ChipswapError (exit 2), never as exit 1 or a traceback.
 """
 
 from __future__ import annotations
