@@ -196,3 +196,20 @@ def test_histogram_svg_draws_bars_and_edges(azure):
     assert len([e for e in root.iter(f"{ns}line") if e.get("class") == "compare-edge"]) == 3
     # also accepts a bare (lengths, counts) pair
     ET.fromstring(histogram_svg(([1, 2, 3], [4, 5, 6]), [2, 3]))
+
+
+def test_batch_model_tables_are_bounded():
+    with pytest.raises(ChipswapError, match="arrivals per window, more than 1,000,000"):
+        batch_buckets_for_rate(1e12, window_s=0.05)
+    with pytest.raises(ChipswapError, match="max batch 100000 exceeds the limit of 4,096"):
+        batch_buckets_for_rate(10, max_batch=100_000)
+
+
+def test_max_positions_names_the_model_limit():
+    tr = _trace([10, 20, 5000], [5, 5, 5])
+    with pytest.raises(ChipswapError, match="exceed the model's maximum positions 4,096"):
+        plan_shapes(tr, mode="encoder", max_positions=4096)
+    ok = plan_shapes(tr, mode="encoder", max_positions=4096, max_length=4096, policy="truncate")
+    assert ok.max_length == 4096 and ok.overflow_share == pytest.approx(1 / 3)
+    with pytest.raises(ChipswapError, match="--max-total-length 4096 or less"):
+        plan_shapes(tr, mode="llm", max_positions=4096, max_length=64, max_total_length=5000)
