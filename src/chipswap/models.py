@@ -947,13 +947,22 @@ def example_inputs(ref: ModelRef, batch: int, seq_len: int, *, device: str = "cp
 
     if batch < 1 or seq_len < 1:
         raise ChipswapError(f"batch and seq_len must be >= 1: {batch}x{seq_len}; pick positive sizes")
-    if ref.kind == "factory":
-        _, example = call_factory(ref)
-        if example:
-            return {k: v.to(device) for k, v in example.items()}
-    info = model_inputs(ref, task=task)
     gen = torch.Generator().manual_seed(0)
     out: dict[str, torch.Tensor] = {}
+    if ref.kind in ("factory", "exported"):
+        if ref.kind == "factory":
+            _, example = call_factory(ref)
+            if example:
+                return {k: v.to(device) for k, v in example.items()}
+        # no example tensors: token inputs by the forward's parameter names (batch x seq int64)
+        for name in input_names(ref, task=task):
+            if "mask" in name:
+                out[name] = torch.ones(batch, seq_len, dtype=torch.int64, device=device)
+            else:
+                ids = torch.randint(0, 1000, (batch, seq_len), generator=gen, dtype=torch.int64)
+                out[name] = ids.to(device)
+        return out
+    info = model_inputs(ref, task=task)
     for name, (dims, dt) in info.spec(batch, seq_len).items():
         dtype = getattr(torch, dt)
         if dtype.is_floating_point:
