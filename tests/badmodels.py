@@ -16,12 +16,17 @@ from torch import nn
 HERE = Path(__file__).resolve()
 
 
-def bad_line(tag: str) -> int:
-    """1-based line number of the line carrying ``# BAD: <tag>`` in this file."""
-    for i, line in enumerate(HERE.read_text().splitlines(), start=1):
-        if line.rstrip().endswith(f"# BAD: {tag}"):
+def marked_line(path: Path, tag: str, marker: str = "BAD") -> int:
+    """1-based line number of the line of ``path`` ending in ``# <marker>: <tag>``."""
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# {marker}: {tag}"):
             return i
     raise KeyError(tag)
+
+
+def bad_line(tag: str) -> int:
+    """1-based line number of the line carrying ``# BAD: <tag>`` in this file."""
+    return marked_line(HERE, tag)
 
 
 class DataDependentBranch(nn.Module):
@@ -370,7 +375,4 @@ GOOD = {"kv_write": "make_kv_write", "index_add": "make_index_add"}
 
 
 def good_line(tag: str) -> int:
-    for i, line in enumerate(HERE.read_text().splitlines(), start=1):
-        if line.rstrip().endswith(f"# GOOD: {tag}"):
-            return i
-    raise KeyError(tag)
+    return marked_line(HERE, tag, "GOOD")

@@ -209,3 +209,11 @@ def test_fast_meta_decomposition_matches_run_decompositions(preset):
     reference = inventory_ops(ep, strip="model.")  # run_decompositions, the full re-trace
     count = lambda ops: Counter(o.kind for o in ops if not o.kind.startswith("python::"))  # noqa: E731
     assert count(reference) == count(full.ops) == count(op for op, _ in fast.assessment.statuses)
+
+
+@pytest.mark.slow
+def test_training_step_traces_on_the_meta_device_too():
+    """Big configs are checked without weights; their training step must trace there as well."""
+    report = run_check("tiny-llama", ["input_ids=1x8:int64"], training=True, weightless=True, target="trn1")
+    assert report.weightless and not [i for i in report.inventory.issues if i.kind == "training_unchecked"]
+    assert report.phase_counts().get("backward", 0) > 50 and _not_info(report) == []

@@ -9,6 +9,7 @@ import torch
 
 from chipswap import models
 from chipswap.errors import ChipswapError
+from tests.zoo_configs import CONFIGS
 
 REAL = [
     "distilbert-base",
@@ -149,15 +150,7 @@ def test_unknown_task():
     "cfg,task,defaults,fixed",
     [
         (
-            {
-                "model_type": "swin",
-                "image_size": 32,
-                "patch_size": 4,
-                "embed_dim": 16,
-                "depths": [1, 1],
-                "num_heads": [2, 2],
-                "window_size": 4,
-            },
+            {k: v for k, v in CONFIGS["swin"].items() if k != "architectures"},
             None,
             ("pixel_values",),
             {"pixel_values": ((3, 32, 32), "float32")},

@@ -4,7 +4,13 @@
     report.exit_code        # 0 ready, 1 blockers
     report.to_analyze_json()  # torch_neuronx.analyze keys + findings
 
-Rules live in data/neuron_rules/sdk-<version>.toml (+ ops.toml); the engine is chipswap.core.rules (pure).
+    run_check("llama-3-8b", training=True)      # + backward pass and optimizer step
+    run_check("mypkg.models:jax_entry")         # a JAX/Flax entry point returning (fn, args): lowered to HLO
+
+Rules live in data/neuron_rules/sdk-<version>.toml (+ ops.toml for aten ops, hlo.toml for HLO opcodes); the
+engine is chipswap.core.rules (pure). This module picks the inputs, the capture path (PyTorch preset/config,
+factory, .pt2, JAX) and assembles the report; it writes no files and prints nothing. Every failure that is not
+a readiness finding leaves as a one-line ChipswapError (exit 2), never as exit 1 or a traceback.
 """
 
 from __future__ import annotations

@@ -744,11 +744,11 @@ def _weights_only() -> Iterator[None]:
         kwargs["weights_only"] = True
         try:
             return real_load(*args, **kwargs)
-        except pickle.UnpicklingError as exc:
-            raise _NeedsPickle(str(exc).splitlines()[0] if str(exc) else "unpickling") from None
+        except pickle.UnpicklingError:
+            raise _NeedsPickle("it holds pickled Python objects, not plain tensors") from None
 
     def refuse(*_a: Any, **_k: Any) -> Any:
-        raise _NeedsPickle("a pickled Python object")
+        raise _NeedsPickle("it holds a pickled Python object")
 
     saved = (torch.load, pickle.loads, torch._C._pickle_load_obj)
     torch.load = safe_load  # type: ignore[assignment]
@@ -773,7 +773,7 @@ def load_exported(ref: ModelRef):
             return torch.export.load(ref.path)
     except _NeedsPickle as exc:
         raise ChipswapError(
-            f"exported program {where} needs unpickling ({one_line(str(exc), 120)}), and chipswap loads .pt2 "
+            f"exported program {where} needs unpickling ({one_line(str(exc), 120)}); chipswap loads .pt2 "
             "files with weights-only semantics; re-save it with torch.export.save from plain tensors, "
             "or pass "
             "--trust-pickle if you trust whoever made the file"
@@ -947,13 +947,22 @@ def example_inputs(ref: ModelRef, batch: int, seq_len: int, *, device: str = "cp
 
     if batch < 1 or seq_len < 1:
         raise ChipswapError(f"batch and seq_len must be >= 1: {batch}x{seq_len}; pick positive sizes")
-    if ref.kind == "factory":
-        _, example = call_factory(ref)
-        if example:
-            return {k: v.to(device) for k, v in example.items()}
-    info = model_inputs(ref, task=task)
     gen = torch.Generator().manual_seed(0)
     out: dict[str, torch.Tensor] = {}
+    if ref.kind in ("factory", "exported"):
+        if ref.kind == "factory":
+            _, example = call_factory(ref)
+            if example:
+                return {k: v.to(device) for k, v in example.items()}
+        # no example tensors: token inputs by the forward's parameter names (batch x seq int64)
+        for name in input_names(ref, task=task):
+            if "mask" in name:
+                out[name] = torch.ones(batch, seq_len, dtype=torch.int64, device=device)
+            else:
+                ids = torch.randint(0, 1000, (batch, seq_len), generator=gen, dtype=torch.int64)
+                out[name] = ids.to(device)
+        return out
+    info = model_inputs(ref, task=task)
     for name, (dims, dt) in info.spec(batch, seq_len).items():
         dtype = getattr(torch, dt)
         if dtype.is_floating_point:

@@ -187,7 +187,10 @@ def training_ops(module: Any, inputs: Mapping[str, Any], *, strip: str | None = 
         return loss, updated
 
     table = dict(core_aten_decompositions().items())
-    with quiet(), fxt.preserve_node_meta():
+    # model code takes its traceable path (as under torch.export) when it asks whether it is being compiled:
+    # no value reads for mask shortcuts, which would fail on the meta device
+    compiling = getattr(torch.compiler, "_compile_session_context", contextlib.nullcontext)
+    with quiet(), fxt.preserve_node_meta(), compiling():
         # real mode: values are concrete, so a mask check that reads a value is baked in (the forward export
         # already reported every data-dependent construct; this trace is for the backward's ops)
         gm = make_fx(
