@@ -43,6 +43,12 @@ def targets(s: PlanSetup) -> tuple[str, ...]:
     )
 
 
+def _input_names(ref: Any, task: str | None) -> list[str]:
+    from chipswap.models import input_names
+
+    return input_names(ref, task=task)
+
+
 def run_check(
     ref: Any, shapes: list[str] | None, target: str, task: str | None, full: bool, training: bool
 ) -> Any:
@@ -74,9 +80,12 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
         seq, why = max_pos, f"the model's max_position_embeddings {max_pos}, below the planned buckets"
     t0 = time.perf_counter()
     training = s.kind == "training"
+    # Token models are checked at the planned length; vision/audio models (no input_ids) and factories at the
+    # inputs the model's own forward signature and config call for.
+    token_model = ref.kind != "factory" and "input_ids" in _input_names(ref, wl.model.task)
     report = run_check(
         ref,
-        None if ref.kind == "factory" else [f"input_ids=1x{seq}:int64"],
+        [f"input_ids=1x{seq}:int64"] if token_model else None,
         target,
         wl.model.task,
         wl.model.full_check,
@@ -95,9 +104,10 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
             _float_or_none(a.support_percentage),
             tuple(_finding_dict(f) for f in a.findings),
         )
-    shape_desc = (
-        f"batch 1 x {seq} tokens ({why})" if ref.kind != "factory" else "the factory's example inputs"
-    )
+    if token_model:
+        shape_desc = f"batch 1 x {seq} tokens ({why})"
+    else:
+        shape_desc = "the factory's example inputs" if ref.kind == "factory" else "the model's default inputs"
     step = " with one training step (backward and AdamW)" if training else ""
     return ReadinessSummary(
         True,
