@@ -69,7 +69,9 @@ def cli_server(*args: str, ready_timeout: float = 180.0) -> Iterator[tuple[Any, 
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "chipswap", "serve", *args, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = None
     lines: list[str] = []
@@ -85,7 +87,8 @@ def cli_server(*args: str, ready_timeout: float = 180.0) -> Iterator[tuple[Any, 
             if m:
                 url = m.group(1)
         assert url, f"server did not start: {''.join(lines)}"
-        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # keep the pipe drained
+        drain = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+        drain.start()  # keeps the pipe from filling up; the lines stay readable as proc.log
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:

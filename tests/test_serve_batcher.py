@@ -1,8 +1,8 @@
 """Dynamic batcher: batches fill to the compiled size, the delay bounds waiting, FIFO across buckets, bounded
 queues reject with Retry-After, deadlines drop stale requests, close drains (or refuses) queued work.
 
-The model here records each call and answers with the sum of each row, so every request's answer can be checked
-against its own input (the batcher must never mix rows up)."""
+The model here records each call and answers with the sum of each row, so every request's answer can be
+checked against its own input (the batcher must never mix rows up)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,6 @@ import pytest
 from tests.cli_helpers import run_inproc
 from tests.serve_helpers import cli_server, compiled_tiny
 
-
 _n = iter(range(10**6))
 
 
@@ -45,7 +44,10 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     cases = [
         (["serve", str(tmp_path / "none.json")], "not a compiled set file"),
         (["serve", str(_set(tmp_path, schema="chipswap.shapeplan/1"))], "schema"),
-        (["serve", str(_set(tmp_path, buckets=[{"batch": 1, "seq_len": 16, "key": "../../etc"}]))], "not a cache key"),
+        (
+            ["serve", str(_set(tmp_path, buckets=[{"batch": 1, "seq_len": 16, "key": "../../etc"}]))],
+            "not a cache key",
+        ),
         (["serve", str(_set(tmp_path, buckets=[{"batch": "1", "seq_len": 16, "key": "ab" * 16}]))], "batch"),
         (["serve", str(_set(tmp_path, buckets=[]))], "'buckets'"),
         (["serve", str(_set(tmp_path, input_names=["pixel_values"]))], "token ids only"),

@@ -76,7 +76,7 @@ def test_predict_matches_eager_pytorch_on_the_unpadded_input(server, eager):
         assert body["model"] == "tiny-distilbert"
         assert body["bucket"]["seq_len"] == bucket and body["tokens"] == len(ids)
         assert body["bucket"]["batch"] in (1, 4) and 1 <= body["bucket"]["fill"] <= body["bucket"]["batch"]
-        (name, values), = body["outputs"].items()
+        ((name, values),) = body["outputs"].items()
         got = torch.tensor(values)
         assert torch.allclose(got, _eager_logits(eager, ids), atol=1e-4), (name, got)
         assert body["timing_ms"]["server"] >= body["timing_ms"]["model"] > 0
@@ -234,7 +234,9 @@ def test_backpressure_429_with_retry_after_then_recovers(compiled):
     with start_background(_engine(compiled, batcher=cfg)) as srv:
         first: dict = {}
         t = threading.Thread(
-            target=lambda: first.update(r=httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}, timeout=30))
+            target=lambda: first.update(
+                r=httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}, timeout=30)
+            )
         )
         t.start()
         deadline = 50

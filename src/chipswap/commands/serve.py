@@ -18,14 +18,14 @@ from chipswap.errors import ChipswapError
 TOKEN_ENV = "CHIPSWAP_SERVE_TOKEN"
 
 HELP = (
-    "Serve a model's compiled buckets over HTTP: POST /v1/predict with token ids (or text, with --tokenizer), "
-    "per-bucket dynamic batching (compiled batch sizes, --max-batch-delay-ms), a bounded queue that answers 429 "
-    "with Retry-After, per-request timeouts, a body-size limit, /healthz, /readyz (200 once every bucket is "
-    "loaded and warmed), Prometheus /metrics, and a graceful drain on SIGTERM. SOURCE is a compiled set "
-    "(chipswap compile --out compiled.json), or a model (preset, config.json) with --plan/--seq-len to compile "
-    "first through the cache, or a model with --eager (a benchmark reference: eager PyTorch at each request's "
-    "exact length, no batching). Binds 127.0.0.1 unless --host says otherwise; set CHIPSWAP_SERVE_TOKEN (or "
-    "--token-file) to require a bearer token."
+    "Serve a model's compiled buckets over HTTP: POST /v1/predict with token ids (or text, with "
+    "--tokenizer), per-bucket dynamic batching (compiled batch sizes, --max-batch-delay-ms), a bounded queue "
+    "that answers 429 with Retry-After, per-request timeouts, a body-size limit, /healthz, /readyz (200 once "
+    "every bucket is loaded and warmed), Prometheus /metrics, and a graceful drain on SIGTERM. SOURCE is a "
+    "compiled set (chipswap compile --out compiled.json), or a model (preset, config.json) with "
+    "--plan/--seq-len to compile first through the cache, or a model with --eager (a benchmark reference: "
+    "eager PyTorch at each request's exact length, no batching). Binds 127.0.0.1 unless --host says "
+    "otherwise; set CHIPSWAP_SERVE_TOKEN (or --token-file) to require a bearer token."
 )
 
 
@@ -83,10 +83,8 @@ def _serve(
     max_batch_delay_ms: float = typer.Option(
         5.0, "--max-batch-delay-ms", help="Longest the first request of a batch waits for others."
     ),
-    max_queue: int = typer.Option(256, "--max-queue", help="Waiting requests per bucket before 429."),
-    max_queue_total: int = typer.Option(
-        1024, "--max-queue-total", help="Waiting requests in all before 429."
-    ),
+    max_queue: int = typer.Option(64, "--max-queue", help="Waiting requests per bucket before 429."),
+    max_queue_total: int = typer.Option(256, "--max-queue-total", help="Waiting requests in all before 429."),
     timeout_s: float = typer.Option(30.0, "--timeout", help="Seconds a request may take before 504."),
     workers: int = typer.Option(
         1, "--workers", help="Batches run at once (1 on CPU: one call uses every core)."
@@ -105,7 +103,9 @@ def _serve(
         30.0, "--drain-timeout", help="On SIGTERM, seconds to finish work."
     ),
     threads: int | None = typer.Option(
-        None, "--threads", help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own."
+        None,
+        "--threads",
+        help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own.",
     ),
     token_file: Path | None = typer.Option(
         None, "--token-file", help=f"File holding the bearer token (or set {TOKEN_ENV})."
@@ -196,8 +196,8 @@ def _loader(
     if plan is None and seq_len is None:
         if not source.endswith(".json") or not Path(source).exists():
             raise ChipswapError(
-                f"{source!r} is not a compiled set file; pass compiled.json from chipswap compile --out, or a model"
-                " with --plan plan.json or --seq-len 128"
+                f"{source!r} is not a compiled set file; pass compiled.json from chipswap compile --out,"
+                " or a model with --plan plan.json or --seq-len 128"
             )
         cset = read_compiled_set(source)
         cache = ArtifactCache(cache_dir)

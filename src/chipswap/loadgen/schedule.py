@@ -3,7 +3,8 @@
 Pure (numpy only): no clock, no network, no files (the caller reads the trace with chipswap.traces).
 
 - Arrivals: the trace's own inter-arrival times times ``time_scale`` (0.5 = twice as fast), or scaled so the
-  mean rate is ``rate`` requests/s; a trace without timestamps needs ``rate`` and gets seeded Poisson arrivals.
+  mean rate over ``duration_s`` is ``rate`` requests/s; a trace without timestamps needs ``rate`` and gets
+  seeded Poisson arrivals.
 - Lengths: prompt tokens (and output tokens for LLM endpoints) from the trace. For an encoder served by
   chipswap, ``length_map`` puts them into the model's range: ``scale`` (the longest request maps to
   ``max_length``, shapes of the distribution kept), ``clip`` (longer ones cut to ``max_length``) or ``none``
@@ -115,7 +116,8 @@ def build_schedule(
     else:
         if rate is None:
             raise ChipswapError(
-                "the trace has no timestamps to replay; pass --rate REQ_PER_S for Poisson arrivals at that rate"
+                "the trace has no timestamps to replay;"
+                " pass --rate REQ_PER_S for Poisson arrivals at that rate"
             )
         arrivals = "poisson"
         rng = np.random.default_rng(seed)

@@ -1,16 +1,16 @@
 """Per-bucket dynamic batching with a bounded queue: gather requests of one bucket, pad to a compiled batch.
 
 Each request goes to the queue of its sequence bucket. A worker takes the bucket whose oldest request has
-waited longest once that bucket is *due*: it holds as many requests as the largest compiled batch size, or its
-oldest request has waited ``max_batch_delay_s``, or the batcher is draining. It takes up to the largest
-compiled batch size (FIFO), runs them in the smallest compiled batch size that holds them (padding rows fill the
-rest), and completes each request's future. ``workers`` batches run at once (1 on CPU, where one ONNX Runtime
-call already uses every core).
+waited longest once that bucket is *due*: it holds as many requests as the largest compiled batch size, or
+its oldest request has waited ``max_batch_delay_s``, or the batcher is draining. It takes up to the largest
+compiled batch size (FIFO), runs them in the smallest compiled batch size that holds them (padding rows fill
+the rest), and completes each request's future. ``workers`` batches run at once (1 on CPU, where one ONNX
+Runtime call already uses every core).
 
-Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, rejects the
-next one with QueueFull and a Retry-After estimate (queued requests x recent model time per request). A request
-whose deadline passes while it waits is completed with RequestExpired and never run. ``close(drain=True)``
-refuses new work and runs everything already queued.
+Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, rejects
+the next one with QueueFull and a Retry-After estimate (queued requests x recent model time per request). A
+request whose deadline passes while it waits is completed with RequestExpired and never run.
+``close(drain=True)`` refuses new work and runs everything already queued.
 
 May not: parse HTTP, format responses, or know about the model's backend (it sees a ServedModel).
 """
@@ -37,8 +37,8 @@ class BatcherConfig:
     """How the batcher trades latency for batch fill and when it says no."""
 
     max_batch_delay_s: float = 0.005  # longest the first request of a batch waits for company
-    max_queue: int = 256  # requests waiting in one bucket; the next one is rejected (429)
-    max_queue_total: int = 1024  # requests waiting across all buckets
+    max_queue: int = 64  # requests waiting in one bucket; the next one is rejected (429)
+    max_queue_total: int = 256  # requests waiting across all buckets (a few seconds of work, not minutes)
     request_timeout_s: float = 30.0  # a request not started by then is dropped (the HTTP layer answers 504)
     workers: int = 1  # batches that run at the same time
 

@@ -2,11 +2,11 @@
 
 ``ServedModel`` is the one interface the dynamic batcher needs. Two kinds implement it:
 
-- ``RouterModel``: the product. The compiled buckets of a compiled set (``chipswap compile --out``), loaded from
-  the artifact cache through ``chipswap.compile.load_router`` after the set file has been validated strictly here
-  (names from the file never become paths unchecked: cache keys must be plain hex).
-- ``EagerExactModel``: a benchmark reference, not for production. Eager PyTorch at each request's exact length,
-  one request per call: what a GPU user writes first.
+- ``RouterModel``: the product. The compiled buckets of a compiled set (``chipswap compile --out``), loaded
+  from the artifact cache through ``chipswap.compile.load_router`` after the set file has been validated
+  strictly here (names from the file never become paths unchecked: cache keys must be plain hex).
+- ``EagerExactModel``: a benchmark reference, not for production. Eager PyTorch at each request's exact
+  length, one request per call: what a GPU user writes first.
 
 May not: open sockets, read the clock, or import torch at module import.
 """
@@ -155,7 +155,8 @@ def validate_compiled_set(data: Any, source: str) -> dict[str, Any]:
         raise ChipswapError(f"{where} is not a JSON object; write it with chipswap compile --out")
     if data.get("schema") != SET_SCHEMA:
         raise ChipswapError(
-            f"{where} has schema {data.get('schema')!r}, not {SET_SCHEMA!r}; write it with chipswap compile --out"
+            f"{where} has schema {data.get('schema')!r}, not {SET_SCHEMA!r};"
+            " write it with chipswap compile --out"
         )
     backend = data.get("backend")
     if backend not in BACKEND_NAMES:

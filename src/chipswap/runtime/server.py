@@ -235,7 +235,8 @@ class ServingEngine:
                 if self.tokenizer.vocab_size > model.vocab_size:
                     raise ChipswapError(
                         f"tokenizer {self.tokenizer.source} has {self.tokenizer.vocab_size:,} tokens but"
-                        f" {model.name} has a vocabulary of {model.vocab_size:,}; use the model's own tokenizer"
+                        f" {model.name} has a vocabulary of {model.vocab_size:,};"
+                        " use the model's own tokenizer"
                     )
             model.warm()
             batcher = DynamicBatcher(model, self.config.batcher, self.metrics)
@@ -543,11 +544,13 @@ def run_server(engine: ServingEngine, *, announce: Callable[[str], None] | None 
     shown = f"[{host}]" if ":" in str(host) else host
     say = announce or (lambda line: (sys.stderr.write(line + "\n"), sys.stderr.flush()))
     say(
-        f"chipswap serve: listening on http://{shown}:{port} (model {engine.name}; /readyz turns 200 when warm)"
+        f"chipswap serve: listening on http://{shown}:{port}"
+        f" (model {engine.name}; /readyz turns 200 when warm)"
     )
     if cfg.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         say(
-            f"chipswap serve: warning: listening on {cfg.host} without a bearer token; anyone who can reach it can use it"
+            f"chipswap serve: warning: listening on {cfg.host} without a bearer token;"
+            " anyone who can reach it can use it"
         )
     server = _uvicorn_server(engine, install_signals=True)
     server.run(sockets=[sock])
@@ -578,7 +581,8 @@ class BackgroundServer:
 
 
 def start_background(engine: ServingEngine, *, ready_timeout: float = 120.0) -> BackgroundServer:
-    """Start ``engine`` on 127.0.0.1 (or its configured host) in a thread; waits until it listens and loads."""
+    """Start ``engine`` on 127.0.0.1 (or its configured host) in a thread; waits until it listens and
+    has loaded (or ``ready_timeout`` passes)."""
     sock = bind_socket(engine.config.host, engine.config.port)
     host, port = sock.getsockname()[:2]
     server = _uvicorn_server(engine, install_signals=False)
