@@ -138,22 +138,29 @@ def test_unreachable_url_stops_with_a_message_and_partial_results(tmp_path, caps
     assert doc["counts"]["ok"] == 0
 
 
-def _failing_app() -> FastAPI:
+def _predict_app(predict) -> FastAPI:
+    """A server that lists a model like chipswap serve and answers /v1/predict with ``predict``."""
     app = FastAPI()
 
     @app.get("/v1/models")
     async def models():
         return {"data": [{"id": "m", "max_length": 64, "vocab_size": 100}]}
 
-    @app.post("/v1/predict")
-    async def predict():
-        return JSONResponse({"error": {"message": "CUDA out of memory"}}, status_code=500)
-
+    app.post("/v1/predict")(predict)
     return app
 
 
+async def _out_of_memory():
+    return JSONResponse({"error": {"message": "CUDA out of memory"}}, status_code=500)
+
+
+async def _stall():
+    await asyncio.sleep(30)
+    return {}
+
+
 def test_server_that_errors_stops_early_naming_the_error():
-    with run_app(_failing_app()) as url:
+    with run_app(_predict_app(_out_of_memory)) as url:
         t0 = time.monotonic()
         doc = run_bench(BenchOptions(url=url, max_requests=200, duration_s=20, rate=20.0, timeout_s=5))
         assert time.monotonic() - t0 < 15  # stopped after the first answers, not after 200 requests
@@ -164,18 +171,7 @@ def test_server_that_errors_stops_early_naming_the_error():
 
 
 def test_server_that_stalls_times_out_and_the_run_ends():
-    app = FastAPI()
-
-    @app.get("/v1/models")
-    async def models():
-        return {"data": [{"id": "m", "max_length": 64, "vocab_size": 100}]}
-
-    @app.post("/v1/predict")
-    async def predict():
-        await asyncio.sleep(30)
-        return {}
-
-    with run_app(app) as url:
+    with run_app(_predict_app(_stall)) as url:
         t0 = time.monotonic()
         doc = run_bench(BenchOptions(url=url, max_requests=6, duration_s=10, rate=10.0, timeout_s=1.0))
         took = time.monotonic() - t0

@@ -6,6 +6,7 @@ reference), and calls chipswap.runtime.server.run_server. No serving logic here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from chipswap.commands.compile import _ints  # the same --seq-len / --batch-sizes parsing as compile
 from chipswap.errors import ChipswapError
 
 TOKEN_ENV = "CHIPSWAP_SERVE_TOKEN"
@@ -27,18 +29,6 @@ HELP = (
     "eager PyTorch at each request's exact length, no batching). Binds 127.0.0.1 unless --host says "
     "otherwise; set CHIPSWAP_SERVE_TOKEN (or --token-file) to require a bearer token."
 )
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ChipswapError(
-            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} 1,4"
-        ) from None
-    if not vals or any(v < 1 for v in vals):
-        raise ChipswapError(f"{flag} must list positive integers, got {text!r}; e.g. {flag} 1,4")
-    return vals
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -212,15 +202,9 @@ def _loader(
 
     if plan is not None:
         bp = load_plan(plan)
-        if batch_sizes:
-            from chipswap.compile import BucketPlan
-
-            bp = BucketPlan(
-                bp.sequence_buckets,
-                tuple(sorted(set(_ints(batch_sizes, "--batch-sizes")))),
-                bp.max_length,
-                bp.extra,
-            )
+        if batch_sizes:  # --batch-sizes overrides the plan's
+            sizes = tuple(sorted(set(_ints(batch_sizes, "--batch-sizes"))))
+            bp = dataclasses.replace(bp, batch_buckets=sizes)
     else:
         bp = plan_from_args(_ints(seq_len or "", "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
     target = target_from_spec(source)

@@ -164,12 +164,10 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {opts.token}"} if opts.token else {}
 
     schedule_box: dict[str, Schedule] = {}
+    predict = opts.protocol == "predict"
 
-    def make_schedule(_server: dict[str, Any]) -> Schedule:
-        """After the probe: the predict client now knows the model's largest bucket (the mapping range)."""
-        predict = opts.protocol == "predict"
-        max_len = opts.max_length or getattr(client, "max_length", None)
-        schedule_box["s"] = build_schedule(
+    def schedule(length_map: str, max_length: int | None) -> Schedule:
+        return build_schedule(
             trace.prompt_tokens,
             trace.output_tokens,
             trace.timestamps_s,
@@ -177,24 +175,18 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
             duration_s=opts.duration_s,
             time_scale=opts.time_scale,
             rate=opts.rate,
-            length_map=opts.length_map if predict else "none",
-            max_length=max_len if predict else None,
+            length_map=length_map,
+            max_length=max_length,
             seed=opts.seed,
         )
+
+    def make_schedule(_server: dict[str, Any]) -> Schedule:
+        """After the probe: the predict client now knows the model's largest bucket (the mapping range)."""
+        max_len = opts.max_length or getattr(client, "max_length", None)
+        schedule_box["s"] = schedule(opts.length_map if predict else "none", max_len if predict else None)
         return schedule_box["s"]
 
-    # the same options against the trace before anything is sent (a bad --rate fails fast, not after a probe)
-    build_schedule(
-        trace.prompt_tokens,
-        trace.output_tokens,
-        trace.timestamps_s,
-        max_requests=opts.max_requests,
-        duration_s=opts.duration_s,
-        time_scale=opts.time_scale,
-        rate=opts.rate,
-        length_map="none",
-        seed=opts.seed,
-    )
+    schedule("none", None)  # the options against the trace before anything is sent: a bad --rate fails fast
     outcome: RunOutcome = await run_load(
         url, make_schedule, client, limits=limits, headers=headers, progress=progress
     )

@@ -180,6 +180,17 @@ def _opt_str(value: Any, source: str, field: str) -> str | None:
     return value
 
 
+def _nullable_block_number(
+    doc: dict[str, Any], block: str, key: str, source: str, hi: float | None = None
+) -> float | None:
+    """doc[block][key] as a number >= 0 (<= hi), or None when the whole block is null (not measured)."""
+    value = doc.get(block)
+    if value is None:
+        return None
+    got = _obj(value, source, block).get(key)
+    return strict_number(got, _where(source, f"{block}.{key}"), lo=0, hi=hi)
+
+
 def _pct(block: Any, source: str, field: str) -> dict[str, float | None]:
     if block is None:
         return {"p50": None, "p90": None, "p99": None}
@@ -231,27 +242,8 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
     rates = _obj(doc.get("rates"), source, "rates")
     slo = doc.get("slo") or {}
     slo = _obj(slo, source, "slo")
-    good = doc.get("goodput")
-    goodput = (
-        None
-        if good is None
-        else strict_number(
-            _obj(good, source, "goodput").get("requests_per_s"),
-            _where(source, "goodput.requests_per_s"),
-            lo=0,
-        )
-    )
-    padding = doc.get("padding")
-    waste = (
-        None
-        if padding is None
-        else strict_number(
-            _obj(padding, source, "padding").get("waste_fraction"),
-            _where(source, "padding.waste_fraction"),
-            lo=0,
-            hi=1,
-        )
-    )
+    goodput = _nullable_block_number(doc, "goodput", "requests_per_s", source)
+    waste = _nullable_block_number(doc, "padding", "waste_fraction", source, hi=1.0)
     cost = doc.get("cost")
     per_million = None
     if cost is not None:
