@@ -83,10 +83,8 @@ def _plan_and_compile(
         _log(f"compiling {name}: seq {s} x batch {b}")
         rep = compile_plan(target, plan_from_args(s, b), cache=cache, flags=flags, progress=False)
         assert rep.ok, rep.to_json()
-        cset = dict(rep.compiled_set)
-        cset["vocab_size"] = int(target.config["vocab_size"])
         path = work / f"{name}.json"
-        save_compiled_set(cset, path)
+        save_compiled_set(rep, path)
         out[name] = path
     out["seqs"] = seqs
     out["mean_len"] = float(np.mean(mapped))

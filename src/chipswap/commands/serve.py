@@ -218,7 +218,6 @@ def _loader(
             f"buckets {bad} differ from eager PyTorch beyond the tolerance; check with chipswap compile"
         )
     cset = dict(report.compiled_set)
-    cset.setdefault("vocab_size", target.config.get("vocab_size"))
     return target.name, lambda: load_compiled_model(cset, cache, policy=policy, truncate=truncate)
 
 
