@@ -54,6 +54,18 @@ def test_no_timestamps_needs_a_rate_and_gets_poisson():
     assert np.array_equal(s.at_s, again.at_s)  # seeded
 
 
+def test_poisson_arrivals_on_request_even_with_timestamps():
+    s = build_schedule(PROMPTS, OUTS, TS, max_requests=3000, duration_s=100, rate=30.0, arrivals="poisson")
+    assert s.arrivals == "poisson" and s.offered_rps == pytest.approx(30.0, rel=0.07)
+    gaps = np.diff(s.at_s)
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.1)  # exponential gaps: CV 1
+    assert s.prompt_tokens.tolist()[:6] == PROMPTS.tolist()  # lengths still from the trace
+    with pytest.raises(ChipswapError, match="need --rate"):
+        build_schedule(PROMPTS, OUTS, TS, max_requests=5, duration_s=10, arrivals="poisson")
+    with pytest.raises(ChipswapError, match="unknown arrivals"):
+        build_schedule(PROMPTS, OUTS, TS, max_requests=5, duration_s=10, rate=1.0, arrivals="bursty")
+
+
 def test_bounded_by_count_and_duration_and_wraps_the_trace():
     s = build_schedule(PROMPTS, OUTS, TS, max_requests=3, duration_s=100, length_map="none")
     assert len(s) == 3

@@ -165,6 +165,7 @@ _FLAGS = (
     "duration",
     "time_scale",
     "rate",
+    "arrivals",
     "length_map",
     "max_length",
     "model",
@@ -211,6 +212,9 @@ def _bench(
     ),
     rate: float | None = typer.Option(
         None, "--rate", help="Or scale arrivals to this mean rate (requests/s)."
+    ),
+    arrivals: str = typer.Option(
+        "trace", "--arrivals", help="trace (replay its gaps) or poisson (steady random arrivals at --rate)."
     ),
     length_map: str = typer.Option(
         "scale", "--length-map", help="predict: scale, clip or none (see docs/serve.md)."
@@ -263,6 +267,7 @@ def _bench(
         duration_s=duration,
         time_scale=time_scale,
         rate=rate,
+        arrivals=arrivals,
         length_map=length_map,
         max_length=max_length,
         model=model,

@@ -75,6 +75,9 @@ def _serve(
     ),
     max_queue: int = typer.Option(64, "--max-queue", help="Waiting requests per bucket before 429."),
     max_queue_total: int = typer.Option(256, "--max-queue-total", help="Waiting requests in all before 429."),
+    max_queue_wait_ms: float = typer.Option(
+        2000.0, "--max-queue-wait-ms", help="429 when a new request's estimated wait is longer."
+    ),
     timeout_s: float = typer.Option(30.0, "--timeout", help="Seconds a request may take before 504."),
     workers: int = typer.Option(
         1, "--workers", help="Batches run at once (1 on CPU: one call uses every core)."
@@ -127,6 +130,7 @@ def _serve(
         max_batch_delay_s=max_batch_delay_ms / 1000.0,
         max_queue=max_queue,
         max_queue_total=max_queue_total,
+        max_queue_wait_s=max_queue_wait_ms / 1000.0,
         request_timeout_s=timeout_s,
         workers=workers,
     )

@@ -33,6 +33,7 @@ class BenchOptions:
     duration_s: float = 60.0  # send only requests planned before this many seconds
     time_scale: float | None = None  # multiply the trace's inter-arrival times (0.5 = twice as fast)
     rate: float | None = None  # or: scale arrivals to this mean rate (requests/s); Poisson without timestamps
+    arrivals: str = "trace"  # "trace" (the trace's gaps) or "poisson" (steady random arrivals at --rate)
     length_map: str = "scale"  # predict: fit trace lengths into the model's range (scale, clip, none)
     max_length: int | None = None  # predict: the range to map into (default: the server's largest bucket)
     model: str | None = None  # OpenAI: model name (default: the first one /v1/models lists)
@@ -178,6 +179,7 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
             length_map=length_map,
             max_length=max_length,
             seed=opts.seed,
+            arrivals=opts.arrivals,
         )
 
     def make_schedule(_server: dict[str, Any]) -> Schedule:

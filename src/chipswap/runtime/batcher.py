@@ -3,13 +3,18 @@
 Each request goes to the queue of its sequence bucket. A worker takes the bucket whose oldest request has
 waited longest once that bucket is *due*: it holds as many requests as the largest compiled batch size, or
 its oldest request has waited ``max_batch_delay_s``, or the batcher is draining. It takes up to the largest
-compiled batch size (FIFO), runs them in the smallest compiled batch size that holds them (padding rows fill
-the rest), and completes each request's future. ``workers`` batches run at once (1 on CPU, where one ONNX
-Runtime call already uses every core).
+compiled batch size (FIFO) and picks the compiled batch size that serves them fastest per request, from the
+measured time of each (batch, seq) shape (``calibrate`` times every shape once at start-up; every batch run
+updates it). Where a bigger batch costs about the same as a small one (accelerators) it pads up with whole
+padding rows; where time grows with the batch (CPU) it runs fewer and leaves the rest queued for the next
+call, instead of computing padding rows. ``workers`` batches run at once (1 on CPU, where one ONNX Runtime
+call already uses every core).
 
-Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, rejects
-the next one with QueueFull and a Retry-After estimate (queued requests x recent model time per request). A
-request whose deadline passes while it waits is completed with RequestExpired and never run.
+Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, or an
+estimated wait (queued requests x recent model time per request / workers) over ``max_queue_wait_s``,
+rejects the next request with QueueFull and that estimate as Retry-After. So an admitted request waits
+seconds, not minutes, however slow the model. A request whose deadline passes while it waits is completed
+with RequestExpired and never run.
 ``close(drain=True)`` refuses new work and runs everything already queued.
 
 May not: parse HTTP, format responses, or know about the model's backend (it sees a ServedModel).
@@ -38,7 +43,8 @@ class BatcherConfig:
 
     max_batch_delay_s: float = 0.005  # longest the first request of a batch waits for company
     max_queue: int = 64  # requests waiting in one bucket; the next one is rejected (429)
-    max_queue_total: int = 256  # requests waiting across all buckets (a few seconds of work, not minutes)
+    max_queue_total: int = 256  # requests waiting across all buckets
+    max_queue_wait_s: float = 2.0  # refuse (429) when the estimated wait for a new request is longer
     request_timeout_s: float = 30.0  # a request not started by then is dropped (the HTTP layer answers 504)
     workers: int = 1  # batches that run at the same time
 
@@ -51,6 +57,8 @@ class BatcherConfig:
             raise ChipswapError(f"queue limits must be >= 1, got {self.max_queue}/{self.max_queue_total}")
         if not 0 < self.request_timeout_s <= 3600:
             raise ChipswapError(f"request timeout must be in (0, 3600] s, got {self.request_timeout_s}")
+        if not 0 < self.max_queue_wait_s <= 3600:
+            raise ChipswapError(f"max queue wait must be in (0, 3600] s, got {self.max_queue_wait_s}")
         if not 1 <= self.workers <= 64:
             raise ChipswapError(f"workers must be 1..64, got {self.workers}")
 
@@ -116,6 +124,7 @@ class DynamicBatcher:
         self._threads: list[threading.Thread] = []
         self._running = 0  # batches executing now
         self._per_request_s = 0.0  # moving average of model seconds per real request
+        self._shape_s: dict[tuple[int, int], float] = {}  # moving average of seconds per (batch, seq) call
         self.batches_run = 0
         self.requests_run = 0
 
@@ -166,7 +175,12 @@ class DynamicBatcher:
                 raise Draining("server is shutting down")
             q = self._queues.get(bucket)
             depth = len(q) if q else 0
-            if depth >= self.config.max_queue or self._total >= self.config.max_queue_total:
+            wait = self._total * self._per_request_s / self.config.workers
+            if (
+                depth >= self.config.max_queue
+                or self._total >= self.config.max_queue_total
+                or wait > self.config.max_queue_wait_s
+            ):
                 if self.metrics:
                     self.metrics.rejected("queue_full")
                 raise QueueFull(bucket, depth, self._retry_after_locked())
@@ -232,6 +246,27 @@ class DynamicBatcher:
                 return None
             self._cond.wait(None if wake == math.inf else max(wake - now, 0.0))
 
+    def calibrate(self) -> dict[tuple[int, int], float]:
+        """Time every compiled shape once (after warm-up), so the first batches already pick sizes well.
+        Only buckets with more than one batch size need it."""
+        for batch, seq in self.model.shapes():
+            if len(self.model.batch_sizes(seq)) < 2:
+                continue
+            start = self.clock()
+            self.model.run_bucket([[1] * seq] * batch, batch, seq)
+            self._shape_s[(batch, seq)] = self.clock() - start
+        return dict(self._shape_s)
+
+    def choose_batch(self, n: int, bucket: int) -> int:
+        """The compiled batch size for ``n`` waiting requests: the one with the most requests per second by
+        the measured shape times (ties: the larger); the smallest that holds all ``n`` while a time is
+        missing."""
+        sizes = self.model.batch_sizes(bucket)
+        times = [self._shape_s.get((b, bucket)) for b in sizes]
+        if len(sizes) < 2 or any(t is None or t <= 0 for t in times):
+            return choose_batch(n, sizes)
+        return max(zip(sizes, times, strict=True), key=lambda bt: (min(n, bt[0]) / bt[1], bt[0]))[0]
+
     def _take_locked(self, bucket: int, now: float) -> list[_Pending]:
         q = self._queues[bucket]
         limit = self._max_batch(bucket)
@@ -247,6 +282,12 @@ class DynamicBatcher:
                 _fail(p.future, RequestExpired("deadline passed while queued"))
                 continue
             taken.append(p)
+        if taken:
+            keep = min(len(taken), self.choose_batch(len(taken), bucket))
+            for p in reversed(taken[keep:]):  # not in this batch: back to the front, order kept
+                q.appendleft(p)
+                self._total += 1
+            taken = taken[:keep]
         if not q:
             del self._queues[bucket]
         if self.metrics:
@@ -256,7 +297,7 @@ class DynamicBatcher:
     def _run(self, bucket: int, items: list[_Pending]) -> None:
         if not items:
             return
-        batch = choose_batch(len(items), self.model.batch_sizes(bucket))
+        batch = choose_batch(len(items), self.model.batch_sizes(bucket))  # smallest that holds them
         start = self.clock()
         try:
             results = self.model.run_bucket([p.row for p in items], batch, bucket)
@@ -273,6 +314,8 @@ class DynamicBatcher:
             self._per_request_s = (
                 sample if not self._per_request_s else 0.8 * self._per_request_s + 0.2 * sample
             )
+            old = self._shape_s.get((batch, bucket))
+            self._shape_s[(batch, bucket)] = model_s if old is None else 0.8 * old + 0.2 * model_s
             self.batches_run += 1
             self.requests_run += n
         if self.metrics:

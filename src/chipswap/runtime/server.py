@@ -228,7 +228,7 @@ class ServingEngine:
         self.drained = 0
 
     def load(self) -> None:
-        """Load, check against the tokenizer, warm every shape, start the batcher; then ready."""
+        """Load, check against the tokenizer, warm and time every shape, start the batcher; then ready."""
         try:
             model = self.loader()
             if self.tokenizer is not None and model.vocab_size is not None:
@@ -240,6 +240,7 @@ class ServingEngine:
                     )
             model.warm()
             batcher = DynamicBatcher(model, self.config.batcher, self.metrics)
+            batcher.calibrate()  # one timed run per shape: which batch size serves fastest here
             batcher.start()
         except Exception as exc:  # a failed load is reported by /readyz and stops the CLI with one line
             self.error = str(exc) if isinstance(exc, ChipswapError) else f"{type(exc).__name__}: {exc}"
