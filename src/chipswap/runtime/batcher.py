@@ -11,7 +11,7 @@ call, instead of computing padding rows. ``workers`` batches run at once (1 on C
 call already uses every core).
 
 Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, or an
-estimated wait (queued requests x recent model time per request / workers) over ``max_queue_wait_s``,
+estimated wait (queued requests x recent wall time per answered request) over ``max_queue_wait_s``,
 rejects the next request with QueueFull and that estimate as Retry-After. So an admitted request waits
 seconds, not minutes, however slow the model. A request whose deadline passes while it waits is completed
 with RequestExpired and never run.
@@ -123,8 +123,13 @@ class DynamicBatcher:
         self._flush = False  # draining: run what is queued now, wait for no company
         self._threads: list[threading.Thread] = []
         self._running = 0  # batches executing now
-        self._per_request_s = 0.0  # moving average of model seconds per real request
-        self._shape_s: dict[tuple[int, int], float] = {}  # moving average of seconds per (batch, seq) call
+        # moving average of wall seconds per answered request while busy, all workers together (model time
+        # plus everything else the process does between batches): a new request's wait is estimated from it
+        self._per_request_s = 0.0
+        self._last_end: float | None = None  # when the last batch ended, if work was waiting then
+        # fastest time seen per (batch, seq) call: the intrinsic cost, unlike a mean it ignores the runs a
+        # busy machine preempted; it is what the batch-size choice compares
+        self._shape_s: dict[tuple[int, int], float] = {}
         self.batches_run = 0
         self.requests_run = 0
 
@@ -175,7 +180,7 @@ class DynamicBatcher:
                 raise Draining("server is shutting down")
             q = self._queues.get(bucket)
             depth = len(q) if q else 0
-            wait = self._total * self._per_request_s / self.config.workers
+            wait = self._total * self._per_request_s
             if (
                 depth >= self.config.max_queue
                 or self._total >= self.config.max_queue_total
@@ -204,7 +209,7 @@ class DynamicBatcher:
 
     def _retry_after_locked(self) -> int:
         per = self._per_request_s or 0.01
-        return max(1, math.ceil(self._total * per / self.config.workers))
+        return max(1, math.ceil(self._total * per))
 
     # --- work --------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -246,16 +251,21 @@ class DynamicBatcher:
                 return None
             self._cond.wait(None if wake == math.inf else max(wake - now, 0.0))
 
-    def calibrate(self) -> dict[tuple[int, int], float]:
-        """Time every compiled shape once (after warm-up), so the first batches already pick sizes well.
-        Only buckets with more than one batch size need it."""
+    def calibrate(self, runs: int = 3) -> dict[tuple[int, int], float]:
+        """Time every compiled shape (fastest of ``runs``, after warm-up), so the first batches already pick
+        sizes well. Only buckets with more than one batch size need it."""
         for batch, seq in self.model.shapes():
             if len(self.model.batch_sizes(seq)) < 2:
                 continue
-            start = self.clock()
-            self.model.run_bucket([[1] * seq] * batch, batch, seq)
-            self._shape_s[(batch, seq)] = self.clock() - start
+            for _ in range(runs):
+                start = self.clock()
+                self.model.run_bucket([[1] * seq] * batch, batch, seq)
+                self._note_shape(batch, seq, self.clock() - start)
         return dict(self._shape_s)
+
+    def _note_shape(self, batch: int, seq: int, seconds: float) -> None:
+        old = self._shape_s.get((batch, seq))
+        self._shape_s[(batch, seq)] = seconds if old is None else min(old, seconds)
 
     def choose_batch(self, n: int, bucket: int) -> int:
         """The compiled batch size for ``n`` waiting requests: the one with the most requests per second by
@@ -310,12 +320,15 @@ class DynamicBatcher:
         real = sum(len(p.row) for p in items)
         with self._cond:
             n = len(items)
-            sample = model_s / n
+            if self._last_end is not None:  # busy since the previous batch ended: the real drain rate
+                sample = (end - self._last_end) / n
+            else:  # the first batch after idle: its model time, shared by the workers
+                sample = model_s / n / self.config.workers
             self._per_request_s = (
                 sample if not self._per_request_s else 0.8 * self._per_request_s + 0.2 * sample
             )
-            old = self._shape_s.get((batch, bucket))
-            self._shape_s[(batch, bucket)] = model_s if old is None else 0.8 * old + 0.2 * model_s
+            self._last_end = end if self._total > 0 else None  # still busy: the next batch measures from here
+            self._note_shape(batch, bucket, model_s)
             self.batches_run += 1
             self.requests_run += n
         if self.metrics:
