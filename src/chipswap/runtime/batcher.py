@@ -203,6 +203,15 @@ class DynamicBatcher:
         """The caller gave up (timeout, disconnect): skip the request if it has not started."""
         pending.cancelled = True
 
+    def overloaded(self) -> int | None:
+        """Retry-After seconds when any new request would be refused now (whatever its bucket), else None:
+        lets the HTTP layer shed load before it reads and parses a body."""
+        with self._cond:
+            full = self._total >= self.config.max_queue_total
+            if full or self._total * self._per_request_s > self.config.max_queue_wait_s:
+                return self._retry_after_locked()
+        return None
+
     def depth(self) -> dict[int, int]:
         with self._cond:
             return {b: len(q) for b, q in self._queues.items() if q}

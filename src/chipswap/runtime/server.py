@@ -321,6 +321,54 @@ def _jsonable(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
+class ShedLoad:
+    """ASGI middleware: while the batcher would refuse any new request, answer /v1/predict with 429 before
+    routing, body parsing or validation -- under overload most requests are refused, so refusing must be the
+    cheapest thing the server does. Authentication still comes first when a token is set."""
+
+    def __init__(self, app: Any, engine: ServingEngine) -> None:
+        self.app = app
+        self.engine = engine
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        batcher = self.engine.batcher
+        if scope["type"] != "http" or scope["path"] != "/v1/predict" or batcher is None:
+            return await self.app(scope, receive, send)
+        retry = batcher.overloaded()
+        if retry is None or not self._authorized(scope):
+            return await self.app(scope, receive, send)  # the route answers (and checks the token)
+        seen = 0
+        while True:  # drain the body (bounded) so the connection stays usable; no parsing
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if not message.get("more_body") or seen > self.engine.config.max_body_bytes:
+                break
+        self.engine.metrics.rejected("queue_full")
+        self.engine.metrics.answered(429, None, None, None)
+        body = json.dumps(
+            {"error": {"code": "queue_full", "message": f"server is at capacity; retry after {retry} s"}}
+        ).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(retry).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _authorized(self, scope: Any) -> bool:
+        token = self.engine.config.token
+        if token is None:
+            return True
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, given = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and hmac.compare_digest(
+                    given.strip().encode(), token.encode()
+                )
+        return False
+
+
 def create_app(engine: ServingEngine) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> Any:
@@ -329,6 +377,7 @@ def create_app(engine: ServingEngine) -> FastAPI:
         await asyncio.to_thread(engine.close)
 
     app = FastAPI(title="chipswap serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(ShedLoad, engine=engine)
     cfg = engine.config
 
     @app.exception_handler(ClientError)
