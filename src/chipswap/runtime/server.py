@@ -487,9 +487,10 @@ def create_app(engine: ServingEngine) -> FastAPI:
         remaining = max(cfg.batcher.request_timeout_s - (time.monotonic() - received), 0.001)
         try:
             served = await asyncio.wait_for(asyncio.wrap_future(future), timeout=remaining)
-        except (TimeoutError, RequestExpired):
+        except (TimeoutError, RequestExpired) as exc:
             batcher.cancel(pending)
-            engine.metrics.rejected("timeout")
+            if isinstance(exc, TimeoutError):  # (an expiry in the queue is counted by the batcher)
+                engine.metrics.rejected("timeout")
             raise ClientError(
                 504, "timeout", f"no answer within the request timeout of {cfg.batcher.request_timeout_s:g} s"
             ) from None
