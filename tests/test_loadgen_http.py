@@ -200,7 +200,7 @@ def test_overload_rejects_and_keeps_serving():
         "distilbert-base",
         "--eager",
         "--max-length",
-        "256",  # trace lengths mapped into 1..256: ~20-100 ms a request, so 150 req/s is several times too much
+        "256",  # trace lengths mapped into 1..256: ~20-100 ms a request, 150 req/s is several times too many
         "--threads",
         "1",
         "--max-queue",
