@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export AOTI_RUNTIME_CHECK_INPUTS := 1
 
-.PHONY: install demo test test-fast lint bench browser clean
+.PHONY: install demo test test-fast lint bench browser clean calibrate fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,12 +30,19 @@ test: $(STAMP) browser ## the whole test suite
 test-fast: $(STAMP) ## the pure-core tests only (seconds)
 	$(PY) -m pytest -q -m "not slow and not browser"
 
+fuzz: $(STAMP) ## the hostile-input fuzz suite, 20x longer than in `make test`, a new seed each run (printed)
+	CHIPSWAP_FUZZ_SCALE=$${CHIPSWAP_FUZZ_SCALE:-20} CHIPSWAP_FUZZ_SEED=$${CHIPSWAP_FUZZ_SEED:-$$(date +%s)} \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/fuzz
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 
 bench: $(STAMP) ## every benchmark in bench/; results land in docs/benchmarks.md
 	@set -e; for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+calibrate: $(STAMP) ## re-fit the projection's platform coefficients from ../shared/reference (docs/projection.md)
+	$(VENV)/bin/chipswap calibrate
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

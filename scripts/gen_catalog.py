@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
+import sys
 from decimal import Decimal
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from chipswap.catalog_io import price_groups_toml, toml_value  # noqa: E402  (the TOML writer is shared)
 
 FAMILIES = (
     "trn1",
@@ -71,22 +74,7 @@ def dec(text: str) -> Decimal | None:
     return Decimal(text) if text else None
 
 
-def q(value: object) -> str:
-    """A TOML value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, Decimal):
-        text = format(value, "f")
-        return text if "." in text else text + ".0"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(q(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {q(v)}" for k, v in value.items()) + " }"
-    return json.dumps(str(value), ensure_ascii=False)
+q = toml_value
 
 
 def table(name: str, fields: dict) -> str:
@@ -215,21 +203,7 @@ GROUP_NOTE = {
 
 
 def price_groups(prices: list[dict]) -> list[str]:
-    groups: dict[tuple, list[dict]] = {}
-    for p in prices:
-        groups.setdefault((p["term"], p["source"], p["as_of"]), []).append(p)
-    out = []
-    for (term, source, as_of), rows in groups.items():
-        lines = ["[[prices]]", f"term = {q(term)}", f"source = {q(source)}", f"as_of = {q(as_of)}"]
-        if term in GROUP_NOTE:
-            lines.append(f"note = {q(GROUP_NOTE[term])}")
-        lines.append("rows = [  # instance, region, usd_per_hour[, note]")
-        for p in rows:
-            cells = [p["instance"], p["region"], p["usd_per_hour"]] + ([p["note"]] if p.get("note") else [])
-            lines.append(f"  {q(cells)},")
-        lines.append("]")
-        out.append("\n".join(lines) + "\n")
-    return out
+    return price_groups_toml(prices, GROUP_NOTE)
 
 
 def instances_and_prices(shared: Path) -> tuple[list[str], list[dict]]:

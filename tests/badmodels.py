@@ -147,6 +147,109 @@ class Raises(nn.Module):
         raise RuntimeError("this forward always fails")  # BAD: raises
 
 
+class KVCacheWrite(nn.Module):
+    """A float write at int64 positions without accumulate (a KV-cache update): not a scatter-reduce."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("cache", torch.zeros(16, 8))
+
+    def forward(self, x, pos):
+        cache = self.cache.clone()
+        cache.index_put_((pos,), self.proj(x))  # GOOD: kv_write
+        return cache
+
+
+class FloatIndexAdd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, pos):
+        return torch.zeros(16, 8).index_add(0, pos, self.proj(x))  # GOOD: index_add
+
+
+class IntAccumulate(nn.Module):
+    """Counting into an int64 buffer with accumulate=True: a scatter-reduce on integer data."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, pos):
+        counts = torch.zeros(16, dtype=torch.int64)
+        counts = counts.index_put((pos,), torch.ones_like(pos), accumulate=True)  # BAD: int_accumulate
+        return self.proj(x), counts
+
+
+class IntScatterAdd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, pos):
+        hist = torch.zeros(16, dtype=torch.int64)
+        hist = hist.scatter_add(0, pos, torch.ones_like(pos))  # BAD: scatter_add
+        return self.proj(x), hist
+
+
+class Experts(nn.Module):
+    """Hand-written top-1 MoE dispatch: each expert takes the tokens routed to it (data-dependent counts)."""
+
+    def __init__(self, n: int = 4):
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Linear(8, 8) for _ in range(n))
+
+    def forward(self, x, choice):
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            rows = torch.nonzero(choice == i).squeeze(-1)  # BAD: moe
+            out = out.index_add(0, rows, expert(x[rows]))
+        return out
+
+
+class TinyMoE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.router = nn.Linear(8, 4)
+        self.moe = Experts()
+
+    def forward(self, x):
+        choice = self.router(x).argmax(-1)
+        return self.moe(x, choice)
+
+
+class SegmentEmbedding(nn.Module):
+    """BERT-style inputs with a 10-row vocabulary and 2 segment ids: random ids up to 99 would not fit."""
+
+    def __init__(self):
+        super().__init__()
+        self.words = nn.Embedding(10, 8)
+        self.segments = nn.Embedding(2, 8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, input_ids, token_type_ids):
+        return self.proj(self.words(input_ids) + self.segments(token_type_ids))
+
+
+class PairwiseDistance(nn.Module):
+    """torch.cdist: the forward lowers, its backward (_cdist_backward) has no lowering: a finding only
+    with --training."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        return torch.cdist(self.proj(x), y)  # BAD: cdist_backward
+
+
+class ExitsInForward(nn.Module):
+    def forward(self, x):
+        raise SystemExit(0)
+
+
 def _x():
     torch.manual_seed(0)
     return torch.randn(2, 8)
@@ -200,6 +303,53 @@ def make_not_a_module():
     return 42
 
 
+def _pos():
+    return torch.tensor([3, 7], dtype=torch.int64)
+
+
+def make_kv_write():
+    return KVCacheWrite(), {"x": _x(), "pos": _pos()}
+
+
+def make_index_add():
+    return FloatIndexAdd(), {"x": _x(), "pos": _pos()}
+
+
+def make_int_accumulate():
+    return IntAccumulate(), {"x": _x(), "pos": _pos()}
+
+
+def make_scatter_add():
+    return IntScatterAdd(), {"x": _x(), "pos": _pos()}
+
+
+def make_moe():
+    torch.manual_seed(0)
+    return TinyMoE(), {"x": torch.randn(6, 8)}
+
+
+def make_segments():
+    ids = torch.tensor([[1, 5, 9, 2]], dtype=torch.int64)
+    return SegmentEmbedding(), {"input_ids": ids, "token_type_ids": torch.tensor([[0, 0, 1, 1]])}
+
+
+def make_cdist():
+    torch.manual_seed(0)
+    return PairwiseDistance(), {"x": torch.randn(2, 4, 8), "y": torch.randn(2, 5, 8)}
+
+
+def make_exits():
+    raise SystemExit(3)
+
+
+def make_forward_exits():
+    return ExitsInForward(), {"x": _x()}
+
+
+def make_keyboard_like():
+    raise GeneratorExit("odd exception type")
+
+
 # tag -> (factory name, expected rule id)
 EXPECTED = {
     "branch": ("make_branch", "NCC_EMOD025"),
@@ -211,4 +361,16 @@ EXPECTED = {
     "cond": ("make_cond", "CHIP_COND"),
     "custom_op": ("make_custom_op", "NCC_EHCA005"),
     "topk": ("make_topk", "NCC_EVRF013"),
+    "int_accumulate": ("make_int_accumulate", "NCC_EVRF016"),
+    "scatter_add": ("make_scatter_add", "NCC_EVRF016"),
+    "moe": ("make_moe", "CHIP_MOE_ROUTING"),
 }
+# tag -> factory that must check clean (no blocker): plain writes and float accumulation at int64 positions
+GOOD = {"kv_write": "make_kv_write", "index_add": "make_index_add"}
+
+
+def good_line(tag: str) -> int:
+    for i, line in enumerate(HERE.read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# GOOD: {tag}"):
+            return i
+    raise KeyError(tag)

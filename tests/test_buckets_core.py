@@ -253,3 +253,93 @@ def test_bad_lengths_raise():
         B.histogram_from_lengths([3, 0])
     with pytest.raises(ChipswapError, match="not a whole number"):
         B.histogram_from_lengths([3.5])
+
+
+# ---- the vectorised DP, its int64 bound, and the length bound ----------------------------------------------
+
+
+def test_vectorised_dp_equals_python_integer_hull_on_larger_histograms():
+    # the divide-and-conquer layers (numpy) against the previous planner's convex-hull DP (Python integers)
+    rng = np.random.default_rng(11)
+    models = [B.tokens_cost(), B.attention_cost(1000, 7), B.measured_cost([1, 100, 900], [0.5, 2.0, 9.25])]
+    for trial in range(40):
+        n = int(rng.integers(2, 400))
+        lengths = np.sort(rng.choice(np.arange(1, 900), n, replace=False))
+        counts = rng.integers(1, 5 if trial % 2 else 10**6, n)
+        h = B.histogram_from_pairs(lengths, counts)
+        top = int(rng.integers(1, h.max_length + 1)) if trial % 3 == 0 else h.max_length
+        policy = B.POLICIES[trial % 2]
+        align = (1, 1, 8)[trial % 3]
+        for model in models:
+            c = B.candidate_edges(h, model, max_length=top, policy=policy, align=align)
+            kmax = min(8, c.edges.size)
+            _, fast = B._dp_layers(c.prefix, c.costs, None, kmax)
+            _, ref = B._dp_layers_hull(c.prefix.tolist(), c.costs.tolist(), None, kmax)
+            for k in range(1, kmax + 1):
+                got = [int(c.edges[j]) for j in B._backtrack(fast, k, c.edges.size)]
+                want = [int(c.edges[j]) for j in B._backtrack(ref, k, c.edges.size)]
+                a = B.evaluate(h, got, model, policy=policy).padded_total
+                b = B.evaluate(h, want, model, policy=policy).padded_total
+                assert a == pytest.approx(b, rel=1e-12), (trial, model.kind, k)
+
+
+def test_costs_beyond_int64_fall_back_to_exact_integers():
+    rng = np.random.default_rng(5)
+    lengths = rng.choice(np.arange(1, 5000), 12, replace=False)
+    h = B.histogram_from_pairs(lengths, rng.integers(1, 10**7, 12))
+    model = B.attention_cost(10**12 + 1, 7)  # no common factor: the reduced costs stay ~1e15, weights ~1e8
+    c = B.candidate_edges(h, model, max_length=h.max_length, policy="reject")
+    assert B._int64_form(c.prefix, c.costs) is None  # so the Python-integer DP runs
+    for k in (2, 3, 4):
+        plan = B.plan_optimal(h, model, k=k, max_buckets=None)
+        _, brute = B.brute_force_edges(h, k, model, max_length=h.max_length)
+        assert plan.padded_total == brute
+
+
+@pytest.mark.parametrize("huge", [2_000_000_000, 10**12, 1e20, 10**30])
+def test_a_huge_length_is_an_error_not_a_huge_allocation(huge):
+    # the previous planner ran np.bincount up to the longest length: 16 GB at 2e9, terabytes at 1e12
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ChipswapError, match="limit of 2,097,152 tokens") as exc:
+            B.histogram_from_lengths(np.asarray([5, huge, 7], dtype=object if huge == 10**30 else None))
+        assert "lengths[1]" in str(exc.value)
+        with pytest.raises(ChipswapError, match="limit of 2,097,152 tokens"):
+            B.decode_histogram(np.asarray([5, 6]), np.asarray([3, int(min(huge, 2**62))]))
+        with pytest.raises(ChipswapError, match="limit of 2,097,152"):
+            B.plan_optimal(
+                B.histogram_from_pairs([3, 4], [1, 1]), B.tokens_cost(), max_length=int(min(huge, 2**62))
+            )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+def test_prompt_plus_output_beyond_the_bound_is_an_error():
+    with pytest.raises(ChipswapError, match="prompt \\+ output tokens of request 1"):
+        B.decode_histogram(np.asarray([5, 2_000_000]), np.asarray([3, 200_000]))
+
+
+def test_decode_histogram_from_events_equals_per_request_difference_array():
+    rng = np.random.default_rng(2)
+    p = rng.integers(1, 3000, 5000)
+    g = rng.integers(0, 400, 5000)
+    per_request = B.decode_histogram(p, g)
+    gen = g > 0
+    sl, sc = np.unique(p[gen], return_counts=True)
+    el, ec = np.unique((p + g)[gen], return_counts=True)
+    events = B.decode_histogram_from_events(sl, sc, el, ec)
+    assert events.lengths.tolist() == per_request.lengths.tolist()
+    assert events.counts.tolist() == per_request.counts.tolist()
+    with pytest.raises(ChipswapError, match="do not balance"):
+        B.decode_histogram_from_events(sl, sc, el[:-1], ec[:-1])
+
+
+def test_dp_table_is_bounded():
+    h = B.histogram_from_lengths(np.arange(1, 3001))
+    with pytest.raises(ChipswapError, match="table bound"):
+        B._dp_layers(np.arange(1, 3001), np.arange(1, 3001), None, B.MAX_DP_CELLS // 3000 + 1)
+    assert B.plan_optimal(h, B.tokens_cost(), k=6).k == 6

@@ -176,3 +176,64 @@ def test_compiler_is_labelled_per_target(target, compiler, absent, capsys, tmp_p
     assert compiler in head and compiler in md.read_text()
     if absent:
         assert absent not in head and absent not in md.read_text().split("## ")[0].split("- Shapes")[0]
+
+
+def _cfg(tmp_path, layers):
+    p = tmp_path / "config.json"
+    p.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 32,
+                "num_hidden_layers": layers,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 64,
+                "vocab_size": 128,
+                "max_position_embeddings": 64,
+                "architectures": ["LlamaForCausalLM"],
+            }
+        )
+    )
+    return str(p)
+
+
+@pytest.mark.slow
+def test_repeated_layers_checked_as_a_copy_unless_full_model(tmp_path, capsys):
+    cfg = _cfg(tmp_path, 6)
+    code, out, _ = run(["check", cfg, "--shape", "input_ids=1x8", "--json"], capsys)
+    small = json.loads(out)
+    code_full, out, _ = run(["check", cfg, "--shape", "input_ids=1x8", "--json", "--full-model"], capsys)
+    full = json.loads(out)
+    assert code == code_full == 0
+    assert (
+        "2-layer copy of its 6 identical layers" in small["checked"] and full["checked"] == "the full model"
+    )
+    assert sum(small["supported_operators"].values()) < sum(full["supported_operators"].values())
+    rules = lambda j: sorted({(f["rule"], f["severity"]) for f in j["findings"]})  # noqa: E731
+    assert rules(small) == rules(full)
+    assert set(small["supported_operators"]) == set(full["supported_operators"])
+
+
+def test_training_flag_reports_phases(capsys):
+    code, out, err = run(
+        ["check", "tests.badmodels:make_good", "--training", "--json", "--target", "trn1"], capsys
+    )
+    j = json.loads(out)
+    assert code == 0, err
+    assert j["training"] is True and j["phases"]["backward"] > 0 and j["phases"]["optimizer"] > 0
+
+
+def test_training_of_a_pt2_is_a_usage_error(tmp_path, capsys):
+    m, x = badmodels.make_good()
+    p = tmp_path / "good.pt2"
+    torch.export.save(torch.export.export(m, (), x), str(p))
+    code, _, err = run(["check", str(p), "--training"], capsys)
+    assert code == 2 and "--training needs the model's code" in err
+
+
+def test_help_lists_the_new_flags(capsys):
+    code, out, _ = run(["check", "--help"], capsys)
+    text = " ".join(out.split())
+    for flag in ("--training", "--full-model", "--trust-pickle", "--factory-path"):
+        assert flag in text

@@ -143,3 +143,111 @@ def test_exported_program_file(tmp_path):
 def test_unknown_task():
     with pytest.raises(ChipswapError, match="unknown task"):
         models.resolve_model("tiny-bert", task="sequence-clasification")
+
+
+@pytest.mark.parametrize(
+    "cfg,task,defaults,fixed",
+    [
+        (
+            {
+                "model_type": "swin",
+                "image_size": 32,
+                "patch_size": 4,
+                "embed_dim": 16,
+                "depths": [1, 1],
+                "num_heads": [2, 2],
+                "window_size": 4,
+            },
+            None,
+            ("pixel_values",),
+            {"pixel_values": ((3, 32, 32), "float32")},
+        ),
+        (
+            {"model_type": "clip_vision_model", "image_size": 48, "patch_size": 8, "num_channels": 1},
+            None,
+            ("pixel_values",),
+            {"pixel_values": ((1, 48, 48), "float32")},
+        ),
+        (
+            {"model_type": "bart", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1},
+            None,
+            ("input_ids", "attention_mask", "decoder_input_ids"),
+            {},
+        ),
+        (
+            {"model_type": "bart", "d_model": 16, "encoder_layers": 1, "decoder_layers": 1},
+            "encoder",
+            ("input_ids", "attention_mask"),
+            {},
+        ),
+        (
+            {"model_type": "whisper", "num_mel_bins": 8, "max_source_positions": 10},
+            None,
+            ("input_features", "decoder_input_ids"),
+            {"input_features": ((8, 20), "float32")},
+        ),
+        (
+            {
+                "model_type": "wav2vec2",
+                "conv_kernel": [10, 3],
+                "conv_stride": [5, 2],
+                "conv_dim": [8, 8],
+                "num_feat_extract_layers": 2,
+            },
+            None,
+            ("input_values",),
+            {"input_values": ((1290,), "float32")},
+        ),
+    ],
+)
+def test_inputs_come_from_the_forward_signature_and_config(tmp_path, cfg, task, defaults, fixed):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    ref = models.resolve_model(str(p), task=task)
+    info = models.model_inputs(ref, task=task)
+    assert info.defaults == defaults
+    for name, want in fixed.items():
+        assert info.fixed[name] == want
+    spec = info.spec(2, 8)
+    assert all(dims[0] == 2 for dims, _ in spec.values())
+
+
+def test_wav2vec2_sample_count_gives_the_requested_frames():
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(conv_kernel=[10, 3, 3], conv_stride=[5, 2, 2])
+    n = models._audio_samples(cfg, 7)
+    frames = n
+    for k, s in zip(cfg.conv_kernel, cfg.conv_stride, strict=True):
+        frames = (frames - k) // s + 1
+    assert frames == 7
+
+
+def test_training_labels_follow_the_head():
+    lm = models.model_inputs(models.resolve_model("tiny-llama"), task="causal-lm")
+    cls = models.model_inputs(models.resolve_model("tiny-bert"))
+    assert lm.labels == "tokens" and lm.spec(1, 4, training=True)["labels"] == ((1, 4), "int64")
+    assert cls.labels == "class" and cls.spec(3, 4, training=True)["labels"] == ((3,), "int64")
+    assert cls.highs["labels"] == 2
+
+
+def test_representative_copy_keeps_identical_layers_only():
+    big = models.resolve_model("llama-3-70b")
+    small, words = models.representative(big)
+    assert small.config["num_hidden_layers"] == models.REPRESENTATIVE_DEPTH and "80 identical layers" in words
+    assert big.config["num_hidden_layers"] == 80  # the original is untouched
+    tiny = models.resolve_model("tiny-llama")
+    assert models.representative(tiny) == (tiny, "the full model")
+    varied = replace_config(big, layer_types=["sliding_attention", "full_attention"] * 40)
+    assert models.representative(varied)[0] is varied
+
+
+def replace_config(ref, **changes):
+    from dataclasses import replace
+
+    return replace(ref, config={**ref.config, **changes})
+
+
+def test_head_the_config_lacks_is_a_usage_error():
+    with pytest.raises(ChipswapError, match="no 'image-classification' head"):
+        models.model_inputs(models.resolve_model("tiny-gpt2"), task="image-classification")

@@ -193,3 +193,111 @@ def test_findings_sorted_by_severity(rs232):
 def test_unknown_target_rejected(rs232):
     with pytest.raises(ValueError):
         R.evaluate(Inventory(ops=()), rs232, "inf3")
+
+
+INTS = ("int64",)
+
+
+def test_scatter_rule_keys_on_written_dtype_and_accumulate(rs232):
+    """NCC_EVRF016 is about reductions into integer/bool data, not about int64 index tensors."""
+
+    def hit(op_):
+        return "NCC_EVRF016" in ids(R.evaluate(Inventory(ops=(op_,)), rs232, "trn1"))
+
+    kv = op(
+        "aten::index_put", ins=("float32", "int64"), data_dtype="float32", attrs=(("accumulate", "False"),)
+    )
+    acc_float = op(
+        "aten::index_put", ins=("float32", "int64"), data_dtype="float32", attrs=(("accumulate", "True"),)
+    )
+    acc_int = op("aten::index_put", ins=("int64",), data_dtype="int64", attrs=(("accumulate", "True"),))
+    set_int = op("aten::index_put", ins=("int64",), data_dtype="int64", attrs=(("accumulate", "False"),))
+    add_float = op("aten::index_add", ins=("float32", "int64"), data_dtype="float32")
+    add_int = op("aten::scatter_add", ins=("int32", "int64"), data_dtype="int32")
+    hlo_add_int = op("hlo::scatter", ins=("int32",), data_dtype="int32", attrs=(("accumulate", "True"),))
+    hlo_set_int = op("hlo::scatter", ins=("int32",), data_dtype="int32", attrs=(("accumulate", "False"),))
+    assert (
+        not hit(kv)
+        and not hit(acc_float)
+        and not hit(set_int)
+        and not hit(add_float)
+        and not hit(hlo_set_int)
+    )
+    assert hit(acc_int) and hit(add_int) and hit(hlo_add_int)
+
+
+def test_moe_routing_rule_matches_modules_and_supersedes_generic_findings(rs232):
+    routing = CaptureIssue(
+        kind="data_dependent",
+        message="m",
+        location="moe.py:9",
+        module_path="layers.0.mlp.experts",
+        module_types=("MixtralExperts",),
+    )
+    plain = CaptureIssue(kind="data_dependent", message="m", location="x.py:3", module_path="encoder.layer")
+    by_type = CaptureIssue(
+        kind="export_error", message="m", location="y.py:4", module_types=("SparseMoeBlock",)
+    )
+    nz = op("aten::nonzero", ins=("bool",), outs=("int64",), loc="r.py:5", module_path="moe.router")
+    a = R.evaluate(Inventory(ops=(nz,), issues=(routing, plain, by_type)), rs232, "trn1")
+    got = {(f.rule, f.location) for f in a.findings if f.severity == "blocker"}
+    assert ("CHIP_MOE_ROUTING", "moe.py:9") in got and ("CHIP_MOE_ROUTING", "y.py:4") in got
+    assert ("CHIP_MOE_ROUTING", "r.py:5") in got
+    assert ("NCC_EMOD025", "x.py:3") in got  # not in an MoE module: the generic rule
+    # superseded on the MoE lines: no second finding for the same cause
+    assert not {loc for rule, loc in got if rule in ("NCC_EMOD025", "CHIP_TRACE_FAIL")} & {
+        "moe.py:9",
+        "y.py:4",
+        "r.py:5",
+    }
+
+
+def test_supersedes_is_per_op_not_global(rs232):
+    cond = op("hlo::conditional", loc="c.py:1")
+    fft = op("hlo::fft", loc="f.py:2")
+    a = R.evaluate(Inventory(ops=(cond, fft)), rs232, "trn1")
+    got = {(f.rule, f.location) for f in a.findings}
+    assert ("CHIP_COND", "c.py:1") in got and ("NCC_EVRF001", "c.py:1") not in got
+    assert ("NCC_EVRF001", "f.py:2") in got
+
+
+def test_backward_ops_are_labelled_with_their_phase(rs232):
+    grad = op("aten::_cdist_backward", phase="backward", original="aten::_cdist_backward")
+    (f,) = R.evaluate(Inventory(ops=(grad,)), rs232, "trn1").findings
+    assert f.rule == "CHIP_CPU_FALLBACK" and "backward" in f.op
+
+
+def test_bad_clause_attrs_rejected():
+    base = {
+        "id": "X",
+        "severity": "warn",
+        "title": "t",
+        "evidence": "e",
+        "source": "s",
+        "as_of": "a",
+        "fix": "f",
+    }
+    with pytest.raises(ValueError, match="attrs"):
+        R.rule_from_dict({**base, "when": [{"ops": ["aten::x"], "attrs": ["accumulate"]}]})
+
+
+def test_hlo_table_matches_the_shared_evidence_csvs():
+    """data/neuron_rules/hlo.toml is generated from shared/reference/neuron/; it must still say the same."""
+    import csv
+    import tomllib
+
+    ref = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "neuron"
+    if not (ref / "hlo_opcode_neuron_evidence.csv").exists():
+        pytest.skip("shared/reference not present")
+    shipped = tomllib.loads(
+        (Path(R.__file__).resolve().parents[1] / "data" / "neuron_rules" / "hlo.toml").read_text()
+    )
+    with open(ref / "hlo_opcode_neuron_evidence.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["hlo_opcode"]: r["neuronx_cc_status"] for r in rows} == {
+        k: v["status"] for k, v in shipped["opcodes"].items()
+    }
+    with open(ref / "neuronx_cc_custom_call_targets.csv", newline="") as fh:
+        targets = {r["custom_call_target"] for r in csv.DictReader(fh)}
+    assert set(shipped["custom_call"]["targets"]) | set(shipped["custom_call"]["not_listed"]) == targets
+    assert set(R.HLO_STATUS) >= {v["status"] for v in shipped["opcodes"].values()}

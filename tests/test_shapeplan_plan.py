@@ -187,12 +187,36 @@ def test_histogram_svg_draws_bars_and_edges(azure):
     svg = histogram_svg(plan, plan.sequence_buckets, compare_edges=[128, 256, 7437])
     root = ET.fromstring(svg)
     ns = "{http://www.w3.org/2000/svg}"
-    edges = [e for e in root.iter(f"{ns}line") if e.get("class") == "edge"]
-    bars = [e for e in root.iter(f"{ns}rect") if e.get("class") == "bar"]
+    groups = {g.get("id", ""): g for g in root.iter(f"{ns}g")}  # matplotlib: one group per artist gid
+
+    def x0(g: ET.Element) -> float:
+        return float(next(g.iter(f"{ns}path")).get("d", "").split()[1])
+
+    edges = [groups[f"edge-{i}"] for i in range(5) if f"edge-{i}" in groups]
+    bars = [g for gid, g in groups.items() if gid.startswith("bar-")]
     assert len(edges) == 5 and len(bars) > 20
-    xs = [float(e.get("x1")) for e in edges]
-    # largest edge near the right of the plot but inside its border (760 - 16), so the line stays visible
-    assert xs == sorted(xs) and 700 < xs[-1] < 760 - 16
-    assert len([e for e in root.iter(f"{ns}line") if e.get("class") == "compare-edge"]) == 3
+    xs = [x0(e) for e in edges]
+    frame = next(groups[gid] for gid in groups if gid == "frame").iter(f"{ns}path")
+    right = float(next(frame).get("d", "").split()[4])
+    # largest edge near the right of the plot but inside its border, so the line stays visible
+    assert xs == sorted(xs) and right * 0.9 < xs[-1] < right - 2
+    assert len([gid for gid in groups if gid.startswith("compare-edge-")]) == 3
     # also accepts a bare (lengths, counts) pair
     ET.fromstring(histogram_svg(([1, 2, 3], [4, 5, 6]), [2, 3]))
+
+
+def test_batch_model_tables_are_bounded():
+    with pytest.raises(ChipswapError, match="arrivals per window, more than 1,000,000"):
+        batch_buckets_for_rate(1e12, window_s=0.05)
+    with pytest.raises(ChipswapError, match="max batch 100000 exceeds the limit of 4,096"):
+        batch_buckets_for_rate(10, max_batch=100_000)
+
+
+def test_max_positions_names_the_model_limit():
+    tr = _trace([10, 20, 5000], [5, 5, 5])
+    with pytest.raises(ChipswapError, match="exceed the model's maximum positions 4,096"):
+        plan_shapes(tr, mode="encoder", max_positions=4096)
+    ok = plan_shapes(tr, mode="encoder", max_positions=4096, max_length=4096, policy="truncate")
+    assert ok.max_length == 4096 and ok.overflow_share == pytest.approx(1 / 3)
+    with pytest.raises(ChipswapError, match="--max-total-length 4096 or less"):
+        plan_shapes(tr, mode="llm", max_positions=4096, max_length=64, max_total_length=5000)

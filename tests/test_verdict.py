@@ -195,3 +195,52 @@ def test_failed_caution_is_a_close_call_not_a_stay() -> None:
 def test_assumed_throughput_is_named_in_the_headline() -> None:
     assert "(throughput assumed, not measured)" in decide(clean(throughput_assumed=True), TH).why
     assert "assumed" not in decide(clean(), TH).why
+
+
+# ----------------------------------------------------------- issue 10: the error band and what is left
+
+
+def test_flip_inside_the_band_is_a_close_call() -> None:
+    """A move whose saving flips inside the projection's error band is not a clear win: the caller (the plan)
+    works out where it flips and says so; the table turns it into 'close call — stay' with those words."""
+    words = "a 1.12x slower inf2.xlarge throughput (projection band ±19%) would make it 'close call — stay'"
+    v = decide(clean(band_flip=words), TH)
+    assert v.verdict == CLOSE and v.why == words
+    # the band is weighed only after everything else: a failing rule still says stay
+    assert decide(clean(band_flip=words, research_churn=True), TH).verdict == STAY
+    # without a flip inside the band the move stands, and says how its throughput was obtained
+    ok = decide(clean(throughput_label="projected ± 19%"), TH)
+    assert ok.verdict == MOVE_INF and "(throughput projected ± 19%)" in ok.why
+
+
+def test_no_candidate_says_why() -> None:
+    why = "no fleet size meets the SLO (TTFT p99 <= 5 ms) on any candidate: inf2.xlarge (unloaded 90 ms)"
+    v = decide(clean(monthly_after_usd=None, payback_month=None, no_candidate_why=why), TH)
+    assert v.verdict == STAY and v.why == why
+
+
+def test_every_decision_row_is_reachable() -> None:
+    """One Facts per row of the decision table, each giving that row's verdict (the rows are data)."""
+    from chipswap.core.verdict import Reason
+
+    fail = Reason("overflow", "fail", "gpu", "3% overflow", "overflow share (%)", 3.0, "<= 1%")
+    cases = {
+        "screening-fails": clean(research_churn=True),
+        "no-candidate": clean(monthly_after_usd=None, payback_month=None),
+        "misses-slo": clean(meets_slo=False),
+        "costs-more": clean(monthly_after_usd=Decimal("41000"), payback_month=None),
+        "never-pays-back": clean(payback_month=13),
+        "slo-not-evaluated": clean(meets_slo=None, slo_p99_ms=2500.0),
+        "cautions": clean(cautions=(fail,)),
+        "unknown-inputs": clean(readiness_blockers=None),
+        "close-call": clean(monthly_after_usd=Decimal("39000")),
+        "flip-inside-band": clean(band_flip="inside the band"),
+        "clear-win": clean(),
+    }
+    assert set(cases) == {row[0] for row in DECISION_TABLE}
+    from chipswap.core.verdict import _Assessment
+
+    for name, facts in cases.items():
+        a = _Assessment(facts, TH, screen(facts, TH))
+        first = next(row for row in DECISION_TABLE if row[1](a))
+        assert first[0] == name, (name, first[0])

@@ -27,11 +27,12 @@ def write(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_bundled_examples_validate(name: str) -> None:
     wl = load_workload(example_path(name))
-    assert wl.targets.candidates
+    assert wl.targets.candidates and wl.model is not None  # every figure is projected from the model
     if wl.kind == "serving":
-        assert wl.throughput is not None and wl.traffic is not None
+        assert wl.traffic is not None and wl.slo.any
+        assert wl.throughput is None and not wl.figures  # nothing about speed typed in
     else:
-        assert wl.job is not None
+        assert wl.job is not None and wl.job.job_tokens is not None
 
 
 def test_finetune_example_is_the_seed_worked_example() -> None:
@@ -113,10 +114,19 @@ def test_trace_and_steady_rate_are_exclusive() -> None:
 
 
 def test_candidate_without_throughput_is_named() -> None:
+    """Without a [model] nothing can be projected, so every candidate needs a stated figure."""
     d = example_dict()
+    del d["model"]
     d["targets"]["candidates"].append("inf2.8xlarge")
     msg = _err(d)
-    assert 'throughput.candidates: expected a table [throughput.candidates."inf2.8xlarge"]' in msg
+    assert 'throughput.candidates: expected a table [throughput.candidates."inf2.xlarge"]' in msg
+    assert "or a [model] to project it" in msg
+
+
+def test_candidate_without_throughput_is_projected_with_a_model() -> None:
+    d = example_dict()
+    d["targets"]["candidates"].append("inf2.8xlarge")
+    assert "inf2.8xlarge" in parse_workload(d, "w.toml").targets.candidates
 
 
 def test_training_needs_a_job_table() -> None:
@@ -127,7 +137,7 @@ def test_training_needs_a_job_table() -> None:
 
 def test_not_toml(tmp_path: Path) -> None:
     p = write(tmp_path, "title = \n")
-    with pytest.raises(ChipswapError, match=r"w.toml: not valid TOML"):
+    with pytest.raises(ChipswapError, match=r"w.toml is not valid TOML"):
         load_workload(p)
 
 
@@ -284,7 +294,7 @@ def test_print_example_round_trips(name: str, tmp_path: Path, capsys: pytest.Cap
 
 def test_print_example_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _cli(["workload-help", "--example", "llama-servng"], capsys)
-    assert code == 2 and "did you mean llama-serving?" in err
+    assert code == 2 and "did you mean llama-serving" in err
 
 
 def test_trace_column_hint_points_at_the_workload_table() -> None:

@@ -8,6 +8,7 @@ Layout under the cache root (default: the user's cache dir, ``--cache-dir`` or `
     locks/<key>.lock            fcntl.flock lock held while one process compiles <key>; holder pid/host inside
     tmp/<key>.<pid>.<rand>/     staging folder; renamed into entries/ only when complete
     trash/                      entries being deleted (rename first, then remove)
+    verified/<key>.json         stat fingerprint of an entry's files when their checksums last matched
 
 The key hashes the graph/architecture digest, the weights digest, input names/shapes/dtypes, backend and its
 version, compiler flags and the chipswap version -- never a path, so a moved project or a copied cache still
@@ -19,6 +20,15 @@ raised; its log is kept and the key is not retried unless ``retry_failed``). Cra
 most a staging folder (removed by the next holder of the lock) and never a half entry. flock locks die with
 their process, so a killed compiler never leaves a stale lock. Every load re-checks the manifest (size +
 sha256); a corrupt entry is discarded and rebuilt.
+
+A cache may be copied from someone else, so everything in it is data: a key is 32 lowercase hex digits or
+it is refused before any file system call (a compiled set naming ``../../x`` never reaches a path); the
+cache's own folders must be real folders, not symbolic links; an entry's files must be regular files inside
+the entry, exactly those its manifest lists. ``cache ls`` does not hash every byte: an entry whose files still
+have the size, mtime, ctime and inode recorded when their checksums last matched is shown *ready*; a changed
+one is hashed when small (then *ready* or *corrupt*) and otherwise shown *unverified* until ``cache verify``
+(or a load) checks it. May not write outside its root, follow a name read from data without checking it, or
+import torch at module level.
 """
 
 from __future__ import annotations
@@ -28,9 +38,11 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
+import stat
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,7 +52,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chipswap import __version__
+from chipswap.datafile import inside, parse_json, read_json
 from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -51,6 +65,30 @@ LOG_FILE = "compile.log"
 ENV_VAR = "CHIPSWAP_CACHE_DIR"
 KEY_LEN = 32
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+_KEY = re.compile(rf"[0-9a-f]{{{KEY_LEN}}}")
+_KEY_PREFIX = re.compile(rf"[0-9a-f]{{4,{KEY_LEN}}}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_ENTRY_JSON_BYTES = 4 * 2**20  # a manifest lists a handful of files; megabytes of it is not from chipswap
+MAX_ENTRY_FILES = 10_000
+MAX_FILE_BYTES = 2**50  # a manifest size beyond 1 PiB is not a real file
+# `cache ls` hashes changed entries up to this many bytes in all; larger ones show as "unverified"
+LS_HASH_BUDGET_BYTES = 256 * 2**20
+
+
+def check_key(key: object, what: str = "cache key") -> str:
+    """`key` if it is a cache key (32 lowercase hex digits); otherwise one error line, before any file
+    system call (keys come from compiled sets and command lines, and become folder names)."""
+    if isinstance(key, str) and _KEY.fullmatch(key):
+        return key
+    shown = one_line(repr(key), 80)
+    raise ChipswapError(
+        f"{what} {shown} is not a cache key ({KEY_LEN} lowercase hex digits); the file naming it was edited"
+        " or was not written by chipswap compile; recompile to get a fresh compiled set"
+    )
+
+
+def is_key(name: str) -> bool:
+    return bool(_KEY.fullmatch(name))
 
 
 def default_cache_dir() -> Path:
@@ -206,11 +244,15 @@ class Entry:
 
     @property
     def files(self) -> dict[str, dict[str, Any]]:
-        return dict(self.meta.get("files", {}))
+        """The checksum manifest (relative path -> size, sha256); empty unless it passed _manifest_problem."""
+        files = self.meta.get("files")
+        if self.state == "corrupt" or _manifest_problem(files) is not None:
+            return {}
+        return dict(files)
 
     @property
     def size(self) -> int:
-        return sum(int(v.get("size", 0)) for v in self.files.values())
+        return sum(int(v["size"]) for v in self.files.values())
 
     @property
     def log_path(self) -> Path:
@@ -219,6 +261,33 @@ class Entry:
 
 class CompileFailed(ChipswapError):
     pass
+
+
+def _manifest_problem(files: Any) -> str | None:
+    """Why an entry's ``files`` manifest is not one chipswap wrote (None when it is): relative names that stay
+    inside the entry, integer sizes, sha256 hex digests; bounded in count."""
+    if not isinstance(files, dict):
+        return "files is not a table"
+    if len(files) > MAX_ENTRY_FILES:
+        return f"more than {MAX_ENTRY_FILES} files"
+    for rel, info in files.items():
+        parts = rel.split("/") if isinstance(rel, str) else []
+        if (
+            not parts
+            or rel == ENTRY_FILE
+            or any(p in ("", ".", "..") for p in parts)
+            or "\x00" in rel
+            or "\\" in rel
+        ):
+            return f"file name {one_line(repr(rel), 80)} is not a plain relative path"
+        if not isinstance(info, dict):
+            return f"{one_line(rel, 80)}: no size and checksum"
+        size, digest = info.get("size"), info.get("sha256")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_BYTES:
+            return f"{one_line(rel, 80)}: size is not a whole number of bytes"
+        if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+            return f"{one_line(rel, 80)}: sha256 is not a hex digest"
+    return None
 
 
 def _sha256_file(path: Path) -> str:
@@ -243,6 +312,31 @@ def _write_file(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _read_small(path: Path, limit: int) -> str:
+    """At most ``limit`` bytes of a small regular file, without following a symlink or blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, "file too large")
+    return data.decode("utf-8", errors="replace")
+
+
+def _remove(p: Path) -> None:
+    """Remove a file, a symlink (never its target) or a folder tree; errors ignored (best-effort cleanup)."""
+    try:
+        if p.is_symlink() or not p.is_dir():
+            p.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+    except OSError:
+        pass
 
 
 def _pid_alive(pid: int) -> bool:
@@ -273,14 +367,26 @@ class ArtifactCache:
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
         self.trash = self.root / "trash"
+        self.verified = self.root / "verified"
         self._ready = False
 
     # -- setup
+    def _check_own_folders(self) -> None:
+        """The cache's own folders are real folders: a symlinked ``trash`` (say, in a copied cache) would
+        make prune empty whatever it points at."""
+        for d in (self.entries, self.locks, self.tmp, self.trash, self.verified):
+            if d.is_symlink() or (d.exists() and not d.is_dir()):
+                raise ChipswapError(
+                    f"cache folder {d} is a symbolic link or not a folder; a cache's own folders must be real"
+                    " folders; remove it (or pass --cache-dir to another cache)"
+                )
+
     def ensure_writable(self) -> None:
         if self._ready:
             return
+        self._check_own_folders()
         try:
-            for d in (self.entries, self.locks, self.tmp, self.trash):
+            for d in (self.entries, self.locks, self.tmp, self.trash, self.verified):
                 d.mkdir(parents=True, exist_ok=True)
             probe = self.tmp / f".probe.{os.getpid()}.{secrets.token_hex(4)}"
             probe.write_bytes(b"")
@@ -290,43 +396,167 @@ class ArtifactCache:
                 f"cache dir is not writable: {self.root} ({exc.strerror or exc});"
                 " pass --cache-dir or set CHIPSWAP_CACHE_DIR to a writable folder"
             ) from None
+        self._check_own_folders()
         self._ready = True
 
     # -- reading
     def entry_dir(self, key: str) -> Path:
-        return self.entries / key
+        return self.entries / check_key(key)
+
+    def _lock_path(self, key: str) -> Path:
+        return self.locks / f"{check_key(key)}.lock"
+
+    def _stamp_path(self, key: str) -> Path:
+        return self.verified / f"{check_key(key)}.json"
 
     def read(self, key: str) -> Entry | None:
         d = self.entry_dir(key)
         try:
-            meta = json.loads((d / ENTRY_FILE).read_text())
+            st = os.lstat(d)
         except FileNotFoundError:
-            if d.exists():
-                return Entry(key, "corrupt", d, {})
             return None
-        except (OSError, ValueError):
+        except OSError:
+            return Entry(key, "corrupt", d, {})
+        if not stat.S_ISDIR(st.st_mode):  # a symlink or a file where an entry folder belongs
+            return Entry(key, "corrupt", d, {})
+        f = d / ENTRY_FILE
+        try:
+            if not stat.S_ISREG(os.lstat(f).st_mode):
+                return Entry(key, "corrupt", d, {})
+            meta = read_json(f, "cache entry file", max_bytes=MAX_ENTRY_JSON_BYTES)
+        except (OSError, ChipswapError):
             return Entry(key, "corrupt", d, {})
         if not isinstance(meta, dict) or meta.get("schema") != SCHEMA or meta.get("key") != key:
             return Entry(key, "corrupt", d, meta if isinstance(meta, dict) else {})
-        return Entry(key, str(meta.get("state", "corrupt")), d, meta)
+        state = meta.get("state")
+        if state not in ("ready", "failed") or _manifest_problem(meta.get("files")) is not None:
+            return Entry(key, "corrupt", d, meta)
+        return Entry(key, str(state), d, meta)
+
+    def _files_on_disk(self, entry: Entry) -> tuple[dict[str, os.stat_result], list[str]]:
+        """Every file under an entry folder (relative POSIX path -> lstat), and problems: symlinks and
+        anything that is neither a folder nor a regular file. Never follows links."""
+        found: dict[str, os.stat_result] = {}
+        problems: list[str] = []
+        stack = [entry.path]
+        while stack:
+            folder = stack.pop()
+            try:
+                names = os.listdir(folder)
+            except OSError as exc:
+                problems.append(f"{folder.name}: {exc.strerror or exc}")
+                continue
+            for name in names:
+                p = folder / name
+                rel = p.relative_to(entry.path).as_posix()
+                try:
+                    st = os.lstat(p)
+                except OSError as exc:
+                    problems.append(f"{rel}: {exc.strerror or exc}")
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(p)
+                elif stat.S_ISREG(st.st_mode):
+                    found[rel] = st
+                else:
+                    problems.append(f"{one_line(rel, 120)}: not a regular file (symlink or special file)")
+                if len(found) + len(problems) > MAX_ENTRY_FILES + 1:
+                    return found, [*problems, f"more than {MAX_ENTRY_FILES} files"]
+        return found, problems
+
+    def _layout_problems(self, entry: Entry) -> tuple[dict[str, os.stat_result], list[str]]:
+        """Cheap checks (no hashing): the manifest's files exist as regular files inside the entry with their
+        recorded sizes, and nothing else is there."""
+        if entry.state == "corrupt":
+            return {}, ["entry.json missing, unreadable or not a chipswap manifest"]
+        on_disk, problems = self._files_on_disk(entry)
+        on_disk.pop(ENTRY_FILE, None)
+        files = entry.files
+        for rel, info in files.items():
+            st = on_disk.get(rel)
+            try:  # the walk never follows links; this also catches a symlinked folder on the way
+                inside(entry.path, rel, "cache entry file")
+            except ChipswapError as exc:
+                problems.append(str(exc))
+                continue
+            if st is None:
+                problems.append(f"{one_line(rel, 120)}: missing")
+            elif st.st_size != info["size"]:
+                problems.append(f"{one_line(rel, 120)}: size {st.st_size} != {info['size']}")
+        extra = sorted(set(on_disk) - set(files))
+        if extra:
+            problems.append(f"files not in the manifest: {one_line(', '.join(extra[:3]), 200)}")
+        return on_disk, problems
 
     def verify_entry(self, entry: Entry) -> list[str]:
-        """Problems with an entry's files (empty list = intact)."""
-        if entry.state == "corrupt":
-            return ["entry.json missing or unreadable"]
-        problems = []
+        """Problems with an entry's files (empty list = intact): layout, sizes, then every sha256."""
+        _, problems = self._layout_problems(entry)
+        if problems:
+            return problems
         for rel, info in entry.files.items():
-            p = entry.path / rel
             try:
-                if p.stat().st_size != int(info["size"]):
-                    problems.append(f"{rel}: size {p.stat().st_size} != {info['size']}")
-                elif _sha256_file(p) != info["sha256"]:
-                    problems.append(f"{rel}: checksum mismatch")
-            except FileNotFoundError:
-                problems.append(f"{rel}: missing")
-            except (OSError, KeyError, ValueError) as exc:
-                problems.append(f"{rel}: {exc}")
+                if _sha256_file(entry.path / rel) != info["sha256"]:
+                    problems.append(f"{one_line(rel, 120)}: checksum mismatch")
+            except OSError as exc:
+                problems.append(f"{one_line(rel, 120)}: {exc.strerror or exc}")
+        if not problems:
+            self._stamp(entry)
         return problems
+
+    # -- "ready" without hashing: a stat fingerprint written when the checksums last matched
+    def _fingerprint(self, entry: Entry) -> dict[str, list[int]] | None:
+        out: dict[str, list[int]] = {}
+        for rel in [ENTRY_FILE, *sorted(entry.files)]:
+            try:
+                st = os.lstat(entry.path / rel)
+            except OSError:
+                return None
+            out[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        return out
+
+    def _stamp(self, entry: Entry) -> None:
+        """Record that this entry's files matched their checksums (best effort: skipped when read-only)."""
+        fp = self._fingerprint(entry)
+        if fp is None or not self.verified.is_dir() or self.verified.is_symlink():
+            return
+        path = self._stamp_path(entry.key)
+        text = json.dumps(fp, sort_keys=True)
+        try:
+            if _read_small(path, MAX_ENTRY_JSON_BYTES) == text:
+                return
+        except OSError:
+            pass  # no stamp yet (or not a regular file: replaced below)
+        try:
+            tmp = self.verified / f".{entry.key}.{os.getpid()}.{secrets.token_hex(4)}"
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+
+    def _stamp_matches(self, entry: Entry) -> bool:
+        path = self._stamp_path(entry.key)
+        try:
+            recorded = parse_json(_read_small(path, MAX_ENTRY_JSON_BYTES), "cache stamp", str(path))
+        except (OSError, ChipswapError):
+            return False
+        return recorded == self._fingerprint(entry)
+
+    def quick_state(self, entry: Entry, budget: list[int] | None = None) -> str:
+        """The state `cache ls` shows: ready | unverified | corrupt (failed / locked unchanged).
+
+        Layout and sizes are always checked; an entry whose files changed since their checksums last
+        matched is hashed while ``budget[0]`` bytes remain (the budget is shared across calls), else
+        *unverified*."""
+        if entry.state not in ("ready", "corrupt"):
+            return entry.state
+        if self._layout_problems(entry)[1]:
+            return "corrupt"
+        if self._stamp_matches(entry):
+            return "ready"
+        if budget is not None and entry.size <= budget[0]:
+            budget[0] -= entry.size
+            return "corrupt" if self.verify_entry(entry) else "ready"
+        return "unverified"
 
     def get(self, key: str) -> Entry | None:
         """The ready, verified entry for ``key``; None when absent. A corrupt entry is discarded (then
@@ -351,10 +581,10 @@ class ArtifactCache:
     def lock(
         self, key: str, timeout: float | None = None, on_wait: Callable[[dict[str, Any]], None] | None = None
     ) -> Iterator[None]:
+        path = self._lock_path(key)
         self.ensure_writable()
-        path = self.locks / f"{key}.lock"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             raise _disk_error(self.root, exc) from None
         try:
@@ -371,8 +601,9 @@ class ArtifactCache:
                     if timeout is not None and time.monotonic() - start > timeout:
                         holder = self.lock_holder(key)
                         raise ChipswapError(
-                            f"another process is compiling cache key {key[:12]} (pid {holder.get('pid')} on"
-                            f" {holder.get('host')}) for over {timeout:.0f}s; wait for it or remove it with"
+                            f"another process is compiling cache key {key[:12]}"
+                            f" (pid {one_line(holder.get('pid'), 20)} on {one_line(holder.get('host'), 80)})"
+                            f" for over {timeout:.0f}s; wait for it or remove it with"
                             f" chipswap cache rm {key[:12]}"
                         ) from None
                     time.sleep(0.05)
@@ -390,15 +621,17 @@ class ArtifactCache:
                 os.close(fd)
 
     def lock_holder(self, key: str) -> dict[str, Any]:
+        path = self._lock_path(key)
         try:
-            return json.loads((self.locks / f"{key}.lock").read_text() or "{}")
-        except (OSError, ValueError):
+            holder = parse_json(_read_small(path, 4096) or "{}", "lock file", str(path))
+        except (OSError, ChipswapError):
             return {}
+        return holder if isinstance(holder, dict) else {}
 
     def is_locked(self, key: str) -> bool:
-        path = self.locks / f"{key}.lock"
+        path = self._lock_path(key)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return False
         try:
@@ -424,7 +657,7 @@ class ArtifactCache:
         """Return (entry, built_here). ``build(staging_dir)`` writes the artifact files; called at most
         once per key across all processes sharing this cache (others wait on the lock and then read the
         published entry)."""
-        key = parts.key if isinstance(parts, KeyParts) else parts
+        key = parts.key if isinstance(parts, KeyParts) else check_key(parts)
         self.ensure_writable()
         e = self.read(key)
         if e is not None and e.state == "ready" and not self.verify_entry(e):
@@ -515,29 +748,35 @@ class ArtifactCache:
                 if p.is_dir():
                     _fsync_path(p, directory=True)
             _fsync_path(staging, directory=True)
-            if target.exists():
+            if os.path.lexists(target):
                 self._discard(key)
             os.rename(staging, target)
             _fsync_path(self.entries, directory=True)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise _disk_error(self.root, exc) from None
-        return Entry(key, state, target, doc)
+        entry = Entry(key, state, target, doc)
+        self._stamp(entry)  # checksums were just computed from these very files
+        return entry
 
     def _clean_staging(self, key: str) -> None:
         """Staging folders of this key belong to dead writers (we hold the key's lock): remove them."""
+        check_key(key)
         for p in self.tmp.glob(f"{key}.*"):
-            shutil.rmtree(p, ignore_errors=True)
+            _remove(p)
         for p in self.trash.glob(f"{key}.*"):
-            shutil.rmtree(p, ignore_errors=True)
+            _remove(p)
 
     def _discard(self, key: str) -> None:
         src = self.entry_dir(key)
-        if not src.exists():
+        if not os.path.lexists(src):
             return
         dst = self.trash / f"{key}.{os.getpid()}.{secrets.token_hex(4)}"
-        os.rename(src, dst)
-        shutil.rmtree(dst, ignore_errors=True)
+        os.rename(src, dst)  # a symlinked entry moves as the link itself, never its target
+        _remove(dst)
+        with_stamp = self._stamp_path(key)
+        if os.path.lexists(with_stamp):
+            with_stamp.unlink()
 
     def _touch(self, e: Entry) -> None:
         try:
@@ -547,25 +786,32 @@ class ArtifactCache:
 
     # -- management
     def list(self) -> list[Entry]:
+        """Every entry (by key name; other names in entries/ are ignored) and every key locked right now."""
+        self._check_own_folders()
         out: dict[str, Entry] = {}
-        if self.entries.exists():
-            for d in sorted(self.entries.iterdir()):
-                if d.is_dir():
-                    e = self.read(d.name)
+        if self.entries.is_dir():
+            for name in sorted(os.listdir(self.entries)):
+                if is_key(name):
+                    e = self.read(name)
                     if e is not None:
-                        out[d.name] = e
-        if self.locks.exists():
-            for lk in sorted(self.locks.glob("*.lock")):
-                key = lk.name.removesuffix(".lock")
-                if key not in out and self.is_locked(key):
+                        out[name] = e
+        if self.locks.is_dir():
+            for name in sorted(os.listdir(self.locks)):
+                key = name.removesuffix(".lock")
+                if name.endswith(".lock") and is_key(key) and key not in out and self.is_locked(key):
                     out[key] = Entry(key, "locked", self.entry_dir(key), {"holder": self.lock_holder(key)})
         return sorted(out.values(), key=lambda e: e.key)
 
     def resolve(self, key_or_prefix: str) -> str:
+        if not _KEY_PREFIX.fullmatch(key_or_prefix):
+            raise ChipswapError(
+                f"{one_line(repr(key_or_prefix), 80)} is not a cache key or key prefix (4 to {KEY_LEN}"
+                " lowercase hex digits); list keys with chipswap cache ls"
+            )
         keys = [e.key for e in self.list()]
         if key_or_prefix in keys:
             return key_or_prefix
-        hits = [k for k in keys if k.startswith(key_or_prefix)] if len(key_or_prefix) >= 4 else []
+        hits = [k for k in keys if k.startswith(key_or_prefix)]
         if len(hits) == 1:
             return hits[0]
         if not hits:
@@ -581,6 +827,12 @@ class ArtifactCache:
         with self.lock(key, timeout=30):
             self._discard(key)
         return key
+
+    def _mtime(self, e: Entry) -> float:
+        try:
+            return os.lstat(e.path).st_mtime
+        except OSError:
+            return 0.0
 
     def prune(
         self,
@@ -611,12 +863,12 @@ class ArtifactCache:
                 why = "failed"
             elif corrupt and (e.state == "corrupt" or (e.state == "ready" and self.verify_entry(e))):
                 why = "corrupt"
-            elif older_than_s is not None and now - e.path.stat().st_mtime > older_than_s:
+            elif older_than_s is not None and now - self._mtime(e) > older_than_s:
                 why = "unused"
             if why:
                 removed.append((e.key, why))
             elif e.state == "ready":
-                ready.append((e.path.stat().st_mtime, e.size, e.key))
+                ready.append((self._mtime(e), e.size, e.key))
         if max_bytes is not None:
             total = sum(s for _, s, _ in ready)
             for _mt, size, key in sorted(ready):
@@ -631,10 +883,22 @@ class ArtifactCache:
                         self._discard(key)
                 except ChipswapError:
                     pass
-            for folder in (self.tmp, self.trash):
-                if folder.exists():
-                    for p in folder.iterdir():
-                        k = p.name.split(".")[0]
-                        if not self.is_locked(k):
-                            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            self._remove_leftovers()
         return removed
+
+    def _remove_leftovers(self) -> None:
+        """Staging and trash folders of writers that no longer hold their key's lock, and stamps (or stamp
+        temp files) of entries that are gone. Only inside the cache's own (non-symlink) folders."""
+        self._check_own_folders()
+        for folder in (self.tmp, self.trash):
+            if not folder.is_dir():
+                continue
+            for name in os.listdir(folder):
+                k = name.split(".")[0]
+                if not (is_key(k) and self.is_locked(k)):
+                    _remove(folder / name)
+        if self.verified.is_dir():
+            for name in os.listdir(self.verified):
+                k = name.removesuffix(".json")
+                if not (name.endswith(".json") and is_key(k) and os.path.lexists(self.entries / k)):
+                    _remove(self.verified / name)

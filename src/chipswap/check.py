@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 from chipswap.core.rules import TARGETS, Assessment, Finding, Inventory, RuleSet, evaluate, ruleset_from_dicts
 from chipswap.errors import ChipswapError, closest
 from chipswap.planfile import PLAN_SCHEMA as PLAN_SCHEMA
+from chipswap.textsafe import md_text, one_line
 
 _SHAPE = re.compile(
     r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(\d+(?:\s*[x×]\s*\d+)*)\s*(?::\s*([A-Za-z0-9_]+))?\s*$"
@@ -59,6 +62,9 @@ _DTYPE_ALIASES = {
 }
 # weightless (meta) capture above this many parameters: no weight memory, no eager run
 META_PARAMS = 300_000_000
+# ... or when one eager forward would need more than this for attention scores (batch x heads x seq^2 floats)
+META_ACTIVATION_BYTES = 2 << 30
+MAX_DIM = 1 << 20  # largest single dimension a --shape or plan may ask for
 
 InputSpec = dict[str, tuple[tuple[int, ...], str]]
 
@@ -71,6 +77,7 @@ def sdk_versions() -> list[str]:
     return sorted(p.name[4:-5] for p in d.iterdir() if p.name.startswith("sdk-") and p.name.endswith(".toml"))
 
 
+@lru_cache(maxsize=8)
 def load_ruleset(sdk: str = "2.32") -> RuleSet:
     d = resources.files("chipswap.data") / "neuron_rules"
     f = d / f"sdk-{sdk}.toml"
@@ -83,7 +90,8 @@ def load_ruleset(sdk: str = "2.32") -> RuleSet:
         )
     rules = tomllib.loads(f.read_text())
     ops = tomllib.loads((d / rules.get("op_tables", "ops.toml")).read_text())
-    return ruleset_from_dicts(rules, ops)
+    hlo = tomllib.loads((d / rules["hlo_tables"]).read_text()) if rules.get("hlo_tables") else None
+    return ruleset_from_dicts(rules, ops, hlo)
 
 
 # ---------------------------------------------------------------------------------------------- shapes
@@ -97,7 +105,17 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...], str]:
             f"cannot parse --shape {text!r}; use NAME=DIMxDIM[:DTYPE], e.g. input_ids=1x128:int64"
         )
     name, dims_s, dt = m.group(1), m.group(2), (m.group(3) or "int64").lower()
-    dims = tuple(int(x) for x in re.split(r"\s*[x×]\s*", dims_s))
+    parts = re.split(r"\s*[x×]\s*", dims_s)
+    if len(parts) > 8 or any(len(x) > 8 for x in parts):
+        raise ChipswapError(
+            f"--shape {one_line(text, 80)!r} has too many or too large dimensions; "
+            f"each dimension is at most {MAX_DIM:,}, at most 8 of them"
+        )
+    dims = tuple(int(x) for x in parts)
+    if any(d > MAX_DIM for d in dims):
+        raise ChipswapError(
+            f"a dimension in --shape {one_line(text, 80)!r} is over {MAX_DIM:,}; use a smaller shape"
+        )
     if any(d < 1 for d in dims):
         raise ChipswapError(f"every dimension must be >= 1 in --shape {text!r}; e.g. input_ids=1x128:int64")
     dt = _DTYPE_ALIASES.get(dt, dt)
@@ -138,28 +156,31 @@ def load_plan(path: str | Path) -> tuple[list[int], list[int]]:
     return list(plan.batch_buckets), list(plan.sequence_buckets)
 
 
-def default_specs(ref: Any, batches: Sequence[int], seqs: Sequence[int]) -> list[InputSpec]:
+def default_specs(
+    ref: Any, batches: Sequence[int], seqs: Sequence[int], *, task: str | None = None
+) -> list[InputSpec]:
+    """One shape set per batch x sequence bucket, with the model's own inputs (text, pixels, audio, decoder
+    ids).
+
+    Inputs of a fixed size (pixels, audio features) do not vary with the sequence bucket: a model without a
+    sequence input gets one shape set per batch bucket.
+    """
     from chipswap import models
 
-    names = models.input_names(ref)
+    info = models.model_inputs(ref, task=task)
+    has_seq = any(n not in info.fixed for n in info.defaults)
     out: list[InputSpec] = []
     for b in batches:
-        if names == ["pixel_values"]:
-            c = int(ref.config.get("num_channels", 3))
-            s = int(ref.config.get("image_size", 224))
-            out.append({"pixel_values": ((b, c, s, s), "float32")})
-            continue
-        for s in seqs:
-            out.append({n: ((b, s), "int64") for n in names})
+        for s in seqs if has_seq else seqs[:1]:
+            out.append(info.spec(b, s))
     return out
 
 
-def _estimate_params(cfg: Mapping[str, Any]) -> int:
-    h = int(cfg.get("hidden_size") or 0)
-    n_layers = int(cfg.get("num_hidden_layers") or 0)
-    inter = int(cfg.get("intermediate_size") or 4 * h)
-    vocab = int(cfg.get("vocab_size") or 0)
-    return vocab * h + n_layers * (4 * h * h + 3 * h * inter)
+def default_seq(ref: Any) -> int:
+    """Sequence length of the default shape set: 128, or less for a model with few positions (positions of
+    RoBERTa-style models start after the padding index, so two are kept in reserve)."""
+    max_pos = int(ref.config.get("max_position_embeddings") or 0)
+    return min(128, max(1, max_pos - 2)) if max_pos else 128
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -178,6 +199,10 @@ class ReadinessReport:
     weightless: bool
     wall_s: float
     versions: dict[str, str] = field(default_factory=dict)
+    framework: str = "pytorch"  # "pytorch" or "jax"
+    training: bool = False  # backward and optimizer ops checked too
+    checked: str = "the full model"  # what was exported (a representative copy of repeated layers, ...)
+    notes: tuple[str, ...] = ()  # what the inventory leaves out and why
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -264,6 +289,11 @@ class ReadinessReport:
             "target": self.target,
             "shapes": list(self.inventory.shapes),
             "capture": self.inventory.method,
+            "framework": self.framework,
+            "training": self.training,
+            "checked": self.checked,
+            "notes": list(self.notes),
+            "phases": self.phase_counts(),
             "weightless": self.weightless,
             "exit_code": self.exit_code,
             "verdict": self.verdict,
@@ -274,6 +304,14 @@ class ReadinessReport:
             ],
         }
 
+    def phase_counts(self) -> dict[str, int]:
+        """Counted op nodes per phase (forward; backward and optimizer with --training)."""
+        out: dict[str, int] = {}
+        for op, st in self.assessment.statuses:
+            if st.status != "excluded":
+                out[op.phase] = out.get(op.phase, 0) + 1
+        return out
+
     def to_json(self) -> str:
         return json.dumps(self.to_analyze_json(), indent=2, sort_keys=False) + "\n"
 
@@ -281,14 +319,16 @@ class ReadinessReport:
         a = self.assessment
         n = {s: sum(a.counts(s).values()) for s in ("supported", "unsupported", "unknown")}
         lines = [
-            f"# Neuron readiness: {self.model}",
+            f"# Neuron readiness: {md_text(self.model, 120)}",
             "",
             f"- Verdict: **{self.verdict}** (exit {self.exit_code})",
             f"- Target: {self.target}, Neuron SDK {self.sdk} ({self.compiler_label}; "
             f"assumed, rules as of {self.ruleset.as_of})",
             f"- Shapes: {'; '.join(self.inventory.shapes) or '-'}",
-            f"- Capture: {self.inventory.method}"
+            f"- Capture: {md_text(self.inventory.method, 400)}"
             + (" on the meta device (no weights)" if self.weightless else ""),
+            f"- Checked: {md_text(self.checked, 300)}"
+            + ("; training step (forward, backward, AdamW update)" if self.training else ""),
             f"- Ops: {n['supported']} supported, {n['unsupported']} unsupported, {n['unknown']} unknown "
             f"(support {a.support_percentage}%; unknown counts as not supported)",
             "",
@@ -309,7 +349,7 @@ class ReadinessReport:
                     str(f.count),
                     f.fix,
                 ]
-                lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+                lines.append("| " + " | ".join(md_text(c, 400) for c in cells) + " |")
             lines.append("")
             lines.append("## Evidence")
             lines.append("")
@@ -323,24 +363,27 @@ class ReadinessReport:
         if unknown:
             lines.append("Unknown ops: " + ", ".join(f"{k} x{v}" for k, v in unknown.items()))
             lines.append("")
+        for note in self.notes:
+            lines.append(f"Note: {md_text(note, 600)}")
+            lines.append("")
         return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------- run
 
 
-def _coerce_specs(ref: Any, shapes: Any) -> list[InputSpec] | None:
+def _coerce_specs(ref: Any, shapes: Any, task: str | None = None) -> list[InputSpec] | None:
     if shapes is None:
         return None
     if isinstance(shapes, Path) or (isinstance(shapes, str) and "=" not in shapes):
         # a plan file, read by content whatever its name (plan.txt, plan, plan128.json)
         b, s = load_plan(shapes)
-        return default_specs(ref, b, s)
+        return default_specs(ref, b, s, task=task)
     if isinstance(shapes, Mapping):
         if "sequence_buckets" in shapes or "batch_buckets" in shapes:
             b = sorted(set(shapes.get("batch_buckets") or [1]))
             s = sorted(set(shapes.get("sequence_buckets") or [128]))
-            return default_specs(ref, b, s)
+            return default_specs(ref, b, s, task=task)
         return [dict(shapes)]  # one InputSpec
     shapes = list(shapes)
     if not shapes:
@@ -350,7 +393,9 @@ def _coerce_specs(ref: Any, shapes: Any) -> list[InputSpec] | None:
     return [dict(x) for x in shapes]
 
 
-def _validate_specs(ref: Any, specs: list[InputSpec], names: list[str]) -> None:
+def _validate_specs(ref: Any, specs: list[InputSpec], names: Sequence[str]) -> None:
+    from chipswap.models import check_input_kinds
+
     for spec in specs:
         unknown = [n for n in spec if names and n not in names]
         if unknown:
@@ -359,7 +404,13 @@ def _validate_specs(ref: Any, specs: list[InputSpec], names: list[str]) -> None:
                 f"its inputs are {', '.join(names)}"
             )
         max_pos = ref.config.get("max_position_embeddings")
-        for n, (dims, _dt) in spec.items():
+        for n, (dims, dt) in spec.items():
+            if any(not isinstance(d, int) or isinstance(d, bool) or d < 1 or d > MAX_DIM for d in dims):
+                raise ChipswapError(
+                    f"input {n} has a dimension outside 1..{MAX_DIM:,}: {dims}; use a smaller shape"
+                )
+            if ref.kind in ("preset", "hf-config"):
+                check_input_kinds(n, dims, dt, ref.name)
             if n in ("input_ids", "attention_mask", "token_type_ids") and max_pos and len(dims) >= 2:
                 if dims[1] > int(max_pos):
                     raise ChipswapError(
@@ -367,6 +418,36 @@ def _validate_specs(ref: Any, specs: list[InputSpec], names: list[str]) -> None:
                         f"max_position_embeddings {max_pos}; "
                         "use a shorter sequence bucket"
                     )
+
+
+def _with_labels(info: Any, spec: InputSpec) -> InputSpec:
+    """A training shape set: the forward's inputs plus labels shaped for the head (tokens or classes)."""
+    if not info.labels or "labels" in spec or "labels" not in info.accepted:
+        return dict(spec)
+    first = next(iter(spec.values()))[0]
+    batch = first[0]
+    if info.labels == "class":
+        return {**spec, "labels": ((batch,), "int64")}
+    text = spec.get("decoder_input_ids") or spec.get("input_ids")
+    if text is None:
+        return dict(spec)
+    return {**spec, "labels": (tuple(text[0]), "int64")}
+
+
+def _needs_meta(ref: Any, params: int, specs: Sequence[InputSpec]) -> bool:
+    """Weightless capture for big weights, or when one eager forward would need GiBs for attention scores."""
+    if params > META_PARAMS:
+        return True
+    heads = (
+        int(ref.config.get("num_attention_heads") or 1)
+        if not isinstance(ref.config.get("num_attention_heads"), list)
+        else 1
+    )
+    for spec in specs:
+        for dims, _ in spec.values():
+            if len(dims) == 2 and dims[0] * heads * dims[1] * dims[1] * 4 > META_ACTIVATION_BYTES:
+                return True
+    return False
 
 
 def run_check(
@@ -378,36 +459,96 @@ def run_check(
     task: str | None = None,
     plan: str | Path | None = None,
     weightless: bool | None = None,
+    training: bool = False,
+    full_model: bool = False,
+    trust_pickle: bool = False,
+    factory_dirs: Sequence[str | Path] = (),
 ) -> ReadinessReport:
     """Check one model against the Neuron rules for ``sdk`` and ``target``.
 
     shapes: None (batch 1 x seq 128, or the factory's example inputs), a list of --shape strings, a list of
     {name: (dims, dtype)} dicts, or a plan dict / plan file path with sequence_buckets and batch_buckets.
+    training: also check the backward pass and an AdamW step (ops that exist only when training).
+    full_model: export every layer of a config with many identical layers (default: a 2-layer copy, which has
+    the same operators, dtypes and findings).
+    trust_pickle / factory_dirs: see chipswap.models.resolve_model.
+
+    Any failure that is not a readiness finding raises ChipswapError (one line; the CLI exits 2).
     """
     t0 = time.perf_counter()
-    from chipswap import models
-    from chipswap.capture import capture_exported, capture_module
-
     if target not in TARGETS:
         hint = closest(target, TARGETS)
         raise ChipswapError(
-            f"unknown target {target!r}"
+            f"unknown target {one_line(target, 40)!r}"
             + (f"; did you mean {', '.join(hint)}?" if hint else "")
             + f"; one of {', '.join(TARGETS)}"
         )
     ruleset = load_ruleset(sdk)
-    ref = (
-        spec_or_ref
-        if isinstance(spec_or_ref, models.ModelRef)
-        else models.resolve_model(str(spec_or_ref), task=task)
-    )
+    try:
+        report = _run(
+            spec_or_ref,
+            shapes,
+            ruleset=ruleset,
+            target=target,
+            task=task,
+            plan=plan,
+            weightless=weightless,
+            training=training,
+            full_model=full_model,
+            trust_pickle=trust_pickle,
+            factory_dirs=tuple(factory_dirs),
+        )
+    except (ChipswapError, KeyboardInterrupt):
+        raise
+    except MemoryError:
+        raise ChipswapError(
+            "the check ran out of memory; use smaller --shape sizes (or a config above "
+            f"{META_PARAMS:,} parameters is checked without weights)"
+        ) from None
+    except RecursionError:
+        raise ChipswapError(
+            "the model is nested too deeply to capture (recursion limit); simplify it"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - exit 2 with one line, never a traceback or exit 1
+        raise ChipswapError(
+            f"could not check {one_line(str(spec_or_ref), 80)}: {type(exc).__name__}: "
+            f"{one_line(str(exc).splitlines()[0] if str(exc).strip() else '', 200)}; this is not a readiness "
+            "finding: fix the input or report it with the command you ran"
+        ) from None
+    report.wall_s = time.perf_counter() - t0
+    return report
+
+
+def _run(
+    spec_or_ref: Any,
+    shapes: Any,
+    *,
+    ruleset: RuleSet,
+    target: str,
+    task: str | None,
+    plan: Any,
+    weightless: bool | None,
+    training: bool,
+    full_model: bool,
+    trust_pickle: bool,
+    factory_dirs: tuple[Any, ...],
+) -> ReadinessReport:
+    from chipswap import models
+    from chipswap.capture import capture_exported
+
+    if isinstance(spec_or_ref, models.ModelRef):
+        ref = spec_or_ref
+        if trust_pickle and not ref.trust_pickle:
+            ref = replace(ref, trust_pickle=True)
+        if factory_dirs and not ref.factory_dirs:
+            ref = replace(ref, factory_dirs=tuple(str(Path(d).resolve()) for d in factory_dirs))
+    else:
+        ref = models.resolve_model(
+            str(spec_or_ref), task=task, trust_pickle=trust_pickle, factory_dirs=factory_dirs
+        )
     task = task or ref.task
-    specs = _coerce_specs(ref, plan) if plan is not None else None
-    if specs is None:
-        specs = _coerce_specs(ref, shapes)
 
     import torch
-    import transformers
 
     versions = {
         "neuron_sdk": ruleset.sdk,
@@ -416,54 +557,221 @@ def run_check(
         "rules_as_of": ruleset.as_of,
         "rules_source": ruleset.source,
         "torch (capture)": torch.__version__,
-        "transformers (capture)": transformers.__version__,
     }
-    meta = False
+    common = dict(
+        model=ref.name, model_kind=ref.kind, task=task, sdk=ruleset.sdk, target=target, ruleset=ruleset
+    )
     if ref.kind == "exported":
+        if training:
+            raise ChipswapError(
+                "--training needs the model's code (a preset, config.json or factory), not a saved .pt2 "
+                "program: the backward pass is not in the file"
+            )
+        specs = _coerce_specs(ref, plan) if plan is not None else _coerce_specs(ref, shapes)
         ep = models.load_exported(ref)
         shape_strs = tuple(
             ",".join(f"{k}={'x'.join(map(str, d))}:{dt}" for k, (d, dt) in s.items()) for s in (specs or [])
         )
         inventory = capture_exported(ep, shapes=shape_strs)
-    elif ref.kind == "factory":
-        module, example = models.call_factory(ref)
-        if specs is None:
-            if not example:
-                raise ChipswapError(
-                    f"factory {ref.source} gives no example inputs; "
-                    "pass --shape NAME=DIMS:DTYPE for each input"
-                )
-            specs = [{k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in example.items()}]
-        names = models.input_names(ref)
-        _validate_specs(ref, specs, names)
-        inventory = capture_module(module, specs, strip=None, vocab_size=None)
-    else:
-        if specs is None:
-            seq = min(128, int(ref.config.get("max_position_embeddings") or 128))
-            specs = default_specs(ref, [1], [seq])
-        names = models.input_names(ref, task=task)
-        _validate_specs(ref, specs, names)
-        meta = weightless if weightless is not None else _estimate_params(ref.config) > META_PARAMS
-        module = models.build_model(ref, meta=meta, task=task)
-        inventory = capture_module(
-            module,
-            specs,
-            device="meta" if meta else "cpu",
-            vocab_size=ref.config.get("vocab_size"),
-            strip=models.WRAPPED_ATTR + ".",
-            run_eager=not meta,
+        return _report(common, inventory, versions, weightless=False)
+    if ref.kind == "factory":
+        out = models.call_entry(ref)
+        if not _is_torch(out):
+            return _run_jax(ref, out, common, versions, training=training, shapes=shapes, plan=plan)
+        module, example = models.split_factory_output(ref, out)
+        return _run_torch_factory(
+            ref, module, example, common, versions, shapes=shapes, plan=plan, training=training
         )
-    assessment = evaluate(inventory, ruleset, target)
-    return ReadinessReport(
-        model=ref.name,
-        model_kind=ref.kind,
+    return _run_config(
+        ref,
+        common,
+        versions,
         task=task,
-        sdk=ruleset.sdk,
-        target=target,
-        ruleset=ruleset,
-        inventory=inventory,
-        assessment=assessment,
-        weightless=meta,
-        wall_s=time.perf_counter() - t0,
-        versions=versions,
+        shapes=shapes,
+        plan=plan,
+        weightless=weightless,
+        training=training,
+        full_model=full_model,
+    )
+
+
+def _is_torch(out: Any) -> bool:
+    """A PyTorch factory's output, unless it looks like a JAX entry point's (fn, args) with jax loaded."""
+    from chipswap.models import is_torch_module
+
+    if is_torch_module(out) or (isinstance(out, tuple) and out and is_torch_module(out[0])):
+        return True
+    if "jax" not in sys.modules:
+        return True  # then split_factory_output explains what a factory must return
+    return not (callable(out) or (isinstance(out, tuple) and len(out) > 0 and callable(out[0])))
+
+
+def _report(common: dict[str, Any], inventory: Any, versions: dict[str, str], **kw: Any) -> ReadinessReport:
+    assessment = evaluate(inventory, common["ruleset"], common["target"])
+    notes = tuple(kw.pop("notes", ())) + tuple(inventory.notes)
+    return ReadinessReport(
+        **common, inventory=inventory, assessment=assessment, wall_s=0.0, versions=versions, notes=notes, **kw
+    )
+
+
+def _run_jax(
+    ref: Any, out: Any, common: dict[str, Any], versions: dict[str, str], **kw: Any
+) -> ReadinessReport:
+    from chipswap.capture.jaxhlo import capture_jax, jax_versions, split_entry
+
+    if kw.get("shapes") or kw.get("plan"):
+        raise ChipswapError(
+            f"{ref.source} is a JAX entry point: its example arguments fix the shapes; drop --shape/--plan "
+            "and "
+            "return arguments of the shape you want checked"
+        )
+    fn, args, kwargs = split_entry(out, ref.source)
+    inventory = capture_jax(fn, args, kwargs, name=ref.source)
+    versions = {k: v for k, v in versions.items() if not k.startswith("torch")} | jax_versions()
+    notes = (
+        (
+            "--training: a JAX entry point is checked as given; return your train step (with jax.grad) "
+            "to check "
+            "the backward pass",
+        )
+        if kw.get("training")
+        else ()
+    )
+    return _report(common, inventory, versions, weightless=False, framework="jax", notes=notes)
+
+
+def _run_torch_factory(
+    ref: Any,
+    module: Any,
+    example: Any,
+    common: dict[str, Any],
+    versions: dict[str, str],
+    *,
+    shapes: Any,
+    plan: Any,
+    training: bool,
+) -> ReadinessReport:
+    import inspect
+
+    from chipswap.capture import capture_module, make_inputs
+
+    specs = _coerce_specs(ref, plan) if plan is not None else _coerce_specs(ref, shapes)
+    if specs is None:
+        if not example:
+            raise ChipswapError(
+                f"factory {one_line(ref.source)} gives no example inputs; "
+                "pass --shape NAME=DIMS:DTYPE for each input, or return (model, {name: tensor})"
+            )
+        specs = [{k: (tuple(v.shape), str(v.dtype).replace("torch.", "")) for k, v in example.items()}]
+    params = inspect.signature(module.forward).parameters
+    names = (
+        list(example)
+        if example
+        else [n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    )
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()) and example:
+        names = []  # **kwargs forward: any name goes
+    _validate_specs(ref, specs, names)
+    inventory = capture_module(module, specs, strip=None, vocab_size=None, example=example)
+    if training:
+        inputs = make_inputs(specs[0], example=example)
+        inventory = _add_training(inventory, module, inputs, strip=None)
+    return _report(common, inventory, versions, weightless=False, training=training)
+
+
+def _run_config(
+    ref: Any,
+    common: dict[str, Any],
+    versions: dict[str, str],
+    *,
+    task: Any,
+    shapes: Any,
+    plan: Any,
+    weightless: bool | None,
+    training: bool,
+    full_model: bool,
+) -> ReadinessReport:
+    import transformers
+
+    from chipswap import models
+    from chipswap.capture import capture_module, make_inputs
+
+    versions["transformers (capture)"] = transformers.__version__
+    info = models.model_inputs(ref, task=task)
+    specs = _coerce_specs(ref, plan, task) if plan is not None else _coerce_specs(ref, shapes, task)
+    if specs is None:
+        specs = default_specs(ref, [1], [default_seq(ref)], task=task)
+    _validate_specs(ref, specs, info.accepted)
+    checked_ref, checked = (ref, "the full model") if full_model else models.representative(ref)
+    names = list(dict.fromkeys(n for s in specs for n in s))
+    if training and info.labels and "labels" in info.accepted:
+        names.append("labels")
+
+    def build(on_meta: bool) -> Any:
+        return models.build_model(
+            checked_ref, meta=on_meta, task=task, input_names=names, experts_implementation="eager"
+        )
+
+    # build on the meta device first (no weight memory): its parameter count decides whether weights fit
+    module = build(True) if weightless is not False else None
+    if weightless is not None:
+        meta = weightless
+    else:
+        meta = _needs_meta(checked_ref, models.count_parameters(module), specs)
+    if not meta:
+        module = build(False)
+    device = "meta" if meta else "cpu"
+    strip = models.WRAPPED_ATTR + "."
+    inventory = capture_module(
+        module,
+        specs,
+        device=device,
+        vocab_size=ref.config.get("vocab_size"),
+        strip=strip,
+        run_eager=not meta,
+        highs=info.highs,
+    )
+    if training:
+        train_spec = _with_labels(info, specs[0])
+        inputs = make_inputs(train_spec, device=device, highs=info.highs)
+        inventory = _add_training(inventory, module, inputs, strip=strip)
+    return _report(common, inventory, versions, weightless=meta, training=training, checked=checked)
+
+
+def _add_training(inventory: Any, module: Any, inputs: dict[str, Any], *, strip: str | None) -> Any:
+    """The forward inventory plus the backward and optimizer ops of one training step (and train-mode forward
+    ops the eval export does not have, e.g. dropout)."""
+    from chipswap.capture import quiet
+    from chipswap.capture.training import training_ops
+    from chipswap.core.rules import CaptureIssue
+
+    if not inventory.exported and any(i.kind in ("data_dependent", "export_error") for i in inventory.issues):
+        note = "backward pass not traced: the forward does not export (fix the blockers first)"
+        return replace(inventory, notes=(*inventory.notes, note))
+    was_training = module.training
+    try:
+        with quiet():
+            ops = training_ops(module, inputs, strip=strip)
+    except (ChipswapError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - unknown, never a pass: reported as an issue
+        issue = CaptureIssue(
+            kind="training_unchecked",
+            message=f"the training step could not be traced ({type(exc).__name__}: "
+            f"{one_line(str(exc).splitlines()[0] if str(exc).strip() else '', 160)})",
+        )
+        return replace(inventory, issues=(*inventory.issues, issue))
+    finally:
+        module.train(was_training)
+    forward_kinds = {op.kind for op in inventory.ops}
+    extra = [
+        replace(op, phase="forward (train mode)")
+        for op in ops
+        if op.phase == "forward" and op.kind not in forward_kinds
+    ]
+    late = [op for op in ops if op.phase != "forward"]
+    return replace(
+        inventory,
+        ops=(*inventory.ops, *extra, *late),
+        method=inventory.method + "; training step traced with make_fx (core ATen): backward + AdamW update",
     )

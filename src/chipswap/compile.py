@@ -7,7 +7,9 @@ artifact back, run it and eager PyTorch on the same padded input, and report the
 
 The result is a *compiled set* (JSON, schema ``chipswap.compiled/1``): the bucket -> cache key table plus what
 the runtime needs (input names, pad token id, the weights entry for AOTInductor). ``load_router(set, cache)``
-rebuilds a Router from it in any process, without the original model.
+rebuilds a Router from it in any process, without the original model. A compiled set may come from someone
+else: ``parse_compiled_set`` checks every field (keys are cache keys, shapes strict integers within the plan
+bounds) before the cache is touched, so no name in it becomes a path unchecked.
 """
 
 from __future__ import annotations
@@ -22,9 +24,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chipswap import __version__
+from chipswap.datafile import read_json, strict_int
 from chipswap.errors import ChipswapError
+from chipswap.planfile import (
+    MAX_BATCH_BUCKET,
+    MAX_BUCKET_TOKENS,
+    MAX_SEQUENCE_BUCKET,
+    MAX_SHAPES,
+    BucketPlan,
+    _int_list,
+    check_shapes,
+)
 from chipswap.planfile import PLAN_SCHEMA as PLAN_SCHEMA
-from chipswap.planfile import BucketPlan, _int_list
 from chipswap.planfile import load_plan as load_plan
 from chipswap.planfile import parse_plan as parse_plan
 
@@ -37,6 +48,10 @@ if TYPE_CHECKING:  # pragma: no cover
 SET_SCHEMA = "chipswap.compiled/1"
 DEFAULT_ATOL = 1e-3
 TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MAX_SET_BYTES = 16 * 2**20  # a compiled set is a few KB: one line per bucket
+MAX_INPUT_NAMES = 64
+MAX_NAME_CHARS = 256
+MAX_TOKEN_ID = 2**31 - 1
 
 
 # Plans are read by chipswap.planfile (shared with `chipswap check`); re-exported here for callers.
@@ -45,17 +60,23 @@ TOKEN_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 def plan_from_args(seq_lens: Sequence[int], batch_sizes: Sequence[int] = (1,)) -> BucketPlan:
     seq = _int_list(list(seq_lens), "--seq-len", "arguments")
     batch = _int_list(list(batch_sizes), "--batch-sizes", "arguments")
+    check_shapes(seq, batch, "arguments")
     return BucketPlan(seq, batch, seq[-1])
 
 
 def check_out_path(path: str | Path) -> Path:
-    """Fail before any compile when the compiled-set file cannot be written: not a folder, parent writable."""
+    """Fail before any compile when the compiled-set file cannot be written: not a folder, parent writable;
+    a FIFO, /dev/null or standard output (``-``) is written directly, a device or socket refused."""
+    from chipswap.atomic import check_target
+
     p = Path(path)
     if p.is_dir():
         raise ChipswapError(
             f"--out {p} is a directory; pass a file path for the compiled set,"
             f" e.g. --out {p / 'compiled.json'}"
         )
+    if check_target(p, "--out") in ("fd", "stream"):
+        return p
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise ChipswapError(f"--out {p}: folder {parent} does not exist; create it or pick another path")
@@ -387,6 +408,83 @@ def save_compiled_set(report_or_set: CompileReport | Mapping[str, Any], path: st
     return atomic_write_text(path, json.dumps(cset, indent=1, sort_keys=True) + "\n")
 
 
+def _set_error(source: str, what: str) -> ChipswapError:
+    return ChipswapError(f"compiled set {source}: {what}; rerun chipswap compile --out to write a fresh one")
+
+
+def parse_compiled_set(data: Any, source: str = "<compiled set>") -> dict[str, Any]:
+    """A validated copy of a ``chipswap.compiled/1`` document: every name and number checked (cache keys are
+    hex digests, shapes strict integers within the plan bounds, no duplicate shapes) before it is used."""
+    from chipswap.backends import BACKEND_NAMES
+    from chipswap.cache import check_key
+    from chipswap.textsafe import one_line
+
+    if not isinstance(data, Mapping):
+        raise _set_error(source, "not a JSON object")
+    if data.get("schema") != SET_SCHEMA:
+        raise ChipswapError(
+            f"not a compiled set (schema {one_line(repr(data.get('schema')), 80)}); write one with"
+            " chipswap compile --out"
+        )
+    backend = data.get("backend")
+    if backend not in BACKEND_NAMES:
+        raise _set_error(
+            source, f"backend {one_line(repr(backend), 80)} is not one of {', '.join(BACKEND_NAMES)}"
+        )
+    raw = data.get("buckets")
+    if not isinstance(raw, list) or not raw:
+        raise _set_error(source, "'buckets' must be a non-empty list")
+    if len(raw) > MAX_SHAPES:
+        raise _set_error(source, f"'buckets' lists {len(raw):,} shapes, over the limit of {MAX_SHAPES:,}")
+    buckets: list[dict[str, Any]] = []
+    seen: set[tuple[int, int]] = set()
+    for i, b in enumerate(raw):
+        where = f"compiled set {source}: buckets[{i}]"
+        if not isinstance(b, Mapping):
+            raise _set_error(source, f"buckets[{i}] is not an object with batch, seq_len and key")
+        batch = strict_int(b.get("batch"), f"{where}.batch", lo=1, hi=MAX_BATCH_BUCKET)
+        seq = strict_int(b.get("seq_len"), f"{where}.seq_len", lo=1, hi=MAX_SEQUENCE_BUCKET)
+        if batch * seq > MAX_BUCKET_TOKENS:
+            raise _set_error(
+                source, f"buckets[{i}] is {batch * seq:,} tokens, over the limit of {MAX_BUCKET_TOKENS:,}"
+            )
+        if (batch, seq) in seen:
+            raise _set_error(source, f"buckets[{i}] repeats the shape batch {batch} x seq {seq}")
+        seen.add((batch, seq))
+        buckets.append({"batch": batch, "seq_len": seq, "key": check_key(b.get("key"), f"{where}.key")})
+    weights_key = data.get("weights_key")
+    if weights_key is not None:
+        check_key(weights_key, f"compiled set {source}: weights_key")
+    names = data.get("input_names", ["input_ids", "attention_mask"])
+    if (
+        not isinstance(names, list)
+        or not names
+        or len(names) > MAX_INPUT_NAMES
+        or not all(isinstance(n, str) and 0 < len(n) <= MAX_NAME_CHARS for n in names)
+    ):
+        raise _set_error(source, f"'input_names' must be a list of up to {MAX_INPUT_NAMES} input names")
+    pad = data.get("pad_token_id")
+    pad = 0 if pad is None else strict_int(pad, f"compiled set {source}: pad_token_id", hi=MAX_TOKEN_ID)
+    model = data.get("model", "")
+    checked = {
+        "model": one_line(model, MAX_NAME_CHARS) if isinstance(model, str) else "",
+        "backend": backend,
+        "buckets": buckets,
+        "weights_key": weights_key,
+        "input_names": list(names),
+        "pad_token_id": pad,
+    }
+    return {**data, **checked}
+
+
+def read_compiled_set(compiled_set: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """A compiled set from a file (through chipswap.datafile) or a mapping, validated."""
+    if isinstance(compiled_set, Mapping):
+        return parse_compiled_set(compiled_set)
+    data = read_json(compiled_set, "compiled set", max_bytes=MAX_SET_BYTES)
+    return parse_compiled_set(data, str(compiled_set))
+
+
 def load_router(
     compiled_set: str | Path | Mapping[str, Any],
     cache: ArtifactCache | None = None,
@@ -400,19 +498,7 @@ def load_router(
     from chipswap.cache import ArtifactCache
     from chipswap.runtime.router import Router
 
-    if not isinstance(compiled_set, Mapping):
-        try:
-            cset = json.loads(Path(compiled_set).read_text())
-        except (OSError, ValueError) as exc:
-            raise ChipswapError(
-                f"cannot read compiled set {compiled_set}: {exc}; rerun chipswap compile --out"
-            ) from None
-    else:
-        cset = dict(compiled_set)
-    if cset.get("schema") != SET_SCHEMA:
-        raise ChipswapError(
-            f"not a compiled set (schema {cset.get('schema')!r}); write one with chipswap compile --out"
-        )
+    cset = read_compiled_set(compiled_set)  # every key and shape checked before the cache is touched
     cache = cache if cache is not None else ArtifactCache()
     be = get_backend(cset["backend"])
 
@@ -429,11 +515,11 @@ def load_router(
         weights = load_weights(fetch(cset["weights_key"]) / WEIGHTS_FILE)
     buckets = {}
     for b in cset["buckets"]:
-        buckets[(int(b["batch"]), int(b["seq_len"]))] = be.load(fetch(b["key"]), weights=weights)
+        buckets[(b["batch"], b["seq_len"])] = be.load(fetch(b["key"]), weights=weights)
     return Router(
         buckets,
-        pad_token_id=int(cset.get("pad_token_id") or 0),
+        pad_token_id=cset["pad_token_id"],
         policy=policy,
         truncate=truncate,
-        input_names=tuple(cset.get("input_names") or ("input_ids", "attention_mask")),
+        input_names=tuple(cset["input_names"]),
     )

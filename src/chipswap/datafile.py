@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -36,15 +37,37 @@ def read_text(path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYT
             "check that it is the right file"
         )
     try:
-        raw = p.read_bytes()[: max_bytes + 1]
+        raw = _read_at_most(p, max_bytes + 1)  # a device or FIFO has no size to check: stop reading instead
     except OSError as exc:
         raise ChipswapError(f"cannot read {what} {p}: {exc.strerror or exc}; check the path") from None
+    if len(raw) > max_bytes:
+        raise ChipswapError(
+            f"{what} {p} is over the {max_bytes:,}-byte limit for such files; check that it is the right file"
+        )
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ChipswapError(
             f"{what} {p} is not UTF-8 text (byte {exc.start}); save it as UTF-8 (JSON/TOML are always UTF-8)"
         ) from None
+
+
+def _read_at_most(path: Path, limit: int) -> bytes:
+    """Up to `limit` bytes; opening never blocks on a FIFO with no writer (it reads as empty)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        left = limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _depth_ok(text: str, limit: int) -> bool:

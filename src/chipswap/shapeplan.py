@@ -1,5 +1,5 @@
-"""Shape planning, high level: a request Trace -> a ShapePlan (buckets, padding cost, baselines, config
-snippets).
+"""Shape planning, high level: a trace (or its histograms) -> a ShapePlan (buckets, padding cost, baselines,
+config snippets).
 
 Modes:
   encoder  one sequence bucket set over the request lengths (prompt_tokens), e.g. a classifier or embedder.
@@ -8,10 +8,19 @@ Modes:
            running total length p+i, i = 1..g, of every decode step (a request weighs once per generated
            token).
 
-Optional batch-size buckets come from an arrival rate (given, or measured from the trace timestamps):
-requests that
+The input is anything with the TrafficInput shape: a chipswap.traces.Trace (arrays, small traces) or a
+chipswap.traces.TraceHistograms (aggregated by the engine, from a raw trace of any size or a pre-aggregated
+histogram); both give the same plan for the same requests.
+
+Optional batch-size buckets come from an arrival rate (given, or measured from the trace timestamps): requests
+that
 arrive within one batching window form a batch (Poisson counts), and the same exact planner picks the batch
 sizes.
+
+When the longest request is far beyond the rest (above 1.5x the 99.99th percentile, or the next-longest
+request in
+a small trace) and no max length is given, the plan carries an `outlier` note proposing --max-length with the
+padding it saves and the share of requests it would reject or truncate.
 
 The plan file (`chipswap.shapeplan/1` JSON) is what `chipswap compile` reads; `load_plan` validates it.
 The math lives in chipswap.core.buckets; this module only assembles, serialises and formats.
@@ -22,15 +31,30 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from chipswap.core import buckets as B
 from chipswap.errors import ChipswapError
-from chipswap.traces import Trace
+
+
+class TrafficInput(Protocol):
+    """What plan_shapes reads from a trace: Trace and TraceHistograms both provide it."""
+
+    path: str
+
+    def __len__(self) -> int: ...
+
+    @property
+    def arrival_rate_rps(self) -> float | None: ...
+
+    def prompt_histogram(self) -> B.Histogram: ...
+
+    def decode_histogram(self, top: int, policy: str) -> B.Histogram: ...
+
 
 SCHEMA = "chipswap.shapeplan/1"
 MODES = ("encoder", "llm")
@@ -94,12 +118,14 @@ class ShapePlan:
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> comparable totals (prefill)
     decode_baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     batch: dict[str, Any] = field(default_factory=dict)
+    outlier: dict[str, Any] = field(default_factory=dict)  # see outlier_advice(); empty when none
     histogram: tuple[list[int], list[float]] = ((), ())  # type: ignore[assignment]
     decode_histogram: tuple[list[int], list[float]] = ((), ())  # type: ignore[assignment]
 
     # ---- serialisation -------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        # asdict deep-copies every list; the histograms can hold 100 k entries, so they are copied flat below
+        d = asdict(replace(self, histogram=((), ()), decode_histogram=((), ())))
         d = {"schema": SCHEMA, **d}
         d["histogram"] = {"lengths": list(self.histogram[0]), "counts": list(self.histogram[1])}
         d["decode_histogram"] = {
@@ -110,7 +136,16 @@ class ShapePlan:
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, default=_json_default) + "\n"
+        """The plan as JSON; the (possibly 100 k-entry) histograms are written compactly on one line each,
+        because the indenting encoder is pure Python and takes seconds on them."""
+        d = self.to_dict()
+        bulky = {key: d.pop(key) for key in ("histogram", "decode_histogram")}
+        text = json.dumps(d, indent=indent, default=_json_default)
+        pad = "" if indent is None else " " * indent
+        parts = [f"{pad}{json.dumps(k)}: {json.dumps(v, default=_json_default)}" for k, v in bulky.items()]
+        if indent is None:
+            return text[:-1] + ", " + ", ".join(parts) + "}\n"
+        return text[:-2] + ",\n" + ",\n".join(parts) + "\n}\n"
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "plan JSON") -> ShapePlan:
@@ -278,6 +313,24 @@ def build_cost_models(
     )
 
 
+def max_length_for_reading(
+    cost_model: str | B.CostModel,
+    max_length: int | None,
+    *,
+    measured_table: Mapping[int, float] | None = None,
+    measured_interpolate: bool = True,
+) -> int | None:
+    """The prefill max length a plan with these settings will use, known before the trace is read (None: the
+    longest prompt). Pass it as max_length to chipswap.traces.aggregate_trace / read_histogram so the decode
+    counts are built for the buckets the plan will have."""
+    if max_length is None:
+        return None
+    seq_model, _, _ = build_cost_models(
+        cost_model, measured_table=measured_table, measured_interpolate=measured_interpolate
+    )
+    return B.resolve_max_length(None, seq_model, max_length)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Planning
 # ------------------------------------------------------------------------------------------------------------
@@ -341,11 +394,15 @@ def _plan_one(
     )
     top = int(best.edges[-1])
     tok = B.tokens_cost()
-    best_tok = B.evaluate(hist, best.edges, tok, policy=policy)
+
+    def in_tokens(ev: B.Evaluation) -> B.Evaluation:  # the same scoring again only if the model differs
+        return ev if model == tok else B.evaluate(hist, ev.edges, tok, policy=policy)
+
+    best_tok = in_tokens(best)
     totals = _scored(best, best_tok)
     bl = {}
     for name, ev in B.baseline_plans(hist, model, k=best.k, max_length=top, policy=policy).items():
-        ev_tok = B.evaluate(hist, ev.edges, tok, policy=policy)
+        ev_tok = in_tokens(ev)
         row = _scored(ev, ev_tok)
         row["waste_reduction_pct"] = 100.0 * (1 - best.waste / ev.waste) if ev.waste > 0 else 0.0
         row["waste_tokens_reduction_pct"] = (
@@ -356,7 +413,7 @@ def _plan_one(
 
 
 def plan_shapes(
-    trace: Trace,
+    trace: TrafficInput,
     *,
     mode: str = "llm",
     k: int | None = None,
@@ -377,11 +434,16 @@ def plan_shapes(
     max_batch: int = 8,
     batch_k: int = 3,
     keep_histogram: bool = True,
+    max_positions: int | None = None,
+    outlier_check: bool = True,
 ) -> ShapePlan:
-    """Plan fixed shapes for `trace`. See the module docstring for the modes; k fixes the bucket count,
-    otherwise
-    up to max_buckets are used (more buckets never cost more padding, so the cap is usually reached).
-    arrival_rate_rps: None (batch [1]), a number, or "trace" to measure it from the timestamps."""
+    """Plan fixed shapes for `trace` (a Trace or TraceHistograms). See the module docstring for the modes; k
+    fixes
+    the bucket count, otherwise up to max_buckets are used (more buckets never cost more padding, so the cap
+    is
+    usually reached). arrival_rate_rps: None (batch [1]), a number, or "trace" to measure it from the
+    timestamps.
+    max_positions: the model's maximum positions; a request or bucket beyond it is an error naming it."""
     if mode not in MODES:
         raise ChipswapError(f"mode {mode!r} is unknown; use --mode encoder or --mode llm")
     if len(trace) == 0:
@@ -393,7 +455,8 @@ def plan_shapes(
         measured_table=measured_table,
         measured_interpolate=measured_interpolate,
     )
-    hist = B.histogram_from_lengths(trace.prompt_tokens)
+    hist = trace.prompt_histogram()
+    _check_positions(hist, max_length, max_positions, "prompt", "--max-length")
     best, totals, baselines, table = _plan_one(
         hist,
         seq_model,
@@ -408,29 +471,13 @@ def plan_shapes(
     decode_buckets: list[int] = []
     dec_fields: dict[str, Any] = {}
     if mode == "llm":
-        if trace.output_tokens is None:
-            raise ChipswapError(
-                f"{trace.path}: llm mode needs generated-token counts but the trace has no output column; "
-                "pass --output-col COLUMN or use --mode encoder"
-            )
-        prompt = trace.prompt_tokens
-        out = trace.output_tokens
-        if policy == "reject":  # rejected prompts never decode
-            keep = prompt <= top
-            prompt, out = prompt[keep], out[keep]
-        else:
-            prompt = np.minimum(prompt, top)
-        if not (out > 0).any():
-            raise ChipswapError(
-                f"{trace.path}: no request generates tokens, so there is nothing to decode; "
-                "use --mode encoder"
-            )
-        dhist = B.decode_histogram(prompt, out)
+        dhist = trace.decode_histogram(top, policy)
         if max_total_length is not None and max_total_length < top:
             raise ChipswapError(
                 f"max total length {max_total_length} is below the largest prefill bucket {top}; "
                 f"use --max-total-length >= {top}"
             )
+        _check_positions(dhist, max_total_length, max_positions, "prompt + output", "--max-total-length")
         dbudgets = (
             None
             if budgets is None
@@ -443,14 +490,13 @@ def plan_shapes(
             )
         )
         dk = decode_k if decode_k is not None else k
-        dcap = max_buckets
         if dk is not None and dk > dhist.lengths.size:
             dk = int(dhist.lengths.size)
         dbest, dtotals, dbaselines, dtable = _plan_one(
             dhist,
             dec_model,
             k=dk,
-            max_buckets=dcap,
+            max_buckets=max_buckets,
             max_length=max_total_length,
             policy=policy,
             align=align,
@@ -482,6 +528,11 @@ def plan_shapes(
         batch_buckets, batch_info = batch_buckets_for_rate(
             rate, window_s=batch_window_s, max_batch=max_batch, k=batch_k
         )
+    outlier: dict[str, Any] = {}
+    if outlier_check and max_length is None and not seq_model.listed_only:
+        outlier = outlier_advice(
+            hist, seq_model, best, k=k, max_buckets=max_buckets, policy=policy, align=align, budgets=budgets
+        )
     return ShapePlan(
         mode=mode,
         sequence_buckets=[int(x) for x in best.edges],
@@ -501,9 +552,107 @@ def plan_shapes(
         totals=totals,
         baselines=baselines,
         batch=batch_info,
+        outlier=outlier,
         histogram=(hist.lengths.tolist(), hist.counts.tolist()) if keep_histogram else ((), ()),
         **dec_fields,
     )
+
+
+def _check_positions(
+    hist: B.Histogram, max_length: int | None, max_positions: int | None, what: str, flag: str
+) -> None:
+    """Lengths the model cannot take are an error naming its maximum positions (unless a cap handles them)."""
+    if max_positions is None:
+        return
+    if max_length is not None:
+        if max_length > max_positions:
+            raise ChipswapError(
+                f"{flag} {max_length} is longer than the model's maximum positions {max_positions}; use "
+                f"{flag} {max_positions} or less"
+            )
+        return
+    if hist.max_length > max_positions:
+        over = float(hist.counts[hist.lengths > max_positions].sum()) / hist.total
+        raise ChipswapError(
+            f"{what} lengths up to {hist.max_length:,} exceed the model's maximum positions "
+            f"{max_positions:,} "
+            f"({100 * over:.3g}% of {'requests' if what == 'prompt' else 'decode steps'}); pass {flag} "
+            f"{max_positions} (or less) with --policy reject|truncate"
+        )
+
+
+# An outlier: the longest request is more than this times the reference length (the 99.99th percentile, or
+# the next-longest request when the trace has under 10,000 requests).
+OUTLIER_RATIO = 1.5
+OUTLIER_QUANTILE = 0.9999
+
+
+def outlier_advice(
+    hist: B.Histogram,
+    model: B.CostModel,
+    plan: B.Evaluation,
+    *,
+    k: int | None,
+    max_buckets: int | None,
+    policy: str,
+    align: int,
+    budgets: B.Budgets | None,
+) -> dict[str, Any]:
+    """If the longest request sets the max length far beyond the rest, the max length to propose instead.
+
+    Returns {} or {longest, reference, reference_rule, proposed_max_length, overhead_pct (now),
+    proposed_overhead_pct,
+    padding_saved_pct (of the padded cost), affected_share (rejected or truncated), policy}.
+    """
+    total = hist.total
+    below = hist.counts[:-1].sum() if hist.lengths.size > 1 else 0
+    if below <= 0:
+        return {}
+    if total >= 1 / (1 - OUTLIER_QUANTILE):
+        reference, rule = hist.quantile(OUTLIER_QUANTILE), "99.99th percentile"
+    else:
+        reference, rule = int(hist.lengths[-2]), "next-longest request"
+    longest = hist.max_length
+    if reference >= longest or longest <= OUTLIER_RATIO * reference:
+        return {}
+    try:
+        alt = B.plan_optimal(
+            hist,
+            model,
+            k=k,
+            max_buckets=max_buckets,
+            max_length=reference,
+            policy=policy,
+            align=align,
+            budgets=budgets,
+        )
+    except ChipswapError:
+        return {}
+    saved = 100.0 * (1 - alt.padded_total / plan.padded_total) if plan.padded_total > 0 else 0.0
+    return {
+        "longest": longest,
+        "reference": reference,
+        "reference_rule": rule,
+        "proposed_max_length": reference,
+        "overhead_pct": plan.overhead_pct,
+        "proposed_overhead_pct": alt.overhead_pct,
+        "padding_saved_pct": saved,
+        "affected_share": alt.overflow_share,
+        "policy": policy,
+        "message": (
+            f"the longest request ({longest:,} tokens) is {longest / reference:.1f}x the {rule} "
+            f"({reference:,}); "
+            f"--max-length {reference} would cut the padded cost by {saved:.1f}% (overhead "
+            f"{plan.overhead_pct:.1f}% -> {alt.overhead_pct:.1f}%) and "
+            f"{'reject' if policy == 'reject' else 'truncate'}"
+            f" {100 * alt.overflow_share:.3g}% of requests"
+        ),
+    }
+
+
+# Bounds on the batch-size model's tables (the Poisson pmf spans about lam + 10 sqrt(lam) entries)
+MAX_BATCH = 4096
+MAX_ARRIVALS_PER_WINDOW = 1_000_000
 
 
 def batch_buckets_for_rate(
@@ -523,7 +672,16 @@ def batch_buckets_for_rate(
         raise ChipswapError(f"max batch {max_batch} must be >= 1")
     if k < 1:
         raise ChipswapError(f"batch buckets K = {k} must be >= 1")
+    if max_batch > MAX_BATCH:
+        raise ChipswapError(
+            f"max batch {max_batch} exceeds the limit of {MAX_BATCH:,}; use a smaller --max-batch"
+        )
     lam = rate_rps * window_s
+    if lam > MAX_ARRIVALS_PER_WINDOW:
+        raise ChipswapError(
+            f"{rate_rps:g} req/s in {window_s:g} s windows is {lam:,.0f} arrivals per window, more than "
+            f"{MAX_ARRIVALS_PER_WINDOW:,}; check the rate or use a shorter --batch-window-ms"
+        )
     # Poisson pmf up to the tail quantile (log space, no scipy)
     nmax = int(lam + 10 * math.sqrt(lam) + 20)
     ns = np.arange(0, nmax + 1)

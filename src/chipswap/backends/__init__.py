@@ -11,7 +11,8 @@ Backends:
                    model share one copy of the weights (``load(..., weights=...)``).
 - ``neuron``       ``torch_neuronx.trace`` / save / load; runs only where the AWS Neuron SDK is installed.
 
-torch / onnx / onnxruntime are imported inside the functions that need them.
+torch / onnx / onnxruntime are imported inside the functions that need them. An artifact folder's ``io.json``
+is read through chipswap.datafile and checked field by field (``read_io``): a cache may come from elsewhere.
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from chipswap.datafile import read_json, strict_int
 from chipswap.errors import ChipswapError, closest
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 IO_FILE = "io.json"
+MAX_IO_BYTES = 1 * 2**20
+MAX_TENSORS = 256  # inputs or outputs of one compiled bucket
+MAX_DIMS = 8
+MAX_DIM = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -112,11 +118,36 @@ def write_io(out_dir: Path, example_inputs: Mapping[str, torch.Tensor], output_n
     return IO_FILE
 
 
+def _name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 256:
+        raise ChipswapError(f"{what} is not a tensor name")
+    return value
+
+
+def parse_io(data: Any) -> tuple[tuple[TensorSpec, ...], tuple[str, ...]]:
+    """Input specs and output names from an ``io.json`` document, every field checked (strict ints, bounded
+    counts and ranks, names as short strings)."""
+    if not isinstance(data, Mapping):
+        raise ChipswapError("not a JSON object")
+    inputs, outputs = data.get("inputs"), data.get("outputs")
+    if not isinstance(inputs, list) or not 0 < len(inputs) <= MAX_TENSORS:
+        raise ChipswapError(f"'inputs' is not a list of 1 to {MAX_TENSORS} tensor specs")
+    if not isinstance(outputs, list) or len(outputs) > MAX_TENSORS:
+        raise ChipswapError(f"'outputs' is not a list of up to {MAX_TENSORS} names")
+    specs = []
+    for i, d in enumerate(inputs):
+        if not isinstance(d, Mapping) or not isinstance(d.get("shape"), list) or len(d["shape"]) > MAX_DIMS:
+            raise ChipswapError(f"inputs[{i}] is not a tensor spec with a shape of at most {MAX_DIMS} dims")
+        shape = tuple(strict_int(x, f"inputs[{i}].shape", hi=MAX_DIM) for x in d["shape"])
+        name = _name(d.get("name"), f"inputs[{i}].name")
+        specs.append(TensorSpec(name, shape, _name(d.get("dtype"), f"inputs[{i}].dtype")))
+    return tuple(specs), tuple(_name(o, f"outputs[{i}]") for i, o in enumerate(outputs))
+
+
 def read_io(artifact_dir: Path) -> tuple[tuple[TensorSpec, ...], tuple[str, ...]]:
     try:
-        data = json.loads((artifact_dir / IO_FILE).read_text())
-        return tuple(TensorSpec.from_json(d) for d in data["inputs"]), tuple(data["outputs"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return parse_io(read_json(artifact_dir / IO_FILE, IO_FILE, max_bytes=MAX_IO_BYTES))
+    except ChipswapError as exc:
         raise ChipswapError(
             f"artifact folder has no readable {IO_FILE}: {artifact_dir} ({exc}); recompile it with chipswap "
             "compile"

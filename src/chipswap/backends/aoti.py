@@ -19,7 +19,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.backends import LoadedArtifact, as_tuple, check_inputs, output_names_of, read_io, write_io
+from chipswap.backends import (
+    IO_FILE,
+    LoadedArtifact,
+    as_tuple,
+    check_inputs,
+    output_names_of,
+    read_io,
+    write_io,
+)
+from chipswap.datafile import read_json
 from chipswap.errors import ChipswapError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,7 +147,7 @@ class AOTInductorBackend:
 
         artifact_dir = Path(artifact_dir)
         specs, outputs = read_io(artifact_dir)
-        meta = json.loads((artifact_dir / "io.json").read_text())
+        meta = read_json(artifact_dir / IO_FILE, IO_FILE)  # read_io has checked it parses
         try:
             cm = torch._inductor.aoti_load_package(str(artifact_dir / PACKAGE_FILE))
         except Exception as exc:

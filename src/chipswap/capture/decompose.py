@@ -1,12 +1,12 @@
 """Core-ATen op inventory without re-tracing the whole program (the fast path for big weightless configs).
 
-``ExportedProgram.run_decompositions()`` re-traces every node of the graph; for a 70B config (80
-identical decoder layers, ~16k nodes) that re-trace costs more than the export itself. The inventory only
-needs, for each node, the core-ATen ops it becomes. So each distinct (op, argument shapes/dtypes, constant
-arguments) is decomposed once, with the same core-ATen decomposition table, by tracing that single op on meta
-tensors; every node like it reuses the result and keeps its own module path and source line. Used only when
-every shape is static (meta capture at a bucket shape); tests check it gives the same op counts as
-run_decompositions on small models.
+``ExportedProgram.run_decompositions()`` re-traces every node of the graph; for a 70B config (80 identical
+decoder layers, ~16k nodes) that re-trace costs more than the export itself. The inventory only needs, for
+each node, the core-ATen ops it becomes. So each distinct (op, argument shapes/dtypes, constant arguments) is
+decomposed once, with the same core-ATen decomposition table, by tracing that single op on meta tensors; every
+node like it reuses the result and keeps its own module path and source line. Used whenever every shape is
+static (one export per bucket shape, on the meta device or the CPU); tests check it gives the same op counts
+as run_decompositions on small models.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def _materialize(v: Any) -> Any:
         raise NotStatic
     if isinstance(v, (list, tuple)):
         return type(v)(_materialize(x) for x in v)
+    if isinstance(v, torch.device):
+        return torch.device("meta")  # the op is traced on meta tensors whatever device it ran on
     return v
 
 
@@ -142,6 +144,8 @@ def fast_inventory(ep: Any, *, strip: str | None = None) -> list[OpUse]:
                 replace(
                     s,
                     module_path=use.module_path,
+                    module_types=use.module_types,
+                    phase=use.phase,
                     location=use.location,
                     code=use.code,
                     stack=use.stack,

@@ -175,6 +175,52 @@ def _unbacked_syms(val: Any) -> set[Any]:
         return set()
 
 
+def module_types(node: Any) -> tuple[str, ...]:
+    """Class names of the modules enclosing a node, outermost first (from nn_module_stack)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    out = []
+    for qual, typ in stack.values():
+        if str(qual).startswith(_BOOKKEEPING_MODULES):
+            continue
+        name = typ.__name__ if isinstance(typ, type) else str(typ).rsplit(".", 1)[-1]
+        out.append(name.strip("'>"))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _schema_args(target: Any) -> tuple[tuple[int, str, Any, bool], ...]:
+    """(position, name, default, is_tensor) of an OpOverload's schema arguments."""
+    try:
+        args = target._schema.arguments
+    except AttributeError:
+        return ()
+    out = []
+    for i, a in enumerate(args):
+        text = str(a.type)
+        is_tensor = "Tensor" in text
+        default = a.default_value if a.has_default_value() else None
+        out.append((i, a.name, default, is_tensor))
+    return tuple(out)
+
+
+_ATTR_TYPES = (bool, int, float, str)
+
+
+def const_attrs(node: Any) -> tuple[tuple[str, str], ...]:
+    """Scalar constant arguments of an aten node by schema name (accumulate, reduce, dim, ...)."""
+    out = []
+    for pos, name, default, is_tensor in _schema_args(node.target):
+        if is_tensor:
+            continue
+        if pos < len(node.args):
+            value = node.args[pos]
+        else:
+            value = node.kwargs.get(name, default)
+        if isinstance(value, _ATTR_TYPES) and not hasattr(value, "node"):
+            out.append((name, str(value)))
+    return tuple(out)
+
+
 def module_path(node: Any, strip: str | None) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
@@ -236,6 +282,7 @@ def graph_ops(gm: Any, *, strip: str | None = None) -> list[OpUse]:
         kind, overload, composite = op_kind(node.target)
         if is_bookkeeping(kind, node.meta.get("val")):
             continue
+        data_dtype = ""
         ins = []
         arg_strs = []
         in_syms: set[Any] = set()
@@ -246,6 +293,7 @@ def graph_ops(gm: Any, *, strip: str | None = None) -> list[OpUse]:
                 dt = _dtype(v)
                 if dt:
                     ins.append(dt)
+                    data_dtype = data_dtype or dt
                 arg_strs.append(f"%{a.name}: {_tensor_str(v)}" if dt else f"%{a.name}")
             else:
                 arg_strs.append(repr(a))
@@ -270,6 +318,10 @@ def graph_ops(gm: Any, *, strip: str | None = None) -> list[OpUse]:
                 original=orig_kind if orig_kind != kind else None,
                 signature=f"%{node.name}: {out_str} = {node.target}({', '.join(arg_strs)})",
                 stack=frames,
+                data_dtype=data_dtype,
+                attrs=const_attrs(node) if isinstance(node.target, torch._ops.OpOverload) else (),
+                module_types=module_types(node),
+                phase=str(node.meta.get("chipswap_phase", "forward")),
             )
         )
         if kind.startswith("higher_order::"):

@@ -1,4 +1,9 @@
-"""`chipswap cache ls | verify | prune | rm KEY`: inspect and tidy the compiled-artifact cache."""
+"""`chipswap cache ls | verify | prune | rm KEY`: inspect and tidy the compiled-artifact cache.
+
+A cache may be copied from someone else: every name and value shown from an entry's manifest goes through
+chipswap.textsafe, and `ls` shows an entry *ready* only when its files are unchanged since their checksums
+last matched (else it hashes small entries, or says *unverified*; see chipswap.cache).
+"""
 
 from __future__ import annotations
 
@@ -30,47 +35,69 @@ def _cache(cache_dir: Path | None):
     return ArtifactCache(cache_dir)
 
 
-def _row(e) -> dict:
-    parts = e.meta.get("parts", {})
+def _text(value: object, limit: int = 120) -> str:
+    from chipswap.textsafe import one_line
+
+    return "" if value is None else one_line(value, limit)
+
+
+def _number(value: object) -> float | None:
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _row(e, state: str | None = None) -> dict:
+    """One entry for display; everything from its entry.json is data: made one-line text or dropped."""
+    meta = e.meta if isinstance(e.meta, dict) else {}
+    parts = meta.get("parts") if isinstance(meta.get("parts"), dict) else {}
     shape = ""
-    if "batch" in e.meta:
-        shape = f"{e.meta['batch']}x{e.meta['seq_len']}"
+    if _number(meta.get("batch")) is not None and _number(meta.get("seq_len")) is not None:
+        shape = f"{int(meta['batch'])}x{int(meta['seq_len'])}"
+    holder = meta.get("holder") if isinstance(meta.get("holder"), dict) else None
     return {
         "key": e.key,
-        "state": e.state,
-        "kind": parts.get("kind", ""),
-        "model": e.meta.get("model", ""),
-        "backend": parts.get("backend", ""),
+        "state": state or e.state,
+        "kind": _text(parts.get("kind", "")),
+        "model": _text(meta.get("model", "")),
+        "backend": _text(parts.get("backend", "")),
         "shape": shape,
         "size_bytes": e.size,
-        "created": e.meta.get("created"),
-        "error": e.meta.get("error"),
-        "holder": e.meta.get("holder"),
+        "created": _number(meta.get("created")),
+        "error": _text(meta.get("error"), 300) or None,
+        "holder": {str(k)[:40]: _text(v, 80) for k, v in holder.items()} if holder else None,
     }
 
 
 @cache_app.command("ls")
 def _ls(cache_dir: Path | None = CACHE_DIR, as_json: bool = JSON) -> None:
-    """List cache entries."""
+    """List cache entries: ready, unverified (changed since last checked; run verify), corrupt, failed,
+    locked."""
+    from chipswap.cache import LS_HASH_BUDGET_BYTES
+
     c = _cache(cache_dir)
-    rows = [_row(e) for e in c.list()]
+    budget = [LS_HASH_BUDGET_BYTES]
+    rows = [_row(e, c.quick_state(e, budget)) for e in c.list()]
     if as_json:
         sys.stdout.write(json.dumps({"cache_dir": str(c.root), "entries": rows}, indent=1) + "\n")
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=f"chipswap cache: {c.root}")
+    t = Table(title=f"chipswap cache: {escape(str(c.root))}")
     for col in ("key", "state", "model", "backend", "shape", "size", "age"):
         t.add_column(col, justify="right" if col in ("size", "age") else "left")
     now = time.time()
     for r in rows:
         age = f"{(now - r['created']) / 3600:.1f} h" if r["created"] else ""
-        t.add_row(
+        t.add_row(  # text from entry.json is never rich markup
             r["key"][:12],
             r["state"],
-            r["model"],
-            r["backend"] or r["kind"],
+            escape(r["model"]),
+            escape(r["backend"] or r["kind"]),
             r["shape"],
             f"{r['size_bytes'] / 2**20:.1f} MiB",
             age,

@@ -1,18 +1,26 @@
-"""`chipswap catalog`: list / filter instance types with their prices, show one instance, list chips."""
+"""`chipswap catalog`: list / filter instance types with their prices, show one instance, list chips, and
+`refresh` prices live from AWS into a user catalog file (written atomically, never partially).
+
+Thin: parsing, printing, and the one file write of `refresh`; reading AWS lives in chipswap.aws.prices."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date
 from decimal import Decimal
+from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from chipswap.catalog_io import load_catalog
-from chipswap.core.catalog import TERMS, Catalog, Chip, Instance, Rate
+from chipswap.core.catalog import TERMS, Catalog, Chip, Instance, PriceChange, Rate, diff_rates
 from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
 
 catalog_app = typer.Typer(
     help="List AWS accelerated instance types (GPU, Inferentia, Trainium) with specs and $/h, or show one.",
@@ -327,6 +335,216 @@ def catalog_chips(
             c.as_of,
         )
     console().print(table)
+
+
+REFRESH_HEADER = "# chipswap catalog refresh:"
+DEFAULT_REFRESH_OUT = "chipswap-catalog.toml"
+
+
+def _refresh_scope(catalog: Catalog, families: list[str], regions: list[str]) -> tuple[list[str], list[str]]:
+    """The instance names and regions to refresh; unknown names are usage errors (exit 2)."""
+    known_fam = {f.lower(): f for f in catalog.families}
+    for fam in families:
+        if fam.lower() not in known_fam:
+            raise ChipswapError(
+                f"unknown family for --family: {fam!r}; use one of {', '.join(catalog.families)}"
+            )
+    for r in regions:
+        check_region(catalog, r)
+    wanted = {f.lower() for f in families}
+    names = [i.name for i in catalog.instances if not wanted or i.family.lower() in wanted]
+    if regions:
+        names = [n for n in names if set(catalog.instance(n).regions) & set(regions)]
+    if not names:
+        raise ChipswapError(
+            f"no catalog instance type of {', '.join(families) or 'any family'} is listed in "
+            f"{', '.join(regions)}; drop --region or --family"
+        )
+    return names, list(dict.fromkeys(regions))
+
+
+def _check_target(out_path: Path, force: bool) -> None:
+    """Never overwrite a file the user wrote by hand: only an earlier refresh output, or with --force."""
+    if not out_path.exists() or force:
+        return
+    if out_path.is_file():
+        with out_path.open("rb") as fh:
+            head = fh.read(len(REFRESH_HEADER)).decode("utf-8", "replace")
+        if head == REFRESH_HEADER:
+            return
+    raise ChipswapError(
+        f"--out {out_path} exists and was not written by `chipswap catalog refresh`; "
+        "choose another path, or pass --force to replace it"
+    )
+
+
+def _change_json(c: PriceChange) -> dict:
+    return {
+        "instance": c.instance,
+        "region": c.region,
+        "term": c.term,
+        "before_usd_per_hour": _num(c.before.usd_per_hour) if c.before else None,
+        "before_source": c.before.source if c.before else None,
+        "before_as_of": c.before.as_of if c.before else None,
+        "after_usd_per_hour": _num(c.after.usd_per_hour),
+        "after_source": c.after.source,
+        "after_as_of": c.after.as_of,
+        "change_pct": float(round(c.change_pct, 2)) if c.change_pct is not None else None,
+    }
+
+
+@catalog_app.command("refresh")
+def catalog_refresh(
+    ctx: typer.Context,
+    out_file: str = typer.Option(
+        DEFAULT_REFRESH_OUT,
+        "--out",
+        metavar="FILE",
+        help="User catalog file to write (use it with --catalog).",
+    ),
+    family: list[str] | None = typer.Option(
+        None,
+        "--family",
+        metavar="FAMILY",
+        help="Only this family (repeatable; default: every catalog family).",
+    ),
+    region: list[str] | None = typer.Option(
+        None,
+        "--region",
+        metavar="REGION",
+        help="Only this region (repeatable; default: the catalog's regions).",
+    ),
+    term: list[str] | None = typer.Option(
+        None, "--term", metavar="TERM", help="on-demand and/or spot (repeatable; default both)."
+    ),
+    no_aws: bool = typer.Option(False, "--no-aws", help="Do not call AWS (refresh then has nothing to do)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out even if it was not written by refresh."),
+    as_json: bool = typer.Option(False, "--json", help="Print the diff as JSON."),
+) -> None:
+    """Pull current prices from AWS (Price List API on-demand, EC2 spot price history) for the catalog's
+    families and regions into a user catalog file, dated today, and show the diff against the shipped
+    snapshot. All or nothing: on any AWS failure nothing is written (exit 3)."""
+    from chipswap.atomic import atomic_write_text
+    from chipswap.aws import access as aws_access
+    from chipswap.aws.prices import TERMS_REFRESHED, AwsPriceSource, refresh_prices, render_refresh
+    from chipswap.catalog_io import parse_catalog
+
+    as_json = as_json or (ctx.obj or {}).get("json", False)
+    terms = list(dict.fromkeys(term or TERMS_REFRESHED))
+    bad = [t for t in terms if t not in TERMS_REFRESHED]
+    if bad:
+        raise ChipswapError(f"--term {bad[0]!r} cannot be refreshed; use on-demand or spot")
+    snapshot = load_catalog()
+    names, regions = _refresh_scope(snapshot, family or [], region or [])
+    out_path = Path(out_file)
+    _check_target(out_path, force)
+    as_of = min((r.as_of for r in snapshot.rates if r.term == "on-demand"), default="undated")
+    stays = f"nothing written; the shipped snapshot (prices as of {as_of} or later) stays in use"
+    access = aws_access.access_from_environment(no_aws)
+    if access is None:
+        raise aws_access.AwsUnavailableError(f"--no-aws given: catalog refresh needs AWS; {stays}")
+    try:
+        account = access.probe("us-east-1")
+    except aws_access.AwsOffline as off:
+        raise aws_access.AwsUnavailableError(
+            f"offline: {off.reason}; catalog refresh needs AWS; {stays}"
+        ) from None
+    out = console()
+    with _refresh_progress(out.is_terminal and not as_json) as step:
+        result = refresh_prices(
+            snapshot,
+            AwsPriceSource(access),
+            date.today().isoformat(),
+            instances=names,
+            regions=regions or None,
+            terms=terms,
+            account=account,
+            progress=step,
+        )
+    if not result.rates:
+        raise aws_access.AwsUnavailableError(
+            f"AWS returned no price for the asked types and regions; {stays}"
+        )
+    text = render_refresh(result)
+    parse_catalog(text, str(out_path))  # what is written must load as a catalog: check before writing
+    atomic_write_text(out_path, text)
+    changes = diff_rates(snapshot, result.rates)
+    got = {(r.instance, r.region, r.term) for r in result.rates}
+    missing = [a for a in result.asked if a not in got]
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "written": str(out_path),
+                    "as_of": result.today,
+                    "source": "aws-pricing-api",
+                    "account": result.account,
+                    "prices": len(result.rates),
+                    "changes": [_change_json(c) for c in changes],
+                    "not_returned": [{"instance": i, "region": r, "term": t} for i, r, t in missing],
+                    "priced_outside_catalog_regions": [
+                        {"instance": i, "region": r} for i, r in result.elsewhere
+                    ],
+                    "notes": list(result.notes),
+                },
+                indent=2,
+            )
+        )
+        return
+    _print_refresh(out, out_path, result, changes, missing)
+
+
+@contextmanager
+def _refresh_progress(enabled: bool) -> Iterator[Callable[[str], None]]:
+    if not enabled:
+        yield lambda _m: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("reading prices", total=None)
+        yield lambda m: bar.update(task, advance=1, description=f"reading prices: {m}")
+
+
+def _print_refresh(
+    out: Console, out_path: Path, result, changes: tuple[PriceChange, ...], missing: list
+) -> None:
+    moved = [c for c in changes if c.before is None or c.after.usd_per_hour != c.before.usd_per_hour]
+    same = len(changes) - len(moved)
+    table = Table(title=f"prices that differ from the shipped snapshot ({len(moved)} of {len(changes)})")
+    for col in ("instance", "region", "term", "snapshot $/h", "as of", f"AWS {result.today} $/h", "change"):
+        table.add_column(col, justify="right" if "$" in col or col == "change" else "left")
+    for c in moved:
+        pct = c.change_pct
+        table.add_row(
+            c.instance,
+            c.region,
+            c.term,
+            _fmt(c.before.usd_per_hour) if c.before else "-",
+            c.before.as_of if c.before else "new",
+            _fmt(c.after.usd_per_hour),
+            f"{pct:+.1f}%" if pct is not None else "new",
+        )
+    if moved:
+        out.print(table)
+    out.print(
+        f"wrote {out_path}: {len(result.rates)} prices dated {result.today} (source aws-pricing-api); "
+        f"{same} unchanged, {len(moved)} changed or new; use it with --catalog {out_path}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    if missing:
+        shown = ", ".join(f"{i} {r} {t}" for i, r, t in missing[:6])
+        more = f" and {len(missing) - 6} more" if len(missing) > 6 else ""
+        out.print(
+            f"not returned by AWS (the snapshot's price stays in effect): {shown}{more}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    for note in result.notes[:10]:
+        out.print(f"note: {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ within --atol, 1 = compiled but some bucket differs from eager PyTorch by more t
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,8 +28,17 @@ _EXAMPLES = {"--seq-len": "128,256", "--batch-sizes": "1,4"}
 
 
 def _ints(text: str, flag: str) -> list[int]:
+    """Comma-separated integers; their bounds are checked by chipswap.planfile before anything is built."""
+    from chipswap.planfile import MAX_BUCKETS
+
+    items = [x for x in text.replace(" ", "").split(",") if x]
+    if len(items) > MAX_BUCKETS:
+        raise ChipswapError(
+            f"{flag} lists {len(items):,} values, over the limit of {MAX_BUCKETS};"
+            f" e.g. {flag} {_EXAMPLES[flag]}"
+        )
     try:
-        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+        vals = [int(x) for x in items]
     except ValueError:
         raise ChipswapError(
             f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} {_EXAMPLES[flag]}"
@@ -79,8 +89,8 @@ def _compile(
         from chipswap.backends import get_backend
 
         get_backend(backend)  # raises with a did-you-mean
-    if atol < 0:
-        raise ChipswapError(f"--atol must be >= 0, got {atol}; e.g. --atol 1e-3")
+    if not math.isfinite(atol) or atol < 0:
+        raise ChipswapError(f"--atol must be a finite number >= 0, got {atol}; e.g. --atol 1e-3")
     if plan is not None and seq_len is not None:
         raise ChipswapError("give either --plan or --seq-len, not both; --plan takes the buckets from it")
     if out is not None:
@@ -90,19 +100,20 @@ def _compile(
         bp = load_plan(plan)
         decode = bp.extra.get("decode_buckets")
         if decode:
+            from chipswap.textsafe import one_line
+
             decode_note = (
-                f"note: plan {plan} has decode_buckets {decode} (llm mode); this backend compiles only the"
+                f"note: plan {plan} has decode_buckets {one_line(decode, 120)} (llm mode); this backend"
+                " compiles only the"
                 f" sequence buckets {list(bp.sequence_buckets)}, not the decode buckets"
             )
         if batch_sizes:
             from chipswap.compile import BucketPlan
+            from chipswap.planfile import _int_list, check_shapes
 
-            bp = BucketPlan(
-                bp.sequence_buckets,
-                tuple(sorted(set(_ints(batch_sizes, "--batch-sizes")))),
-                bp.max_length,
-                bp.extra,
-            )
+            batch = _int_list(_ints(batch_sizes, "--batch-sizes"), "--batch-sizes", "arguments")
+            check_shapes(bp.sequence_buckets, batch, "arguments")
+            bp = BucketPlan(bp.sequence_buckets, batch, bp.max_length, bp.extra)
     elif seq_len is not None:
         bp = plan_from_args(_ints(seq_len, "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
     else:

@@ -9,15 +9,21 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from chipswap.errors import ChipswapError, closest
 
-EXAMPLES = {"llama-serving": "llama-serving.toml", "finetune": "finetune.toml"}
+EXAMPLES = {
+    "llama-serving": "llama-serving.toml",
+    "classifier-serving": "classifier-serving.toml",
+    "finetune": "finetune.toml",
+}
 DEFAULT_EXAMPLE = "llama-serving"
 
 
@@ -63,24 +69,81 @@ def _money(v: Decimal | None) -> str:
     return "unknown" if v is None else f"${v.quantize(Decimal('0.01')):,}"
 
 
+def _pct1(v: Decimal | None) -> str:
+    return "?" if v is None else f"{v.quantize(Decimal('0.1'))}%"
+
+
+def figure_line(fleet: object) -> str:
+    """One fleet's figures: throughput, latency, size and serving configuration, each with its source."""
+    parts = []
+    thr = getattr(fleet, "throughput", None)
+    if thr is not None:
+        parts.append(f"{float(thr.value):,.4g} {thr.unit} ({thr.label})")
+    for name in ("e2e_p99", "ttft_p99"):
+        fig = getattr(fleet, name, None)
+        if fig is not None:
+            parts.append(
+                f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms "
+                f"({fig.label})"
+            )
+    count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
+    if count is None and getattr(fleet, "sizing", ""):
+        floor = getattr(fleet, "slo_floor_ms", None)
+        parts.append(fleet.sizing + (f" (unloaded {floor:,.0f} ms)" if floor else ""))  # type: ignore[attr-defined]
+    if count is not None:
+        band = ""
+        if lo is not None and hi is not None and lo != hi:
+            band = f" ({lo}-{hi} across the error band)"
+        elif lo is not None and hi is None:
+            band = f" ({lo} or more across the error band; none meets the SLO at its slow edge)"
+        parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")
+    cfg = getattr(fleet, "config", None)
+    if cfg is not None:
+        parts.append(
+            f"TP {cfg.tp_degree} x {cfg.replicas} replica{'s' if cfg.replicas != 1 else ''}, batch "
+            f"{cfg.max_batch}, {cfg.weight_dtype}"
+        )
+    lost = getattr(fleet, "overridden", ())
+    if lost:
+        parts.append("not used: " + ", ".join(f"{float(o.value):,.4g} {o.unit} ({o.label})" for o in lost))
+    return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
+
+
 def summary_lines(result: object) -> list[str]:
-    """The lines printed on the terminal (also the head of the Markdown summary)."""
+    """The lines printed on the terminal (also the tail of the Markdown summary). Every line goes through
+    textsafe.one_line: a title or name from a file cannot recolour the terminal or add a line."""
+    from chipswap.textsafe import one_line
+
     r = result  # PlanResult
     v = r.verdict  # type: ignore[attr-defined]
-    lines = [f"Verdict: {v.verdict} — {v.why}"]
+    lines = [f"Verdict: {getattr(v, 'headline', v.verdict)} — {v.why}"]
+    today = getattr(r, "monthly_today", None)
     now = r.monthly_now.value  # type: ignore[attr-defined]
     fleet = f"{r.fleet_count} x {r.fleet_instance}"  # type: ignore[attr-defined]
-    lines.append(f"  now:   {fleet}  {_money(now)}/month")
+    gpu = getattr(r, "gpu_fleet", None)
+    needed = getattr(gpu, "count", None) if getattr(r, "kind", "serving") == "serving" else None
+    if today is not None and needed is not None and needed != r.fleet_count:  # type: ignore[attr-defined]
+        lines.append(
+            f"  now:   {fleet} today {_money(today.value)}/month; sized like the candidates: {needed} x "
+            f"{r.fleet_instance} {_money(now)}/month"  # type: ignore[attr-defined]
+        )
+    else:
+        lines.append(f"  now:   {fleet}  {_money(now)}/month")
     b = r.best  # type: ignore[attr-defined]
     if b is not None and b.monthly_usd is not None:
-        pct = f"{b.saving_pct.quantize(Decimal('0.1'))}%" if b.saving_pct is not None else "?"
-        pay = f"month {b.payback_month}" if b.payback_month else "never"
+        pay = f"pays back in month {b.payback_month}" if b.payback_month else "never pays back"
+        lo, hi = getattr(b, "saving_pct_range", (None, None))
+        band = f", {_pct1(lo)} to {_pct1(hi)} across the error band" if lo is not None and lo != hi else ""
         lines.append(
-            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({pct} saving; porting "
-            f"{_money(r.porting.value)}, pays back in {pay})"
-        )  # type: ignore[attr-defined]
+            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({_pct1(b.saving_pct)} saving"
+            f"{band}; porting {_money(r.porting.value)}, {pay})"  # type: ignore[attr-defined]
+        )
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"
+    fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in getattr(r, "candidates", ()))) if f]
+    if fleets:
+        lines.append("Figures:")
+        lines.extend(f"  {figure_line(f)}" for f in fleets)
     from chipswap.report.html import reason_rows, report_notes
 
     lines.append("Reasons:")
@@ -94,7 +157,25 @@ def summary_lines(result: object) -> list[str]:
     if flips:
         lines.append("What would flip it:")
         lines.extend(f"  {f.text}" for f in flips)
-    return lines
+    return [one_line(line, 2000) for line in lines]
+
+
+def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | None, str], tuple[Any, str]]:
+    """The capacity screen of the pick: AWS read-only (or the shipped snapshot when offline / --no-aws)."""
+    from datetime import date
+
+    from chipswap.aws import access as aws_access
+    from chipswap.aws.capacity import capacity_for_plan
+    from chipswap.catalog_io import load_catalog
+
+    cat = catalog if catalog is not None else load_catalog()
+    access = aws_access.access_from_environment(no_aws)
+    today = date.today().isoformat()
+
+    def check(instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
+        return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
+
+    return check
 
 
 def _plan(
@@ -118,6 +199,25 @@ def _plan(
         show_default=False,
         help="Saving (percent of today's monthly cost) under which the answer is a close call, and so a no, "
         "e.g. 20 or 12.5%. Overrides [verdict].close_margin_pct (default 20).",
+    ),
+    bench: list[Path] = typer.Option(
+        [],
+        "--bench",
+        metavar="FILE",
+        help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
+        "the projection. Repeat for several instances; adds to the workload's bench_results.",
+    ),
+    catalog_file: Path | None = typer.Option(
+        None,
+        "--catalog",
+        metavar="FILE",
+        help="Price with this catalog (e.g. written by `chipswap catalog refresh --out FILE`) instead of the "
+        "shipped one.",
+    ),
+    no_aws: bool = typer.Option(
+        False,
+        "--no-aws",
+        help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
     print_example: str | None = typer.Option(
@@ -150,11 +250,18 @@ def _plan(
             raise ChipswapError(
                 f"--close-margin must be a percentage, got {close_margin!r}; pass e.g. 20"
             ) from None
-        if not margin.is_finite() or margin < 0:
-            raise ChipswapError(f"--close-margin must be 0 or more, got {close_margin!r}; pass e.g. 20")
+        if not margin.is_finite() or margin < 0 or margin > 100:
+            raise ChipswapError(
+                f"--close-margin must be 0 to 100 (percent), got {close_margin!r}; pass e.g. 20"
+            )
     path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
     label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
-    wl = load_workload(path)
+    catalog = None
+    if catalog_file is not None:
+        from chipswap.catalog_io import load_catalog
+
+        catalog = load_catalog(catalog_file)
+    wl = load_workload(path, catalog)
 
     from chipswap.pipeline import run_plan
     from chipswap.report.html import render_html
@@ -168,27 +275,46 @@ def _plan(
             sys.stderr.flush()
 
     try:
-        result = run_plan(wl, path, close_margin_pct=margin, progress=progress)
+        result = run_plan(
+            wl,
+            path,
+            close_margin_pct=margin,
+            progress=progress,
+            bench=tuple(bench),
+            catalog=catalog,
+            capacity_check=_capacity_check(catalog, no_aws),
+        )
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
     finally:
         if tty:
             sys.stderr.write("\r\033[K")
     _require_arrival_rates(result, wl, path)
-    from chipswap.atomic import atomic_write_text
+    from chipswap.report.publish import publish_report_set
+    from chipswap.textsafe import one_line
 
     data = result.to_json()
     data["workload_label"] = label
-    atomic_write_text(out / "report.json", json.dumps(data, indent=2, default=str) + "\n")
-    atomic_write_text(out / "report.md", render_markdown(result, summary_lines(result)))
-    html_path = atomic_write_text(out / "report.html", render_html(result))
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    publish_report_set(
+        out,
+        {
+            "report.json": text,
+            "report.md": render_markdown(result, summary_lines(result)),
+            "report.html": render_html(result),
+        },
+    )
     if as_json:
-        typer.echo(json.dumps(data, indent=2, default=str))
+        typer.echo(text, nl=False)
         return
-    typer.echo(f"chipswap plan: {result.title} ({label})")
+    typer.echo(one_line(f"chipswap plan: {result.title} ({label})", 2000))
     for line in summary_lines(result):
         typer.echo(line)
-    typer.echo(f"Report: {html_path} (also report.json, report.md) — {result.seconds:.1f} s")
+    typer.echo(
+        one_line(
+            f"Report: {out / 'report.html'} (also report.json, report.md) — {result.seconds:.1f} s", 2000
+        )
+    )
 
 
 def _workload_help(

@@ -1,15 +1,18 @@
 """`chipswap shapes TRACE`: optimal fixed-shape buckets from a request trace, compared with the fixed rules.
 
-Parses flags, calls chipswap.traces.read_trace and chipswap.shapeplan.plan_shapes, prints tables (rich) or
-JSON,
-writes the plan file and the SVG plot atomically. No planning logic here.
+Parses flags, reads the trace through chipswap.traces (aggregate_trace for a raw trace of any size,
+read_histogram
+for --histogram), calls chipswap.shapeplan.plan_shapes, prints tables (rich) or JSON, and writes the plan file
+and
+the SVG plot atomically. No planning logic here.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,55 +25,95 @@ from chipswap.errors import ChipswapError
 HELP = (
     "Plan the fixed input shapes (buckets) Neuron will compile, from your own traffic: the exact "
     "minimum-padding "
-    "bucket edges for K buckets, compared with powers of two and other fixed rules, with ready-to-paste "
-    "NxDI, "
-    "vLLM-neuron and optimum-neuron settings. TRACE is a CSV, JSONL or Parquet file (Azure LLM trace columns "
-    "TIMESTAMP,ContextTokens,GeneratedTokens are recognised; map others with --prompt-col etc.). Without "
-    "TRACE "
-    "the bundled Azure code trace is used."
+    "bucket edges for K buckets, compared with powers of two and other fixed rules, with "
+    "ready-to-paste NxDI, "
+    "vLLM-neuron and optimum-neuron settings. TRACE is a CSV/TSV, JSONL or Parquet file (optionally "
+    ".gz/.zst), a "
+    "folder of them or a glob; it is aggregated inside DuckDB, so its size does not matter (Azure LLM trace "
+    "columns TIMESTAMP,ContextTokens,GeneratedTokens are recognised; map others with --prompt-col etc.). "
+    "--histogram FILE plans from a pre-aggregated histogram instead (see docs/shapes.md for the "
+    "warehouse SQL). "
+    "Without either, the bundled Azure code trace is used."
 )
 
 
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[float], None] | None]:
+    """A rich progress bar for the trace scan on a terminal; nothing when output is piped."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=1.0)
+        yield lambda done: bar.update(task, completed=done)
+
+
 def _read_latency_table(path: Path) -> dict[int, float]:
-    """Latency table: JSON {"shape": seconds}, a JSON list of {"shape", "latency_s"}, or CSV shape,latency."""
+    """Latency table: JSON {"shape": seconds}, a JSON list of {"shape", "latency_s"}, or CSV shape,latency.
+
+    Read through chipswap.datafile (size-capped, UTF-8, no NaN); shapes are integers in 1..MAX_LENGTH and
+    latencies finite numbers >= 0, so nothing sized by the table can grow beyond those bounds."""
+    from chipswap.core.buckets import MAX_LENGTH
+    from chipswap.datafile import parse_json, read_text, strict_int, strict_number
+
+    what = "latency table"
     if not path.exists():
         raise ChipswapError(f"latency table not found: {path}; give a JSON or CSV file of shape -> latency")
-    try:
-        if path.suffix.lower() == ".csv":
-            with path.open(newline="") as fh:
-                rows = list(csv.reader(fh))
-            body = rows[1:] if rows and not rows[0][0].strip().isdigit() else rows
-            table = {}
-            for i, r in enumerate(body, start=2 if body is not rows else 1):
-                try:
-                    table[int(r[0])] = float(r[1])
-                except (ValueError, IndexError):
-                    raise ChipswapError(
-                        f"{path}: row {i} {r!r} is not 'shape,latency'; two numbers per row"
-                    ) from None
-            return table
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ChipswapError(f'{path}: not JSON ({exc.msg}); give {{"128": 0.004, ...}}') from None
+    text = read_text(path, what)
+
+    def pair(shape: object, latency: object, where: str) -> tuple[int, float]:
+        return (
+            strict_int(shape, f"{path}: {where} shape", lo=1, hi=MAX_LENGTH),
+            strict_number(latency, f"{path}: {where} latency", lo=0.0),
+        )
+
+    if path.suffix.lower() == ".csv":
+        rows = [r for r in csv.reader(text.splitlines()) if r and any(x.strip() for x in r)]
+        if rows and not rows[0][0].strip().isdigit():
+            rows = rows[1:]
+        if not rows:
+            raise ChipswapError(f"{path}: no 'shape,latency' rows; two numbers per row")
+        table = {}
+        for i, r in enumerate(rows, start=1):
+            try:
+                shape, latency = int(r[0]), float(r[1])
+            except (ValueError, IndexError):
+                raise ChipswapError(
+                    f"{path}: row {i} {r!r} is not 'shape,latency'; two numbers per row"
+                ) from None
+            k, v = pair(shape, latency, f"row {i}")
+            table[k] = v
+        return table
+    data = parse_json(text, what, str(path))
     if isinstance(data, dict):
         data = data.get("latency_s", data.get("latencies", data))
+    entries: list[tuple[object, object, str]] = []
     if isinstance(data, dict):
-        try:
-            return {int(k): float(v) for k, v in data.items()}
-        except (TypeError, ValueError):
-            raise ChipswapError(
-                f'{path}: keys must be shapes and values latencies, e.g. {{"128": 0.004}}'
-            ) from None
-    if isinstance(data, list):
-        out = {}
+        for key, value in data.items():
+            try:
+                entries.append((int(key), value, f"entry {key!r}"))
+            except (TypeError, ValueError):
+                raise ChipswapError(
+                    f'{path}: keys must be shapes and values latencies, e.g. {{"128": 0.004}}; got {key!r}'
+                ) from None
+    elif isinstance(data, list):
         for i, row in enumerate(data):
             shape = row.get("shape", row.get("sequence_length")) if isinstance(row, dict) else None
             lat = row.get("latency_s", row.get("latency")) if isinstance(row, dict) else None
             if shape is None or lat is None:
                 raise ChipswapError(f"{path}: entry {i} lacks 'shape' and 'latency_s'; give both")
-            out[int(shape)] = float(lat)
-        return out
-    raise ChipswapError(f"{path}: expected an object or list of shape/latency pairs")
+            entries.append((shape, lat, f"entry {i}"))
+    else:
+        raise ChipswapError(f"{path}: expected an object or list of shape/latency pairs")
+    return dict(pair(shape, lat, where) for shape, lat, where in entries)
 
 
 def _fmt_int(x: float) -> str:
@@ -133,6 +176,8 @@ def _print_tables(console: Console, plan: Any) -> None:
                 _edges(row["edges"]),
             )
         console.print(b)
+    if plan.outlier:
+        console.print(f"[bold yellow]warning:[/bold yellow] {plan.outlier['message']}", highlight=False)
     if plan.batch:
         console.print(
             f"batch buckets {plan.batch_buckets} for {plan.batch['arrival_rate_rps']:.3g} req/s in "
@@ -155,8 +200,15 @@ def _edges(edges: list[int]) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("shapes", help=HELP)
     def shapes(
-        trace: Path | None = typer.Argument(
-            None, help="trace file (.csv/.jsonl/.parquet); default: bundled Azure"
+        trace: str | None = typer.Argument(
+            None,
+            help="trace file, folder or glob (.csv/.tsv/.jsonl/.json/.parquet, .gz/.zst); default: bundled",
+        ),
+        histogram: str | None = typer.Option(
+            None,
+            "--histogram",
+            help="plan from a pre-aggregated histogram file/folder/glob: prompt length + count columns "
+            "(llm: + output length)",
         ),
         mode: str = typer.Option(
             "llm", "--mode", help="encoder (one length per request) or llm (prefill+decode)"
@@ -172,6 +224,9 @@ def register(app: typer.Typer) -> None:
         ),
         max_total_length: int | None = typer.Option(
             None, "--max-total-length", help="largest decode bucket (llm; default: longest total)"
+        ),
+        max_positions: int | None = typer.Option(
+            None, "--max-positions", help="the model's maximum positions: longer requests are an error"
         ),
         policy: str = typer.Option(
             "reject", "--policy", help="requests above --max-length: reject | truncate"
@@ -189,6 +244,9 @@ def register(app: typer.Typer) -> None:
             None, "--output-col", help="column with generated token counts"
         ),
         time_col: str | None = typer.Option(None, "--time-col", help="column with arrival times"),
+        count_col: str | None = typer.Option(
+            None, "--count-col", help="--histogram: column with the number of requests per row"
+        ),
         hidden_size: int | None = typer.Option(None, "--hidden-size", help="attention model: hidden size"),
         num_layers: int | None = typer.Option(None, "--num-layers", help="attention model: layers"),
         intermediate_size: int | None = typer.Option(
@@ -229,24 +287,32 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Option("MODEL_ID", "--model", help="model id used in the printed snippets"),
     ) -> None:
         from chipswap.core.buckets import Budgets
-        from chipswap.shapeplan import config_snippets, plan_shapes
-        from chipswap.traces import bundled_trace_path, read_trace
+        from chipswap.shapeplan import config_snippets, max_length_for_reading, plan_shapes
+        from chipswap.traces import aggregate_trace, bundled_trace_path, read_histogram
 
-        if decode_k is not None and mode.strip().lower() == "encoder":
+        mode = mode.strip().lower()
+        if decode_k is not None and mode == "encoder":
             raise ChipswapError(
                 f"--decode-k {decode_k} applies only to --mode llm (decode buckets); drop --decode-k or pass"
                 " --mode llm"
             )
+        if trace is not None and histogram is not None:
+            raise ChipswapError(
+                f"give a trace ({trace}) or --histogram ({histogram}), not both; the histogram replaces "
+                "the trace"
+            )
+        if count_col is not None and histogram is None:
+            raise ChipswapError("--count-col applies only to --histogram FILE; drop it or pass --histogram")
         columns = {
             f: c
             for f, c in (
                 ("prompt_tokens", prompt_col),
                 ("output_tokens", output_col),
                 ("timestamp", time_col),
+                ("count", count_col),
             )
             if c
         }
-        tr = read_trace(trace if trace is not None else bundled_trace_path(), columns=columns or None)
         dims = None
         if hidden_size is not None or num_layers is not None:
             if hidden_size is None or num_layers is None:
@@ -275,6 +341,11 @@ def register(app: typer.Typer) -> None:
         if arrival_rate is not None:
             if arrival_rate == "trace":
                 rate = "trace"
+                if histogram is not None:
+                    raise ChipswapError(
+                        "--arrival-rate trace needs arrival times, which a histogram does not have; pass "
+                        "--arrival-rate RPS"
+                    )
             else:
                 try:
                     rate = float(arrival_rate)
@@ -283,6 +354,17 @@ def register(app: typer.Typer) -> None:
                         f"--arrival-rate {arrival_rate!r} is not a number; give requests per second or "
                         "'trace'"
                     ) from None
+        cut = max_length_for_reading(
+            cost_model, max_length, measured_table=table, measured_interpolate=not listed_only
+        )
+        reading = dict(mode=mode, columns=columns or None, max_length=cut, policy=policy)
+        if histogram is not None:
+            with _progress("reading histogram") as progress:
+                tr: Any = read_histogram(histogram, progress=progress, **reading)
+        else:
+            path = trace if trace is not None else str(bundled_trace_path())
+            with _progress("aggregating trace") as progress:
+                tr = aggregate_trace(path, times=rate == "trace", progress=progress, **reading)
         plan = plan_shapes(
             tr,
             mode=mode,
@@ -301,6 +383,7 @@ def register(app: typer.Typer) -> None:
             arrival_rate_rps=rate,
             batch_window_s=batch_window_ms / 1000.0,
             max_batch=max_batch,
+            max_positions=max_positions,
         )
         if out is not None:
             plan.save(out)
@@ -311,6 +394,8 @@ def register(app: typer.Typer) -> None:
             pow2 = plan.baselines.get("powers_of_two_natural", {}).get("edges")
             atomic_write_text(plot, histogram_svg(plan, plan.sequence_buckets, compare_edges=pow2))
         if as_json:
+            if plan.outlier:
+                typer.echo(f"chipswap: warning: {plan.outlier['message']}", err=True)
             typer.echo(plan.to_json(), nl=False)
             return
         console = Console(width=None if sys.stdout.isatty() else 120)

@@ -1,23 +1,28 @@
 """Optimal fixed-shape buckets for a length histogram, the fixed-rule baselines, and the cost models behind
 both.
 
-Neuron compiles one graph per input shape, so every request is padded up to the smallest bucket that holds
-it. Given
-a histogram of lengths, this module picks the K bucket upper edges that minimise the expected padded cost,
-exactly:
-a dynamic programme over the candidate edges (the distinct lengths, rounded up to the alignment) with prefix
-sums,
-O(K * n) per plan thanks to a monotone convex-hull trick (the group cost (W_j - W_i) * c(E_j) is Monge
-because the
-cost c is non-decreasing). Arithmetic is done in Python integers whenever weights and costs are integral
-(token and
-FLOP models), so "optimal" means exactly optimal there; with fractional costs (measured latencies) it is
-optimal up to
+Neuron compiles one graph per input shape, so every request is padded up to the smallest bucket that holds it.
+Given a histogram of lengths, this module picks the K bucket upper edges that minimise the expected padded
+cost,
+exactly: a dynamic programme over the candidate edges (the distinct lengths, rounded up to the alignment) with
+prefix sums. The group cost (W_j - W_i) * c(E_j) is Monge because c is non-decreasing, so the best split point
+of each layer moves monotonically; each layer is solved by divide and conquer on that split point, vectorised
+in
+numpy one recursion depth at a time (O(n log n) per layer, no Python loop over candidates). Integral weights
+and
+costs (token and FLOP models) are computed in int64 after removing the constant and the common factor of the
+costs, with a proof that nothing overflows; when that bound fails, a pure Python-integer convex-hull DP is
+used
+instead, so "optimal" means exactly optimal there. With fractional costs (measured latencies) it is optimal up
+to
 floating-point rounding.
 
+Every allocation sized by input is bounded first: lengths above MAX_LENGTH tokens are an error, and the DP's
+table (buckets x candidates) is capped by MAX_DP_CELLS.
+
 Pure: numpy and the standard library only. It may not read or write files, read the clock, print, or import
-torch.
-Everything it returns is a frozen dataclass or a numpy array. User errors are raised as ChipswapError (one
+torch. Everything it returns is a frozen dataclass or a numpy array. User errors are raised as ChipswapError
+(one
 line).
 """
 
@@ -37,8 +42,13 @@ POLICIES = ("reject", "truncate")
 # Histogram
 # ------------------------------------------------------------------------------------------------------------
 
-# np.bincount is used (O(n), no sort) when the longest length is below this; np.unique (a sort) above it.
-_BINCOUNT_MAX_LENGTH = 50_000_000
+# The longest request (prompt, output, or prompt + output) chipswap plans for: 2,097,152 tokens, 16x the 128k
+# context of Llama 3.1. It bounds every allocation sized by a length (histograms, decode spans, the DP). A
+# longer
+# value in a trace is an error, never a terabyte-sized array.
+MAX_LENGTH = 1 << 21
+# buckets x candidate edges the exact DP may tabulate (its argmin table is int32): 256 MiB at most.
+MAX_DP_CELLS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -63,24 +73,43 @@ class Histogram:
         return int(self.lengths[min(idx, self.lengths.size - 1)])
 
 
+def check_length_bound(value: int | float, what: str) -> None:
+    """Raise unless 1 <= value <= MAX_LENGTH (one line naming `what`)."""
+    if not (value <= MAX_LENGTH):
+        raise ChipswapError(
+            f"{what} = {value!r} exceeds chipswap's limit of {MAX_LENGTH:,} tokens per request; fix or drop "
+            "that request (no model serves a context that long)"
+        )
+
+
 def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ChipswapError(
             f"{what} must be a flat list of lengths, got shape {arr.shape}; pass one length each"
         )
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            bad = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))[0])
+    if arr.dtype == np.bool_:
+        raise ChipswapError(f"{what} are booleans, not lengths; pass token counts (integers >= 1)")
+    if arr.size and arr.dtype.kind not in "iuf":
+        try:
+            arr = np.asarray(arr, dtype=np.float64)  # Python ints beyond int64, Decimals, strings of digits
+        except (TypeError, ValueError, OverflowError):
+            raise ChipswapError(f"{what} hold non-numbers; lengths are positive integers") from None
+    if arr.size and arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
             raise ChipswapError(
-                f"{what}[{bad}] = {arr[bad]!r} is not a whole number; lengths are positive integers"
+                f"{what}[{i}] = {arr[i]!r} is not a whole number; lengths are positive integers"
             )
-        arr = arr.astype(np.int64)
-    arr = arr.astype(np.int64, copy=False)
-    if arr.size and int(arr.min()) < 1:
-        bad = int(np.argmin(arr))
-        raise ChipswapError(f"{what}[{bad}] = {int(arr[bad])} is not positive; lengths are integers >= 1")
-    return arr
+    if arr.size:
+        low = arr < 1
+        if low.any():
+            i = int(np.flatnonzero(low)[0])
+            raise ChipswapError(f"{what}[{i}] = {arr[i]} is not positive; lengths are integers >= 1")
+        i = int(np.argmax(arr))
+        check_length_bound(arr[i].item(), f"{what}[{i}]")
+    return arr.astype(np.int64)
 
 
 def histogram_from_lengths(
@@ -95,8 +124,8 @@ def histogram_from_lengths(
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     if w is not None and (w.shape != arr.shape or np.any(w < 0) or not np.all(np.isfinite(w))):
         raise ChipswapError("weights must be finite, >= 0 and one per length; fix the weights array")
-    top = int(arr.max())
-    if top <= _BINCOUNT_MAX_LENGTH:
+    top = int(arr.max())  # <= MAX_LENGTH, so a dense count is at most 16 MiB
+    if top <= max(4 * arr.size, 1 << 16):
         dense = np.bincount(arr, weights=w, minlength=top + 1)
         nz = np.flatnonzero(dense)
         counts = dense[nz]
@@ -128,28 +157,88 @@ def decode_histogram(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> Hi
     """Histogram of the running total length seen by decode steps.
 
     A request with prompt p and g generated tokens runs g decode steps at total lengths p+1, p+2, ..., p+g;
-    each step
-    counts once (so long generations weigh in proportion to the decode work they cause). Built with a
-    difference
-    array in O(requests + max length).
+    each
+    step counts once (so long generations weigh in proportion to the decode work they cause). Built with a
+    difference array in O(requests + max length); p + g is bounded by MAX_LENGTH before anything is allocated.
     """
     p = _as_lengths(prompt_tokens, "prompt_tokens")
-    g = np.asarray(output_tokens, dtype=np.int64)
+    g = np.asarray(output_tokens)
     if g.shape != p.shape:
         raise ChipswapError(
             "prompt and output token arrays differ in length; give one output count per prompt"
         )
-    if g.size and int(g.min()) < 0:
-        raise ChipswapError(f"output_tokens[{int(np.argmin(g))}] is negative; output counts are >= 0")
+    if g.size and (g.dtype.kind not in "iu" or int(g.min()) < 0):
+        bad = int(np.argmin(g)) if g.dtype.kind in "iuf" else 0
+        raise ChipswapError(f"output_tokens[{bad}] is negative or not an integer; output counts are >= 0")
+    if g.size:
+        i = int(np.argmax(g))
+        check_length_bound(int(g[i]), f"output_tokens[{i}]")
+    g = g.astype(np.int64)
     keep = g > 0
     if not keep.any():
         raise ChipswapError("no decode steps: every request generates 0 tokens; use --mode encoder instead")
     p, g = p[keep], g[keep]
-    top = int((p + g).max())
-    diff = np.bincount(p + 1, minlength=top + 2) - np.bincount(p + g + 1, minlength=top + 2)
+    total = p + g
+    i = int(np.argmax(total))
+    check_length_bound(int(total[i]), f"prompt + output tokens of request {i}")
+    top = int(total[i])
+    diff = np.bincount(p + 1, minlength=top + 2) - np.bincount(total + 1, minlength=top + 2)
     dense = np.cumsum(diff)[: top + 1]
     nz = np.flatnonzero(dense)
     return Histogram(nz.astype(np.int64), dense[nz].astype(np.int64))
+
+
+def decode_histogram_from_events(
+    prompt_lengths: np.ndarray,
+    generating_counts: np.ndarray,
+    end_lengths: np.ndarray,
+    end_counts: np.ndarray,
+) -> Histogram:
+    """The decode histogram from aggregated counts instead of one row per request.
+
+    prompt_lengths / generating_counts: how many requests that generate at least one token have each
+    (effective)
+    prompt length p; end_lengths / end_counts: how many of them end at each total length p + g. Each such
+    request
+    adds one decode step at every length p+1..p+g, so the histogram is the running sum of +count at p+1 and
+    -count at p+g+1, expanded over the lengths where it is positive. Memory: the number of distinct lengths in
+    the result (at most MAX_LENGTH), whatever the number of requests behind the counts. Equals
+    decode_histogram() on the requests the counts came from.
+    """
+    starts = np.asarray(prompt_lengths, dtype=np.int64)
+    ends = np.asarray(end_lengths, dtype=np.int64)
+    sc = np.asarray(generating_counts, dtype=np.int64)
+    ec = np.asarray(end_counts, dtype=np.int64)
+    if starts.shape != sc.shape or ends.shape != ec.shape:
+        raise ChipswapError("decode events need one count per length; fix the aggregated histogram")
+    keep_s, keep_e = sc > 0, ec > 0
+    starts, sc, ends, ec = starts[keep_s], sc[keep_s], ends[keep_e], ec[keep_e]
+    if starts.size == 0:
+        raise ChipswapError("no decode steps: every request generates 0 tokens; use --mode encoder instead")
+    if int(sc.sum()) != int(ec.sum()) or (ends.size and int(ends.min()) < 2) or int(starts.min()) < 1:
+        raise ChipswapError(
+            "decode events do not balance (every generating request needs one start and one end); "
+            "aggregate the trace again"
+        )
+    check_length_bound(int(ends.max()), "longest prompt + output")
+    x = np.concatenate([starts + 1, ends + 1])
+    d = np.concatenate([sc, -ec])
+    order = np.argsort(x, kind="stable")
+    x, d = x[order], d[order]
+    first = np.flatnonzero(np.r_[True, x[1:] != x[:-1]])
+    points = x[first]
+    level = np.cumsum(np.add.reduceat(d, first))  # decode steps at each length in [points[i], points[i+1])
+    if level[-1] != 0 or (level < 0).any():
+        raise ChipswapError(
+            "decode events do not balance (an end before its start); aggregate the trace again"
+        )
+    run_start, run_len, run_level = points[:-1], np.diff(points), level[:-1]
+    live = run_level > 0
+    run_start, run_len, run_level = run_start[live], run_len[live], run_level[live]
+    offsets = np.concatenate([[0], np.cumsum(run_len)[:-1]])
+    total = int(run_len.sum())  # <= MAX_LENGTH: the runs lie in [2, longest end]
+    lengths = np.arange(total, dtype=np.int64) + np.repeat(run_start - offsets, run_len)
+    return Histogram(lengths, np.repeat(run_level, run_len).astype(np.int64))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -203,16 +292,6 @@ class CostModel:
                 )
             return np.interp(L, xs, np.asarray(self.table_costs, dtype=np.float64))
         return self.constant + self.linear * L + self.quadratic * L * L
-
-    def cost_exact(self, lengths: Sequence[int]) -> list:
-        """Costs as Python ints when the model is integral (exact DP), else floats."""
-        vals = self.cost(np.asarray(lengths, dtype=np.int64))
-        if self.integral and self.kind != "measured":
-            a, b, c0 = int(self.linear), int(self.quadratic), int(self.constant)
-            return [c0 + a * int(x) + b * int(x) * int(x) for x in lengths]
-        if self.integral:
-            return [int(round(v)) for v in vals.tolist()]
-        return vals.tolist()
 
     def real_cost(self, lengths: np.ndarray) -> np.ndarray:
         """Cost of each length unpadded; for a table, lengths below the first shape cost as that shape."""
@@ -484,13 +563,13 @@ def evaluate(
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _dp_layers(W: list, C: list, extra: list | None, kmax: int) -> tuple[list, list[list[int]]]:
-    """f_k(j) = min cost of covering candidates 0..j with exactly k groups, the last ending at j.
+def _dp_layers_hull(W: list, C: list, extra: list | None, kmax: int) -> tuple[list, list[list[int]]]:
+    """Exact fallback in Python integers, used when the int64 bound of _dp_layers fails.
 
-    Group (i, j] costs (W[j] - W[i]) * C[j] (+ extra[j]); W is the prefix weight. Returns, for k = 1..kmax,
-    the
-    value at the last candidate and the argmin tables for backtracking. Monotone convex-hull trick: lines
+    f_k(j) = min cost of covering candidates 0..j with exactly k groups, the last ending at j. Group (i, j]
+    costs (W[j] - W[i]) * C[j] (+ extra[j]); W is the prefix weight. Monotone convex-hull trick: lines
     y = f_{k-1}(i) - W[i] * x with slopes -W[i] non-increasing in i, queried at x = C[j] non-decreasing in j.
+    Returns, for k = 1..kmax, the value at the last candidate and the argmin tables for backtracking.
     """
     n = len(W)
     ex = extra if extra is not None else [0] * n
@@ -548,11 +627,174 @@ def _dp_layers(W: list, C: list, extra: list | None, kmax: int) -> tuple[list, l
     return finals, args
 
 
-def _backtrack(args: list[list[int]], k: int, n: int) -> list[int]:
+# Lines that cannot be a row minimum are dropped before the divide and conquer, a pass at a time, while a pass
+# still removes at least this share of them (at most PRUNE_MAX_PASSES passes).
+PRUNE_MIN_SHARE = 0.1
+PRUNE_MAX_PASSES = 16
+
+
+def _useful_lines(f_prev: np.ndarray, W: np.ndarray, first: int) -> np.ndarray:
+    """Indices i >= first that may minimise f_prev[i] - W[i] * x for some x (a superset of the lower hull).
+
+    A point (W_b, f_b) strictly above the chord between two other points (W_a, f_a), (W_c, f_c) is never a
+    minimiser, for any x: its value is above a convex combination of theirs. Each pass drops every point
+    that is certainly above the chord of its current neighbours. The test runs in float64 on integers below
+    2^53 (exact copies; larger values skip the pruning) and only drops a point when the margin exceeds the
+    rounding bound of the products (the differences are exact) 16 times over, so every exact minimiser (and
+    so the leftmost one) is kept.
+    """
+    cols = np.arange(first, W.size)
+    if (
+        f_prev.dtype.kind in "iu"
+        and max(abs(int(f_prev[first:].max())), abs(int(f_prev[first:].min())), int(W[-1])) >= 1 << 53
+    ):
+        return cols  # beyond 2^53 the float64 copies are not exact, so the margin below would not hold
+    Wf, ff = W.astype(np.float64), f_prev.astype(np.float64)
+    for _ in range(PRUNE_MAX_PASSES):
+        if cols.size < 3:
+            break
+        a, b, c = cols[:-2], cols[1:-1], cols[2:]
+        p1 = (Wf[b] - Wf[a]) * (ff[c] - ff[a])
+        p2 = (Wf[c] - Wf[a]) * (ff[b] - ff[a])
+        drop = (p1 - p2) < -(2.0**-48) * (np.abs(p1) + np.abs(p2))
+        removed = int(np.count_nonzero(drop))
+        if removed:
+            keep = np.ones(cols.size, dtype=bool)
+            keep[1:-1] = ~drop
+            cols = cols[keep]
+        if removed < PRUNE_MIN_SHARE * (cols.size + removed):
+            break
+    return cols
+
+
+def _layer_divide_and_conquer(
+    f_prev: np.ndarray, W: np.ndarray, C: np.ndarray, base: np.ndarray, k: int, *, prune: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """One DP layer: f(j) = base[j] + min over k-2 <= i < j of (f_prev[i] - W[i] * C[j]), for j >= k-1.
+
+    The matrix A[j][i] = f_prev[i] - W[i] * C[j] is Monge (W and C non-decreasing), so the leftmost argmin
+    opt(j) never decreases with j. Divide and conquer on j: solve the middle row, then the left half only
+    looks at i <= opt(mid) and the right half at i >= opt(mid). All subproblems of one recursion depth are
+    evaluated together in flat numpy arrays (their i-ranges overlap only at the ends), so a layer costs
+    O(lines x depth + n) array work, about 20 numpy passes per depth.
+
+    prune: only the lines that can be a minimum at all are searched (_useful_lines), and without the
+    constraint i < j. That is exact because the constraint never binds without per-bucket extras:
+    f_{k-1}(i') - f_{k-1}(i) >= (W_i' - W_i) C_{i+1} (extend any plan for i' from one for i; more buckets
+    never cost more), so for i >= j the value never beats i = j - 1, and the leftmost unconstrained
+    minimiser is below j. With extras (the compile-time Lagrangian) the constraint can bind, so the caller
+    passes prune=False.
+    """
+    n = W.size
+    f = np.zeros_like(f_prev)
+    arg = np.full(n, -1, dtype=np.int32)
+    cols = _useful_lines(f_prev, W, k - 2) if prune else np.arange(k - 2, n)
+    jlo = np.array([k - 1], dtype=np.int64)
+    jhi = np.array([n - 1], dtype=np.int64)
+    ilo = np.array([0], dtype=np.int64)  # positions in cols
+    ihi = np.array([cols.size - 1], dtype=np.int64)
+    while jlo.size:
+        mid = (jlo + jhi) >> 1
+        # pruned: no i < j constraint is needed (see above); unpruned: cols[p] = k - 2 + p, so i <= mid - 1
+        top = ihi if prune else np.minimum(ihi, mid - 1 - (k - 2))
+        lens = top - ilo + 1  # >= 1: ilo <= opt(parent) <= ... < mid
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        seg = np.zeros(int(ends[-1]), dtype=np.intp)  # subproblem of each flat entry (cheaper than repeat)
+        seg[starts[1:]] = 1
+        np.cumsum(seg, out=seg)
+        pos = np.arange(seg.size, dtype=np.int64)
+        pos += (ilo - starts)[seg]
+        i = cols[pos]
+        v = W[i]
+        v *= C[mid][seg]
+        np.subtract(f_prev[i], v, out=v)
+        best = np.minimum.reduceat(v, starts)
+        hit = np.flatnonzero(v == best[seg])
+        hseg = seg[hit]
+        first = hit[np.r_[True, hseg[1:] != hseg[:-1]]]  # leftmost argmin of each subproblem
+        opt = pos[first]
+        f[mid] = best + base[mid]
+        arg[mid] = cols[opt]
+        left, right = mid > jlo, mid < jhi
+        jlo, jhi, ilo, ihi = (
+            np.concatenate([jlo[left], mid[right] + 1]),
+            np.concatenate([mid[left] - 1, jhi[right]]),
+            np.concatenate([ilo[left], opt[right]]),
+            np.concatenate([opt[left], ihi[right]]),
+        )
+    return f, arg
+
+
+def _int64_form(W: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(W, C') in int64 with C' = (C - C[0]) / gcd, if every DP value then fits int64 with room to spare.
+
+    Every plan covers the same total weight W[-1], so subtracting C[0] from all costs shifts each plan's cost
+    by the same C[0] * W[-1], and dividing by the common factor scales it: the argmin is unchanged, exactly.
+    None when the weights are fractional or the bound fails.
+    """
+    if W.dtype.kind not in "iu" or C.dtype.kind not in "iuO":
+        return None
+    if C.dtype == object:  # costs beyond int64: reduce in Python integers
+        c0 = int(C[0])
+        shifted = [int(c) - c0 for c in C.tolist()]
+        g = math.gcd(*shifted) or 1
+        if shifted[-1] // g >= 1 << 62:
+            return None
+        reduced = np.asarray([c // g for c in shifted], dtype=np.int64)
+    else:
+        shifted_np = C.astype(np.int64) - C[0]
+        reduced = shifted_np // (int(np.gcd.reduce(shifted_np)) or 1)
+    if int(W[-1]) * int(reduced[-1]) >= 1 << 61:  # |f_prev - W*C| and W*C + base stay below 2^62
+        return None
+    return W.astype(np.int64), reduced
+
+
+def _dp_layers(
+    W: np.ndarray, C: np.ndarray, extra: np.ndarray | None, kmax: int
+) -> tuple[list, list[np.ndarray] | list[list[int]]]:
+    """Values at the last candidate and argmin tables for k = 1..kmax (see _layer_divide_and_conquer).
+
+    int64 when exact (see _int64_form), Python integers when integral but too large, float64 otherwise.
+    """
+    n = W.size
+    if kmax * n > MAX_DP_CELLS:
+        raise ChipswapError(
+            f"{kmax} buckets over {n:,} candidate lengths exceeds the planner's table bound of "
+            f"{MAX_DP_CELLS:,} cells; use fewer buckets or coarser edges with --align (e.g. 16)"
+        )
+    exact = _int64_form(W, C) if extra is None else None
+    if exact is None and extra is None and W.dtype.kind in "iu" and C.dtype.kind in "iuO":
+        return _dp_layers_hull([int(w) for w in W.tolist()], [int(c) for c in C.tolist()], None, kmax)
+    if exact is not None:
+        Wd, Cd = exact
+        base = Wd * Cd
+    else:
+        Wd, Cd = W.astype(np.float64), C.astype(np.float64)
+        base = Wd * Cd + (extra if extra is not None else 0.0)
+    f_prev = base
+    finals: list = [f_prev[-1]]
+    args: list[np.ndarray] = [np.full(n, -1, dtype=np.int32)]
+    top = min(kmax, n)
+    for k in range(2, top + 1):
+        if k < top:
+            f_prev, arg = _layer_divide_and_conquer(f_prev, Wd, Cd, base, k, prune=extra is None)
+            finals.append(f_prev[-1])
+        else:  # the last layer is only read at the last candidate: one row, O(n)
+            v = f_prev[k - 2 : n - 1] - Wd[k - 2 : n - 1] * Cd[n - 1]
+            i = int(np.argmin(v))  # leftmost on ties
+            arg = np.full(n, -1, dtype=np.int32)
+            arg[n - 1] = k - 2 + i
+            finals.append(v[i] + base[n - 1])
+        args.append(arg)
+    return finals, args
+
+
+def _backtrack(args: list, k: int, n: int) -> list[int]:
     out = [n - 1]
     j = n - 1
     for layer in range(k - 1, 0, -1):
-        j = args[layer][j]
+        j = int(args[layer][j])
         out.append(j)
     return out[::-1]
 
@@ -562,8 +804,25 @@ class Candidates:
     """Edges the planner may choose from (ascending; the last is the served max length) and prefix weights."""
 
     edges: np.ndarray
-    prefix: list  # W[j] = weight of effective lengths <= edges[j]
-    costs: list  # C[j] = c(edges[j]) (exact ints when possible)
+    prefix: np.ndarray  # W[j] = weight of effective lengths <= edges[j] (int64 when integral)
+    costs: (
+        np.ndarray
+    )  # C[j] = c(edges[j]): int64 when integral, object (Python ints) beyond int64, else float
+
+
+def _cost_array(cost_model: CostModel, edges: np.ndarray) -> np.ndarray:
+    """c(edges) exactly: int64 for integral models that fit, Python ints beyond, float64 otherwise."""
+    if cost_model.integral and cost_model.kind != "measured":
+        a, b, c0 = int(cost_model.linear), int(cost_model.quadratic), int(cost_model.constant)
+        top = int(edges[-1]) if edges.size else 0
+        if abs(c0) + abs(a) * top + abs(b) * top * top < 1 << 62:
+            e = edges.astype(np.int64)
+            return c0 + a * e + b * e * e
+        return np.asarray([c0 + a * int(x) + b * int(x) * int(x) for x in edges.tolist()], dtype=object)
+    vals = cost_model.cost(edges)
+    if cost_model.integral:
+        return np.rint(vals).astype(np.int64)
+    return vals
 
 
 def candidate_edges(
@@ -582,25 +841,29 @@ def candidate_edges(
         edges = -(-lengths // a) * a
         if cost_model.kind == "measured":  # never pad to a shape below the smallest measured one
             edges = np.maximum(edges, cost_model.table_lengths[0])
-        edges = np.unique(np.minimum(edges, max_length))
+        edges = np.minimum(edges, max_length)  # still ascending: drop repeats without a sort
+        edges = edges[np.r_[True, edges[1:] != edges[:-1]]] if edges.size else edges
         if edges.size == 0 or edges[-1] != max_length:
             edges = np.append(edges, np.int64(max_length))
     cum = np.concatenate([[0], np.cumsum(weights)])
     pos = np.searchsorted(lengths, edges, side="right")
     W = cum[pos]
-    integral = np.all(W == np.round(W))
-    Wl = [int(x) for x in W.tolist()] if integral else W.astype(np.float64).tolist()
-    C = cost_model.cost_exact(edges.tolist())
-    if not integral:
-        C = [float(c) for c in C]
-    return Candidates(edges=edges, prefix=Wl, costs=C)
+    if W.dtype.kind == "f" and np.all(W == np.round(W)) and (W.size == 0 or W[-1] < 2.0**53):
+        W = W.astype(np.int64)
+    C = _cost_array(cost_model, edges)
+    if W.dtype.kind == "f" and C.dtype == object:
+        C = C.astype(np.float64)
+    return Candidates(edges=edges, prefix=W, costs=C)
 
 
-def optimal_edges_per_k(cands: Candidates, kmax: int, extra: list | None = None) -> dict[int, list[int]]:
+def optimal_edges_per_k(
+    cands: Candidates, kmax: int, extra: np.ndarray | list | None = None
+) -> dict[int, list[int]]:
     """Optimal edges with exactly k buckets for every k in 1..min(kmax, candidates)."""
     n = cands.edges.size
     kmax = min(kmax, n)
-    finals, args = _dp_layers(cands.prefix, cands.costs, extra, kmax)
+    ex = None if extra is None else np.asarray(extra, dtype=np.float64)
+    finals, args = _dp_layers(cands.prefix, cands.costs, ex, kmax)
     out = {}
     for k in range(1, kmax + 1):
         if finals[k - 1] is None:
@@ -761,14 +1024,11 @@ def _plan_with_compile_budget(
     times = np.asarray(b.compile_s(cands.edges), dtype=np.float64)
     if any(v == -math.inf for v in bound.values()):
         # Lagrangian scan: penalise each bucket by lam * its compile time
-        scale = max(float(max(cands.costs)) * float(cands.prefix[-1] or 1), 1.0) / max(
-            float(times.max()), 1e-9
-        )
-        costs = [float(c) for c in cands.costs]
-        W = [float(w) for w in cands.prefix]
+        costs = np.asarray(cands.costs, dtype=np.float64)
+        W = np.asarray(cands.prefix, dtype=np.float64)
+        scale = max(float(costs.max()) * float(W[-1] or 1), 1.0) / max(float(times.max()), 1e-9)
         for lam in [0.0, *(scale * np.logspace(-9, 2, 45))]:
-            extra = (lam * times).tolist()
-            consider(optimal_edges_per_k(Candidates(cands.edges, W, costs), kmax, extra), float(lam))
+            consider(optimal_edges_per_k(Candidates(cands.edges, W, costs), kmax, lam * times), float(lam))
     if best is None:
         kk = k if k is not None else 1
         raise ChipswapError(
@@ -788,13 +1048,19 @@ def _plan_with_compile_budget(
     return evaluate(hist, edges, cost_model, policy=policy, name="optimal", exact=exact, note=note, budgets=b)
 
 
-def resolve_max_length(hist: Histogram, cost_model: CostModel, max_length: int | None) -> int:
+def resolve_max_length(hist: Histogram | None, cost_model: CostModel, max_length: int | None) -> int:
+    """The largest bucket: max_length (rounded up to a measured shape for a listed-only table), else the
+    longest
+    length in `hist` (which may be None only when max_length is given)."""
     if max_length is not None:
-        if not isinstance(max_length, int | np.integer) or max_length < 1:
+        if isinstance(max_length, bool) or not isinstance(max_length, int | np.integer) or max_length < 1:
             raise ChipswapError(
                 f"max length {max_length!r} must be a positive integer; e.g. --max-length 4096"
             )
+        check_length_bound(int(max_length), "max length")
         top = int(max_length)
+    elif hist is None:
+        raise ChipswapError("no max length and no histogram to take it from; pass --max-length")
     else:
         top = hist.max_length
     if cost_model.listed_only:

@@ -251,3 +251,33 @@ def validate(catalog: Catalog) -> list[str]:
         if not r.source or not r.as_of:
             problems.append(f"price {r.instance} {r.region} {r.term}: source and as_of are required")
     return problems
+
+
+@dataclass(frozen=True)
+class PriceChange:
+    """One refreshed price beside the snapshot's price for the same instance, region and term (None: new)."""
+
+    instance: str
+    region: str
+    term: str
+    before: Rate | None
+    after: Rate
+
+    @property
+    def change_pct(self) -> Decimal | None:
+        if self.before is None:
+            return None
+        return (self.after.usd_per_hour - self.before.usd_per_hour) / self.before.usd_per_hour * 100
+
+
+def diff_rates(snapshot: Catalog, fresh: tuple[Rate, ...] | list[Rate]) -> tuple[PriceChange, ...]:
+    """Each fresh rate against the snapshot's rate with the same key, ordered by instance, region, term."""
+    out = []
+    for r in fresh:
+        try:
+            before = snapshot.find_rate(r.instance, r.region, r.term)
+        except ChipswapError:
+            before = None
+        out.append(PriceChange(r.instance, r.region, r.term, before, r))
+    order = {t: n for n, t in enumerate(TERMS)}
+    return tuple(sorted(out, key=lambda c: (c.instance, c.region, order.get(c.term, 99))))

@@ -7,12 +7,16 @@ Every op gets a status: ``supported``, ``unsupported``, ``unknown`` or ``exclude
 shape queries and runtime asserts, left out of the counts the way torch_neuronx.analyze leaves out prim::
 nodes).
 Unknown is never counted as supported.
+
+Two op vocabularies share the engine: core-ATen ops from torch.export (``aten::addmm``) and HLO instructions
+lowered from JAX (``hlo::sort``). HLO opcodes get their status from the per-opcode Neuron evidence table
+(``hlo_opcodes`` in the op tables), with per-SDK overrides for version-dependent opcodes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -20,9 +24,25 @@ SEVERITIES = ("blocker", "slow", "warn", "info")
 TARGETS = ("inf1", "inf2", "trn1", "trn2")
 STATUSES = ("supported", "unsupported", "unknown", "excluded")
 # namespaces the engine treats as framework ops (anything else is a custom op)
-FRAMEWORK_NAMESPACES = ("aten", "prims", "higher_order", "python")
+FRAMEWORK_NAMESPACES = ("aten", "prims", "higher_order", "python", "hlo")
 LOWERING = "Lowering to HLO"
 COMPILER = "neuronx-cc"
+CUSTOM_CALL = "neuronx-cc (custom-call target)"
+# evidence class of an HLO opcode (shared/reference/neuron/hlo_opcode_neuron_evidence.csv) -> op status.
+# Restricted opcodes count as supported; their restrictions (integer operands, reductions) are rules.
+HLO_STATUS = {
+    "documented": "supported",
+    "documented_restricted": "supported",
+    "restricted": "supported",
+    "mentioned_supported": "supported",
+    "supported": "supported",  # only through a per-SDK override of a version-dependent opcode
+    "reported_unsupported": "unsupported",
+    "unsupported": "unsupported",  # per-SDK override
+    "version_dependent": "unknown",
+    "mentioned": "unknown",
+    "unknown": "unknown",
+    "structural": "excluded",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +62,14 @@ class OpUse:
     original: str | None = None  # kind of the op this one was decomposed from
     signature: str = ""  # one-node graph text, e.g. "%topk = aten.topk.default(%ids: i64[2, 8], 2)"
     stack: str = ""  # source frames, innermost last
+    data_dtype: str = (
+        ""  # dtype of the first tensor operand (the data a scatter writes into, the keys a sort sorts)
+    )
+    attrs: tuple[
+        tuple[str, str], ...
+    ] = ()  # constant arguments by schema name, e.g. (("accumulate", "True"),)
+    module_types: tuple[str, ...] = ()  # class names of the enclosing modules, outermost first
+    phase: str = "forward"  # "forward", "backward" or "optimizer" (training captures)
 
     @property
     def namespace(self) -> str:
@@ -55,6 +83,9 @@ class OpUse:
     def dtypes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.in_dtypes + self.out_dtypes))
 
+    def attr(self, name: str) -> str | None:
+        return next((v for k, v in self.attrs if k == name), None)
+
 
 @dataclass(frozen=True)
 class CaptureIssue:
@@ -67,6 +98,7 @@ class CaptureIssue:
     code: str = ""
     module_path: str = ""
     op: str = ""
+    module_types: tuple[str, ...] = ()  # class names of the module(s) the failing line runs in
 
 
 @dataclass(frozen=True)
@@ -76,6 +108,9 @@ class Inventory:
     shapes: tuple[str, ...] = ()  # one string per captured shape set
     exported: bool = True  # False when only draft_export (or nothing) produced a graph
     method: str = ""  # how it was captured, e.g. "torch.export (non-strict) + core ATen, symbolic seq dim"
+    notes: tuple[
+        str, ...
+    ] = ()  # what the inventory leaves out and why (e.g. a data-dependent module stubbed)
 
 
 @dataclass(frozen=True)
@@ -89,6 +124,14 @@ class Clause:
     failure_at: str | None = None
     unbacked: bool | None = None
     issue_kinds: frozenset[str] | None = None
+    data_dtypes: frozenset[str] | None = None  # dtype of the first tensor operand
+    attrs: Mapping[str, frozenset[str]] | None = (
+        None  # every named constant argument must take a listed value
+    )
+    modules: frozenset[str] | None = (
+        None  # case-insensitive substrings of the module path or module class names
+    )
+    phases: frozenset[str] | None = None
 
     @property
     def is_issue_clause(self) -> bool:
@@ -107,6 +150,7 @@ class Rule:
     fix: str
     when: tuple[Clause, ...]
     aggregate: str = "location"  # "location": one finding per source line; "graph": one finding in all
+    supersedes: tuple[str, ...] = ()  # rule ids this rule replaces on the ops / issues it matches
 
 
 @dataclass(frozen=True)
@@ -118,6 +162,12 @@ class OpTables:
     non_compute: frozenset[str]
     sources: Mapping[str, str] = field(default_factory=dict)
     inf1_aliases: Mapping[str, str] = field(default_factory=dict)  # core op -> op name on the Inf1 list
+    # HLO opcode -> {status, conditions, evidence, source}; status is the evidence class of the shared table
+    hlo_opcodes: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    custom_call_targets: frozenset[str] = frozenset()  # custom-call targets neuronx-cc recognises
+    custom_call_structural: frozenset[str] = frozenset()  # sharding annotations: no computation
+    custom_call_host: frozenset[str] = frozenset()  # host (Python) callbacks
+    custom_call_platform: tuple[str, ...] = ()  # prefixes of CPU-only lowerings (LAPACK, DUCC FFT)
 
 
 @dataclass(frozen=True)
@@ -130,6 +180,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     tables: OpTables
     note: str = ""
+    hlo_overrides: Mapping[str, str] = field(default_factory=dict)  # opcode -> evidence class for this SDK
 
 
 @dataclass(frozen=True)
@@ -207,6 +258,10 @@ _CLAUSE_KEYS = {
     "failure_at",
     "unbacked",
     "issue_kinds",
+    "data_dtypes",
+    "attrs",
+    "modules",
+    "phases",
 }
 
 
@@ -214,6 +269,9 @@ def clause_from_dict(d: Mapping[str, Any], where: str = "") -> Clause:
     bad = set(d) - _CLAUSE_KEYS
     if bad:
         raise ValueError(f"unknown clause key(s) {sorted(bad)} in rule {where}")
+    attrs = d.get("attrs")
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise ValueError(f"clause attrs must be a table of name -> values in rule {where}")
     return Clause(
         ops=_fs(d.get("ops")),
         dtypes=_fs(d.get("dtypes")),
@@ -224,6 +282,10 @@ def clause_from_dict(d: Mapping[str, Any], where: str = "") -> Clause:
         failure_at=d.get("failure_at"),
         unbacked=d.get("unbacked"),
         issue_kinds=_fs(d.get("issue_kinds")),
+        data_dtypes=_fs(d.get("data_dtypes")),
+        attrs={str(k): _fs(v) or frozenset() for k, v in attrs.items()} if attrs is not None else None,
+        modules=frozenset(m.lower() for m in _fs(d.get("modules")) or ()) if "modules" in d else None,
+        phases=_fs(d.get("phases")),
     )
 
 
@@ -251,6 +313,7 @@ def rule_from_dict(d: Mapping[str, Any]) -> Rule:
         fix=d["fix"],
         when=tuple(clause_from_dict(c, rid) for c in d["when"]),
         aggregate=agg,
+        supersedes=tuple(str(x) for x in d.get("supersedes", ())),
     )
 
 
@@ -268,7 +331,32 @@ def tables_from_dict(d: Mapping[str, Any]) -> OpTables:
     )
 
 
-def ruleset_from_dicts(rules: Mapping[str, Any], ops: Mapping[str, Any]) -> RuleSet:
+def with_hlo_tables(tables: OpTables, hlo: Mapping[str, Any]) -> OpTables:
+    """Add the HLO opcode evidence table (data/neuron_rules/hlo.toml) to the op tables."""
+    opcodes = {str(k): {kk: str(vv) for kk, vv in v.items()} for k, v in hlo["opcodes"].items()}
+    bad = {v.get("status") for v in opcodes.values()} - set(HLO_STATUS)
+    if bad:
+        raise ValueError(f"unknown HLO evidence class(es) {sorted(str(b) for b in bad)}")
+    return replace(
+        tables,
+        hlo_opcodes=opcodes,
+        custom_call_targets=frozenset(hlo["custom_call"]["targets"]),
+        custom_call_structural=frozenset(hlo["custom_call"].get("structural", ())),
+        custom_call_host=frozenset(hlo["custom_call"].get("host_callbacks", ())),
+        custom_call_platform=tuple(hlo["custom_call"].get("platform_prefixes", ())),
+    )
+
+
+def ruleset_from_dicts(
+    rules: Mapping[str, Any], ops: Mapping[str, Any], hlo: Mapping[str, Any] | None = None
+) -> RuleSet:
+    tables = tables_from_dict(ops)
+    if hlo is not None:
+        tables = with_hlo_tables(tables, hlo)
+    overrides = {str(k): str(v) for k, v in rules.get("hlo_overrides", {}).items()}
+    bad = set(overrides.values()) - set(HLO_STATUS)
+    if bad:
+        raise ValueError(f"unknown HLO evidence class(es) in hlo_overrides: {sorted(bad)}")
     return RuleSet(
         sdk=str(rules["sdk"]),
         neuronx_cc=str(rules.get("neuronx_cc", "")),
@@ -277,7 +365,8 @@ def ruleset_from_dicts(rules: Mapping[str, Any], ops: Mapping[str, Any]) -> Rule
         source=str(rules.get("source", "")),
         note=str(rules.get("note", "")),
         rules=tuple(rule_from_dict(r) for r in rules.get("rule", [])),
-        tables=tables_from_dict(ops),
+        tables=tables,
+        hlo_overrides=overrides,
     )
 
 
@@ -295,6 +384,8 @@ def _lowering_keys(op: OpUse) -> list[str]:
 def classify(op: OpUse, tables: OpTables, target: str) -> OpStatus:
     """Support status of one op on ``target`` from the published tables (first match wins)."""
     ns = op.namespace
+    if ns == "hlo":
+        return classify_hlo(op, tables, {})
     if ns == "python" or op.kind in tables.non_compute:
         return OpStatus("excluded", "graph bookkeeping (not an arithmetic op)")
     if ns == "higher_order":
@@ -332,7 +423,59 @@ def classify(op: OpUse, tables: OpTables, target: str) -> OpStatus:
     )
 
 
+def classify_hlo(op: OpUse, tables: OpTables, overrides: Mapping[str, str]) -> OpStatus:
+    """Status of one HLO instruction from the opcode evidence table (and this SDK's overrides)."""
+    opcode = op.name
+    if opcode == "custom-call":
+        target = op.attr("custom_call_target") or "?"
+        if target in tables.custom_call_targets:
+            return OpStatus("supported", f"custom-call target {target} is on neuronx-cc's recognised list")
+        if target in tables.custom_call_structural:
+            return OpStatus("excluded", f"custom-call {target}: a sharding annotation, no computation")
+        if target in tables.custom_call_host:
+            return OpStatus(
+                "unsupported",
+                f"custom-call {target} is a host (Python) callback; JAX host callbacks are "
+                "not supported on Neuron",
+                CUSTOM_CALL,
+            )
+        if target.startswith(tables.custom_call_platform) and tables.custom_call_platform:
+            return OpStatus(
+                "unknown",
+                f"custom-call {target} is JAX's CPU lowering of a library routine; its Neuron "
+                "lowering has no public statement",
+            )
+        return OpStatus(
+            "unsupported", f"custom-call target {target} is not on neuronx-cc's recognised list", CUSTOM_CALL
+        )
+    row = tables.hlo_opcodes.get(opcode)
+    if row is None:
+        return OpStatus("unknown", f"HLO opcode {opcode} is not in the Neuron evidence table")
+    evidence = overrides.get(opcode, row.get("status", "unknown"))
+    status = HLO_STATUS.get(evidence, "unknown")
+    cond = row.get("conditions") or row.get("evidence") or ""
+    basis = f"HLO {opcode}: {evidence.replace('_', ' ')}" + (f" ({cond})" if cond else "")
+    if status == "unsupported":
+        return OpStatus("unsupported", basis, COMPILER)
+    if status == "excluded":
+        return OpStatus("excluded", f"HLO {opcode}: structural (no computation of its own)")
+    return OpStatus(status, basis)
+
+
 # ------------------------------------------------------------------------------------------------- matching
+
+
+def _modules_match(patterns: frozenset[str], path: str, types: tuple[str, ...]) -> bool:
+    hay = [path.lower(), *(t.lower() for t in types)]
+    return any(p in h for p in patterns for h in hay if h)
+
+
+def _issue_matches(c: Clause, issue: CaptureIssue) -> bool:
+    if c.issue_kinds is None or issue.kind not in c.issue_kinds:
+        return False
+    if c.modules is not None and not _modules_match(c.modules, issue.module_path, issue.module_types):
+        return False
+    return True
 
 
 def _op_matches(c: Clause, op: OpUse, st: OpStatus) -> bool:
@@ -354,10 +497,20 @@ def _op_matches(c: Clause, op: OpUse, st: OpStatus) -> bool:
         return False
     if c.unbacked is not None and op.unbacked != c.unbacked:
         return False
+    if c.data_dtypes is not None and op.data_dtype not in c.data_dtypes:
+        return False
+    if c.attrs is not None and any(op.attr(k) not in v for k, v in c.attrs.items()):
+        return False
+    if c.modules is not None and not _modules_match(c.modules, op.module_path, op.module_types):
+        return False
+    if c.phases is not None and op.phase not in c.phases:
+        return False
     return True
 
 
 def _matched_dtype(c: Clause, op: OpUse) -> str:
+    if c.data_dtypes and op.data_dtype in c.data_dtypes:
+        return op.data_dtype
     want = c.in_dtypes or c.dtypes
     if want:
         hit = [d for d in op.dtypes if d in want]
@@ -367,6 +520,12 @@ def _matched_dtype(c: Clause, op: OpUse) -> str:
 
 
 def _describe(op: OpUse, st: OpStatus, rule: Rule) -> str:
+    target = op.attr("custom_call_target")
+    if target:
+        return f"{op.kind}({target})" + (f" ({st.basis})" if rule.id == "NCC_EHCA005" else "")
+    if op.phase != "forward":
+        grad = f", gradient of {op.original}" if op.original and op.phase == "backward" else ""
+        return f"{op.kind} ({op.phase}{grad})"
     return (
         f"{op.kind} ({st.basis})"
         if rule.id in ("CHIP_CPU_FALLBACK", "CHIP_UNKNOWN_OP", "NCC_EVRF001")
@@ -381,9 +540,13 @@ def evaluate(inv: Inventory, rs: RuleSet, target: str) -> Assessment:
     status_cache: dict[tuple, OpStatus] = {}
     sts = []
     for op in inv.ops:
-        skey = (op.kind, op.overload, op.composite, op.original)
+        skey = (op.kind, op.overload, op.composite, op.original, op.attr("custom_call_target"))
         if skey not in status_cache:
-            status_cache[skey] = classify(op, rs.tables, target)
+            status_cache[skey] = (
+                classify_hlo(op, rs.tables, rs.hlo_overrides)
+                if op.namespace == "hlo"
+                else classify(op, rs.tables, target)
+            )
         sts.append((op, status_cache[skey]))
     statuses = tuple(sts)
     rules = [r for r in rs.rules if target in r.targets]
@@ -402,36 +565,59 @@ def evaluate(inv: Inventory, rs: RuleSet, target: str) -> Assessment:
             if loc and loc != g.get("location") and loc not in g["locations"]:
                 g["locations"].append(loc)
 
-    match_cache: dict[tuple, Clause | None] = {}
-    for rule in rules:
-        for op, st in statuses:
-            mkey = (id(rule), op.kind, op.in_dtypes, op.out_dtypes, op.unbacked, op.original, st)
-            if mkey not in match_cache:
-                match_cache[mkey] = next((c for c in rule.when if _op_matches(c, op, st)), None)
-            c = match_cache[mkey]
-            if c is not None:
-                add(
-                    rule,
-                    op.location or f"{op.module_path}|{op.kind}",
-                    op=_describe(op, st, rule),
-                    dtype=_matched_dtype(c, op),
-                    module_path=op.module_path,
-                    location=op.location,
-                    code=op.code,
-                    message="",
-                )
-        for issue in inv.issues:
-            if any(c.issue_kinds is not None and issue.kind in c.issue_kinds for c in rule.when):
-                add(
-                    rule,
-                    issue.location or issue.message,
-                    op=issue.op or issue.kind,
-                    dtype="",
-                    module_path=issue.module_path,
-                    location=issue.location,
-                    code=issue.code,
-                    message=issue.message,
-                )
+    def unsuperseded(hits: Sequence[tuple[Rule, Any]]) -> list[tuple[Rule, Any]]:
+        gone = {rid for r, _ in hits for rid in r.supersedes}
+        return [(r, c) for r, c in hits if r.id not in gone]
+
+    match_cache: dict[tuple, list[tuple[Rule, Clause]]] = {}
+    for op, st in statuses:
+        mkey = (
+            op.kind,
+            op.in_dtypes,
+            op.out_dtypes,
+            op.unbacked,
+            op.original,
+            op.data_dtype,
+            op.attrs,
+            op.module_path,
+            op.module_types,
+            op.phase,
+            st,
+        )
+        hits = match_cache.get(mkey)
+        if hits is None:
+            hits = []
+            for rule in rules:
+                c = next((c for c in rule.when if _op_matches(c, op, st)), None)
+                if c is not None:
+                    hits.append((rule, c))
+            hits = match_cache[mkey] = [(r, c) for r, c in unsuperseded(hits) if c is not None]
+        for rule, c in hits:
+            add(
+                rule,
+                op.location or f"{op.module_path}|{op.kind}",
+                op=_describe(op, st, rule),
+                dtype=_matched_dtype(c, op),
+                module_path=op.module_path,
+                location=op.location,
+                code=op.code,
+                message="",
+            )
+    for issue in inv.issues:
+        issue_hits: list[tuple[Rule, Clause | None]] = [
+            (rule, None) for rule in rules if any(_issue_matches(c, issue) for c in rule.when)
+        ]
+        for rule, _ in unsuperseded(issue_hits):
+            add(
+                rule,
+                issue.location or issue.message,
+                op=issue.op or issue.kind,
+                dtype="",
+                module_path=issue.module_path,
+                location=issue.location,
+                code=issue.code,
+                message=issue.message,
+            )
 
     findings = []
     for key in order:

@@ -4,11 +4,15 @@ The caller supplies, per knob, a pure function value -> verdict (the whole pipel
 verdict, with every other input held), the base value and the range to search. Continuous knobs are searched
 outward from the base value on a grid (denser near the base) until the verdict changes, then the edge is found
 by bisection. Discrete knobs (the pricing term) are evaluated at every choice. The answer is worded by a table
-of templates, e.g. "a 1.41x slower Neuron throughput would flip it to 'close call — stay'".
+of templates (SHOWN), e.g. "a 1.41x slower Neuron throughput would flip it to 'close call — stay'"; the
+printed
+number is rounded toward the flip and re-evaluated, so re-running at the printed value does flip, and
+`Flip.value` is that printed value.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,26 +42,86 @@ class Choice:
 class Flip:
     knob: str
     base: float | str
-    value: float | str | None  # the nearest value that flips the verdict, None when none in range
+    value: (
+        float | str | None
+    )  # the printed value that flips the verdict (rounded toward the flip); None: none
     verdict: str | None  # the verdict at that value
     text: str
+    edge: float | str | None = None  # where the verdict changes, unrounded (the bisection's outer point)
 
 
-def _wording(name: str, base: float, value: float) -> str:
-    ratio = value / base if base else float("inf")
-    table: dict[str, Callable[[], str]] = {
-        "throughput ratio": lambda: (
-            f"a {1 / ratio:.2f}x slower Neuron throughput"
-            if ratio < 1
-            else f"a {ratio:.2f}x faster Neuron throughput"
+@dataclass(frozen=True)
+class Shown:
+    """How a knob's value is printed: a display number d = to_d(value, base) rounded to `decimals`, its
+    inverse, and the words. Rounding always goes away from the base, into the flipped side, so a rerun at the
+    printed value flips (a rounded-back value would not); when that is not enough, more decimals are shown."""
+
+    to_d: Callable[[float, float], float]
+    from_d: Callable[[float, float], float]
+    decimals: int
+    words: Callable[[str, float], str]  # (display number as printed, base) -> text
+
+
+def _ratio_d(v: float, b: float) -> float:
+    r = v / b if b else float("inf")
+    return 1 / r if r < 1 else r
+
+
+_SAME = (lambda v, _b: v, lambda d, _b: d)
+_SLOWER = (_ratio_d, lambda d, b: b / d)
+_FASTER = (_ratio_d, lambda d, b: b * d)
+SHOWN: dict[str, tuple[Shown, Shown]] = {
+    # (below the base, above the base)
+    "throughput ratio": (
+        Shown(*_SLOWER, 2, lambda d, _b: f"a {d}x slower Neuron throughput"),
+        Shown(*_FASTER, 2, lambda d, _b: f"a {d}x faster Neuron throughput"),
+    ),
+    "GPU throughput ratio": (
+        Shown(*_SLOWER, 2, lambda d, _b: f"a {d}x slower GPU throughput"),
+        Shown(*_FASTER, 2, lambda d, _b: f"a {d}x faster GPU throughput"),
+    ),
+    "engineer-days": (Shown(*_SAME, 1, lambda d, b: f"porting taking {d} engineer-days instead of {b:.4g}"),)
+    * 2,
+    "utilization": (
+        Shown(
+            lambda v, _b: v * 100,
+            lambda d, _b: d / 100,
+            0,
+            lambda d, b: f"running both fleets at {d}% utilization instead of {b:.0%}",
         ),
-        "engineer-days": lambda: f"porting taking {value:.1f} engineer-days instead of {base:g}",
-        "utilization": lambda: f"running the Neuron fleet at {value:.0%} utilization instead of {base:.0%}",
-        "traffic": lambda: f"{ratio:.2f}x today's traffic",
-        "runs per month": lambda: f"{value:.2f} runs per month instead of {base:g}",
-        "run time (hours)": lambda: f"a Neuron run taking {value:.1f} hours instead of {base:g}",
-    }
-    return table.get(name, lambda: f"{name} = {value:.4g} instead of {base:.4g}")()
+    )
+    * 2,
+    "traffic": (Shown(lambda v, b: v / b, lambda d, b: d * b, 2, lambda d, _b: f"{d}x today's traffic"),) * 2,
+    "runs per month": (Shown(*_SAME, 2, lambda d, b: f"{d} runs per month instead of {b:.4g}"),) * 2,
+    "run time (hours)": (Shown(*_SAME, 1, lambda d, b: f"a Neuron run taking {d} hours instead of {b:.4g}"),)
+    * 2,
+}
+_GENERIC = Shown(*_SAME, 4, lambda d, b: f"{d} instead of {b:.4g}")
+
+
+def _round_away(d: float, d_base: float, decimals: int) -> float:
+    """`d` rounded to `decimals`, away from the base's display value (toward the flip)."""
+    q = 10.0**decimals
+    return (math.ceil(d * q) if d >= d_base else math.floor(d * q)) / q
+
+
+def shown_value(knob: Knob, value: float, flipped: str) -> tuple[float, str]:
+    """The printed form of a flip at `value`: the rounded value (in knob units) and its words. The rounding
+    goes toward the flip and is checked: if the printed value would not flip, more decimals are used."""
+    below, above = SHOWN.get(knob.name, (_GENERIC, _GENERIC))
+    sh = below if value < knob.base else above
+    prefix = "" if knob.name in SHOWN else f"{knob.name} = "
+    d_base = sh.to_d(knob.base, knob.base) if knob.base else 0.0
+    d = sh.to_d(value, knob.base)
+    for dec in range(sh.decimals, sh.decimals + 7):
+        # the nearest printed number if it already flips (float noise at the edge), else one step further
+        step = (1 if d >= d_base else -1) / 10.0**dec
+        for dr in (round(d, dec), _round_away(d, d_base, dec), round(d, dec) + step):
+            text = f"{dr:.{dec}f}"
+            v = sh.from_d(float(text), knob.base)
+            if knob.lo <= v <= knob.hi and knob.evaluate(v) == flipped:
+                return v, prefix + sh.words(text, knob.base)
+    return value, prefix + sh.words(f"{d:.{sh.decimals + 6}g}", knob.base)
 
 
 def _edge(f: Callable[[float], str], inside: float, outside: float, base_verdict: str, iters: int) -> float:
@@ -107,9 +171,8 @@ def flip_point(knob: Knob, steps: int = 64, iters: int = 40) -> Flip:
 
     x = min(found, key=rel)
     after = knob.evaluate(x)
-    return Flip(
-        knob.name, knob.base, x, after, f"{_wording(knob.name, knob.base, x)} would flip it to '{after}'"
-    )
+    shown, words = shown_value(knob, x, after)
+    return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'", x)
 
 
 def choice_flips(choice: Choice) -> Flip:
@@ -134,7 +197,7 @@ def choice_flips(choice: Choice) -> Flip:
         + (f"; {more}" if more else "")
         + tail
     )
-    return Flip(choice.name, choice.base, c, v, text)
+    return Flip(choice.name, choice.base, c, v, text, c)
 
 
 def sensitivity(knobs: Sequence[Knob], choices: Sequence[Choice] = ()) -> tuple[Flip, ...]:

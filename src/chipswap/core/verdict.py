@@ -9,7 +9,8 @@ The seed ("Trainium and Inferentia vs GPU") gives a procedure, and this module i
   never counted as a pass.
 * DECISION_TABLE: ordered rows, the first that matches gives the verdict. "If the answer is close, it is a
   no": a saving under `close_margin_pct` percent of today's monthly cost, or a payback later than
-  `close_payback_months`, is a "close call — stay".
+  `close_payback_months`, is a "close call — stay"; so is a move whose saving flips somewhere inside the error
+  band of the projections it rests on (`Facts.band_flip`, worked out by the caller, who can re-run the money).
 
 Every reason carries the input value and threshold it was judged on, so the report can trace each word to a
 number.
@@ -65,10 +66,15 @@ class Facts:
     porting_usd: Decimal
     payback_month: int | None
     meets_slo: bool | None = True
-    slo_p99_ms: float | None = None  # the objective, when one is set
+    slo_p99_ms: float | None = None  # the end-to-end objective, when one is set
     throughput_assumed: bool = False  # the pick's throughput is an assumption, not a measurement
     # checks outside the seed's screening (overflow, GPU right-sizing): a "fail" one stops a clear move
     cautions: tuple[Reason, ...] = ()
+    slo_text: str | None = None  # every objective in words ("p99 <= 2,500 ms; TTFT p99 <= 500 ms")
+    # the move's flip point inside the band of the figures it rests on, in words (None: outside, or no band)
+    band_flip: str | None = None
+    throughput_label: str | None = None  # how the pick's throughput was obtained ("projected ± 23%")
+    no_candidate_why: str | None = None  # why no candidate could be chosen (e.g. no fleet size meets the SLO)
 
     @property
     def monthly_saving_usd(self) -> Decimal | None:
@@ -211,10 +217,17 @@ class Verdict:
     why: str
     reasons: tuple[Reason, ...]
     economics: tuple[Reason, ...] = field(default_factory=tuple)
+    qualifier: str = ""  # what a move must do first (e.g. a quota increase), from the capacity rule
 
     @property
     def is_move(self) -> bool:
         return self.verdict in MOVES
+
+    @property
+    def headline(self) -> str:
+        """The verdict as printed: "move to Trainium — but request a quota increase ... first" when
+        qualified."""
+        return f"{self.verdict} — but {self.qualifier}" if self.qualifier else self.verdict
 
 
 def _fmt(v: object) -> str:
@@ -233,16 +246,24 @@ def _threshold_value(rule: ScreeningRule, th: Thresholds) -> object:
     return rule.threshold
 
 
+def _slo_shown(facts: Facts) -> str | None:
+    if facts.slo_text:
+        return f"objective {facts.slo_text}"
+    if facts.slo_p99_ms is not None:
+        return f"objective p99 <= {_fmt(facts.slo_p99_ms)} ms"
+    return None
+
+
 def _slo_reason(facts: Facts) -> Reason | None:
-    if facts.kind != "serving" or facts.slo_p99_ms is None or facts.target is None:
+    shown = _slo_shown(facts)
+    if facts.kind != "serving" or shown is None or facts.target is None:
         return None
-    shown = f"objective p99 <= {_fmt(facts.slo_p99_ms)} ms"
     if facts.meets_slo is None:
         return Reason(
             "slo",
             "unknown",
             None,
-            f"SLO: not evaluated (no p99 stated for {facts.target}); unknown is not a pass",
+            f"SLO: not evaluated (no latency figure for {facts.target}); unknown is not a pass",
             "p99 latency",
             None,
             shown,
@@ -364,7 +385,7 @@ DECISION_TABLE: tuple[
         "no-candidate",
         lambda a: a.facts.target is None or a.facts.monthly_after_usd is None,
         STAY,
-        lambda a: "no candidate could be priced or sized for this workload",
+        lambda a: a.facts.no_candidate_why or "no candidate could be priced or sized for this workload",
     ),
     (
         "misses-slo",
@@ -376,7 +397,7 @@ DECISION_TABLE: tuple[
         "costs-more",
         lambda a: (a.facts.monthly_saving_usd or Decimal(0)) <= 0,
         STAY,
-        lambda a: f"{a.facts.target} costs as much or more per month than today's fleet",
+        lambda a: f"{a.facts.target} costs as much or more per month than the GPU fleet it would replace",
     ),
     (
         "never-pays-back",
@@ -389,8 +410,8 @@ DECISION_TABLE: tuple[
         lambda a: a.slo_unknown,
         CLOSE,
         lambda a: (
-            f"SLO not evaluated for {a.facts.target} (no p99 stated; objective p99 <= "
-            f"{_fmt(a.facts.slo_p99_ms)} ms); unknown is not a pass"
+            f"SLO not evaluated for {a.facts.target} (no latency figure; {_slo_shown(a.facts)}); "
+            "unknown is not a pass"
         ),
     ),
     (
@@ -416,12 +437,19 @@ DECISION_TABLE: tuple[
         ),
     ),
     (
+        "flip-inside-band",
+        lambda a: a.facts.band_flip is not None,
+        CLOSE,
+        lambda a: str(a.facts.band_flip),
+    ),
+    (
         "clear-win",
         lambda a: True,
         _move_verdict,
         lambda a: (
             f"{a.facts.target} saves {_fmt(a.facts.saving_pct)}% a month"
             + (" (throughput assumed, not measured)" if a.facts.throughput_assumed else "")
+            + (f" (throughput {a.facts.throughput_label})" if a.facts.throughput_label else "")
             + f" and pays back in month {a.facts.payback_month}"
         ),
     ),
@@ -433,7 +461,7 @@ def _economics(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
     rows = (
         (
             "monthly-saving",
-            "saving per month (% of today)",
+            "saving per month (% of the GPU side)",
             pct,
             pct is not None and pct >= th.close_margin_pct,
             f"clear when >= {th.close_margin_pct}%",

@@ -1,9 +1,21 @@
-"""The plan report as a Markdown summary (for pull requests and chat): verdict, reasons, costs, flips."""
+"""The plan report as a Markdown summary (for pull requests and chat): verdict, figures, reasons, costs,
+flips.
+
+Everything that comes from a file someone else wrote (the title, notes, figure notes, trace names) goes
+through
+textsafe.md_text: HTML is escaped and Markdown markup is neutralised, one line each, so a title cannot inject
+raw HTML or fake a "Verdict:" line. The terminal summary at the end sits in a code fence longer than any run
+of
+backticks inside it. May not write files.
+"""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
+
+from chipswap.textsafe import md_text
 
 
 def _money(v: Decimal | None) -> str:
@@ -14,20 +26,64 @@ def _pct(v: Any) -> str:
     return "unknown" if v is None else f"{float(v):.1f}%"
 
 
+def _fig(f: Any) -> str:
+    if f is None:
+        return "unknown"
+    return f"{float(f.value):,.4g} {md_text(f.unit)} ({md_text(f.label)})"
+
+
+def _fence(lines: list[str]) -> str:
+    longest = max((len(m) for line in lines for m in re.findall(r"`+", line)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _fleet_row(f: Any, serving: bool) -> str:
+    lat = []
+    if f.e2e_p99 is not None:
+        lat.append(f"end to end {_fig(f.e2e_p99)}")
+    if f.ttft_p99 is not None:
+        lat.append(f"TTFT {_fig(f.ttft_p99)}")
+    cfg = "—"
+    if f.config is not None:
+        c = f.config
+        cfg = f"TP {c.tp_degree} x {c.replicas} replica(s), batch {c.max_batch}, {md_text(c.weight_dtype)}"
+    lo, hi = f.count_range
+    count = f"{f.count}"
+    if lo is not None and lo != hi:
+        count += f" ({lo}–{hi} across the band)" if hi is not None else f" ({lo} or more across the band)"
+    cells = [md_text(f.instance), _fig(f.throughput)]
+    if serving:
+        cells.append("; ".join(lat) or "unknown")
+    cells += [count, cfg]
+    return "| " + " | ".join(cells) + " |"
+
+
 def render_markdown(r: Any, summary: list[str]) -> str:
     v = r.verdict
-    out = [f"# chipswap plan: {r.title}", "", f"**Verdict: {v.verdict}** — {v.why}", ""]
-    out += [
-        f"- Monthly cost now: {_money(r.monthly_now.value)} ({r.fleet_count} x {r.fleet_instance}; "
-        f"{r.monthly_now.source})"
+    out = [
+        f"# chipswap plan: {md_text(r.title)}",
+        "",
+        f"**Verdict: {md_text(v.verdict)}** — {md_text(v.why, 2000)}",
+        "",
     ]
+    gpu = getattr(r, "gpu_fleet", None)
+    now_count = gpu.count if gpu is not None and gpu.count and r.kind == "serving" else r.fleet_count
+    out.append(
+        f"- GPU side per month: {_money(r.monthly_now.value)} ({now_count} x {md_text(r.fleet_instance)}; "
+        f"{md_text(r.monthly_now.source)})"
+    )
+    today = getattr(r, "monthly_today", None)
+    if today is not None and today.value != r.monthly_now.value:
+        out.append(f"- Today's fleet: {_money(today.value)} ({r.fleet_count} x {md_text(r.fleet_instance)})")
     if r.best is not None:
         b = r.best
+        lo, hi = b.saving_pct_range
+        band = f"; {_pct(lo)} to {_pct(hi)} across the error band" if lo is not None and lo != hi else ""
         out += [
-            f"- Monthly cost after: {_money(b.monthly_usd)} ({b.count} x {b.instance}, "
-            f"{b.rate.source if b.rate else 'no price'})",
-            f"- Saving: {_money(b.saving_usd)} a month ({_pct(b.saving_pct)})",
-            f"- Porting: {_money(r.porting.value)} ({r.porting.note}); payback month: "
+            f"- Monthly cost after: {_money(b.monthly_usd)} ({b.count} x {md_text(b.instance)}, "
+            f"{md_text(b.rate.source) if b.rate else 'no price'})",
+            f"- Saving: {_money(b.saving_usd)} a month ({_pct(b.saving_pct)}{band})",
+            f"- Porting: {_money(r.porting.value)} ({md_text(r.porting.note)}); payback month: "
             f"{b.payback_month or 'never'}" + (f"; per run: run {b.payback_run}" if b.payback_run else ""),
         ]
     if r.shapes is not None and r.shapes.sequence_buckets:
@@ -36,13 +92,20 @@ def render_markdown(r: Any, summary: list[str]) -> str:
             f"{_pct(r.shapes.padding_overhead_pct)}"
         )
     if r.weights is not None:
-        out.append(f"- Model weights: {r.weights.value:.1f} GiB in bf16 ({r.weights.note})")
+        out.append(f"- Model weights: {r.weights.value:.1f} GiB in bf16 ({md_text(r.weights.note)})")
     rd = r.readiness
     out.append(
-        f"- Readiness: {rd.blockers} blocker(s) on {rd.target} (prediction; {rd.note})"
+        f"- Readiness: {rd.blockers} blocker(s) on {md_text(rd.target)} (prediction; {md_text(rd.note)})"
         if rd.checked
-        else f"- Readiness: not checked ({rd.note})"
+        else f"- Readiness: not checked ({md_text(rd.note)})"
     )
+    serving = r.kind == "serving"
+    fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in r.candidates)) if f is not None]
+    if fleets:
+        head = ["instance", "throughput" if serving else "run time"] + (["latency p99"] if serving else [])
+        head += ["instances", "configuration"]
+        out += ["", "## Figures", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        out += [_fleet_row(f, serving) for f in fleets]
     out += [
         "",
         "## Screening rules",
@@ -54,7 +117,8 @@ def render_markdown(r: Any, summary: list[str]) -> str:
 
     for x in reason_rows(v):
         out.append(
-            f"| {x.rule} | {x.outcome} | {x.input_label} = {x.value_text} | {x.threshold} | {x.text} |"
+            f"| {md_text(x.rule)} | {x.outcome} | {md_text(x.input_label)} = {md_text(x.value_text)} | "
+            f"{md_text(x.threshold)} | {md_text(x.text, 2000)} |"
         )
     out += [
         "",
@@ -64,23 +128,20 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for c in r.candidates:
-        rate = f"{c.rate.value} ({c.rate.source})" if c.rate else "unknown"
-        thr = (
-            f"{c.throughput.value:.4g} {c.throughput.unit} ({c.throughput.source})"
-            if c.throughput
-            else "unknown"
-        )
-        note = f" — excluded: {c.excluded}" if c.excluded else ""
+        rate = f"{c.rate.value} ({md_text(c.rate.source)})" if c.rate else "unknown"
+        note = f" — excluded: {md_text(c.excluded, 1000)}" if c.excluded else ""
         out.append(
-            f"| {c.instance}{note} | {rate} | {thr} | {c.count} | {_money(c.monthly_usd)} | "
+            f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {c.count} | "
+            f"{_money(c.monthly_usd)} | "
             f"{_pct(c.saving_pct)} | {c.payback_month or 'never'} |"
         )
     out += ["", "## What would flip it", ""]
-    out += [f"- {f.text}" for f in r.flips] or ["- (no candidate to vary)"]
+    out += [f"- {md_text(f.text, 1000)}" for f in r.flips] or ["- (no candidate to vary)"]
     notes = report_notes(r)
     if notes:
-        out += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+        out += ["", "## Notes", ""] + [f"- {md_text(n, 2000)}" for n in notes]
     if trace_attribution(r):
-        out += ["", trace_attribution(r)]
-    out += ["", "---", "", "```", *summary, "```", ""]
+        out += ["", md_text(trace_attribution(r))]
+    fence = _fence(summary)
+    out += ["", "---", "", fence, *summary, fence, ""]
     return "\n".join(out)

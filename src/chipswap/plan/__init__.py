@@ -1,0 +1,182 @@
+"""`chipswap plan` as a chain of stages, each a small function from typed inputs to a typed output:
+
+    setup -> traffic -> shapes -> readiness -> projection -> simulation -> fleets -> verdict -> sensitivity
+
+(the report is written by chipswap.report from the PlanResult). A new source of a figure plugs into one stage:
+a measurement into `fleets` (through the one precedence rule in `figures.pick`), a new predictor into
+`projection`, a new way to size a fleet into `simulation` / `sizing`. `run_plan` only calls the stages in
+order
+and assembles the PlanResult; it holds no logic of its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from chipswap.plan.capacity import CapacityCheck
+from chipswap.plan.figures import Figure
+from chipswap.plan.result import (
+    CandidateResult,
+    FleetPlan,
+    PlanResult,
+    ReadinessSummary,
+    ShapeSummary,
+    TrafficSummary,
+)
+from chipswap.workload import Workload
+
+if TYPE_CHECKING:
+    from chipswap.core.sensitivity import Flip
+    from chipswap.plan.fleets import FleetsStage
+    from chipswap.plan.projection import ProjectionStage
+    from chipswap.plan.setup import PlanSetup
+    from chipswap.plan.shapes import ShapesStage
+    from chipswap.plan.simulation import SimulationStage
+    from chipswap.plan.traffic import TrafficStage
+    from chipswap.plan.verdict import VerdictStage
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+__all__ = [
+    "CandidateResult",
+    "Figure",
+    "FleetPlan",
+    "PlanResult",
+    "ReadinessSummary",
+    "ShapeSummary",
+    "TrafficSummary",
+    "run_plan",
+]
+
+
+class _Clock:
+    """Seconds spent per stage (shown in the report's footer and used by the benchmark)."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.seconds: dict[str, float] = {}
+        self.t0 = time.perf_counter()
+
+    def stage(self, name: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        self.say(name)
+        t = time.perf_counter()
+        out = fn(*args, **kwargs)
+        self.seconds[name] = round(time.perf_counter() - t, 3)
+        return out
+
+
+def run_plan(
+    wl: Workload,
+    workload_path: str | Path = "<workload>",
+    *,
+    close_margin_pct: Decimal | None = None,
+    progress: Callable[[str], None] | None = None,
+    bench: tuple[Path, ...] = (),
+    catalog: Any = None,
+    capacity_check: CapacityCheck | None = None,
+) -> PlanResult:
+    """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
+    workload's own; `catalog`: a catalog to price with (default: the shipped one); `capacity_check`: the
+    capacity screen of the pick (None: not checked). Raises ChipswapError (one line) on bad input."""
+    from chipswap.plan import (
+        capacity,
+        fleets,
+        projection,
+        readiness,
+        sensitivity,
+        setup,
+        shapes,
+        simulation,
+        traffic,
+    )
+    from chipswap.plan import verdict as decide
+
+    clock = _Clock(progress or (lambda _m: None))
+    s = setup.setup(wl, workload_path, close_margin_pct, bench, catalog)
+    t = clock.stage("reading traffic", traffic.traffic, s)
+    sh = clock.stage("planning shapes", shapes.shapes, s, t)
+    rd = clock.stage("checking readiness", readiness.readiness, s, sh.summary)
+    load = t.load if t is not None else None
+    pr = clock.stage("projecting", projection.projection, s, load, sh.summary)
+    sim = clock.stage("simulating fleets", simulation.simulation, s, load, sh.summary, pr)
+    fl = clock.stage("choosing figures", fleets.fleets, s, t, pr, sim)
+    summary = t.summary if t is not None else None
+    v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
+    fp = clock.stage("sensitivity", sensitivity.flips, s, v)
+    checked, cap_notes = clock.stage(
+        "checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check
+    )
+    v = replace(v, verdict=checked, notes=(*v.notes, *cap_notes))
+    return _assemble(s, t, sh, pr, sim, fl, v, fp, clock)
+
+
+def _assemble(
+    s: PlanSetup,
+    t: TrafficStage | None,
+    sh: ShapesStage,
+    pr: ProjectionStage,
+    sim: SimulationStage,
+    fl: FleetsStage,
+    v: VerdictStage,
+    fp: tuple[Flip, ...],
+    clock: _Clock,
+) -> PlanResult:
+    wl = s.workload
+    months = range(0, wl.horizon_months + 1)
+    cum_now = tuple(v.monthly_now.value * m for m in months)
+    cum_after = None
+    if v.best is not None and v.best.monthly_usd is not None:
+        cum_after = tuple(v.porting.value + v.best.monthly_usd * m for m in months)
+    notes = [
+        *(t.notes if t is not None else ()),
+        *sh.notes,
+        *pr.notes,
+        *sim.notes,
+        *fl.notes,
+        *v.notes,
+    ]
+    slo = {
+        k: float(val)
+        for k, val in (
+            ("p99_ms", wl.slo.p99_ms),
+            ("ttft_p99_ms", wl.slo.ttft_p99_ms),
+            ("p50_ms", wl.slo.p50_ms),
+        )
+        if val is not None
+    }
+    return PlanResult(
+        wl.title,
+        wl.kind,
+        str(s.path),
+        wl.horizon_months,
+        t.summary if t is not None else None,
+        sh.summary,
+        v.readiness,
+        s.fleet.name,
+        wl.fleet.count,
+        v.fleet_rate,
+        v.monthly_now,
+        fl.gpu.throughput,
+        v.gpu_cost_per_million_usd,
+        v.porting,
+        pr.weights,
+        v.candidates,
+        v.best,
+        v.verdict,
+        s.thresholds,
+        fp,
+        cum_now,
+        cum_after,
+        tuple(dict.fromkeys(notes)),
+        time.perf_counter() - clock.t0,
+        monthly_today=v.monthly_today,
+        gpu_fleet=fl.gpu,
+        slo=slo,
+        stage_seconds=dict(clock.seconds),
+    )

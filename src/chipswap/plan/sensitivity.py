@@ -1,0 +1,114 @@
+"""Sensitivity stage: for each main input, the change that flips the verdict, like for like.
+
+Traffic re-sizes BOTH fleets (each with its own sizer); a price term is applied to BOTH sides; the Neuron and
+the
+GPU throughput are varied separately. Input: PlanSetup and the VerdictStage. Output: the Flip rows. The search
+itself is chipswap.core.sensitivity (pure); every evaluation here is a pure re-run of economics + verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from chipswap.core import cost
+from chipswap.core.sensitivity import Choice, Flip, Knob, sensitivity
+from chipswap.plan.economics import Scenario, evaluate
+from chipswap.plan.setup import PlanSetup
+from chipswap.plan.sizing import RateSizer
+from chipswap.plan.verdict import VerdictStage, rate
+from chipswap.workload import TERMS
+
+
+def _with_utilization(scn: Scenario, u: float) -> Scenario:
+    """Both fleets at utilization `u` (only fleets sized from a requests/s figure have one)."""
+    g, c = scn.gpu_sizer, scn.cand_sizer
+    return replace(
+        scn,
+        gpu_sizer=replace(g, utilization=u) if isinstance(g, RateSizer) else g,
+        cand_sizer=replace(c, utilization=u) if isinstance(c, RateSizer) else c,
+    )
+
+
+def at_term(s: PlanSetup, scn: Scenario, instance: str, term: str) -> Scenario | None:
+    """The scenario with BOTH sides bought on `term` (like for like); None when either side has no published
+    price on it. A GPU figure the user stated (a bill) keeps its discount: it moves by the catalog's ratio
+    between `term` and the fleet's own term."""
+    wl = s.workload
+    cand = rate(s.catalog, instance, s.region, term)
+    gpu_t = rate(s.catalog, s.fleet.name, wl.fleet.region, term)
+    gpu_own = rate(s.catalog, s.fleet.name, wl.fleet.region, wl.fleet.term)
+    if cand is None or gpu_t is None or gpu_own is None or gpu_own.value <= 0:
+        return None
+    ratio = gpu_t.value / gpu_own.value
+    out = replace(scn, cand_rate=cand.value, monthly_today=scn.monthly_today * ratio)
+    if scn.gpu_rate is not None:
+        out = replace(out, gpu_rate=scn.gpu_rate * ratio)
+    return out
+
+
+def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
+    if v.best is None:
+        return ()
+    wl, th = s.workload, s.thresholds
+    facts, scn = v.facts, v.scenario
+
+    def verdict_of(x: Scenario) -> str:
+        return evaluate(facts, x, th).verdict
+
+    knobs: list[Knob] = []
+    if s.kind == "serving":
+        knobs.append(
+            Knob("throughput ratio", 1.0, 0.05, 20.0, lambda m: verdict_of(replace(scn, cand_speed=m)))
+        )
+        if scn.gpu_sizer is not None:
+            knobs.append(
+                Knob("GPU throughput ratio", 1.0, 0.05, 20.0, lambda m: verdict_of(replace(scn, gpu_speed=m)))
+            )
+    elif scn.cand_hours:
+        base_h = scn.cand_hours
+        knobs.append(
+            Knob(
+                "run time (hours)",
+                base_h,
+                base_h / 20,
+                base_h * 20,
+                lambda h: verdict_of(replace(scn, cand_hours=h)),
+            )
+        )
+    day_rate = wl.porting.day_rate_usd
+    knobs.append(
+        Knob(
+            "engineer-days",
+            wl.porting.engineer_days,
+            0.0,
+            max(wl.porting.engineer_days * 50, 500.0),
+            lambda d: verdict_of(replace(scn, porting_usd=cost.porting_cost(cost.D(round(d, 6)), day_rate))),
+        )
+    )
+    if s.kind == "serving":
+        if isinstance(scn.cand_sizer, RateSizer):
+            knobs.append(
+                Knob(
+                    "utilization", wl.utilization, 0.05, 1.0, lambda u: verdict_of(_with_utilization(scn, u))
+                )
+            )
+        knobs.append(Knob("traffic", 1.0, 0.01, 100.0, lambda f: verdict_of(replace(scn, traffic_factor=f))))
+    elif scn.runs_per_month:
+        runs = scn.runs_per_month
+        knobs.append(
+            Knob(
+                "runs per month",
+                runs,
+                runs * 0.01,
+                runs * 100,
+                lambda r: verdict_of(replace(scn, traffic_factor=r / runs)),
+            )
+        )
+    instance = v.best.instance
+
+    def by_term(term: str) -> str | None:
+        x = at_term(s, scn, instance, term)
+        return None if x is None else verdict_of(x)
+
+    choices = [Choice("price term", wl.pricing.term, tuple(TERMS), by_term)]
+    return sensitivity(knobs, choices)

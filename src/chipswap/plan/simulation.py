@@ -1,0 +1,304 @@
+"""Simulation stage: replay the busiest window on each projected fleet and size it for the SLO, like for like
+(today's GPU type and every candidate get the same traffic, objectives and search).
+
+Input: PlanSetup, the Load, the ShapeSummary and the ProjectionStage. Output: SimulationStage: per instance
+the
+layout (tensor-parallel degree x replicas) that needs the fewest instances, that count, the capacity per
+instance within the SLO at the projection's value and at the edges of its error band (a CurveSizer the
+economics and sensitivity stages re-size with), simulated latency percentiles and distributions at that size,
+and the unloaded floor when no size meets the SLO. The simulator is reached through chipswap.core.simulate and
+chipswap.core.fleet (size_fleet, check_fleet) only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from chipswap.plan.projection import ProjectionStage
+from chipswap.plan.result import LatencySample, ShapeSummary
+from chipswap.plan.setup import PlanSetup
+from chipswap.plan.sizing import CurveSizer
+from chipswap.plan.traffic import SEED, Load
+
+MAX_INSTANCES = 1000  # the largest fleet the sizing search tries; beyond it the SLO counts as unreachable
+CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
+BAND_STEPS = 1  # the same at the band's edges (about 7%)
+SMALL_FLEET = 3  # up to this many instances the capacity per instance is searched, not bounded
+
+
+@dataclass(frozen=True)
+class InstanceSim:
+    """One fleet simulated at its size. capacity_rps: requests/s one instance carries within the SLO;
+    feasible: False when no fleet size meets the SLO (floor_ms says how low latency can go unloaded)."""
+
+    instance: str
+    sizer: CurveSizer | None
+    count: int | None
+    capacity_rps: float | None
+    ttft_p99_ms: float | None
+    e2e_p99_ms: float | None
+    band: float | None
+    feasible: bool
+    floor_ms: float | None = None
+    latency: LatencySample = field(default_factory=LatencySample, compare=False)
+    note: str = ""
+    config: Any = None  # the layout that needs the fewest instances (ServingConfig)
+    times: Any = None  # its ServiceTimes
+    e2e_p50_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class SimulationStage:
+    by_instance: dict[str, InstanceSim] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def get(self, instance: str) -> InstanceSim | None:
+        return self.by_instance.get(instance)
+
+
+def _simulator() -> Any:
+    try:
+        from chipswap.core import fleet, simulate
+    except ImportError:
+        return None
+    return simulate, fleet
+
+
+class _Fleet:
+    """One layout of one instance type on the Load: sizes it, checks it at other traffic and speeds."""
+
+    def __init__(self, sim: Any, s: PlanSetup, load: Load, shapes: ShapeSummary | None, lay: Any, slo: Any):
+        self.simulate, self.fleet = sim
+        self.lay, self.cfg, self.load, self.slo = lay, lay.config, load, slo
+        self.mode = s.workload.traffic.mode if s.workload.traffic else "llm"
+        prefill = tuple(shapes.sequence_buckets) if shapes and shapes.sequence_buckets else ()
+        decode = tuple(shapes.decode_buckets) if shapes and shapes.decode_buckets else ()
+        self.setup = self.simulate.setup_from_serving(
+            self.cfg,
+            mode=self.mode,
+            prefill_buckets=prefill if self.cfg.padded else (),
+            decode_buckets=decode if self.cfg.padded else (),
+        )
+        self._scaled: dict[float, Any] = {1.0: load.traffic}
+        self.runs = 0
+        self.sizing: Any = None
+
+    def size(self, cap: int) -> Any:
+        """chipswap.core.fleet.size_fleet on the busiest window, up to `cap` instances."""
+        ld = self.load
+        self.sizing = self.fleet.size_fleet(
+            ld.traffic,
+            self.lay.times,
+            self.setup,
+            self.cfg.replicas,
+            self.slo,
+            mode=self.mode,
+            window_s=ld.window_s,
+            warmup_s=ld.warmup_s,
+            cooldown_s=ld.cooldown_s,
+            max_instances=cap,
+        )
+        self.runs += len(self.sizing.probes)
+        return self.sizing
+
+    def meets(self, n: int, g: float, speed: float) -> bool:
+        """Do `n` instances meet the SLO with traffic scaled by `g` and every call `speed` times as fast?"""
+        from chipswap.core.servicetime import ScaledServiceTimes
+
+        g = round(g, 4)
+        if g not in self._scaled:
+            self._scaled[g] = self.simulate.scale_traffic(self.load.traffic, g, np.random.default_rng(SEED))
+        times = self.lay.times if speed == 1.0 else ScaledServiceTimes(self.lay.times, 1.0 / speed)
+        w = self.sizing.window
+        self.runs += 1
+        check = self.fleet.check_fleet(
+            self._scaled[g],
+            times,
+            self.setup,
+            n,
+            self.cfg.replicas,
+            self.slo,
+            mode=self.mode,
+            measure=(w.start_s, w.end_s),
+        )
+        return bool(check.meets)
+
+    def floor_s(self, speed: float = 1.0) -> float:
+        """The tightest objective's unloaded latency at `speed` as a share of it (> 1: unreachable)."""
+        z = self.sizing
+        shares = [
+            floor / speed / target
+            for floor, target in ((z.floor_ttft_s, self.slo.ttft_s), (z.floor_e2e_s, self.slo.e2e_s))
+            if target is not None and np.isfinite(floor)
+        ]
+        return max(shares) if shares else 0.0
+
+    def floor_ms(self) -> float | None:
+        """The unloaded latency (ms) of the objective that bites hardest."""
+        z = self.sizing
+        pairs = [
+            (floor / target, floor)
+            for floor, target in ((z.floor_ttft_s, self.slo.ttft_s), (z.floor_e2e_s, self.slo.e2e_s))
+            if target is not None and np.isfinite(floor)
+        ]
+        return max(pairs)[1] * 1000 if pairs else None
+
+
+def _capacity(f: _Fleet, n: int, speed: float, start: float, steps: int) -> float | None:
+    """The largest traffic scale `n` instances at `speed` carry within the SLO: bracket from `start` by 15%
+    steps, then `steps` bisection steps (geometric). None when even an idle fleet misses it at this speed."""
+    if f.floor_s(speed) > 1:
+        return None
+    lo, hi = None, None
+    g = start
+    for _ in range(16):
+        if f.meets(n, g, speed):
+            lo = g
+            if hi is not None:
+                break
+            g *= 1.15
+        else:
+            hi = g
+            if lo is not None:
+                break
+            g /= 1.15
+    if lo is None:
+        return None
+    if hi is None:
+        return lo
+    for _ in range(steps):
+        mid = (lo * hi) ** 0.5
+        if f.meets(n, mid, speed):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _ms(seconds: float) -> float | None:
+    return None if not np.isfinite(seconds) else seconds * 1000
+
+
+def _layout_words(cfg: Any) -> str:
+    return f"TP{cfg.tp_degree} x {cfg.replicas}"
+
+
+def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any, slo: Any) -> InstanceSim:
+    """Size every layout of one instance type for the SLO and keep the one that needs the fewest instances
+    (ties: the projection's own pick, the highest throughput). A layout is only searched below the best so
+    far."""
+    best: tuple[int, _Fleet] | None = None
+    tried: list[str] = []
+    floors: list[float] = []
+    runs = 0
+    for lay in (p, *getattr(p, "alternatives", ())):
+        f = _Fleet(sim, s, load, shapes, lay, slo)
+        cap = MAX_INSTANCES if best is None else best[0] - 1
+        z = f.size(max(cap, 1)) if cap >= 1 else None
+        runs += f.runs
+        if z is None or z.verdict != "meets":
+            if z is not None and z.verdict == "below_floor" and f.floor_ms() is not None:
+                floors.append(f.floor_ms() or 0.0)
+            why = z.message if z is not None and best is None else f"no fewer than {best[0] if best else 0}"
+            tried.append(f"{_layout_words(lay.config)}: {why}")
+            continue
+        tried.append(f"{_layout_words(lay.config)}: {z.instances} instance{'s' if z.instances != 1 else ''}")
+        best = (int(z.instances), f)
+    what = f"simulated: {load.what}, {load.requests:,} requests in the window"
+    band = float(p.times.band or 0.0)
+    if best is None:
+        return InstanceSim(
+            p.instance,
+            None,
+            None,
+            None,
+            None,
+            None,
+            band,
+            False,
+            min(floors) if floors else None,
+            note=f"{what}; layouts tried: " + "; ".join(tried),
+        )
+    n, f = best
+    before = f.runs
+    speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+    # capacity per instance: n meets the window and n - 1 does not, so it lies within rate/n .. rate/(n-1);
+    # a small fleet is searched (that range is wide), a large one takes rate/n (its count at 1x is exact)
+    g1 = (_capacity(f, n, 1.0, 1.0, CAPACITY_STEPS) or 1.0) if n <= SMALL_FLEET else 1.0
+    caps: list[float | None] = []
+    for sp in speeds:
+        g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
+        caps.append(None if g is None else load.rate_rps * g / n)
+    runs += f.runs - before
+    res = f.sizing.check.result
+    batching = "continuous" if f.mode == "llm" else "dynamic"
+    note = (
+        f"{what}; {batching} batching up to {f.cfg.max_batch}"
+        + (", padded to the compiled buckets" if f.cfg.padded else "")
+        + f"; layouts tried: {'; '.join(tried)}; {runs} simulations"
+    )
+    return InstanceSim(
+        p.instance,
+        CurveSizer(load.rate_rps, speeds, tuple(caps), "simulated for the SLO"),
+        n,
+        caps[speeds.index(1.0)],
+        _ms(res.ttft.p99),
+        _ms(res.e2e.p99),
+        band,
+        True,
+        f.floor_ms(),
+        LatencySample(res.latency_cdf("ttft")[1] * 1000, res.latency_cdf("e2e")[1] * 1000),
+        note,
+        f.cfg,
+        f.lay.times,
+        _ms(res.e2e.p50),
+    )
+
+
+def _same_layouts(p: Any) -> tuple[Any, ...]:
+    """What makes two instance types simulate alike: every layout's configuration (less the instance name)
+    and service times (inf2.xlarge and inf2.8xlarge carry the same chip)."""
+    return tuple(
+        (replace(lay.config, instance=""), lay.times) for lay in (p, *getattr(p, "alternatives", ()))
+    )
+
+
+def simulation(
+    s: PlanSetup, load: Load | None, shapes: ShapeSummary | None, proj: ProjectionStage
+) -> SimulationStage:
+    projected = [p for p in proj.by_instance.values() if p.times is not None and p.excluded is None]
+    if s.kind != "serving" or load is None or not projected:
+        return SimulationStage()
+    sim = _simulator()
+    if sim is None:
+        return SimulationStage(
+            notes=(
+                "the fleet simulator is not installed here: projected fleets are sized from the projected "
+                f"steady throughput at {s.workload.utilization:.0%} utilization, and latency is not "
+                "simulated",
+            )
+        )
+    objectives = s.workload.slo
+    if objectives.p99_ms is None and objectives.ttft_p99_ms is None:
+        return SimulationStage(
+            notes=(
+                "no latency objective (slo.p99_ms or slo.ttft_p99_ms): projected fleets are sized from the "
+                f"projected steady throughput at {s.workload.utilization:.0%} utilization; state an SLO to "
+                "size both fleets by simulation",
+            )
+        )
+    slo = sim[1].Slo(
+        ttft_s=objectives.ttft_p99_ms / 1000 if objectives.ttft_p99_ms is not None else None,
+        e2e_s=objectives.p99_ms / 1000 if objectives.p99_ms is not None else None,
+    )
+    out: dict[str, InstanceSim] = {}
+    done: list[tuple[tuple[Any, ...], InstanceSim]] = []
+    for p in projected:
+        key = _same_layouts(p)
+        twin = next((r for k, r in done if k == key), None)
+        out[p.instance] = replace(twin, instance=p.instance) if twin else _one(s, sim, load, shapes, p, slo)
+        done.append((key, out[p.instance]))
+    return SimulationStage(out)

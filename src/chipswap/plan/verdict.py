@@ -1,0 +1,400 @@
+"""Verdict stage: price both sides, pick the best candidate, and decide, with the error band taken into
+account.
+
+Input: PlanSetup, the traffic summary, shapes, readiness and FleetsStage. Output: VerdictStage (every
+candidate's
+money, the pick, the Verdict and the Scenario/Facts the sensitivity stage varies). The decision itself is the
+pure table in chipswap.core.verdict; this stage only assembles its Facts, including `band_flip`: when the
+move's
+saving flips somewhere inside the error band of the throughput figures it rests on, the verdict is a close
+call
+and the words say which figure, which band and where it flips. Prices come from the catalog in PlanSetup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+from chipswap.core import cost
+from chipswap.core.verdict import MOVES, Facts, Verdict, decide
+from chipswap.errors import ChipswapError
+from chipswap.plan.economics import Money, Scenario, economics, evaluate
+from chipswap.plan.figures import Figure
+from chipswap.plan.fleets import FleetsStage
+from chipswap.plan.result import CandidateResult, FleetPlan, ReadinessSummary, ShapeSummary, TrafficSummary
+from chipswap.plan.setup import PlanSetup, rules_target
+
+
+@dataclass(frozen=True)
+class VerdictStage:
+    candidates: tuple[CandidateResult, ...]
+    best: CandidateResult | None
+    verdict: Verdict
+    facts: Facts  # of the pick (or the workload alone when there is none)
+    scenario: Scenario
+    monthly_now: Figure  # the baseline the saving is measured against
+    monthly_today: Figure  # what today's fleet costs
+    fleet_rate: Figure | None
+    gpu_cost_per_million_usd: Decimal | None
+    porting: Figure
+    readiness: ReadinessSummary  # headlined for the pick's target
+    gpu_count: int | None  # GPU instances the traffic needs (serving), None when not sized
+    notes: tuple[str, ...] = ()
+
+
+def rate(catalog: Any, instance: str, region: str, term: str) -> Figure | None:
+    """The catalog's hourly price as a Figure (source and date); None when the term has no published price."""
+    try:
+        r = catalog.rate(instance, region, term)
+    except ChipswapError:
+        return None
+    return Figure(
+        Decimal(r.usd_per_hour), "USD/h", f"catalog: {r.source} ({r.as_of})", getattr(r, "note", "")
+    )
+
+
+def _pct(x: Decimal | None) -> str:
+    return "unknown" if x is None else f"{x.quantize(Decimal('0.1'))}"
+
+
+def _today(s: PlanSetup, fleet_rate: Figure | None, gpu_hours: float | None) -> Figure:
+    wl = s.workload
+    hours = cost.D(wl.fleet.hours_per_month)
+    if s.kind == "training":
+        assert wl.job is not None
+        if fleet_rate is None:
+            raise ChipswapError(
+                f"{s.path}: fleet.term: no {wl.fleet.term} price for {s.fleet.name} in {wl.fleet.region}; "
+                "expected a term the catalog prices (on-demand or spot)"
+            )
+        if gpu_hours is None:
+            raise ChipswapError(
+                f"{s.path}: job: no run time for {s.fleet.name}: give job.gpu_hours, or job.tokens with a "
+                "[model] to project it"
+            )
+        per_run = cost.job_cost(gpu_hours, fleet_rate.value, wl.fleet.count)
+        return Figure(
+            per_run * cost.D(wl.job.runs_per_month),
+            "USD/month",
+            "computed",
+            f"{gpu_hours:.4g} h x {fleet_rate.value} USD/h x {wl.fleet.count} x "
+            f"{wl.job.runs_per_month:g} runs/month",
+        )
+    if wl.fleet.monthly_bill_usd is not None:
+        return Figure(wl.fleet.monthly_bill_usd, "USD/month", "stated", "fleet.monthly_bill_usd")
+    if fleet_rate is None:
+        raise ChipswapError(
+            f"{s.path}: fleet.term: no {wl.fleet.term} price for {s.fleet.name} in {wl.fleet.region}; "
+            "expected a priced term, or give fleet.monthly_bill_usd"
+        )
+    return Figure(
+        cost.monthly_cost(fleet_rate.value, wl.fleet.count, hours),
+        "USD/month",
+        "computed",
+        f"{wl.fleet.count} x {s.fleet.name} x {fleet_rate.value} USD/h x {hours} h",
+    )
+
+
+def gpu_hourly(s: PlanSetup, today: Figure, fleet_rate: Figure | None) -> Decimal | None:
+    """USD per GPU instance-hour: the catalog price, or the stated bill spread over count x hours."""
+    wl = s.workload
+    if s.kind == "serving" and wl.fleet.monthly_bill_usd is not None:
+        return wl.fleet.monthly_bill_usd / (cost.D(wl.fleet.count) * cost.D(wl.fleet.hours_per_month))
+    return fleet_rate.value if fleet_rate is not None else None
+
+
+def _slo_text(s: PlanSetup) -> str | None:
+    slo = s.workload.slo
+    parts = []
+    if slo.p99_ms is not None:
+        parts.append(f"end-to-end p99 <= {slo.p99_ms:,.0f} ms")
+    if slo.ttft_p99_ms is not None:
+        parts.append(f"TTFT p99 <= {slo.ttft_p99_ms:,.0f} ms")
+    if slo.p50_ms is not None:
+        parts.append(f"end-to-end p50 <= {slo.p50_ms:,.0f} ms")
+    return "; ".join(parts) or None
+
+
+def band_edges(cand: Figure | None, gpu: Figure | None) -> tuple[float, float]:
+    """Relative half-widths of the candidate's and the GPU's throughput bands (0 when a figure has none)."""
+    bc = cand.band if cand is not None and cand.band else 0.0
+    bg = gpu.band if gpu is not None and gpu.band else 0.0
+    return bc, bg
+
+
+def at_band(scn: Scenario, bc: float, bg: float, e: float) -> Scenario:
+    """The scenario `e` of the way to the band's edge against the move (e = 1: candidate slowest, GPU fastest;
+    e = -1: the other edge)."""
+    return replace(scn, cand_speed=(1 + bc) ** (-e), gpu_speed=(1 + bg) ** e)
+
+
+def _band_words(c: CandidateResult, gpu: FleetPlan, bc: float, bg: float, e: float) -> str:
+    parts = []
+    if bc:
+        parts.append(f"a {(1 + bc) ** e:.2f}x slower {c.instance} throughput (projection band ±{bc:.0%})")
+    if bg:
+        parts.append(f"a {(1 + bg) ** e:.2f}x faster {gpu.instance} throughput (band ±{bg:.0%})")
+    return " and ".join(parts)
+
+
+def band_check(
+    facts: Facts, scn: Scenario, th: Any, c: CandidateResult, gpu: FleetPlan
+) -> tuple[str | None, tuple[Decimal | None, Decimal | None]]:
+    """(why the move is a close call, or None; the saving % at the band's two edges)."""
+    bc, bg = band_edges(c.throughput, gpu.throughput)
+    if not bc and not bg:
+        return None, (c.saving_pct, c.saving_pct)
+    worst, best = economics(at_band(scn, bc, bg, 1.0)), economics(at_band(scn, bc, bg, -1.0))
+    rng = (worst.saving_pct, best.saving_pct)
+    base = evaluate(facts, scn, th).verdict
+    if base not in MOVES or evaluate(facts, at_band(scn, bc, bg, 1.0), th).verdict == base:
+        return None, rng
+    lo, hi = 0.0, 1.0  # bisection on the share of the band: the move holds at lo, not at hi
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if evaluate(facts, at_band(scn, bc, bg, mid), th).verdict == base:
+            lo = mid
+        else:
+            hi = mid
+    flipped = evaluate(facts, at_band(scn, bc, bg, hi), th).verdict
+    return (
+        f"the move rests on projections: {_band_words(c, gpu, bc, bg, hi)} would make it '{flipped}', and "
+        f"that lies inside the error band; across the band the saving is {_pct(rng[0])}% to {_pct(rng[1])}% "
+        "— if the answer is close, it is a no",
+        rng,
+    )
+
+
+def _floor_words(fleet: FleetPlan) -> str:
+    floor = f"{fleet.slo_floor_ms:,.0f} ms" if fleet.slo_floor_ms is not None else "unknown"
+    return f"{fleet.instance} (unloaded latency {floor})"
+
+
+def verdict(
+    s: PlanSetup,
+    traffic: TrafficSummary | None,
+    shapes: ShapeSummary | None,
+    readiness: ReadinessSummary,
+    fl: FleetsStage,
+) -> VerdictStage:
+    wl, th = s.workload, s.thresholds
+    fleet_rate = rate(s.catalog, s.fleet.name, wl.fleet.region, wl.fleet.term)
+    gpu = fl.gpu
+    gpu_hours = float(gpu.throughput.value) if s.kind == "training" and gpu.throughput else None
+    today = _today(s, fleet_rate, gpu_hours)
+    hours = cost.D(wl.fleet.hours_per_month)
+    porting_usd = cost.porting_cost(wl.porting.engineer_days, wl.porting.day_rate_usd)
+    porting = Figure(
+        porting_usd,
+        "USD",
+        "stated",
+        f"{wl.porting.engineer_days:g} engineer-days x {wl.porting.day_rate_usd} USD/day (assumption)",
+    )
+    util = wl.utilization
+    slo_on = s.kind == "serving" and wl.slo.any
+    base_facts = Facts(
+        kind=wl.kind,
+        target_kind=None,
+        target=None,
+        research_churn=wl.stability.research_churn,
+        custom_cuda_kernels=wl.stability.custom_cuda_kernels,
+        model_changes_per_month=wl.stability.model_changes_per_month,
+        readiness_blockers=readiness.blockers if readiness.checked else None,
+        peak_to_mean=traffic.peak_to_mean if traffic else None,
+        mean_rps=traffic.mean_rps if traffic else None,
+        horizon_months=wl.horizon_months,
+        monthly_now_usd=today.value,
+        monthly_after_usd=None,
+        porting_usd=porting_usd,
+        payback_month=None,
+        slo_p99_ms=wl.slo.p99_ms if slo_on else None,
+        slo_text=_slo_text(s) if slo_on else None,
+    )
+    base_scn = Scenario(
+        kind=wl.kind,
+        monthly_today=today.value,
+        fleet_count=wl.fleet.count,
+        hours_per_month=hours,
+        gpu_rate=gpu_hourly(s, today, fleet_rate),
+        cand_rate=None,
+        porting_usd=porting_usd,
+        horizon_months=wl.horizon_months,
+        gpu_sizer=fl.sizers.get(s.fleet.name),
+        mean_rps=traffic.mean_rps if traffic else None,
+        gpu_hours=gpu_hours,
+        runs_per_month=wl.job.runs_per_month if wl.job else None,
+        overflow_share=shapes.overflow_share if shapes else None,
+        overflow_policy=shapes.overflow_policy if shapes else None,
+    )
+    base_money = economics(base_scn)
+    base_facts = replace(base_facts, monthly_now_usd=base_money.monthly_now)
+    monthly_now = today
+    if s.kind == "serving" and base_money.gpu_count is not None:
+        monthly_now = Figure(
+            base_money.monthly_now,
+            "USD/month",
+            "computed",
+            f"{base_money.gpu_count} x {s.fleet.name} (sized for the busiest window, like the candidates) x "
+            f"{base_scn.gpu_rate:.4f} USD/h x {hours} h",
+        )
+    notes = list(_gpu_notes(s, today, base_money, gpu))
+    gpu_cpm = None
+    if s.kind == "serving" and gpu.throughput is not None and base_scn.gpu_rate is not None:
+        gpu_cpm = cost.cost_per_million(float(gpu.throughput.value), base_scn.gpu_rate, util)
+
+    results: list[tuple[CandidateResult, Scenario, Facts]] = []
+    for inst, fleet in zip(s.candidates, fl.candidates, strict=True):
+        r = rate(s.catalog, inst.name, s.region, wl.pricing.term)
+        excluded = fl.excluded.get(inst.name)
+        thr = fleet.throughput
+        scn = replace(base_scn, cand_rate=r.value if r else None, cand_sizer=fl.sizers.get(inst.name))
+        if s.kind == "training":
+            scn = replace(scn, cand_hours=float(thr.value) if thr is not None else None)
+        if thr is None:
+            excluded = excluded or "no throughput: nothing projected and no figure given for it"
+        if s.kind == "serving" and fleet.meets_slo is False:
+            excluded = excluded or (
+                "no fleet size meets the SLO: " + _floor_words(fleet)
+                if fleet.count is None or (thr is not None and thr.kind == "projected")
+                else f"misses the SLO ({_latency_words(fleet)})"
+            )
+        if r is None:
+            excluded = (
+                excluded or f"no published {wl.pricing.term} price in {s.region} (unknown, not guessed)"
+            )
+        money: Money = economics(scn)
+        cpm = None
+        if s.kind == "serving" and r is not None and thr is not None:
+            cpm = cost.cost_per_million(float(thr.value), r.value, util)
+        tgt = rules_target(inst.family)
+        facts = replace(
+            base_facts,
+            target=inst.name,
+            target_kind=inst.kind,
+            meets_slo=fleet.meets_slo,
+            readiness_blockers=readiness.for_target(tgt).blockers if readiness.checked else None,
+            throughput_assumed=thr is not None and thr.kind == "assumption",
+            throughput_label=thr.label if thr is not None and thr.kind in ("projected", "measured") else None,
+        )
+        cand = CandidateResult(
+            inst.name,
+            inst.kind,
+            r,
+            thr,
+            money.count,
+            money.monthly_after,
+            cpm,
+            money.saving,
+            money.saving_pct,
+            money.payback_month,
+            money.payback_run,
+            fleet.meets_slo,
+            excluded,
+            fleet=fleet,
+        )
+        results.append((cand, scn, facts))
+
+    # the pick: the largest monthly saving among priced, fitting, SLO-meeting candidates, preferring those
+    # whose
+    # readiness target has no predicted blockers; an SLO that is set but not evaluated is never a pass
+    viable = [r for r in results if r[0].excluded is None and r[0].saving_usd is not None]
+    clean = [r for r in viable if r[2].readiness_blockers == 0]
+    pool = clean or viable
+    pool = [r for r in pool if r[0].meets_slo is True] or pool
+    chosen = max(pool, key=lambda r: r[0].saving_usd or Decimal(0)) if pool else None
+    final: list[CandidateResult] = []
+    for c, scn, facts in results:
+        why, rng = band_check(facts, scn, th, c, gpu) if c.saving_pct is not None else (None, (None, None))
+        final.append(replace(c, saving_pct_range=rng))
+        if chosen is not None and c is chosen[0]:
+            chosen = (final[-1], scn, replace(facts, band_flip=why))
+    if chosen is not None:
+        best, scn, facts = chosen
+        v = evaluate(facts, scn, th)
+        if readiness.checked:
+            readiness = readiness.for_target(rules_target(s.catalog.instance(best.instance).family))
+    else:
+        best = None
+        scn = base_scn
+        facts = replace(base_facts, no_candidate_why=_no_candidate(s, final, fl))
+        v = decide(facts, th)
+    return VerdictStage(
+        tuple(final),
+        best,
+        v,
+        facts,
+        scn,
+        monthly_now,
+        today,
+        fleet_rate,
+        gpu_cpm,
+        porting,
+        readiness,
+        base_money.gpu_count,
+        tuple(notes),
+    )
+
+
+def _latency_words(fleet: FleetPlan) -> str:
+    parts = []
+    for name, fig in (("end-to-end p99", fleet.e2e_p99), ("TTFT p99", fleet.ttft_p99)):
+        if fig is not None:
+            parts.append(f"{name} {float(fig.value):,.0f} ms, {fig.label}")
+    return "; ".join(parts) or "no latency figure"
+
+
+def _no_candidate(s: PlanSetup, cands: list[CandidateResult], fl: FleetsStage) -> str | None:
+    slo_out = [c for c in cands if c.excluded and c.excluded.startswith("no fleet size meets the SLO")]
+    if slo_out and len(slo_out) == len(cands):
+        floors = [c.fleet.slo_floor_ms for c in slo_out if c.fleet and c.fleet.slo_floor_ms is not None]
+        need = f"; an objective of at least {min(floors):,.0f} ms would be reachable" if floors else ""
+        gpu = fl.gpu
+        gpu_words = (
+            f"; today's {gpu.instance} cannot meet it either (unloaded {gpu.slo_floor_ms:,.0f} ms)"
+            if gpu.meets_slo is False and gpu.slo_floor_ms is not None
+            else ""
+        )
+        return (
+            f"no fleet size meets the SLO ({_slo_text(s)}) on any candidate: "
+            + ", ".join(_floor_words(c.fleet) for c in slo_out if c.fleet)
+            + need
+            + gpu_words
+        )
+    if cands and all(c.excluded for c in cands):
+        return "no candidate can be chosen: " + "; ".join(f"{c.instance}: {c.excluded}" for c in cands)
+    return None
+
+
+def _gpu_notes(s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan) -> tuple[str, ...]:
+    """Today's GPU fleet against the fleet the traffic needs (sized like the candidates)."""
+    if s.kind != "serving":
+        return ()
+    n_today, needed = s.workload.fleet.count, money.gpu_count
+    if gpu.meets_slo is False and needed is None:
+        floor = f" (its unloaded latency is {gpu.slo_floor_ms:,.0f} ms)" if gpu.slo_floor_ms else ""
+        return (f"no number of {gpu.instance} meets the SLO{floor}: the saving compares with today's bill",)
+    if needed is None:
+        return ()
+    simulated = gpu.throughput is not None and gpu.sizing.startswith("simulated")
+    need = (
+        "the SLO needs"
+        if simulated
+        else f"the busiest window needs at {s.workload.utilization:.0%} utilization"
+    )
+    if needed > n_today:
+        miss = "misses the SLO at the busiest window" if simulated else "is too small for the busiest window"
+        return (
+            f"today's GPU fleet {miss}: {n_today} x {gpu.instance}, where {need} {needed}; the saving "
+            "compares "
+            f"with those {needed} ({money.monthly_now.quantize(Decimal('0.01')):,} USD/month)",
+        )
+    if needed < n_today and today.value > 0:
+        gain = today.value - money.monthly_now
+        return (
+            f"today's GPU fleet is larger than {need}: {needed} x {gpu.instance} would do, which saves "
+            f"{gain.quantize(Decimal('0.01')):,} USD/month ({gain / today.value * 100:.1f}%) without a port; "
+            "the saving of a move compares with that right-sized fleet",
+        )
+    return ()
