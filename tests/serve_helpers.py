@@ -51,9 +51,8 @@ def compiled_tiny(root: Path) -> tuple[Path, Path]:
         progress=False,
     )
     assert report.ok, report.to_json()
-    cset = dict(report.compiled_set)
-    cset["vocab_size"] = int(target.config["vocab_size"])
-    save_compiled_set(cset, out)
+    assert report.compiled_set["vocab_size"] == 1000  # serve checks token ids against it
+    save_compiled_set(report, out)
     return out, cache_dir
 
 
@@ -69,7 +68,9 @@ def cli_server(*args: str, ready_timeout: float = 180.0) -> Iterator[tuple[Any, 
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "chipswap", "serve", *args, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = None
     lines: list[str] = []
@@ -85,7 +86,8 @@ def cli_server(*args: str, ready_timeout: float = 180.0) -> Iterator[tuple[Any, 
             if m:
                 url = m.group(1)
         assert url, f"server did not start: {''.join(lines)}"
-        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # keep the pipe drained
+        drain = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
+        drain.start()  # keeps the pipe from filling up; the lines stay readable as proc.log
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:

@@ -1,5 +1,6 @@
 """Load generator pieces without a network: the schedule from a trace, the figures from records, and the
-chipswap.bench/1 file (written, read back strictly, turned into measured figures and a planner latency table)."""
+chipswap.bench/1 file (written, read back strictly, turned into measured figures and a planner latency
+table)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,18 @@ def test_no_timestamps_needs_a_rate_and_gets_poisson():
     assert s.offered_rps == pytest.approx(50.0, rel=0.05)
     again = build_schedule(PROMPTS, None, None, max_requests=5000, duration_s=1e4, rate=50.0, seed=3)
     assert np.array_equal(s.at_s, again.at_s)  # seeded
+
+
+def test_poisson_arrivals_on_request_even_with_timestamps():
+    s = build_schedule(PROMPTS, OUTS, TS, max_requests=3000, duration_s=100, rate=30.0, arrivals="poisson")
+    assert s.arrivals == "poisson" and s.offered_rps == pytest.approx(30.0, rel=0.07)
+    gaps = np.diff(s.at_s)
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.1)  # exponential gaps: CV 1
+    assert s.prompt_tokens.tolist()[:6] == PROMPTS.tolist()  # lengths still from the trace
+    with pytest.raises(ChipswapError, match="need --rate"):
+        build_schedule(PROMPTS, OUTS, TS, max_requests=5, duration_s=10, arrivals="poisson")
+    with pytest.raises(ChipswapError, match="unknown arrivals"):
+        build_schedule(PROMPTS, OUTS, TS, max_requests=5, duration_s=10, rate=1.0, arrivals="bursty")
 
 
 def test_bounded_by_count_and_duration_and_wraps_the_trace():
@@ -108,7 +121,13 @@ def test_summary_counts_rates_percentiles_and_goodput():
     out = summarize(recs, Slo(e2e_ms=100))
     c = out["counts"]
     assert (c["planned"], c["sent"], c["ok"], c["rejected"], c["errors"], c["timeouts"], c["not_sent"]) == (
-        24, 23, 20, 1, 2, 1, 1,
+        24,
+        23,
+        20,
+        1,
+        2,
+        1,
+        1,
     )
     p = out["latency_ms"]["e2e"]
     want = np.percentile(np.array(e2e) * 1000, [50, 90, 99])
@@ -125,7 +144,8 @@ def test_summary_counts_rates_percentiles_and_goodput():
 
 
 def test_padding_per_request_adds_up_to_the_batches():
-    # batch A: bucket 16, compiled batch 4, 3 real rows of 5, 9, 16 tokens; batch B: bucket 32, batch 1, 20 tokens
+    # batch A: bucket 16, compiled batch 4, 3 real rows of 5, 9, 16 tokens
+    # batch B: bucket 32, batch 1, 20 tokens
     recs = [
         _rec(0, prompt_tokens=5, bucket=16, batch=4, fill=3, server_model_ms=4.0),
         _rec(1, prompt_tokens=9, bucket=16, batch=4, fill=3, server_model_ms=4.0),
@@ -156,8 +176,15 @@ def test_streamed_records_give_ttft_itl_tpot():
 # ---------------------------------------------------------------------------------------- results file
 def _doc(**over):
     recs = [
-        _rec(k, e2e=0.02 + 0.001 * k, prompt_tokens=5 + k, bucket=16 if k < 6 else 32, batch=4, fill=2,
-             server_model_ms=8.0 if k < 6 else 12.0)
+        _rec(
+            k,
+            e2e=0.02 + 0.001 * k,
+            prompt_tokens=5 + k,
+            bucket=16 if k < 6 else 32,
+            batch=4,
+            fill=2,
+            server_model_ms=8.0 if k < 6 else 12.0,
+        )
         for k in range(10)
     ]
     result = summarize(recs, Slo(e2e_ms=25))
@@ -169,7 +196,12 @@ def _doc(**over):
         complete=True,
         stop_reason="every planned request was sent",
         command="chipswap bench http://127.0.0.1:8000",
-        instance={"name": "inf2.xlarge", "term": "on-demand", "region": "us-east-1", "usd_per_hour": "0.7582"},
+        instance={
+            "name": "inf2.xlarge",
+            "term": "on-demand",
+            "region": "us-east-1",
+            "usd_per_hour": "0.7582",
+        },
         cost={"per_million_requests_usd": "12.5000", "basis": "goodput at the SLO"},
     )
     doc.update(over)

@@ -1,11 +1,11 @@
 """`chipswap bench --protocol completions|chat` against a real OpenAI-compatible streaming server on loopback.
 
-The server is written for this test: a tiny GPT-2 built from the shipped tiny-gpt2 config (random weights, real
-transformers code, KV cache, greedy decoding) behind FastAPI, streaming Server-Sent Events in the OpenAI format
-(vLLM's wire format: one token per chunk, a final usage chunk, ``data: [DONE]``). It records, per request id,
-when the request arrived and when each token chunk left. The load generator's TTFT, inter-token gaps, token
-counts and prompt lengths are checked against those server-side timings and counts. Then the ways an endpoint
-can be wrong: an HTML reply, a JSON reply without streaming, an error status, a broken stream."""
+The server is written for this test: a tiny GPT-2 built from the shipped tiny-gpt2 config (random weights,
+real transformers code, KV cache, greedy decoding) behind FastAPI, streaming Server-Sent Events in the OpenAI
+format (vLLM's wire format: one token per chunk, a final usage chunk, ``data: [DONE]``). It records, per
+request id, when the request arrived and when each token chunk left. The load generator's TTFT, inter-token
+gaps, token counts and prompt lengths are checked against those server-side timings and counts. Then the ways
+an endpoint can be wrong: an HTML reply, a JSON reply without streaming, an error status, a broken stream."""
 
 from __future__ import annotations
 
@@ -73,11 +73,20 @@ def make_openai_app(gpt: TinyGPT2, tokenizer, log: dict) -> FastAPI:
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         ids = tokenizer.encode(prompt, special=False)
         n = int(body["max_tokens"])
-        entry = log[rid] = {"received": received, "prompt_tokens": len(ids), "token_times": [], "max_tokens": n}
+        entry = log[rid] = {
+            "received": received,
+            "prompt_tokens": len(ids),
+            "token_times": [],
+            "max_tokens": n,
+        }
 
         def chunk(piece: str | None, usage=None) -> str:
             if chat:
-                choices = [] if piece is None else [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]
+                choices = (
+                    []
+                    if piece is None
+                    else [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]
+                )
                 obj = {"id": rid, "object": "chat.completion.chunk", "model": MODEL_ID, "choices": choices}
             else:
                 choices = [] if piece is None else [{"index": 0, "text": piece, "finish_reason": None}]
@@ -93,7 +102,9 @@ def make_openai_app(gpt: TinyGPT2, tokenizer, log: dict) -> FastAPI:
                 cur = [tok]
                 entry["token_times"].append(time.monotonic())
                 yield chunk(" " + tokenizer.impl.id_to_token(tok))
-            yield chunk(None, {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n})
+            yield chunk(
+                None, {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n}
+            )
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
@@ -134,7 +145,11 @@ def test_ttft_itl_and_counts_match_the_servers_own_timings(gpt, tokenizer, tmp_p
 
     trace = read_trace(_trace(tmp_path))
     sched = build_schedule(
-        trace.prompt_tokens, trace.output_tokens, trace.timestamps_s, max_requests=10, duration_s=30,
+        trace.prompt_tokens,
+        trace.output_tokens,
+        trace.timestamps_s,
+        max_requests=10,
+        duration_s=30,
         length_map="none",
     )
     log: dict = {}
@@ -169,8 +184,14 @@ def test_bench_openai_chat_results_file(gpt, tokenizer, tmp_path):
     with run_app(make_openai_app(gpt, tokenizer, log)) as url:
         doc = run_bench(
             BenchOptions(
-                url=url + "/v1", protocol="chat", trace=str(_trace(tmp_path, 8)), max_requests=8, duration_s=30,
-                timeout_s=30, slo=Slo(ttft_ms=5000, itl_ms=5000), instance="g6e.12xlarge",
+                url=url + "/v1",
+                protocol="chat",
+                trace=str(_trace(tmp_path, 8)),
+                max_requests=8,
+                duration_s=30,
+                timeout_s=30,
+                slo=Slo(ttft_ms=5000, itl_ms=5000),
+                instance="g6e.12xlarge",
             )
         )
     assert doc["complete"] and doc["counts"]["ok"] == 8
@@ -222,8 +243,15 @@ def test_non_openai_replies_stop_the_run_with_a_clear_message(tmp_path, kind, wo
     with run_app(_bad_app(kind)) as url:
         t0 = time.monotonic()
         doc = run_bench(
-            BenchOptions(url=url, protocol="completions", trace=str(_trace(tmp_path, 40)), max_requests=40,
-                         duration_s=30, timeout_s=5, rate=20.0)
+            BenchOptions(
+                url=url,
+                protocol="completions",
+                trace=str(_trace(tmp_path, 40)),
+                max_requests=40,
+                duration_s=30,
+                timeout_s=5,
+                rate=20.0,
+            )
         )
         assert time.monotonic() - t0 < 15
     assert doc["complete"] is False and words in doc["stop_reason"], doc["stop_reason"]

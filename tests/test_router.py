@@ -126,3 +126,26 @@ def test_router_equals_unpadded_reference(reqs, policy):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert r.stats.requests == len(reqs)
     assert r.stats.real_tokens + r.stats.padded_tokens == sum(b * s for b, s in calls)
+
+
+def test_bucket_for_and_run_bucket_serve_one_gathered_batch():
+    r, calls = _router()
+    assert [r.bucket_for(n) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
+    with pytest.raises(InputTooLong):
+        r.bucket_for(17)
+    rows = [[1, 2], [3, 4, 5]]
+    out = r.run_bucket(rows, 4, 8)  # two real rows in a compiled batch of 4 at sequence bucket 8
+    assert calls == [(4, 8)]
+    for row, got in zip(rows, out, strict=True):
+        want = _reference(row)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert r.stats.padded_tokens == 4 * 8 - 5 and r.stats.per_bucket == {"4x8": 1}
+    with pytest.raises(ChipswapError, match="no compiled bucket 3x8"):
+        r.run_bucket(rows, 3, 8)
+
+
+def test_bucket_for_with_truncation_uses_the_largest():
+    r, _ = _router(truncate=True)
+    assert r.bucket_for(40) == 16
+    out = r.run_bucket([list(range(1, 30))], 1, 16)
+    assert torch.equal(out[0][0], _reference(list(range(1, 17)))[0]) and r.stats.truncated == 1

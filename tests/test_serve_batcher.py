@@ -1,8 +1,8 @@
 """Dynamic batcher: batches fill to the compiled size, the delay bounds waiting, FIFO across buckets, bounded
 queues reject with Retry-After, deadlines drop stale requests, close drains (or refuses) queued work.
 
-The model here records each call and answers with the sum of each row, so every request's answer can be checked
-against its own input (the batcher must never mix rows up)."""
+The model here records each call and answers with the sum of each row, so every request's answer can be
+checked against its own input (the batcher must never mix rows up)."""
 
 from __future__ import annotations
 
@@ -233,6 +233,64 @@ def test_metrics_padding_and_fill():
     assert metrics.value("chipswap_batch_fill_ratio_sum", bucket=8) == pytest.approx(1.0)
 
 
+class TimedModel(RecordingModel):
+    """A call of batch b costs fixed + per_row * b seconds (CPU: time grows with the batch; an accelerator:
+    about flat)."""
+
+    def __init__(self, fixed: float, per_row: float) -> None:
+        super().__init__()
+        self.fixed, self.per_row = fixed, per_row
+
+    def run_bucket(self, rows, batch, bucket):
+        self.gate.wait(10)
+        time.sleep(self.fixed + self.per_row * batch)
+        self.calls.append((batch, bucket, len(rows)))
+        return [(sum(r),) for r in rows]
+
+
+@pytest.mark.parametrize(
+    "fixed,per_row,padded", [(0.0, 0.03, False), (0.08, 0.0, True)], ids=["cpu", "accel"]
+)
+def test_batch_size_follows_the_measured_cost(fixed, per_row, padded):
+    model = TimedModel(fixed, per_row)
+    b = DynamicBatcher(model, BatcherConfig(max_batch_delay_s=0.0), ServeMetrics())
+    times = b.calibrate()
+    assert set(times) == {(bs, s) for s in (8, 16) for bs in (1, 2, 4)}
+    model.calls.clear()
+    model.gate.clear()
+    b.start()
+    held, _ = b.submit([1] * 12)  # bucket 16 holds the worker while three bucket-8 requests queue up
+    time.sleep(0.05)
+    fs = [b.submit([k])[0] for k in (3, 4, 5)]
+    model.gate.set()
+    assert [f.result(10).outputs for f in fs] == [(3,), (4,), (5,)]
+    held.result(10)
+    calls = model.calls[1:]
+    if padded:  # a batch of 4 costs what a batch of 1 does: one call, padded with a whole row
+        assert calls == [(4, 8, 3)]
+    else:  # time grows with the batch: never a padding row, all three served
+        assert all(batch == rows for batch, _, rows in calls) and sum(c[2] for c in calls) == 3
+        assert len(calls) >= 2
+    b.close()
+
+
+def test_estimated_wait_over_the_limit_is_refused():
+    model = TimedModel(0.0, 0.1)  # 100 ms per request once measured
+    model.gate.clear()
+    b = DynamicBatcher(model, BatcherConfig(max_batch_delay_s=0.0, max_queue_wait_s=0.35), ServeMetrics())
+    b._per_request_s = 0.1  # what the batcher measured on earlier batches
+    b.start()
+    b.submit([1])  # running (held)
+    time.sleep(0.05)
+    for _ in range(4):  # 4 queued x 0.1 s = 0.4 s > 0.35 s for the next one
+        b.submit([1])
+    with pytest.raises(QueueFull) as ei:
+        b.submit([1])
+    assert ei.value.retry_after_s == 1
+    model.gate.set()
+    b.close()
+
+
 @pytest.mark.parametrize(
     "kw",
     [
@@ -240,6 +298,7 @@ def test_metrics_padding_and_fill():
         {"max_queue": 0},
         {"request_timeout_s": 0},
         {"workers": 0},
+        {"max_queue_wait_s": 0},
     ],
 )
 def test_config_checks(kw):

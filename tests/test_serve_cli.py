@@ -16,7 +16,6 @@ import pytest
 from tests.cli_helpers import run_inproc
 from tests.serve_helpers import cli_server, compiled_tiny
 
-
 _n = iter(range(10**6))
 
 
@@ -45,7 +44,10 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys):
     cases = [
         (["serve", str(tmp_path / "none.json")], "not a compiled set file"),
         (["serve", str(_set(tmp_path, schema="chipswap.shapeplan/1"))], "schema"),
-        (["serve", str(_set(tmp_path, buckets=[{"batch": 1, "seq_len": 16, "key": "../../etc"}]))], "not a cache key"),
+        (
+            ["serve", str(_set(tmp_path, buckets=[{"batch": 1, "seq_len": 16, "key": "../../etc"}]))],
+            "not a cache key",
+        ),
         (["serve", str(_set(tmp_path, buckets=[{"batch": "1", "seq_len": 16, "key": "ab" * 16}]))], "batch"),
         (["serve", str(_set(tmp_path, buckets=[]))], "'buckets'"),
         (["serve", str(_set(tmp_path, input_names=["pixel_values"]))], "token ids only"),
@@ -123,3 +125,25 @@ def test_sigterm_drains_admitted_requests_then_exits_0(tmp_path_factory):
         assert "stopped after draining 3 in-flight request(s)" in log, log
         with pytest.raises(httpx.ConnectError):  # nothing listens any more
             httpx.get(f"{url}/healthz", timeout=5)
+
+
+@pytest.mark.slow
+def test_serve_compiles_a_model_first_through_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    args = (
+        "tiny-distilbert",
+        "--seq-len",
+        "16",
+        "--batch-sizes",
+        "1",
+        "--cache-dir",
+        str(cache),
+        "--threads",
+        "1",
+    )
+    with cli_server(*args) as (_proc, url):
+        models = httpx.get(f"{url}/v1/models").json()["data"][0]
+        assert models["shapes"] == [[1, 16]] and models["vocab_size"] == 1000
+        r = httpx.post(f"{url}/v1/predict", json={"input_ids": [2, 5, 3]}, timeout=60)
+        assert r.status_code == 200 and r.json()["bucket"] == {"seq_len": 16, "batch": 1, "fill": 1}
+    assert len(list((cache / "entries").iterdir())) == 1  # one bucket compiled into the cache

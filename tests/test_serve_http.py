@@ -76,7 +76,7 @@ def test_predict_matches_eager_pytorch_on_the_unpadded_input(server, eager):
         assert body["model"] == "tiny-distilbert"
         assert body["bucket"]["seq_len"] == bucket and body["tokens"] == len(ids)
         assert body["bucket"]["batch"] in (1, 4) and 1 <= body["bucket"]["fill"] <= body["bucket"]["batch"]
-        (name, values), = body["outputs"].items()
+        ((name, values),) = body["outputs"].items()
         got = torch.tensor(values)
         assert torch.allclose(got, _eager_logits(eager, ids), atol=1e-4), (name, got)
         assert body["timing_ms"]["server"] >= body["timing_ms"]["model"] > 0
@@ -234,7 +234,9 @@ def test_backpressure_429_with_retry_after_then_recovers(compiled):
     with start_background(_engine(compiled, batcher=cfg)) as srv:
         first: dict = {}
         t = threading.Thread(
-            target=lambda: first.update(r=httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}, timeout=30))
+            target=lambda: first.update(
+                r=httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}, timeout=30)
+            )
         )
         t.start()
         deadline = 50
@@ -251,6 +253,33 @@ def test_backpressure_429_with_retry_after_then_recovers(compiled):
         assert srv.engine.metrics.value("chipswap_requests_total", status=429) == 1
         r = httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}, timeout=30)
         assert r.status_code == 200
+
+
+@pytest.mark.parametrize("token", [None, TOKEN])
+def test_overload_is_shed_before_the_body_is_parsed(compiled, token):
+    cfg = BatcherConfig(max_batch_delay_s=1.5, max_queue_wait_s=0.05)
+    with start_background(_engine(compiled, batcher=cfg, token=token)) as srv:
+        auth = {"authorization": f"Bearer {TOKEN}"} if token else {}
+        srv.engine.batcher._per_request_s = 1.0  # as if each request had been taking a second
+        first: dict = {}
+        t = threading.Thread(
+            target=lambda: first.update(
+                r=httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}, headers=auth, timeout=30)
+            )
+        )
+        t.start()
+        for _ in range(100):  # until the first one waits in the queue (its wait estimate: 1 s)
+            if srv.engine.batcher.depth():
+                break
+            threading.Event().wait(0.02)
+        r = httpx.post(f"{srv.url}/v1/predict", content=b"{not json", headers=auth, timeout=30)
+        assert r.status_code == 429 and r.json()["error"]["code"] == "queue_full"  # refused unparsed
+        assert int(r.headers["retry-after"]) >= 1
+        if token:  # shedding never answers a caller without the token
+            assert httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [9]}).status_code == 401
+        t.join(30)
+        assert first["r"].status_code == 200
+        assert srv.engine.metrics.value("chipswap_requests_total", status=429) == 1
 
 
 def test_request_timeout_is_504(compiled):

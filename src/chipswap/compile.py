@@ -395,6 +395,7 @@ def compile_plan(
         "weights_key": weights_key,
         "input_names": list(target.input_names),
         "pad_token_id": target.pad_token_id,
+        "vocab_size": target.config.get("vocab_size"),  # chipswap serve refuses ids outside it (422, not 500)
         "buckets": [{"batch": r.batch, "seq_len": r.seq, "key": r.key} for r in results],
     }
     return CompileReport(target.name, backend, atol, str(cache.root), results, cset)

@@ -19,14 +19,14 @@ import typer
 TOKEN_ENV = "CHIPSWAP_BENCH_TOKEN"
 
 HELP = (
-    "Measure a server by replaying a traffic trace open-loop (arrival times x --time-scale, or --rate) against "
-    "URL: chipswap's own /v1/predict (--protocol predict; trace lengths mapped into the model's range) or an "
-    "OpenAI-compatible streaming endpoint such as vLLM, TGI, TensorRT-LLM or NIM (--protocol completions|chat; "
-    "prompts of the trace's token lengths, max_tokens = its output lengths; TTFT, inter-token latency and end "
-    "to end from the stream). Bounded by --requests and --duration, every request by --timeout. Reports "
-    "throughput, p50/p90/p99, error and reject rates, goodput at the SLO, padding waste and cost per 1M "
-    "requests at --instance/--term, and writes a chipswap.bench/1 JSON (--out) that chipswap plan reads as "
-    f"measured figures. Bearer token: set {TOKEN_ENV}."
+    "Measure a server by replaying a traffic trace open-loop (arrival times x --time-scale, or --rate) "
+    "against URL: chipswap's own /v1/predict (--protocol predict; trace lengths mapped into the model's "
+    "range) or an OpenAI-compatible streaming endpoint such as vLLM, TGI, TensorRT-LLM or NIM (--protocol "
+    "completions|chat; prompts of the trace's token lengths, max_tokens = its output lengths; TTFT, "
+    "inter-token latency and end to end from the stream). Bounded by --requests and --duration, every "
+    "request by --timeout. Reports throughput, p50/p90/p99, error and reject rates, goodput at the SLO, "
+    "padding waste and cost per 1M requests at --instance/--term, and writes a chipswap.bench/1 JSON (--out) "
+    f"that chipswap plan reads as measured figures. Bearer token: set {TOKEN_ENV}."
 )
 
 
@@ -74,7 +74,8 @@ class _Bar:
             if pct > self._last_pct:
                 self._last_pct = pct
                 sys.stderr.write(
-                    f"bench: {done:,}/{self.total:,} answered (ok {ok:,}, 429 {rejected:,}, errors {failed:,})\n"
+                    f"bench: {done:,}/{self.total:,} answered"
+                    f" (ok {ok:,}, 429 {rejected:,}, errors {failed:,})\n"
                 )
 
     def close(self) -> None:
@@ -98,7 +99,8 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
     t = doc["target"]
     c = doc["counts"]
     con.print(
-        f"[bold]{t['protocol']}[/] {t['url']} model {t.get('model') or '?'}: {c['sent']:,} sent, {c['ok']:,} ok,"
+        f"[bold]{t['protocol']}[/] {t['url']} model {t.get('model') or '?'}:"
+        f" {c['sent']:,} sent, {c['ok']:,} ok,"
         f" {c['rejected']:,} rejected (429), {c['errors']:,} errors in {doc['duration_s']:.1f} s"
     )
     lat = Table(title="latency (ms), answered requests", title_justify="left")
@@ -163,6 +165,7 @@ _FLAGS = (
     "duration",
     "time_scale",
     "rate",
+    "arrivals",
     "length_map",
     "max_length",
     "model",
@@ -209,6 +212,9 @@ def _bench(
     ),
     rate: float | None = typer.Option(
         None, "--rate", help="Or scale arrivals to this mean rate (requests/s)."
+    ),
+    arrivals: str = typer.Option(
+        "trace", "--arrivals", help="trace (replay its gaps) or poisson (steady random arrivals at --rate)."
     ),
     length_map: str = typer.Option(
         "scale", "--length-map", help="predict: scale, clip or none (see docs/serve.md)."
@@ -261,6 +267,7 @@ def _bench(
         duration_s=duration,
         time_scale=time_scale,
         rate=rate,
+        arrivals=arrivals,
         length_map=length_map,
         max_length=max_length,
         model=model,

@@ -6,6 +6,7 @@ reference), and calls chipswap.runtime.server.run_server. No serving logic here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -13,32 +14,21 @@ from pathlib import Path
 
 import typer
 
+from chipswap.commands.compile import _ints  # the same --seq-len / --batch-sizes parsing as compile
 from chipswap.errors import ChipswapError
 
 TOKEN_ENV = "CHIPSWAP_SERVE_TOKEN"
 
 HELP = (
-    "Serve a model's compiled buckets over HTTP: POST /v1/predict with token ids (or text, with --tokenizer), "
-    "per-bucket dynamic batching (compiled batch sizes, --max-batch-delay-ms), a bounded queue that answers 429 "
-    "with Retry-After, per-request timeouts, a body-size limit, /healthz, /readyz (200 once every bucket is "
-    "loaded and warmed), Prometheus /metrics, and a graceful drain on SIGTERM. SOURCE is a compiled set "
-    "(chipswap compile --out compiled.json), or a model (preset, config.json) with --plan/--seq-len to compile "
-    "first through the cache, or a model with --eager (a benchmark reference: eager PyTorch at each request's "
-    "exact length, no batching). Binds 127.0.0.1 unless --host says otherwise; set CHIPSWAP_SERVE_TOKEN (or "
-    "--token-file) to require a bearer token."
+    "Serve a model's compiled buckets over HTTP: POST /v1/predict with token ids (or text, with "
+    "--tokenizer), per-bucket dynamic batching (compiled batch sizes, --max-batch-delay-ms), a bounded queue "
+    "that answers 429 with Retry-After, per-request timeouts, a body-size limit, /healthz, /readyz (200 once "
+    "every bucket is loaded and warmed), Prometheus /metrics, and a graceful drain on SIGTERM. SOURCE is a "
+    "compiled set (chipswap compile --out compiled.json), or a model (preset, config.json) with "
+    "--plan/--seq-len to compile first through the cache, or a model with --eager (a benchmark reference: "
+    "eager PyTorch at each request's exact length, no batching). Binds 127.0.0.1 unless --host says "
+    "otherwise; set CHIPSWAP_SERVE_TOKEN (or --token-file) to require a bearer token."
 )
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise ChipswapError(
-            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} 1,4"
-        ) from None
-    if not vals or any(v < 1 for v in vals):
-        raise ChipswapError(f"{flag} must list positive integers, got {text!r}; e.g. {flag} 1,4")
-    return vals
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -83,9 +73,10 @@ def _serve(
     max_batch_delay_ms: float = typer.Option(
         5.0, "--max-batch-delay-ms", help="Longest the first request of a batch waits for others."
     ),
-    max_queue: int = typer.Option(256, "--max-queue", help="Waiting requests per bucket before 429."),
-    max_queue_total: int = typer.Option(
-        1024, "--max-queue-total", help="Waiting requests in all before 429."
+    max_queue: int = typer.Option(64, "--max-queue", help="Waiting requests per bucket before 429."),
+    max_queue_total: int = typer.Option(256, "--max-queue-total", help="Waiting requests in all before 429."),
+    max_queue_wait_ms: float = typer.Option(
+        2000.0, "--max-queue-wait-ms", help="429 when a new request's estimated wait is longer."
     ),
     timeout_s: float = typer.Option(30.0, "--timeout", help="Seconds a request may take before 504."),
     workers: int = typer.Option(
@@ -105,7 +96,9 @@ def _serve(
         30.0, "--drain-timeout", help="On SIGTERM, seconds to finish work."
     ),
     threads: int | None = typer.Option(
-        None, "--threads", help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own."
+        None,
+        "--threads",
+        help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own.",
     ),
     token_file: Path | None = typer.Option(
         None, "--token-file", help=f"File holding the bearer token (or set {TOKEN_ENV})."
@@ -137,6 +130,7 @@ def _serve(
         max_batch_delay_s=max_batch_delay_ms / 1000.0,
         max_queue=max_queue,
         max_queue_total=max_queue_total,
+        max_queue_wait_s=max_queue_wait_ms / 1000.0,
         request_timeout_s=timeout_s,
         workers=workers,
     )
@@ -196,8 +190,8 @@ def _loader(
     if plan is None and seq_len is None:
         if not source.endswith(".json") or not Path(source).exists():
             raise ChipswapError(
-                f"{source!r} is not a compiled set file; pass compiled.json from chipswap compile --out, or a model"
-                " with --plan plan.json or --seq-len 128"
+                f"{source!r} is not a compiled set file; pass compiled.json from chipswap compile --out,"
+                " or a model with --plan plan.json or --seq-len 128"
             )
         cset = read_compiled_set(source)
         cache = ArtifactCache(cache_dir)
@@ -212,15 +206,9 @@ def _loader(
 
     if plan is not None:
         bp = load_plan(plan)
-        if batch_sizes:
-            from chipswap.compile import BucketPlan
-
-            bp = BucketPlan(
-                bp.sequence_buckets,
-                tuple(sorted(set(_ints(batch_sizes, "--batch-sizes")))),
-                bp.max_length,
-                bp.extra,
-            )
+        if batch_sizes:  # --batch-sizes overrides the plan's
+            sizes = tuple(sorted(set(_ints(batch_sizes, "--batch-sizes"))))
+            bp = dataclasses.replace(bp, batch_buckets=sizes)
     else:
         bp = plan_from_args(_ints(seq_len or "", "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
     target = target_from_spec(source)
@@ -234,7 +222,6 @@ def _loader(
             f"buckets {bad} differ from eager PyTorch beyond the tolerance; check with chipswap compile"
         )
     cset = dict(report.compiled_set)
-    cset.setdefault("vocab_size", target.config.get("vocab_size"))
     return target.name, lambda: load_compiled_model(cset, cache, policy=policy, truncate=truncate)
 
 

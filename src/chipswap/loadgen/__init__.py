@@ -1,4 +1,4 @@
-"""`chipswap bench`: an open-loop load generator that replays a trace against a URL and writes measured results.
+"""`chipswap bench`: an open-loop load generator that replays a trace against a URL; measured results.
 
 schedule.py  trace -> bounded send schedule (pure)
 clients.py   chipswap /v1/predict and OpenAI-compatible streaming completions/chat (httpx)

@@ -1,11 +1,11 @@
 """The two protocols `chipswap bench` speaks, one small client each (httpx, asyncio).
 
-- ``PredictClient``: chipswap's own ``POST /v1/predict`` with token ids of the planned length; reads the bucket,
-  batch fill and server timings from each answer.
-- ``OpenAIClient``: the OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions`` with ``stream: true``
-  (what vLLM, TGI, TensorRT-LLM and NIM serve): a prompt of the planned token length, ``max_tokens`` = the
-  planned output length; time to first token, the gap between streamed chunks (inter-token latency), end to
-  end, and the token counts from ``usage`` when the server reports them.
+- ``PredictClient``: chipswap's own ``POST /v1/predict`` with token ids of the planned length; reads the
+  bucket, batch fill and server timings from each answer.
+- ``OpenAIClient``: the OpenAI-compatible ``/v1/completions`` or ``/v1/chat/completions`` with
+  ``stream: true`` (what vLLM, TGI, TensorRT-LLM and NIM serve): a prompt of the planned token length,
+  ``max_tokens`` = the planned output length; time to first token, the gap between streamed chunks
+  (inter-token latency), end to end, and the token counts from ``usage`` when the server reports them.
 
 Each ``send`` returns the request's Record filled in; transport failures are left to the runner, which turns
 them into statuses. ``probe`` asks the server what it serves before the run and fails with one line when the
@@ -35,8 +35,9 @@ MAX_ERROR_SNIPPET = 200
 # a prompt of N of them is about N tokens when the server's tokenizer is not at hand.
 COMMON_WORDS = (
     "the of and to in is that for it as with was on be at by this had not are but from or have an they which "
-    "one you were all we her she there would their will when who him been has more if no out do so can what up "
-    "said about other into than its time only could new them man some these then two first any like now my over"
+    "one you were all we her she there would their will when who him been has more if no out do so can "
+    "what up said about other into than its time only could new them man some these then two first any like "
+    "now my over"
 ).split()
 
 
@@ -94,7 +95,8 @@ async def _get_json(http: httpx.AsyncClient, path: str) -> tuple[int, Any]:
 
 
 def _ids_for(index: int, length: int, vocab: int, seed: int) -> list[int]:
-    """Deterministic token ids for one request (no special-token range: ids from 5 when the vocabulary allows)."""
+    """Deterministic token ids for one request (ids from 5 up when the vocabulary allows: no special
+    tokens)."""
     rng = random.Random(seed * 1_000_003 + index)
     low = 5 if vocab > 10 else 0
     return [rng.randrange(low, vocab) for _ in range(length)]
@@ -161,7 +163,8 @@ class PredictClient:
             rec.server_model_ms = float(t["model"]) if "model" in t else None
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(
-                f"reply is not a chipswap /v1/predict answer ({type(exc).__name__}; starts {_snippet(raw[:80])!r})"
+                f"reply is not a chipswap /v1/predict answer ({type(exc).__name__};"
+                f" starts {_snippet(raw[:80])!r})"
             ) from None
         return rec
 

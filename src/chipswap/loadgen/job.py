@@ -33,6 +33,7 @@ class BenchOptions:
     duration_s: float = 60.0  # send only requests planned before this many seconds
     time_scale: float | None = None  # multiply the trace's inter-arrival times (0.5 = twice as fast)
     rate: float | None = None  # or: scale arrivals to this mean rate (requests/s); Poisson without timestamps
+    arrivals: str = "trace"  # "trace" (the trace's gaps) or "poisson" (steady random arrivals at --rate)
     length_map: str = "scale"  # predict: fit trace lengths into the model's range (scale, clip, none)
     max_length: int | None = None  # predict: the range to map into (default: the server's largest bucket)
     model: str | None = None  # OpenAI: model name (default: the first one /v1/models lists)
@@ -164,12 +165,10 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {opts.token}"} if opts.token else {}
 
     schedule_box: dict[str, Schedule] = {}
+    predict = opts.protocol == "predict"
 
-    def make_schedule(_server: dict[str, Any]) -> Schedule:
-        """After the probe: the predict client now knows the model's largest bucket (the mapping range)."""
-        predict = opts.protocol == "predict"
-        max_len = opts.max_length or getattr(client, "max_length", None)
-        schedule_box["s"] = build_schedule(
+    def schedule(length_map: str, max_length: int | None) -> Schedule:
+        return build_schedule(
             trace.prompt_tokens,
             trace.output_tokens,
             trace.timestamps_s,
@@ -177,24 +176,19 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
             duration_s=opts.duration_s,
             time_scale=opts.time_scale,
             rate=opts.rate,
-            length_map=opts.length_map if predict else "none",
-            max_length=max_len if predict else None,
+            length_map=length_map,
+            max_length=max_length,
             seed=opts.seed,
+            arrivals=opts.arrivals,
         )
+
+    def make_schedule(_server: dict[str, Any]) -> Schedule:
+        """After the probe: the predict client now knows the model's largest bucket (the mapping range)."""
+        max_len = opts.max_length or getattr(client, "max_length", None)
+        schedule_box["s"] = schedule(opts.length_map if predict else "none", max_len if predict else None)
         return schedule_box["s"]
 
-    # the same options against the trace before anything is sent (a bad --rate fails fast, not after a probe)
-    build_schedule(
-        trace.prompt_tokens,
-        trace.output_tokens,
-        trace.timestamps_s,
-        max_requests=opts.max_requests,
-        duration_s=opts.duration_s,
-        time_scale=opts.time_scale,
-        rate=opts.rate,
-        length_map="none",
-        seed=opts.seed,
-    )
+    schedule("none", None)  # the options against the trace before anything is sent: a bad --rate fails fast
     outcome: RunOutcome = await run_load(
         url, make_schedule, client, limits=limits, headers=headers, progress=progress
     )

@@ -1,4 +1,4 @@
-"""The measured-results file of `chipswap bench` (schema ``chipswap.bench/1``): build it, and read it back strictly.
+"""The measured-results file of `chipswap bench` (schema ``chipswap.bench/1``): build it, read it strictly.
 
 Writers: ``build_results`` (a plain dict; the command writes it with chipswap.atomic).
 Readers (for `chipswap plan` and the shape planner):
@@ -15,7 +15,8 @@ File layout (numbers are measured; money is a decimal string; absent figures are
   tool              {name, version, command}
   measured_at       ISO 8601 UTC
   machine           {platform, cpus, load_avg_1m}           where the load generator ran
-  target            {url, protocol, model, server}          protocol: chipswap-predict | openai-completions | openai-chat
+  target            {url, protocol, model, server}
+                    protocol: chipswap-predict | openai-completions | openai-chat
   instance          {name, term, region, usd_per_hour, price_source, price_as_of} or null
   load              {trace, requests_in_trace, arrivals, time_scale, offered_rps, length_map, max_length,
                      max_requests, duration_limit_s, timeout_s, max_inflight, seed}
@@ -25,7 +26,8 @@ File layout (numbers are measured; money is a decimal string; absent figures are
   counts            {planned, sent, ok, rejected, errors, timeouts, not_sent}
   duration_s        first send to last answer
   throughput        {requests_per_s, input_tokens_per_s, output_tokens_per_s}
-  latency_ms        {e2e, ttft, itl, tpot}: each {n, p50, p90, p99, mean, max} or null (ttft/itl/tpot: streams)
+  latency_ms        {e2e, ttft, itl, tpot}: each {n, p50, p90, p99, mean, max} or null (ttft/itl/tpot:
+                    streams only)
   rates             {error, reject, timeout}   fractions of sent requests
   goodput           {requests_per_s, fraction_of_sent} or null without an SLO
   padding           {real_tokens, computed_tokens, waste_fraction} or null (chipswap predict only)
@@ -33,7 +35,7 @@ File layout (numbers are measured; money is a decimal string; absent figures are
                       padding_waste}]
   send_lag_ms       how late requests left against the plan (load generator health)
   errors            [{kind, message, count}]  the most common failures
-  cost              {per_million_requests_usd, basis, per_million_output_tokens_usd} or null without --instance
+  cost              {per_million_requests_usd, basis, per_million_output_tokens_usd}, null without --instance
 """
 
 from __future__ import annotations
@@ -178,6 +180,17 @@ def _opt_str(value: Any, source: str, field: str) -> str | None:
     return value
 
 
+def _nullable_block_number(
+    doc: dict[str, Any], block: str, key: str, source: str, hi: float | None = None
+) -> float | None:
+    """doc[block][key] as a number >= 0 (<= hi), or None when the whole block is null (not measured)."""
+    value = doc.get(block)
+    if value is None:
+        return None
+    got = _obj(value, source, block).get(key)
+    return strict_number(got, _where(source, f"{block}.{key}"), lo=0, hi=hi)
+
+
 def _pct(block: Any, source: str, field: str) -> dict[str, float | None]:
     if block is None:
         return {"p50": None, "p90": None, "p99": None}
@@ -191,7 +204,8 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
     doc = _obj(data, source, "the file")
     if doc.get("schema") != SCHEMA:
         raise ChipswapError(
-            f"bench results {source} have schema {doc.get('schema')!r}, not {SCHEMA!r}; write them with chipswap bench --out"
+            f"bench results {source} have schema {doc.get('schema')!r}, not {SCHEMA!r};"
+            " write them with chipswap bench --out"
         )
     target = _obj(doc.get("target"), source, "target")
     protocol = target.get("protocol")
@@ -228,27 +242,8 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
     rates = _obj(doc.get("rates"), source, "rates")
     slo = doc.get("slo") or {}
     slo = _obj(slo, source, "slo")
-    good = doc.get("goodput")
-    goodput = (
-        None
-        if good is None
-        else strict_number(
-            _obj(good, source, "goodput").get("requests_per_s"),
-            _where(source, "goodput.requests_per_s"),
-            lo=0,
-        )
-    )
-    padding = doc.get("padding")
-    waste = (
-        None
-        if padding is None
-        else strict_number(
-            _obj(padding, source, "padding").get("waste_fraction"),
-            _where(source, "padding.waste_fraction"),
-            lo=0,
-            hi=1,
-        )
-    )
+    goodput = _nullable_block_number(doc, "goodput", "requests_per_s", source)
+    waste = _nullable_block_number(doc, "padding", "waste_fraction", source, hi=1.0)
     cost = doc.get("cost")
     per_million = None
     if cost is not None:
@@ -329,7 +324,8 @@ def measured_serving(results: BenchResults) -> MeasuredServing:
         )
     if results.ok == 0 or results.requests_per_s <= 0:
         raise ChipswapError(
-            f"bench results {results.source} have no successful request ({results.stop_reason or 'no answers'});"
+            f"bench results {results.source} have no successful request"
+            f" ({results.stop_reason or 'no answers'});"
             " fix the server and rerun chipswap bench"
         )
     rps, basis = results.requests_per_s, "throughput (no SLO given)"
@@ -337,7 +333,8 @@ def measured_serving(results: BenchResults) -> MeasuredServing:
         rps, basis = results.goodput_rps, "goodput at the SLO"
         if rps <= 0:
             raise ChipswapError(
-                f"bench results {results.source}: no request met the SLO; rerun at a lower --rate or relax --slo-ms"
+                f"bench results {results.source}: no request met the SLO;"
+                " rerun at a lower --rate or relax --slo-ms"
             )
     notes = [f"chipswap bench {results.protocol} {results.measured_at}, {results.ok:,} requests, {basis}"]
     if not results.complete:

@@ -1,4 +1,5 @@
-"""The open-loop driver: send each request at its planned time whatever the server does, bounded in count and time.
+"""The open-loop driver: each request leaves at its planned time whatever the server does; bounded in count
+and time.
 
 Open loop: a slow server does not slow the sender down (a closed loop would hide overload). Latency is timed
 from the moment each request leaves; how late that was against the plan is recorded as send lag.
@@ -31,7 +32,8 @@ from chipswap.loadgen.schedule import Schedule
 from chipswap.loadgen.stats import Record
 from chipswap.textsafe import one_line
 
-EARLY_ANSWERS = 5  # the first answers all failed the same way (no connection, not the protocol, HTTP error): stop
+# the first answers all failed the same way (no connection, not the protocol, HTTP errors): stop
+EARLY_ANSWERS = 5
 
 
 class Client(Protocol):
@@ -122,7 +124,8 @@ async def run_load(
 ) -> RunOutcome:
     """Replay ``schedule`` against ``base_url`` and return every request's record (partial when stopped).
 
-    ``schedule`` may be a function of the probe's answer (the predict client learns the model's range there)."""
+    ``schedule`` may be a function of the probe's answer (the predict client learns the model's range there).
+    """
     lim = limits or RunLimits()
     timeout = httpx.Timeout(lim.timeout_s, connect=min(lim.connect_timeout_s, lim.timeout_s))
     pool = httpx.Limits(

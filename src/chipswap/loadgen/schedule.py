@@ -3,7 +3,9 @@
 Pure (numpy only): no clock, no network, no files (the caller reads the trace with chipswap.traces).
 
 - Arrivals: the trace's own inter-arrival times times ``time_scale`` (0.5 = twice as fast), or scaled so the
-  mean rate is ``rate`` requests/s; a trace without timestamps needs ``rate`` and gets seeded Poisson arrivals.
+  mean rate over ``duration_s`` is ``rate`` requests/s; a trace without timestamps needs ``rate`` and gets
+  seeded Poisson arrivals (``arrivals="poisson"`` asks for them even when the trace has times: a steady
+  load at ``rate``, the usual way to find the rate a server sustains).
 - Lengths: prompt tokens (and output tokens for LLM endpoints) from the trace. For an encoder served by
   chipswap, ``length_map`` puts them into the model's range: ``scale`` (the longest request maps to
   ``max_length``, shapes of the distribution kept), ``clip`` (longer ones cut to ``max_length``) or ``none``
@@ -20,6 +22,7 @@ import numpy as np
 from chipswap.errors import ChipswapError
 
 LENGTH_MAPS = ("scale", "clip", "none")
+ARRIVALS = ("trace", "poisson")
 MAX_REQUESTS = 1_000_000
 MAX_OUTPUT_TOKENS = 65_536
 MAX_PROMPT_TOKENS = 1_000_000
@@ -74,6 +77,7 @@ def build_schedule(
     length_map: str = "scale",
     max_length: int | None = None,
     seed: int = 0,
+    arrivals: str = "trace",
 ) -> Schedule:
     """The bounded send schedule for a trace (arrays as chipswap.traces.Trace holds them)."""
     if not 1 <= max_requests <= MAX_REQUESTS:
@@ -96,8 +100,11 @@ def build_schedule(
         n = min(n, int(rate * duration_s) + 1)
     idx = np.arange(n) % n_trace
     outs = np.asarray(output_tokens, dtype=np.int64) if output_tokens is not None else None
-    arrivals = "trace"
-    if timestamps_s is not None and n_trace > 1:
+    if arrivals not in ARRIVALS:
+        raise ChipswapError(f"unknown arrivals {arrivals!r}; use one of {', '.join(ARRIVALS)}")
+    if arrivals == "poisson" and rate is None:
+        raise ChipswapError("Poisson arrivals need --rate REQ_PER_S")
+    if arrivals == "trace" and timestamps_s is not None and n_trace > 1:
         ts = np.asarray(timestamps_s, dtype=np.float64)
         gaps = np.diff(ts, prepend=ts[0])
         gaps = np.clip(gaps, 0.0, None)
@@ -107,7 +114,7 @@ def build_schedule(
         if rate is not None:
             if trace_span <= 0:
                 raise ChipswapError(
-                    "the trace's timestamps are all equal; use --rate with a trace without times"
+                    "the trace's timestamps are all equal; use --arrivals poisson with --rate"
                 )
             time_scale = (n - 1) / rate / trace_span if n > 1 else 1.0
         scale = 1.0 if time_scale is None else float(time_scale)
@@ -115,7 +122,8 @@ def build_schedule(
     else:
         if rate is None:
             raise ChipswapError(
-                "the trace has no timestamps to replay; pass --rate REQ_PER_S for Poisson arrivals at that rate"
+                "the trace has no timestamps to replay;"
+                " pass --rate REQ_PER_S for Poisson arrivals at that rate"
             )
         arrivals = "poisson"
         rng = np.random.default_rng(seed)

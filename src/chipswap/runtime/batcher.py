@@ -1,16 +1,21 @@
 """Per-bucket dynamic batching with a bounded queue: gather requests of one bucket, pad to a compiled batch.
 
 Each request goes to the queue of its sequence bucket. A worker takes the bucket whose oldest request has
-waited longest once that bucket is *due*: it holds as many requests as the largest compiled batch size, or its
-oldest request has waited ``max_batch_delay_s``, or the batcher is draining. It takes up to the largest
-compiled batch size (FIFO), runs them in the smallest compiled batch size that holds them (padding rows fill the
-rest), and completes each request's future. ``workers`` batches run at once (1 on CPU, where one ONNX Runtime
+waited longest once that bucket is *due*: it holds as many requests as the largest compiled batch size, or
+its oldest request has waited ``max_batch_delay_s``, or the batcher is draining. It takes up to the largest
+compiled batch size (FIFO) and picks the compiled batch size that serves them fastest per request, from the
+measured time of each (batch, seq) shape (``calibrate`` times every shape once at start-up; every batch run
+updates it). Where a bigger batch costs about the same as a small one (accelerators) it pads up with whole
+padding rows; where time grows with the batch (CPU) it runs fewer and leaves the rest queued for the next
+call, instead of computing padding rows. ``workers`` batches run at once (1 on CPU, where one ONNX Runtime
 call already uses every core).
 
-Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, rejects the
-next one with QueueFull and a Retry-After estimate (queued requests x recent model time per request). A request
-whose deadline passes while it waits is completed with RequestExpired and never run. ``close(drain=True)``
-refuses new work and runs everything already queued.
+Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, or an
+estimated wait (queued requests x recent wall time per answered request) over ``max_queue_wait_s``,
+rejects the next request with QueueFull and that estimate as Retry-After. So an admitted request waits
+seconds, not minutes, however slow the model. A request whose deadline passes while it waits is completed
+with RequestExpired and never run.
+``close(drain=True)`` refuses new work and runs everything already queued.
 
 May not: parse HTTP, format responses, or know about the model's backend (it sees a ServedModel).
 """
@@ -37,8 +42,9 @@ class BatcherConfig:
     """How the batcher trades latency for batch fill and when it says no."""
 
     max_batch_delay_s: float = 0.005  # longest the first request of a batch waits for company
-    max_queue: int = 256  # requests waiting in one bucket; the next one is rejected (429)
-    max_queue_total: int = 1024  # requests waiting across all buckets
+    max_queue: int = 64  # requests waiting in one bucket; the next one is rejected (429)
+    max_queue_total: int = 256  # requests waiting across all buckets
+    max_queue_wait_s: float = 2.0  # refuse (429) when the estimated wait for a new request is longer
     request_timeout_s: float = 30.0  # a request not started by then is dropped (the HTTP layer answers 504)
     workers: int = 1  # batches that run at the same time
 
@@ -51,6 +57,8 @@ class BatcherConfig:
             raise ChipswapError(f"queue limits must be >= 1, got {self.max_queue}/{self.max_queue_total}")
         if not 0 < self.request_timeout_s <= 3600:
             raise ChipswapError(f"request timeout must be in (0, 3600] s, got {self.request_timeout_s}")
+        if not 0 < self.max_queue_wait_s <= 3600:
+            raise ChipswapError(f"max queue wait must be in (0, 3600] s, got {self.max_queue_wait_s}")
         if not 1 <= self.workers <= 64:
             raise ChipswapError(f"workers must be 1..64, got {self.workers}")
 
@@ -115,7 +123,13 @@ class DynamicBatcher:
         self._flush = False  # draining: run what is queued now, wait for no company
         self._threads: list[threading.Thread] = []
         self._running = 0  # batches executing now
-        self._per_request_s = 0.0  # moving average of model seconds per real request
+        # moving average of wall seconds per answered request while busy, all workers together (model time
+        # plus everything else the process does between batches): a new request's wait is estimated from it
+        self._per_request_s = 0.0
+        self._last_end: float | None = None  # when the last batch ended, if work was waiting then
+        # fastest time seen per (batch, seq) call: the intrinsic cost, unlike a mean it ignores the runs a
+        # busy machine preempted; it is what the batch-size choice compares
+        self._shape_s: dict[tuple[int, int], float] = {}
         self.batches_run = 0
         self.requests_run = 0
 
@@ -166,7 +180,12 @@ class DynamicBatcher:
                 raise Draining("server is shutting down")
             q = self._queues.get(bucket)
             depth = len(q) if q else 0
-            if depth >= self.config.max_queue or self._total >= self.config.max_queue_total:
+            wait = self._total * self._per_request_s
+            if (
+                depth >= self.config.max_queue
+                or self._total >= self.config.max_queue_total
+                or wait > self.config.max_queue_wait_s
+            ):
                 if self.metrics:
                     self.metrics.rejected("queue_full")
                 raise QueueFull(bucket, depth, self._retry_after_locked())
@@ -184,13 +203,22 @@ class DynamicBatcher:
         """The caller gave up (timeout, disconnect): skip the request if it has not started."""
         pending.cancelled = True
 
+    def overloaded(self) -> int | None:
+        """Retry-After seconds when any new request would be refused now (whatever its bucket), else None:
+        lets the HTTP layer shed load before it reads and parses a body."""
+        with self._cond:
+            full = self._total >= self.config.max_queue_total
+            if full or self._total * self._per_request_s > self.config.max_queue_wait_s:
+                return self._retry_after_locked()
+        return None
+
     def depth(self) -> dict[int, int]:
         with self._cond:
             return {b: len(q) for b, q in self._queues.items() if q}
 
     def _retry_after_locked(self) -> int:
         per = self._per_request_s or 0.01
-        return max(1, math.ceil(self._total * per / self.config.workers))
+        return max(1, math.ceil(self._total * per))
 
     # --- work --------------------------------------------------------------------------------------------
     def _worker(self) -> None:
@@ -232,6 +260,32 @@ class DynamicBatcher:
                 return None
             self._cond.wait(None if wake == math.inf else max(wake - now, 0.0))
 
+    def calibrate(self, runs: int = 3) -> dict[tuple[int, int], float]:
+        """Time every compiled shape (fastest of ``runs``, after warm-up), so the first batches already pick
+        sizes well. Only buckets with more than one batch size need it."""
+        for batch, seq in self.model.shapes():
+            if len(self.model.batch_sizes(seq)) < 2:
+                continue
+            for _ in range(runs):
+                start = self.clock()
+                self.model.run_bucket([[1] * seq] * batch, batch, seq)
+                self._note_shape(batch, seq, self.clock() - start)
+        return dict(self._shape_s)
+
+    def _note_shape(self, batch: int, seq: int, seconds: float) -> None:
+        old = self._shape_s.get((batch, seq))
+        self._shape_s[(batch, seq)] = seconds if old is None else min(old, seconds)
+
+    def choose_batch(self, n: int, bucket: int) -> int:
+        """The compiled batch size for ``n`` waiting requests: the one with the most requests per second by
+        the measured shape times (ties: the larger); the smallest that holds all ``n`` while a time is
+        missing."""
+        sizes = self.model.batch_sizes(bucket)
+        times = [self._shape_s.get((b, bucket)) for b in sizes]
+        if len(sizes) < 2 or any(t is None or t <= 0 for t in times):
+            return choose_batch(n, sizes)
+        return max(zip(sizes, times, strict=True), key=lambda bt: (min(n, bt[0]) / bt[1], bt[0]))[0]
+
     def _take_locked(self, bucket: int, now: float) -> list[_Pending]:
         q = self._queues[bucket]
         limit = self._max_batch(bucket)
@@ -247,6 +301,12 @@ class DynamicBatcher:
                 _fail(p.future, RequestExpired("deadline passed while queued"))
                 continue
             taken.append(p)
+        if taken:
+            keep = min(len(taken), self.choose_batch(len(taken), bucket))
+            for p in reversed(taken[keep:]):  # not in this batch: back to the front, order kept
+                q.appendleft(p)
+                self._total += 1
+            taken = taken[:keep]
         if not q:
             del self._queues[bucket]
         if self.metrics:
@@ -256,7 +316,7 @@ class DynamicBatcher:
     def _run(self, bucket: int, items: list[_Pending]) -> None:
         if not items:
             return
-        batch = choose_batch(len(items), self.model.batch_sizes(bucket))
+        batch = choose_batch(len(items), self.model.batch_sizes(bucket))  # smallest that holds them
         start = self.clock()
         try:
             results = self.model.run_bucket([p.row for p in items], batch, bucket)
@@ -269,10 +329,15 @@ class DynamicBatcher:
         real = sum(len(p.row) for p in items)
         with self._cond:
             n = len(items)
-            sample = model_s / n
+            if self._last_end is not None:  # busy since the previous batch ended: the real drain rate
+                sample = (end - self._last_end) / n
+            else:  # the first batch after idle: its model time, shared by the workers
+                sample = model_s / n / self.config.workers
             self._per_request_s = (
                 sample if not self._per_request_s else 0.8 * self._per_request_s + 0.2 * sample
             )
+            self._last_end = end if self._total > 0 else None  # still busy: the next batch measures from here
+            self._note_shape(batch, bucket, model_s)
             self.batches_run += 1
             self.requests_run += n
         if self.metrics:

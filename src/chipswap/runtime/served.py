@@ -2,24 +2,24 @@
 
 ``ServedModel`` is the one interface the dynamic batcher needs. Two kinds implement it:
 
-- ``RouterModel``: the product. The compiled buckets of a compiled set (``chipswap compile --out``), loaded from
-  the artifact cache through ``chipswap.compile.load_router`` after the set file has been validated strictly here
-  (names from the file never become paths unchecked: cache keys must be plain hex).
-- ``EagerExactModel``: a benchmark reference, not for production. Eager PyTorch at each request's exact length,
-  one request per call: what a GPU user writes first.
+- ``RouterModel``: the product. The compiled buckets of a compiled set (``chipswap compile --out``), loaded
+  from the artifact cache through ``chipswap.compile.load_router`` after the set file has been validated by
+  ``chipswap.compile.read_compiled_set`` (cache keys are hex digests, shapes bounded) and checked here for
+  what serving needs (token inputs, a vocabulary bound).
+- ``EagerExactModel``: a benchmark reference, not for production. Eager PyTorch at each request's exact
+  length, one request per call: what a GPU user writes first.
 
 May not: open sockets, read the clock, or import torch at module import.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from chipswap.datafile import read_json, strict_int
+from chipswap.datafile import strict_int
 from chipswap.errors import ChipswapError
 from chipswap.runtime.router import InputTooLong
 
@@ -31,11 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # A compiled set this server can feed: token inputs only (ids, mask, segment ids).
 TOKEN_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-MAX_SET_BUCKETS = 1024  # far more than any plan compiles; bounds what a hostile set file can make us load
-MAX_BATCH = 4096
-MAX_SEQ = 1_000_000
 MAX_VOCAB = 100_000_000
-_KEY = re.compile(r"[0-9a-f]{8,64}")
 
 
 class ServedModel(Protocol):
@@ -145,73 +141,35 @@ class EagerExactModel:
 
 
 # ------------------------------------------------------------------------------------------ compiled sets
-def validate_compiled_set(data: Any, source: str) -> dict[str, Any]:
-    """A compiled set (schema chipswap.compiled/1) checked field by field; one error line naming the field."""
-    from chipswap.backends import BACKEND_NAMES
-    from chipswap.compile import SET_SCHEMA
-
+def check_servable(cset: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A compiled set (already validated by chipswap.compile.parse_compiled_set) that this server can feed:
+    token inputs only, a model name, an optional vocab_size bound. One error line naming the problem."""
     where = f"compiled set {source}"
-    if not isinstance(data, dict):
-        raise ChipswapError(f"{where} is not a JSON object; write it with chipswap compile --out")
-    if data.get("schema") != SET_SCHEMA:
-        raise ChipswapError(
-            f"{where} has schema {data.get('schema')!r}, not {SET_SCHEMA!r}; write it with chipswap compile --out"
-        )
-    backend = data.get("backend")
-    if backend not in BACKEND_NAMES:
-        raise ChipswapError(
-            f"{where}: backend {backend!r} is not one of {', '.join(BACKEND_NAMES)}; recompile"
-        )
-    model = data.get("model")
-    if not isinstance(model, str) or not model.strip() or len(model) > 200:
-        raise ChipswapError(f"{where}: 'model' must be a non-empty name, got {model!r}; recompile")
-    names = data.get("input_names") or ["input_ids", "attention_mask"]
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ChipswapError(f"{where}: 'input_names' must be a list of names, got {names!r}; recompile")
+    names = list(cset["input_names"])
     other = [n for n in names if n not in TOKEN_INPUT_NAMES]
     if other or "input_ids" not in names:
         raise ChipswapError(
             f"{where}: the model takes {names}; chipswap serve feeds token ids only"
             f" ({', '.join(TOKEN_INPUT_NAMES)}); serve a text model"
         )
-    buckets = data.get("buckets")
-    if not isinstance(buckets, list) or not 1 <= len(buckets) <= MAX_SET_BUCKETS:
-        raise ChipswapError(
-            f"{where}: 'buckets' must list 1 to {MAX_SET_BUCKETS} compiled buckets; recompile the plan"
-        )
-    clean = []
-    seen = set()
-    for i, b in enumerate(buckets):
-        if not isinstance(b, dict):
-            raise ChipswapError(f"{where}: buckets[{i}] is not an object; recompile")
-        batch = strict_int(b.get("batch"), f"{where}: buckets[{i}].batch", lo=1, hi=MAX_BATCH)
-        seq = strict_int(b.get("seq_len"), f"{where}: buckets[{i}].seq_len", lo=1, hi=MAX_SEQ)
-        key = b.get("key")
-        if not isinstance(key, str) or not _KEY.fullmatch(key):
-            raise ChipswapError(f"{where}: buckets[{i}].key {key!r} is not a cache key (hex); recompile")
-        if (batch, seq) in seen:
-            raise ChipswapError(f"{where}: bucket {batch}x{seq} is listed twice; recompile")
-        seen.add((batch, seq))
-        clean.append({"batch": batch, "seq_len": seq, "key": key})
-    wk = data.get("weights_key")
-    if wk is not None and (not isinstance(wk, str) or not _KEY.fullmatch(wk)):
-        raise ChipswapError(f"{where}: weights_key {wk!r} is not a cache key (hex); recompile")
-    pad = data.get("pad_token_id")
-    pad = 0 if pad is None else strict_int(pad, f"{where}: pad_token_id", lo=0, hi=MAX_VOCAB)
-    vocab = data.get("vocab_size")
+    if not str(cset.get("model") or "").strip():
+        raise ChipswapError(f"{where}: 'model' names no model; recompile with chipswap compile --out")
+    vocab = cset.get("vocab_size")
     vocab = None if vocab is None else strict_int(vocab, f"{where}: vocab_size", lo=1, hi=MAX_VOCAB)
-    return {
-        **{k: data[k] for k in ("schema", "backend", "model")},
-        "input_names": list(names),
-        "buckets": clean,
-        "weights_key": wk,
-        "pad_token_id": pad,
-        "vocab_size": vocab,
-    }
+    return {**cset, "vocab_size": vocab}
+
+
+def validate_compiled_set(data: Any, source: str) -> dict[str, Any]:
+    """Parsed JSON of a compiled set -> checked (shapes, hex cache keys, ...) and servable."""
+    from chipswap.compile import parse_compiled_set
+
+    return check_servable(parse_compiled_set(data, source), source)
 
 
 def read_compiled_set(path: str | Path) -> dict[str, Any]:
-    return validate_compiled_set(read_json(path, "compiled set"), str(path))
+    from chipswap.compile import read_compiled_set as read_set
+
+    return check_servable(read_set(path), str(path))
 
 
 def preset_vocab_size(name: str) -> int | None:

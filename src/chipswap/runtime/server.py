@@ -228,17 +228,19 @@ class ServingEngine:
         self.drained = 0
 
     def load(self) -> None:
-        """Load, check against the tokenizer, warm every shape, start the batcher; then ready."""
+        """Load, check against the tokenizer, warm and time every shape, start the batcher; then ready."""
         try:
             model = self.loader()
             if self.tokenizer is not None and model.vocab_size is not None:
                 if self.tokenizer.vocab_size > model.vocab_size:
                     raise ChipswapError(
                         f"tokenizer {self.tokenizer.source} has {self.tokenizer.vocab_size:,} tokens but"
-                        f" {model.name} has a vocabulary of {model.vocab_size:,}; use the model's own tokenizer"
+                        f" {model.name} has a vocabulary of {model.vocab_size:,};"
+                        " use the model's own tokenizer"
                     )
             model.warm()
             batcher = DynamicBatcher(model, self.config.batcher, self.metrics)
+            batcher.calibrate()  # one timed run per shape: which batch size serves fastest here
             batcher.start()
         except Exception as exc:  # a failed load is reported by /readyz and stops the CLI with one line
             self.error = str(exc) if isinstance(exc, ChipswapError) else f"{type(exc).__name__}: {exc}"
@@ -319,6 +321,54 @@ def _jsonable(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
+class ShedLoad:
+    """ASGI middleware: while the batcher would refuse any new request, answer /v1/predict with 429 before
+    routing, body parsing or validation -- under overload most requests are refused, so refusing must be the
+    cheapest thing the server does. Authentication still comes first when a token is set."""
+
+    def __init__(self, app: Any, engine: ServingEngine) -> None:
+        self.app = app
+        self.engine = engine
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        batcher = self.engine.batcher
+        if scope["type"] != "http" or scope["path"] != "/v1/predict" or batcher is None:
+            return await self.app(scope, receive, send)
+        retry = batcher.overloaded()
+        if retry is None or not self._authorized(scope):
+            return await self.app(scope, receive, send)  # the route answers (and checks the token)
+        seen = 0
+        while True:  # drain the body (bounded) so the connection stays usable; no parsing
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if not message.get("more_body") or seen > self.engine.config.max_body_bytes:
+                break
+        self.engine.metrics.rejected("queue_full")
+        self.engine.metrics.answered(429, None, None, None)
+        body = json.dumps(
+            {"error": {"code": "queue_full", "message": f"server is at capacity; retry after {retry} s"}}
+        ).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", str(retry).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _authorized(self, scope: Any) -> bool:
+        token = self.engine.config.token
+        if token is None:
+            return True
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                scheme, _, given = value.decode("latin-1").partition(" ")
+                return scheme.lower() == "bearer" and hmac.compare_digest(
+                    given.strip().encode(), token.encode()
+                )
+        return False
+
+
 def create_app(engine: ServingEngine) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> Any:
@@ -327,6 +377,7 @@ def create_app(engine: ServingEngine) -> FastAPI:
         await asyncio.to_thread(engine.close)
 
     app = FastAPI(title="chipswap serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(ShedLoad, engine=engine)
     cfg = engine.config
 
     @app.exception_handler(ClientError)
@@ -436,9 +487,10 @@ def create_app(engine: ServingEngine) -> FastAPI:
         remaining = max(cfg.batcher.request_timeout_s - (time.monotonic() - received), 0.001)
         try:
             served = await asyncio.wait_for(asyncio.wrap_future(future), timeout=remaining)
-        except (TimeoutError, RequestExpired):
+        except (TimeoutError, RequestExpired) as exc:
             batcher.cancel(pending)
-            engine.metrics.rejected("timeout")
+            if isinstance(exc, TimeoutError):  # (an expiry in the queue is counted by the batcher)
+                engine.metrics.rejected("timeout")
             raise ClientError(
                 504, "timeout", f"no answer within the request timeout of {cfg.batcher.request_timeout_s:g} s"
             ) from None
@@ -543,11 +595,13 @@ def run_server(engine: ServingEngine, *, announce: Callable[[str], None] | None 
     shown = f"[{host}]" if ":" in str(host) else host
     say = announce or (lambda line: (sys.stderr.write(line + "\n"), sys.stderr.flush()))
     say(
-        f"chipswap serve: listening on http://{shown}:{port} (model {engine.name}; /readyz turns 200 when warm)"
+        f"chipswap serve: listening on http://{shown}:{port}"
+        f" (model {engine.name}; /readyz turns 200 when warm)"
     )
     if cfg.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         say(
-            f"chipswap serve: warning: listening on {cfg.host} without a bearer token; anyone who can reach it can use it"
+            f"chipswap serve: warning: listening on {cfg.host} without a bearer token;"
+            " anyone who can reach it can use it"
         )
     server = _uvicorn_server(engine, install_signals=True)
     server.run(sockets=[sock])
@@ -578,7 +632,8 @@ class BackgroundServer:
 
 
 def start_background(engine: ServingEngine, *, ready_timeout: float = 120.0) -> BackgroundServer:
-    """Start ``engine`` on 127.0.0.1 (or its configured host) in a thread; waits until it listens and loads."""
+    """Start ``engine`` on 127.0.0.1 (or its configured host) in a thread; waits until it listens and
+    has loaded (or ``ready_timeout`` passes)."""
     sock = bind_socket(engine.config.host, engine.config.port)
     host, port = sock.getsockname()[:2]
     server = _uvicorn_server(engine, install_signals=False)

@@ -1,11 +1,11 @@
-"""Text <-> token ids for `chipswap serve` (``{"text": ...}`` requests) and for prompts of exact token lengths in
-`chipswap bench`.
+"""Text <-> token ids for `chipswap serve` (``{"text": ...}`` requests) and for prompts of exact token
+lengths in `chipswap bench`.
 
 A tokenizer is a Hugging Face ``tokenizers`` JSON file (data, parsed by the Rust library; nothing in it runs).
-chipswap ships one small one for the bundled example (``example``: a 1,000-token lowercase WordPiece vocabulary,
-ids 0-4 = [PAD] [UNK] [CLS] [SEP] [MASK], so it fits tiny-distilbert's vocabulary of 1,000 and pad id 0). It
-was built here by ``build_wordpiece`` from chipswap's own README and docs (no hub download); rebuild it with
-``python -m chipswap.runtime.tokenizer OUT.json FILE...``.
+chipswap ships one small one for the bundled example (``example``: a 1,000-token lowercase WordPiece
+vocabulary, ids 0-4 = [PAD] [UNK] [CLS] [SEP] [MASK], so it fits tiny-distilbert's vocabulary of 1,000 and pad
+id 0). It was built here by ``build_wordpiece`` from chipswap's own README and docs (no hub download);
+rebuild it with ``python -m chipswap.runtime.tokenizer OUT.json FILE...``.
 
 May not: download anything, or write anywhere but the path it is given.
 """
@@ -70,7 +70,8 @@ def load_tokenizer(spec: str | Path) -> TextTokenizer:
     except Exception as exc:  # the Rust parser raises its own exception type
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise ChipswapError(
-            f"tokenizer file {path} is not a tokenizers JSON file ({first}); pass a tokenizer.json or 'example'"
+            f"tokenizer file {path} is not a tokenizers JSON file ({first});"
+            " pass a tokenizer.json or 'example'"
         ) from None
     return TextTokenizer(impl, str(path))
 
