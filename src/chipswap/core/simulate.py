@@ -816,27 +816,30 @@ class _LlmFleet:
         self.tables = _DecodeTables(service, setup, top)
         self.arrive = traffic.arrivals_s.tolist() + [float("inf")]
         self.sentinel = n  # the index of a request that never arrives: ends every inbox
+        self.nreq = n + 1  # heap keys pack (value, request) into one int: value * nreq + request
         self.prompt = self.prompts_np.tolist()
-        self.out = self.outs_np.tolist()
         self.pre = self.pre_np.tolist()
+        steps = self.outs_np - 1  # decode steps each request needs
+        # finish key: (decode steps) * nreq + request, -1 for one-token requests (no decode step)
+        self.finish_key = np.where(steps > 0, steps * self.nreq + np.arange(n), -1).tolist()
+        self.retire_key = (self.prompts_np + steps).tolist()  # prompt - admit step = this - finish step
         nan = float("nan")
-        self.ttft = [nan] * n
-        self.e2e = [nan] * n
-        self.start = [nan] * n
-        self.running_flag = bytearray(n)  # Neuron: whether a request is still in its replica's batch
+        self.e2e = [nan] * (n + 1)
+        self.start = [nan] * (n + 1)
+        self.running_flag = bytearray(n + 1)  # Neuron: whether a request is still in its replica's batch
 
     def replica(
-        self, r: int, inbox: list[int], loads: list[int], totals: list[tuple[float, int, float, int]]
+        self, r: int, inbox: list[int], loads: list[int] | None, totals: list[tuple[int, float, int]]
     ) -> Generator[float, float, None]:
         """One replica as a coroutine. `inbox` holds the requests dispatched to it, in arrival order, and ends
         with the sentinel request `self.sentinel` (arriving at infinity); the caller inserts before it. Each
         `send(horizon)` promises that no other request will arrive before `horizon`. The replica then runs
         every call boundary before the horizon and yields the time of its next event (the end of its decode
         run, or a one-token request's completion; inf when idle). Completions decrement loads[r] at their
-        time. When it is idle with an infinite horizon it writes its totals (decode busy time, decode steps,
-        padded decode positions, padded batch slots) to totals[r]."""
-        arrive, prompt, out, pre = self.arrive, self.prompt, self.out, self.pre
-        ttft, e2e, start, running_flag = self.ttft, self.e2e, self.start, self.running_flag
+        time (when loads are tracked). When it is idle with an infinite horizon it writes its totals (decode
+        steps, padded decode positions, padded batch slots) to totals[r]."""
+        arrive, prompt, pre, start, e2e = self.arrive, self.prompt, self.pre, self.start, self.e2e
+        finish_key, retire_key, running_flag = self.finish_key, self.retire_key, self.running_flag
         tables = self.tables
         positions = tables.positions
         by_batch = tables.by_batch
@@ -847,13 +850,13 @@ class _LlmFleet:
         padded_of = [self.setup.padded_batch(k) if k else 0 for k in range(B + 1)]
         push, pop = heapq.heappush, heapq.heappop
         inf = float("inf")
-        NREQ = len(arrive)  # heap keys pack (value, request) into one int: value * NREQ + request
+        NREQ = self.nreq
         finish: list[int] = []  # finish iteration * NREQ + request
         longest: list[int] = []  # Neuron: -(prompt - admit iteration) * NREQ + request
-        pending: deque[tuple[float, int]] = deque()  # one-token requests done at a future prefill end
-        nr = it = key_sum = 0  # requests in the batch, decode steps done, sum of (prompt - admit iteration)
+        pending: deque[float] = deque()  # one-token requests done at a future prefill end (load tracking)
+        nr = it = itN = key_sum = 0  # batch size, decode steps done (and x NREQ), sum of (prompt - admit step)
         head = 0  # next request in the inbox not yet admitted
-        busy = decode_pad = 0.0
+        decode_pad = 0.0
         pad_slots = 0
         t = 0.0
         horizon = yield inf
@@ -866,15 +869,16 @@ class _LlmFleet:
                 head += 1
                 start[i] = t
                 t += pre[i]
-                ttft[i] = t
-                if out[i] <= 1:
+                key = finish_key[i]
+                if key < 0:  # one token: done when its prefill ends
                     e2e[i] = t
-                    if t < horizon:
-                        loads[r] -= 1
-                    else:
-                        pending.append((t, r))
+                    if loads is not None:
+                        if t < horizon:
+                            loads[r] -= 1
+                        else:
+                            pending.append(t)
                     continue
-                push(finish, (it + out[i] - 1) * NREQ + i)
+                push(finish, itN + key)
                 key = prompt[i] - it
                 key_sum += key
                 if max_mode:
@@ -887,13 +891,14 @@ class _LlmFleet:
                     t = max(t, a)
                     continue
                 if horizon == inf and not pending:
-                    totals[r] = (busy, it, decode_pad, pad_slots)
-                horizon = yield pending[0][0] if pending else inf
-                while pending and pending[0][0] < horizon:
-                    loads[pending.popleft()[1]] -= 1
+                    totals[r] = (it, decode_pad, pad_slots)
+                horizon = yield pending[0] if pending else inf
+                while pending and pending[0] < horizon:
+                    pending.popleft()
+                    loads[r] -= 1  # type: ignore[index]
                 continue
             # decode until the next completion, or until the first step boundary after the next arrival
-            m = finish[0] // NREQ - it
+            m = (finish[0] - itN) // NREQ
             if max_mode:
                 while not running_flag[longest[0] % NREQ]:
                     pop(longest)
@@ -916,57 +921,77 @@ class _LlmFleet:
                             end = t + row[c_cut] - base
                 if end < horizon:
                     break
-                horizon = yield min(end, pending[0][0]) if pending else end
-                while pending and pending[0][0] < horizon:
-                    loads[pending.popleft()[1]] -= 1
+                horizon = yield min(end, pending[0]) if pending else end
+                while pending and pending[0] < horizon:
+                    pending.popleft()
+                    loads[r] -= 1  # type: ignore[index]
             if not m:
                 continue
-            busy += end - t
             t = end
             if account:
                 pb = padded_of[nr]
                 decode_pad += pb * (positions[c0 + m] - positions[c0])
                 pad_slots += pb * m
             it += m
-            lim = (it + 1) * NREQ
+            itN += m * NREQ
+            lim = itN + NREQ
             if finish[0] < lim:
                 done = 0
                 while finish and finish[0] < lim:
                     i = pop(finish) % NREQ
                     e2e[i] = t
-                    running_flag[i] = 0
-                    key_sum -= prompt[i] - (it - out[i] + 1)
+                    key_sum -= retire_key[i] - it
                     done += 1
+                    if max_mode:
+                        running_flag[i] = 0
                 nr -= done
-                loads[r] -= done
+                if loads is not None:
+                    loads[r] -= done
 
-    def result(self, replica_of: np.ndarray, totals: list[tuple[float, int, float, int]]) -> _Run:
+    def result(self, replica_of: np.ndarray, totals: list[tuple[int, float, int]]) -> _Run:
         accepted = self.accepted
-        e2e = np.asarray(self.e2e)
+        e2e = np.asarray(self.e2e[:-1])
+        start = np.asarray(self.start[:-1])
         served = accepted[~np.isnan(e2e[accepted])]
         decode_counts = np.maximum(self.outs_np[served] - 1, 0)
         real_positions = int(
             (decode_counts * self.prompts_np[served] + decode_counts * (decode_counts + 1) // 2).sum()
         )
-        R = len(totals)
-        prefill_busy = np.bincount(replica_of[accepted], weights=self.pre_np[accepted], minlength=R)
-        decode_busy = np.array([tot[0] for tot in totals])
         slots = int(decode_counts.sum())
         padded = self.setup.decode_buckets or self.setup.batch_sizes
+        ttft = start + self.pre_np
+        ttft[np.isnan(start)] = np.nan
         return _Run(
-            ttft=np.asarray(self.ttft),
+            ttft=ttft,
             e2e=e2e,
-            start=np.asarray(self.start),
+            start=start,
             replica_of=replica_of,
-            busy=prefill_busy + decode_busy,
-            calls=sum(tot[1] for tot in totals),
+            busy=_busy_time(replica_of[accepted], start[accepted], e2e[accepted], len(totals)),
+            calls=sum(tot[0] for tot in totals),
             prefill_tokens=int(self.prompts_np[accepted].sum()),
             prefill_padded=int(self.prefill_len.sum()),
             decode_positions=real_positions,
-            decode_padded=int(round(sum(tot[2] for tot in totals))) if padded else real_positions,
+            decode_padded=int(round(sum(tot[1] for tot in totals))) if padded else real_positions,
             slots=slots,
-            padded_slots=sum(tot[3] for tot in totals) if padded else slots,
+            padded_slots=sum(tot[2] for tot in totals) if padded else slots,
         )
+
+
+def _busy_time(replica: np.ndarray, start: np.ndarray, end: np.ndarray, R: int) -> np.ndarray:
+    """Per replica, the length of the union of its requests' [first call, last token] intervals: a replica
+    runs calls back to back whenever it holds a request, so this is its busy time."""
+    busy = np.zeros(R)
+    if start.size == 0:
+        return busy
+    offset = float(np.max(end) - np.min(start)) + 1.0  # replicas' timelines laid end to end, never overlapping
+    s = start - start.min() + replica * offset
+    e = end - start.min() + replica * offset
+    order = np.lexsort((s, replica))
+    s, e, rep = s[order], e[order], replica[order]
+    covered = np.maximum.accumulate(e)
+    prev = np.concatenate(([-np.inf], covered[:-1]))
+    np.add.at(busy, rep, np.maximum(0.0, e - np.maximum(s, prev)))
+    return busy
 
 
 def _simulate_llm(
@@ -980,7 +1005,7 @@ def _simulate_llm(
     request arriving at the same instant as an event is dispatched first."""
     fleet = _LlmFleet(traffic, service, setup, accepted)
     loads = [0] * R
-    totals: list[tuple[float, int, float, int]] = [(0.0, 0, 0.0, 0)] * R
+    totals: list[tuple[int, float, int]] = [(0, 0.0, 0)] * R
     inboxes: list[list[int]] = [[fleet.sentinel] for _ in range(R)]
     replica_of = np.full(len(traffic), -1, dtype=np.int64)
     inf = float("inf")
@@ -988,7 +1013,7 @@ def _simulate_llm(
         replica_of[accepted] = np.arange(accepted.size) % R
         for r in range(R):
             inboxes[r] = accepted[r::R].tolist() + [fleet.sentinel]
-            g = fleet.replica(r, inboxes[r], loads, totals)
+            g = fleet.replica(r, inboxes[r], None, totals)
             next(g)
             g.send(inf)
         return fleet.result(replica_of, totals)
@@ -996,36 +1021,31 @@ def _simulate_llm(
     gens = [fleet.replica(r, inboxes[r], loads, totals) for r in range(R)]
     for g in gens:
         next(g)
-    arrive = fleet.arrive
+    resume = [g.send for g in gens]
     sentinel = fleet.sentinel
-    version = [0] * R
-    scheduled = [inf] * R
-    events: list[tuple[float, int, int]] = []
+    scheduled = [inf] * R  # each replica's next event; heap entries with another time are stale
+    events: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    order = accepted.tolist() + [-1]
-    for k in range(len(order) - 1):
-        i = order[k]
-        a = arrive[i]
+    order = accepted.tolist()
+    times = traffic.arrivals_s[accepted].tolist()
+    nexts = times[1:] + [inf] if times else []
+    for i, a, a_next in zip(order, times, nexts, strict=True):
         while events and events[0][0] < a:
-            te, ver, r = pop(events)
-            if ver != version[r]:
-                continue
-            nt = gens[r].send(a)
-            version[r] += 1
-            scheduled[r] = nt
-            if nt < inf:
-                push(events, (nt, version[r], r))
+            te, r = pop(events)
+            if te == scheduled[r]:
+                nt = scheduled[r] = resume[r](a)
+                if nt < inf:
+                    push(events, (nt, r))
         r = loads.index(min(loads))
         loads[r] += 1
         inbox = inboxes[r]
         inbox[-1] = i
         inbox.append(sentinel)
-        nt = gens[r].send(arrive[order[k + 1]] if k + 2 < len(order) else inf)
+        nt = resume[r](a_next)
         if nt != scheduled[r]:
-            version[r] += 1
             scheduled[r] = nt
             if nt < inf:
-                push(events, (nt, version[r], r))
+                push(events, (nt, r))
     for g in gens:
         g.send(inf)
     for r, inbox in enumerate(inboxes):
