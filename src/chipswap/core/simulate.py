@@ -1,5 +1,5 @@
 """Trace-driven discrete-event simulation of a serving fleet: continuous batching for LLMs, dynamic batching
-for fixed-shape encoders, Neuron padding to buckets, join-the-least-loaded dispatch across replicas.
+for fixed-shape encoders, Neuron padding to buckets, round-robin or least-loaded dispatch across replicas.
 
 Every call a replica makes is timed by a `ServiceTimes` (projected or measured); this module never decides how
 fast a chip is. It is fast because it does not step through tokens: between two events (an arrival that can
@@ -23,8 +23,8 @@ Serving rules (the naive reference implements the same rules independently):
 - Encoder, per replica: FIFO queue; when the replica is free, a batch of up to `max_batch` waiting requests
   starts as soon as `max_batch` are waiting or the oldest has waited `max_queue_delay_s`; it runs at the next
   compiled batch size and at the sequence bucket (Neuron) or length (GPU) of its longest member.
-- Dispatch: each arrival goes to the replica with the fewest outstanding (waiting + running) requests, the
-  lowest-numbered one on ties (or, with dispatch="round_robin", to the next replica in turn).
+- Dispatch: round robin (each arrival to the next replica in turn; the default), or least loaded (the replica
+  with the fewest outstanding requests, waiting + running, the lowest-numbered one on ties).
 - A request that cannot fit (prompt beyond the largest prefill bucket, prompt + output beyond the largest
   decode bucket or `max_length`) is rejected and counted, never truncated or resized.
 """
@@ -46,7 +46,9 @@ from chipswap.errors import ChipswapError
 
 MODES = ("llm", "encoder")
 DISPATCH = ("least_loaded", "round_robin")
-DEFAULT_DISPATCH = "least_loaded"
+# Round robin is the default of most load balancers (and the faster to simulate: replicas run independently);
+# least-loaded (fewest outstanding requests) is what a smarter balancer does, and shortens the tail a little.
+DEFAULT_DISPATCH = "round_robin"
 MAX_REQUESTS = 50_000_000  # largest traffic this module will build or simulate (memory: ~100 bytes a request)
 MAX_REPLICAS = 100_000
 MAX_TABLE_COLUMNS = 2048  # context intervals per step-time table row (the block is widened to stay under it)
@@ -896,9 +898,8 @@ class _LlmFleet:
         finish: list[int] = []  # finish iteration * NREQ + request
         longest: list[int] = []  # Neuron: -(prompt - admit iteration) * NREQ + request
         pending: deque[float] = deque()  # one-token requests done at a future prefill end (load tracking)
-        nr = it = itN = key_sum = (
-            0  # batch size, decode steps done (and x NREQ), sum of (prompt - admit step)
-        )
+        # batch size, decode steps done (and that x NREQ), sum over the batch of (prompt - admit step)
+        nr = it = itN = key_sum = 0
         head = 0  # next request in the inbox not yet admitted
         decode_pad = 0.0
         pad_slots = 0
