@@ -43,6 +43,26 @@ def test_sized_fleet_is_the_smallest_that_meets():
     assert str(sz.instances) in sz.message and "\n" not in sz.message
 
 
+def test_encoder_fleet_sizing_on_neuron_shapes():
+    """Dynamic batching to compiled batch sizes, padded to buckets: the same search, the same guarantee."""
+    rng = np.random.default_rng(6)
+    arrivals = S.poisson_arrivals(300.0, rng, duration_s=120.0)
+    traffic = S.make_traffic(arrivals, rng.integers(8, 500, arrivals.size))
+    setup = S.ReplicaSetup(
+        max_batch=8, batch_sizes=(1, 4, 8), prefill_buckets=(128, 512), max_queue_delay_s=0.01
+    )
+    service = TokenLinear(per_call=0.004, per_token=2e-5)
+    slo = F.Slo(e2e_s=0.08)
+    sz = F.size_fleet(traffic, service, setup, 2, slo, mode="encoder", window_s=30.0)
+    assert sz.verdict == "meets" and sz.instances is not None and sz.instances > 1
+    part, w = F.window_traffic(traffic, 30.0)
+    below = F.check_fleet(
+        part, service, setup, sz.instances - 1, 2, slo, mode="encoder", measure=(w.start_s, w.end_s)
+    )
+    assert not below.meets
+    assert sz.check is not None and sz.check.result.padding.prefill_waste > 0
+
+
 def test_today_fleet_check_says_whether_it_meets():
     traffic = _traffic(8.0, 2000, seed=2)
     slo = F.Slo(e2e_s=5.0)

@@ -134,7 +134,7 @@ def small_case(draw):
     )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_case())
 def test_bit_exact_on_random_small_cases(case):
     traffic, service, setup, replicas, mode, dispatch = case

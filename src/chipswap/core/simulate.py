@@ -544,9 +544,8 @@ def _table_edges(setup: ReplicaSetup, top_context: int) -> list[int]:
     if setup.decode_buckets:
         return list(setup.decode_buckets)
     block = setup.context_block
-    if (
-        top_context / block > MAX_TABLE_COLUMNS
-    ):  # long contexts: coarser blocks keep the service calls bounded
+    if top_context / block > MAX_TABLE_COLUMNS:
+        # long contexts: coarser blocks keep the number of service calls bounded
         block = block * math.ceil(top_context / block / MAX_TABLE_COLUMNS)
     return list(range(block, block * math.ceil(max(top_context, 1) / block) + 1, block))
 
