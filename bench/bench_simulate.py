@@ -2,9 +2,9 @@
 
 1. Speed: 1,000,000 LLM requests (prompt and output lengths resampled, seeded, from the bundled Azure LLM code
    trace; Poisson arrivals at 26 requests/s, the bundled example's mean rate at its scale of 10) on 20
-   replicas with continuous batching (max batch 32), for both dispatch policies. Target: <= 5 s. The naive reference
-   simulator (one event per prefill and per decode step) runs the first 50,000 of those requests in the same
-   process, and so does the fast one, for the side-by-side ratio (both results must agree).
+   replicas with continuous batching (max batch 32), for both dispatch policies. Target: <= 5 s. The naive
+   reference simulator (one event per prefill and per decode step) runs the first 50,000 of those requests in
+   the same process, and so does the fast one, for the side-by-side ratio (both results must agree).
 2. A day of the bundled trace's traffic at its scale (the one-hour trace played back to back for 24 h, then
    scaled x10: about 2.1 M requests) on the same fleet, and sizing that fleet for an SLO at its busiest
    5 minutes: both must fit in the plan's time budget (the whole plan <= 2 minutes).

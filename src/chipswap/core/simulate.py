@@ -5,8 +5,10 @@ Every call a replica makes is timed by a `ServiceTimes` (projected or measured);
 fast a chip is. It is fast because it does not step through tokens: between two events (an arrival that can
 join, a completion) the batch on a replica is fixed and its representative context grows by one token per
 step, so the time of m decode steps is a difference of a cumulative step-time table (built once per batch
-size, over context intervals on which the step time is constant). `chipswap.core.simulate_reference` steps
-through every call and is the oracle the tests compare this module against.
+size, over context intervals on which the step time is constant). A request that runs alone on its replica
+(idle when it arrives, done before the next one comes) is computed in closed form with the same arithmetic.
+`chipswap.core.simulate_reference` steps through every call and is the oracle the tests compare this module
+against.
 
 Pure: numpy and the standard library. It may not read files, the clock or the network, print, or import torch.
 Bad input raises ChipswapError (one line: what is wrong and how to fix it).
@@ -49,7 +51,8 @@ DISPATCH = ("least_loaded", "round_robin")
 # Round robin is the default of most load balancers (and the faster to simulate: replicas run independently);
 # least-loaded (fewest outstanding requests) is what a smarter balancer does, and shortens the tail a little.
 DEFAULT_DISPATCH = "round_robin"
-MAX_REQUESTS = 50_000_000  # largest traffic this module will build or simulate (memory: ~100 bytes a request)
+# largest traffic this module builds or simulates (about 400 bytes a request while simulating: 4 GB here)
+MAX_REQUESTS = 10_000_000
 MAX_REPLICAS = 100_000
 MAX_TABLE_COLUMNS = 2048  # context intervals per step-time table row (the block is widened to stay under it)
 DENSE_TABLE_ENTRIES = 8_000_000  # per-token cumulative tables up to this size (64 MB); on-demand beyond
