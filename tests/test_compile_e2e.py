@@ -39,9 +39,24 @@ def test_distilbert_seq128_fresh_process_same_logits(tmp_path):
 
     cache, cset = tmp_path / "cache", tmp_path / "distilbert-128.json"
     r = subprocess.run(
-        [sys.executable, "-m", "chipswap", "compile", "distilbert-base", "--seq-len", "128",
-         "--cache-dir", str(cache), "--out", str(cset), "--json"],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "chipswap",
+            "compile",
+            "distilbert-base",
+            "--seq-len",
+            "128",
+            "--cache-dir",
+            str(cache),
+            "--out",
+            str(cset),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     report = json.loads(r.stdout)
@@ -59,7 +74,10 @@ def test_distilbert_seq128_fresh_process_same_logits(tmp_path):
 
     s = subprocess.run(
         [sys.executable, "-c", SERVE, str(cset), str(cache), json.dumps(reqs)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert s.returncode == 0, s.stderr[-3000:]
     served = json.loads(s.stdout.strip().splitlines()[-1])
