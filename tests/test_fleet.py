@@ -43,6 +43,26 @@ def test_sized_fleet_is_the_smallest_that_meets():
     assert str(sz.instances) in sz.message and "\n" not in sz.message
 
 
+def test_encoder_fleet_sizing_on_neuron_shapes():
+    """Dynamic batching to compiled batch sizes, padded to buckets: the same search, the same guarantee."""
+    rng = np.random.default_rng(6)
+    arrivals = S.poisson_arrivals(300.0, rng, duration_s=120.0)
+    traffic = S.make_traffic(arrivals, rng.integers(8, 500, arrivals.size))
+    setup = S.ReplicaSetup(
+        max_batch=8, batch_sizes=(1, 4, 8), prefill_buckets=(128, 512), max_queue_delay_s=0.01
+    )
+    service = TokenLinear(per_call=0.004, per_token=2e-5)
+    slo = F.Slo(e2e_s=0.08)
+    sz = F.size_fleet(traffic, service, setup, 2, slo, mode="encoder", window_s=30.0)
+    assert sz.verdict == "meets" and sz.instances is not None and sz.instances > 1
+    part, w = F.window_traffic(traffic, 30.0)
+    below = F.check_fleet(
+        part, service, setup, sz.instances - 1, 2, slo, mode="encoder", measure=(w.start_s, w.end_s)
+    )
+    assert not below.meets
+    assert sz.check is not None and sz.check.result.padding.prefill_waste > 0
+
+
 def test_today_fleet_check_says_whether_it_meets():
     traffic = _traffic(8.0, 2000, seed=2)
     slo = F.Slo(e2e_s=5.0)
@@ -122,19 +142,50 @@ def _compressed(base: S.Traffic, factor: float) -> S.Traffic:
     return S.make_traffic(base.arrivals_s / factor, base.prompt_tokens, base.output_tokens)
 
 
+def _rank(sz: F.FleetSizing) -> float:
+    return float(sz.instances) if sz.verdict == "meets" else math.inf
+
+
+def test_a_single_search_can_dip_with_more_traffic_the_sweep_cannot():
+    """Near the floor the p99 of ~200 requests is noisy, and the same requests 1.25x faster happened to size
+    smaller on their own (found by the property test below); a sweep over traffic levels never does."""
+    base = _traffic(9.0, 400, 0)
+    faster = _compressed(base, 1.25)
+    slo = F.Slo(ttft_s=0.630859375, e2e_s=2.5234375)
+    kwargs = {"dispatch": "least_loaded", "window_s": 30.0, "max_instances": 64}
+    alone = [F.size_fleet(t, GpuLike(), SETUP, 1, slo, **kwargs).instances for t in (base, faster)]
+    swept = F.size_fleet_sweep([base, faster], GpuLike(), SETUP, 1, slo, **kwargs)
+    assert (
+        alone[1] < alone[0]
+    )  # the dip (if the simulator changes and this no longer dips, pick another case)
+    assert [s.instances for s in swept] == [alone[0], alone[0]]
+    assert swept[1].check is not None and swept[1].check.meets
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10_000),
     rate=st.floats(1.0, 12.0),
-    more=st.floats(1.05, 3.0),
+    more=st.lists(st.floats(1.05, 2.0), min_size=1, max_size=3),
     e2e=st.floats(2.0, 12.0),
     rpi=st.integers(1, 3),
     dispatch=st.sampled_from(S.DISPATCH),
 )
 def test_more_traffic_never_needs_fewer_instances(seed, rate, more, e2e, rpi, dispatch):
     base = _traffic(rate, 400, seed)
+    levels = [base]
+    for factor in more:
+        levels.append(_compressed(levels[-1], factor))
     slo = F.Slo(ttft_s=e2e / 4, e2e_s=e2e)
-    assert _size(_compressed(base, more), slo, rpi, dispatch) >= _size(base, slo, rpi, dispatch)
+    sizes = [
+        _rank(s)
+        for s in F.size_fleet_sweep(
+            levels, GpuLike(), SETUP, rpi, slo, dispatch=dispatch, window_s=30.0, max_instances=64
+        )
+    ]
+    assert sizes == sorted(sizes)
+    first = F.size_fleet(base, GpuLike(), SETUP, rpi, slo, dispatch=dispatch, window_s=30.0, max_instances=64)
+    assert sizes[0] == _rank(first)  # the first level is the plain answer
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -161,3 +161,19 @@ def test_simulate_rejects_bad_arguments():
 def test_bad_setup_is_error(kwargs):
     with pytest.raises(ChipswapError):
         S.ReplicaSetup(**kwargs)
+
+
+def test_sizes_are_bounded_before_anything_is_allocated():
+    t = S.make_traffic([0.0, 1.0], [1, 2])
+    rng = np.random.default_rng(0)
+    with pytest.raises(ChipswapError) as exc:
+        S.scale_traffic(t, S.MAX_REQUESTS, rng)
+    assert "smaller scale" in _one_line(exc)
+    with pytest.raises(ChipswapError):
+        S.repeat_traffic(t, 1e12)
+    with pytest.raises(ChipswapError):
+        S.poisson_arrivals(1e6, rng, duration_s=1e6)
+    with pytest.raises(ChipswapError):
+        S.poisson_arrivals(1.0, rng, n=S.MAX_REQUESTS + 1)
+    with pytest.raises(ChipswapError):
+        S.bursty_arrivals(1e6, 1e6, rng)

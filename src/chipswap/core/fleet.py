@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -209,12 +210,15 @@ def size_fleet(
     warmup_s: float = DEFAULT_WARMUP_S,
     cooldown_s: float = DEFAULT_COOLDOWN_S,
     max_instances: int = DEFAULT_MAX_INSTANCES,
+    min_instances: int = 1,
     report_buckets: Sequence[int] = (),
 ) -> FleetSizing:
     """The smallest number of instances (each `replicas_per_instance` replicas of `setup`) whose simulated
-    tail latency meets `slo` for the busiest `window_s` of `traffic`."""
+    tail latency meets `slo` for the busiest `window_s` of `traffic`; never below `min_instances` (e.g. the
+    answer for less traffic, see `size_fleet_sweep`)."""
     rpi = _count(replicas_per_instance, "replicas per instance", 1, MAX_REPLICAS)
     cap = _count(max_instances, "max instances", 1, MAX_REPLICAS // rpi)
+    least = _count(min_instances, "min instances", 1, cap)
     part, window = window_traffic(traffic, window_s, warmup_s=warmup_s, cooldown_s=cooldown_s)
     measure = (window.start_s, window.end_s)
     in_window = (part.arrivals_s >= window.start_s) & (part.arrivals_s < window.end_s)
@@ -225,7 +229,7 @@ def size_fleet(
     )
     floor_e2e = _tail(alone_e2e[in_window], rejected, slo.percentile) if slo.e2e_s is not None else math.nan
     replicas_lb = float(np.nansum(work[in_window])) / (window.end_s - window.start_s)
-    lower = max(1, min(cap, math.ceil(replicas_lb / rpi - 1e-9)))
+    lower = max(least, min(cap, math.ceil(replicas_lb / rpi - 1e-9)))
 
     probes: list[tuple[int, float, float, bool]] = []
     checks: dict[int, FleetCheck] = {}
@@ -277,31 +281,38 @@ def size_fleet(
             "replica); relax the SLO or choose a faster setup",
         )
 
-    # bracket: `bad` fails (0 = no fleet), `good` meets
+    def first_meeting_above(bad: int) -> int | None:
+        """Doubling from a size that fails until one meets; None if not even the cap does."""
+        while bad < cap:
+            bad = n = min(cap, 2 * bad)
+            if probe(n).meets:
+                return n
+        return None
+
+    def over_cap() -> FleetSizing:
+        at_cap = probe(cap)
+        return verdict(
+            "over_cap",
+            None,
+            at_cap,
+            f"{slo.describe()} is not met steadily by up to {cap:,} instances ({at_cap.why}); raise "
+            "max_instances or choose a faster setup",
+        )
+
+    # bracket the answer: `bad` fails (least - 1: below the search), `good` meets
     if probe(lower).meets:
-        bad, good = 0, lower
-        while bad == 0 and good > 1:
-            half = good // 2
+        bad, good = least - 1, lower
+        while bad == least - 1 and good > least:
+            half = max(least, good // 2)
             if probe(half).meets:
                 good = half
             else:
                 bad = half
     else:
-        bad, good = lower, 0
-        while good == 0:
-            if bad >= cap:
-                return verdict(
-                    "over_cap",
-                    None,
-                    probe(cap),
-                    f"{slo.describe()} is not met even by {cap:,} instances ({probe(cap).why}); raise "
-                    "max_instances or choose a faster setup",
-                )
-            n = min(cap, 2 * bad)
-            if probe(n).meets:
-                good = n
-            else:
-                bad = n
+        found = first_meeting_above(lower)
+        if found is None:
+            return over_cap()
+        bad, good = lower, found
     while True:
         while good - bad > 1:
             mid = (bad + good) // 2
@@ -312,21 +323,10 @@ def size_fleet(
         # one size up must meet too, so the answer is not a dip in a noisy tail
         if good >= cap or probe(good + 1).meets:
             break
-        bad = good + 1
-        good = 0
-        while good == 0:
-            if bad >= cap:
-                return verdict(
-                    "over_cap",
-                    None,
-                    probe(cap),
-                    f"{slo.describe()} is not met steadily below {cap:,} instances; raise max_instances",
-                )
-            n = min(cap, 2 * bad)
-            if probe(n).meets:
-                good = n
-            else:
-                bad = n
+        found = first_meeting_above(good + 1)
+        if found is None:
+            return over_cap()
+        bad, good = good + 1, found
     best = probe(good)
     return verdict(
         "meets",
@@ -335,3 +335,46 @@ def size_fleet(
         f"{good:,} x {rpi} replicas meet {slo.describe()} at the busiest {window_s:g} s "
         f"({window.requests:,} requests, {window.rate_rps:.2f}/s): {best.why}",
     )
+
+
+def size_fleet_sweep(
+    traffics: Sequence[Traffic],
+    service: ServiceTimes,
+    setup: ReplicaSetup,
+    replicas_per_instance: int,
+    slo: Slo,
+    *,
+    max_instances: int = DEFAULT_MAX_INSTANCES,
+    **options: Any,
+) -> tuple[FleetSizing, ...]:
+    """`size_fleet` for increasing traffic (e.g. the same trace at growing scales), for "fleet size vs
+    traffic". More traffic never needs fewer instances: each level's search starts at the previous level's
+    answer (a tail percentile over a finite window is noisy near the SLO, and a dip would otherwise read as
+    "more traffic is cheaper"), and once a level cannot be served (over the cap, below the floor, too many
+    rejects) neither can the ones after it. Other options are passed to `size_fleet`."""
+    results: list[FleetSizing] = []
+    least = 1
+    for traffic in traffics:
+        before = results[-1] if results else None
+        blocked = before is not None and before.verdict != "meets"
+        sizing = size_fleet(
+            traffic,
+            service,
+            setup,
+            replicas_per_instance,
+            slo,
+            max_instances=max_instances,
+            min_instances=max_instances if blocked else least,
+            **options,
+        )
+        if before is not None and blocked and sizing.verdict == "meets":
+            sizing = replace(
+                sizing,
+                verdict=before.verdict,
+                instances=None,
+                message=f"less traffic could not be served ({before.message}); nor can this",
+            )
+        if sizing.instances is not None:
+            least = sizing.instances
+        results.append(sizing)
+    return tuple(results)

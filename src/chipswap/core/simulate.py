@@ -1,12 +1,14 @@
 """Trace-driven discrete-event simulation of a serving fleet: continuous batching for LLMs, dynamic batching
-for fixed-shape encoders, Neuron padding to buckets, join-the-least-loaded dispatch across replicas.
+for fixed-shape encoders, Neuron padding to buckets, round-robin or least-loaded dispatch across replicas.
 
 Every call a replica makes is timed by a `ServiceTimes` (projected or measured); this module never decides how
 fast a chip is. It is fast because it does not step through tokens: between two events (an arrival that can
 join, a completion) the batch on a replica is fixed and its representative context grows by one token per
 step, so the time of m decode steps is a difference of a cumulative step-time table (built once per batch
-size, over context intervals on which the step time is constant). `chipswap.core.simulate_reference` steps
-through every call and is the oracle the tests compare this module against.
+size, over context intervals on which the step time is constant). A request that runs alone on its replica
+(idle when it arrives, done before the next one comes) is computed in closed form with the same arithmetic.
+`chipswap.core.simulate_reference` steps through every call and is the oracle the tests compare this module
+against.
 
 Pure: numpy and the standard library. It may not read files, the clock or the network, print, or import torch.
 Bad input raises ChipswapError (one line: what is wrong and how to fix it).
@@ -23,8 +25,8 @@ Serving rules (the naive reference implements the same rules independently):
 - Encoder, per replica: FIFO queue; when the replica is free, a batch of up to `max_batch` waiting requests
   starts as soon as `max_batch` are waiting or the oldest has waited `max_queue_delay_s`; it runs at the next
   compiled batch size and at the sequence bucket (Neuron) or length (GPU) of its longest member.
-- Dispatch: each arrival goes to the replica with the fewest outstanding (waiting + running) requests, the
-  lowest-numbered one on ties (or, with dispatch="round_robin", to the next replica in turn).
+- Dispatch: round robin (each arrival to the next replica in turn; the default), or least loaded (the replica
+  with the fewest outstanding requests, waiting + running, the lowest-numbered one on ties).
 - A request that cannot fit (prompt beyond the largest prefill bucket, prompt + output beyond the largest
   decode bucket or `max_length`) is rejected and counted, never truncated or resized.
 """
@@ -46,13 +48,17 @@ from chipswap.errors import ChipswapError
 
 MODES = ("llm", "encoder")
 DISPATCH = ("least_loaded", "round_robin")
-DEFAULT_DISPATCH = "least_loaded"
-MAX_REQUESTS = 50_000_000  # largest traffic this module will build or simulate (memory: ~100 bytes a request)
+# Round robin is the default of most load balancers (and the faster to simulate: replicas run independently);
+# least-loaded (fewest outstanding requests) is what a smarter balancer does, and shortens the tail a little.
+DEFAULT_DISPATCH = "round_robin"
+# largest traffic this module builds or simulates (about 400 bytes a request while simulating: 4 GB here)
+MAX_REQUESTS = 10_000_000
 MAX_REPLICAS = 100_000
 MAX_TABLE_COLUMNS = 2048  # context intervals per step-time table row (the block is widened to stay under it)
 DENSE_TABLE_ENTRIES = 8_000_000  # per-token cumulative tables up to this size (64 MB); on-demand beyond
 DEFAULT_CONTEXT_BLOCK = 16  # tokens per KV-cache block on GPUs (vLLM's default block size)
 DEFAULT_MAX_QUEUE_DELAY_S = 0.005
+LOOKUP_MAX_LENGTH = 4_000_000  # prefill times by a table indexed by length up to this length (32 MB)
 CDF_POINTS = 201  # quantiles kept for latency-distribution plots (bounded, whatever the traffic size)
 
 
@@ -541,9 +547,8 @@ def _table_edges(setup: ReplicaSetup, top_context: int) -> list[int]:
     if setup.decode_buckets:
         return list(setup.decode_buckets)
     block = setup.context_block
-    if (
-        top_context / block > MAX_TABLE_COLUMNS
-    ):  # long contexts: coarser blocks keep the service calls bounded
+    if top_context / block > MAX_TABLE_COLUMNS:
+        # long contexts: coarser blocks keep the number of service calls bounded
         block = block * math.ceil(top_context / block / MAX_TABLE_COLUMNS)
     return list(range(block, block * math.ceil(max(top_context, 1) / block) + 1, block))
 
@@ -681,11 +686,20 @@ def padded_lengths(lengths: np.ndarray, buckets: Sequence[int]) -> np.ndarray:
 
 def prefill_times(service: ServiceTimes, lengths: np.ndarray) -> np.ndarray:
     """prefill_s(1, length) per request, calling the service once per distinct length."""
-    uniq, inv = np.unique(lengths, return_inverse=True)
-    vals = np.array(
-        [_service_value(service.prefill_s(1, int(L)), f"a prefill of {int(L)} tokens") for L in uniq]
+    if lengths.size == 0:
+        return np.zeros(0)
+    if int(lengths.max()) > LOOKUP_MAX_LENGTH:  # very long prompts: sort instead of a table by length
+        present, inverse = np.unique(lengths, return_inverse=True)
+    else:
+        present, inverse = np.flatnonzero(np.bincount(lengths)), None
+    times = np.array(
+        [_service_value(service.prefill_s(1, int(L)), f"a prefill of {int(L)} tokens") for L in present]
     )
-    return vals[inv]
+    if inverse is not None:
+        return times[inverse]
+    table = np.zeros(int(present[-1]) + 1)
+    table[present] = times
+    return table[lengths]
 
 
 def request_work(
@@ -814,29 +828,64 @@ class _LlmFleet:
             self.pre_np[accepted] = prefill_times(service, self.prefill_len)
         top = int((self.prompts_np[accepted] + self.outs_np[accepted]).max()) if accepted.size else 1
         self.tables = _DecodeTables(service, setup, top)
+        self.arrivals_np = traffic.arrivals_s
         self.arrive = traffic.arrivals_s.tolist() + [float("inf")]
         self.sentinel = n  # the index of a request that never arrives: ends every inbox
+        self.nreq = n + 1  # heap keys pack (value, request) into one int: value * nreq + request
         self.prompt = self.prompts_np.tolist()
-        self.out = self.outs_np.tolist()
         self.pre = self.pre_np.tolist()
-        nan = float("nan")
-        self.ttft = [nan] * n
-        self.e2e = [nan] * n
-        self.start = [nan] * n
-        self.running_flag = bytearray(n)  # Neuron: whether a request is still in its replica's batch
+        steps = self.outs_np - 1  # decode steps each request needs
+        # finish key: (decode steps) * nreq + request, -1 for one-token requests (no decode step)
+        self.finish_key = np.where(steps > 0, steps * self.nreq + np.arange(n), -1).tolist()
+        self.retire_key = (self.prompts_np + steps).tolist()  # prompt - admit step = this - finish step
+        # a request alone on a replica decodes at batch 1 from context prompt + 1 to prompt + output - 1:
+        # its decode time is read from the same table, with the same arithmetic, as the loop's (bit for bit)
+        row1 = self.tables.row(1)
+        decodes = accepted[steps[accepted] > 0]
+        self.alone_np = np.zeros(n)  # (one-token and rejected requests: 0.0, and adding 0.0 is exact)
+        self.alone_np[decodes] = _take(row1, self.prompts_np[decodes] + steps[decodes] + 1) - _take(
+            row1, self.prompts_np[decodes] + 1
+        )
+        self.alone_decode = self.alone_np.tolist()
+        self.alone = bytearray(n + 1)  # requests that ran alone (their steps are counted afterwards)
+        self.jumped: list[tuple[np.ndarray, np.ndarray]] = []  # (requests, last-token times) jumped over
+        # outputs as C doubles: set one at a time by the loops, handed to numpy without a copy
+        self.e2e = array("d", [float("nan")]) * (n + 1)
+        self.start = array("d", [float("nan")]) * (n + 1)
+        self.running_flag = bytearray(n + 1)  # Neuron: whether a request is still in its replica's batch
+
+    def alone_done(self, requests: np.ndarray) -> np.ndarray:
+        """When each request would be done if it ran alone from its arrival (the loop's own arithmetic)."""
+        return self.arrivals_np[requests] + self.pre_np[requests] + self.alone_np[requests]
+
+    def ran_alone(self, requests: np.ndarray, done: np.ndarray) -> None:
+        """A replica jumped over these requests: each ran alone from its arrival to `done`."""
+        self.jumped.append((requests, done))
 
     def replica(
-        self, r: int, inbox: list[int], loads: list[int], totals: list[tuple[float, int, float, int]]
+        self,
+        r: int,
+        inbox: list[int],
+        loads: list[int] | None,
+        totals: list[tuple[int, float, int]],
+        alone_until: list[int] | None = None,
+        skipped: list[int] | None = None,
     ) -> Generator[float, float, None]:
         """One replica as a coroutine. `inbox` holds the requests dispatched to it, in arrival order, and ends
         with the sentinel request `self.sentinel` (arriving at infinity); the caller inserts before it. Each
         `send(horizon)` promises that no other request will arrive before `horizon`. The replica then runs
         every call boundary before the horizon and yields the time of its next event (the end of its decode
         run, or a one-token request's completion; inf when idle). Completions decrement loads[r] at their
-        time. When it is idle with an infinite horizon it writes its totals (decode busy time, decode steps,
-        padded decode positions, padded batch slots) to totals[r]."""
-        arrive, prompt, out, pre = self.arrive, self.prompt, self.out, self.pre
-        ttft, e2e, start, running_flag = self.ttft, self.e2e, self.start, self.running_flag
+        time (when loads are tracked). When it is idle with an infinite horizon it writes its totals (decode
+        steps, padded decode positions, padded batch slots) to totals[r].
+
+        When the whole inbox is known in advance (round robin), `alone_until[j]` is the first inbox position
+        from j on whose request is not done before the next one arrives: a replica idle when request j
+        arrives runs requests j .. alone_until[j] - 1 alone, one after the other, so it jumps over them (their
+        times are filled in afterwards from the same arithmetic) and notes the positions in `skipped`."""
+        arrive, prompt, pre, start, e2e = self.arrive, self.prompt, self.pre, self.start, self.e2e
+        finish_key, retire_key, running_flag = self.finish_key, self.retire_key, self.running_flag
+        alone_decode = self.alone_decode
         tables = self.tables
         positions = tables.positions
         by_batch = tables.by_batch
@@ -847,13 +896,14 @@ class _LlmFleet:
         padded_of = [self.setup.padded_batch(k) if k else 0 for k in range(B + 1)]
         push, pop = heapq.heappush, heapq.heappop
         inf = float("inf")
-        NREQ = len(arrive)  # heap keys pack (value, request) into one int: value * NREQ + request
+        NREQ = self.nreq
         finish: list[int] = []  # finish iteration * NREQ + request
         longest: list[int] = []  # Neuron: -(prompt - admit iteration) * NREQ + request
-        pending: deque[tuple[float, int]] = deque()  # one-token requests done at a future prefill end
-        nr = it = key_sum = 0  # requests in the batch, decode steps done, sum of (prompt - admit iteration)
+        pending: deque[float] = deque()  # one-token requests done at a future prefill end (load tracking)
+        # batch size, decode steps done (and that x NREQ), sum over the batch of (prompt - admit step)
+        nr = it = itN = key_sum = 0
         head = 0  # next request in the inbox not yet admitted
-        busy = decode_pad = 0.0
+        decode_pad = 0.0
         pad_slots = 0
         t = 0.0
         horizon = yield inf
@@ -866,15 +916,16 @@ class _LlmFleet:
                 head += 1
                 start[i] = t
                 t += pre[i]
-                ttft[i] = t
-                if out[i] <= 1:
+                key = finish_key[i]
+                if key < 0:  # one token: done when its prefill ends
                     e2e[i] = t
-                    if t < horizon:
-                        loads[r] -= 1
-                    else:
-                        pending.append((t, r))
+                    if loads is not None:
+                        if t < horizon:
+                            loads[r] -= 1
+                        else:
+                            pending.append(t)
                     continue
-                push(finish, (it + out[i] - 1) * NREQ + i)
+                push(finish, itN + key)
                 key = prompt[i] - it
                 key_sum += key
                 if max_mode:
@@ -882,18 +933,32 @@ class _LlmFleet:
                     running_flag[i] = 1
                 nr += 1
             if not nr:
-                a = arrive[inbox[head]]
+                i = inbox[head]
+                a = arrive[i]
                 if a < inf:
-                    t = max(t, a)
-                    continue
+                    if a >= t and alone_until is not None:
+                        k = alone_until[head]
+                        if k > head:
+                            skipped.append(head)  # type: ignore[union-attr]
+                            skipped.append(k)  # type: ignore[union-attr]
+                            head = k
+                            j = inbox[k - 1]
+                            t = arrive[j] + pre[j] + alone_decode[j]
+                            continue
+                        t = a
+                        continue
+                    if a > t:
+                        t = a
+                    continue  # (if it arrived while one-token prefills ran, it is prefilled next, at t)
                 if horizon == inf and not pending:
-                    totals[r] = (busy, it, decode_pad, pad_slots)
-                horizon = yield pending[0][0] if pending else inf
-                while pending and pending[0][0] < horizon:
-                    loads[pending.popleft()[1]] -= 1
+                    totals[r] = (it, decode_pad, pad_slots)
+                horizon = yield pending[0] if pending else inf
+                while pending and pending[0] < horizon:
+                    pending.popleft()
+                    loads[r] -= 1  # type: ignore[index]
                 continue
             # decode until the next completion, or until the first step boundary after the next arrival
-            m = finish[0] // NREQ - it
+            m = (finish[0] - itN) // NREQ
             if max_mode:
                 while not running_flag[longest[0] % NREQ]:
                     pop(longest)
@@ -902,7 +967,7 @@ class _LlmFleet:
                 c0 = -(-(key_sum + nr * (it + 1)) // nr)
             row = by_batch[nr] or row_of(nr)
             base = row[c0]
-            end = t + row[c0 + m] - base
+            end = t + (row[c0 + m] - base)
             while True:
                 a = arrive[inbox[head]]
                 if a < end and nr < B:
@@ -913,60 +978,127 @@ class _LlmFleet:
                         c_cut = bisect_left(row, base + (a - t), c0 + 1, c0 + m)
                         if c_cut < c0 + m:
                             m = c_cut - c0
-                            end = t + row[c_cut] - base
+                            end = t + (row[c_cut] - base)
                 if end < horizon:
                     break
-                horizon = yield min(end, pending[0][0]) if pending else end
-                while pending and pending[0][0] < horizon:
-                    loads[pending.popleft()[1]] -= 1
+                horizon = yield min(end, pending[0]) if pending else end
+                while pending and pending[0] < horizon:
+                    pending.popleft()
+                    loads[r] -= 1  # type: ignore[index]
             if not m:
                 continue
-            busy += end - t
             t = end
             if account:
                 pb = padded_of[nr]
                 decode_pad += pb * (positions[c0 + m] - positions[c0])
                 pad_slots += pb * m
             it += m
-            lim = (it + 1) * NREQ
+            itN += m * NREQ
+            lim = itN + NREQ
             if finish[0] < lim:
                 done = 0
                 while finish and finish[0] < lim:
                     i = pop(finish) % NREQ
                     e2e[i] = t
-                    running_flag[i] = 0
-                    key_sum -= prompt[i] - (it - out[i] + 1)
+                    key_sum -= retire_key[i] - it
                     done += 1
+                    if max_mode:
+                        running_flag[i] = 0
                 nr -= done
-                loads[r] -= done
+                if loads is not None:
+                    loads[r] -= done
 
-    def result(self, replica_of: np.ndarray, totals: list[tuple[float, int, float, int]]) -> _Run:
+    def result(self, replica_of: np.ndarray, totals: list[tuple[int, float, int]]) -> _Run:
         accepted = self.accepted
-        e2e = np.asarray(self.e2e)
+        e2e = np.frombuffer(self.e2e, dtype=np.float64)[:-1].copy()
+        start = np.frombuffer(self.start, dtype=np.float64)[:-1].copy()
+        alone = np.frombuffer(self.alone, dtype=np.uint8)[:-1].astype(bool)
+        for requests, done in self.jumped:
+            e2e[requests] = done
+            start[requests] = self.arrivals_np[requests]
+            alone[requests] = True
         served = accepted[~np.isnan(e2e[accepted])]
         decode_counts = np.maximum(self.outs_np[served] - 1, 0)
         real_positions = int(
             (decode_counts * self.prompts_np[served] + decode_counts * (decode_counts + 1) // 2).sum()
         )
-        R = len(totals)
-        prefill_busy = np.bincount(replica_of[accepted], weights=self.pre_np[accepted], minlength=R)
-        decode_busy = np.array([tot[0] for tot in totals])
         slots = int(decode_counts.sum())
+        # requests that ran alone skipped the per-call path: count their steps and padding here
+        steps_alone = np.maximum(self.outs_np[alone] - 1, 0)
+        p_alone = self.prompts_np[alone]
+        pb1 = self.setup.padded_batch(1)
+        positions = self.tables.positions
+        pad_alone = pb1 * float(
+            np.sum(_take(positions, p_alone + steps_alone + 1) - _take(positions, p_alone + 1))
+        )
         padded = self.setup.decode_buckets or self.setup.batch_sizes
+        ttft = start + self.pre_np
+        ttft[np.isnan(start)] = np.nan
         return _Run(
-            ttft=np.asarray(self.ttft),
+            ttft=ttft,
             e2e=e2e,
-            start=np.asarray(self.start),
+            start=start,
             replica_of=replica_of,
-            busy=prefill_busy + decode_busy,
-            calls=sum(tot[1] for tot in totals),
+            busy=_busy_time(replica_of[accepted], start[accepted], e2e[accepted], len(totals)),
+            calls=sum(tot[0] for tot in totals) + int(steps_alone.sum()),
             prefill_tokens=int(self.prompts_np[accepted].sum()),
             prefill_padded=int(self.prefill_len.sum()),
             decode_positions=real_positions,
-            decode_padded=int(round(sum(tot[2] for tot in totals))) if padded else real_positions,
+            decode_padded=int(round(sum(tot[1] for tot in totals) + pad_alone)) if padded else real_positions,
             slots=slots,
-            padded_slots=sum(tot[3] for tot in totals) if padded else slots,
+            padded_slots=sum(tot[2] for tot in totals) + pb1 * int(steps_alone.sum()) if padded else slots,
         )
+
+
+def _busy_time(replica: np.ndarray, start: np.ndarray, end: np.ndarray, R: int) -> np.ndarray:
+    """Per replica, the length of the union of its requests' [first call, last token] intervals: a replica
+    runs calls back to back whenever it holds a request, so this is its busy time."""
+    busy = np.zeros(R)
+    if start.size == 0:
+        return busy
+    offset = (
+        float(np.max(end) - np.min(start)) + 1.0
+    )  # replicas' timelines laid end to end, never overlapping
+    small = replica.astype(np.int16) if R <= np.iinfo(np.int16).max else replica  # (radix sort)
+    order = np.argsort(small, kind="stable")  # FIFO: a replica's requests start in arrival order
+    rep = replica[order]
+    s = start[order] - start.min() + rep * offset
+    e = end[order] - start.min() + rep * offset
+    covered = np.maximum.accumulate(e)
+    prev = np.concatenate(([-np.inf], covered[:-1]))
+    np.add.at(busy, rep, np.maximum(0.0, e - np.maximum(s, prev)))
+    return busy
+
+
+class _LeastLoaded:
+    """The lowest-numbered replica among the least loaded, for large fleets (a scan of every load per arrival
+    costs too much there): a min-heap of replica numbers per load level, stale entries dropped lazily."""
+
+    def __init__(self, loads: list[int]) -> None:
+        self.loads = loads
+        self.levels: list[list[int]] = [list(range(len(loads)))]
+        self.low = 0
+
+    def pick(self) -> int:
+        loads, levels = self.loads, self.levels
+        while True:
+            h = levels[self.low]
+            while h and loads[h[0]] != self.low:
+                heapq.heappop(h)
+            if h:
+                return h[0]
+            self.low += 1
+
+    def moved(self, r: int) -> None:
+        """Replica r's load changed."""
+        level = self.loads[r]
+        while len(self.levels) <= level:
+            self.levels.append([])
+        heapq.heappush(self.levels[level], r)
+        self.low = min(self.low, level)
+
+
+SCAN_REPLICAS = 64  # up to this many replicas, finding the least loaded by a scan is faster than heaps
 
 
 def _simulate_llm(
@@ -980,56 +1112,107 @@ def _simulate_llm(
     request arriving at the same instant as an event is dispatched first."""
     fleet = _LlmFleet(traffic, service, setup, accepted)
     loads = [0] * R
-    totals: list[tuple[float, int, float, int]] = [(0.0, 0, 0.0, 0)] * R
+    totals: list[tuple[int, float, int]] = [(0, 0.0, 0)] * R
     inboxes: list[list[int]] = [[fleet.sentinel] for _ in range(R)]
     replica_of = np.full(len(traffic), -1, dtype=np.int64)
     inf = float("inf")
     if not jsq:
         replica_of[accepted] = np.arange(accepted.size) % R
         for r in range(R):
-            inboxes[r] = accepted[r::R].tolist() + [fleet.sentinel]
-            g = fleet.replica(r, inboxes[r], loads, totals)
+            mine = accepted[r::R]
+            inboxes[r] = mine.tolist() + [fleet.sentinel]
+            done = fleet.alone_done(mine)
+            # position j runs alone if idle on arrival and done before j + 1 arrives; alone_until[j] = first
+            # position >= j that does not
+            runs_alone = np.append(traffic.arrivals_s[mine[1:]] >= done[:-1], True)
+            blockers = np.flatnonzero(~runs_alone)
+            alone_until = np.append(blockers, mine.size)[np.searchsorted(blockers, np.arange(mine.size))]
+            skipped: list[int] = []
+            g = fleet.replica(r, inboxes[r], None, totals, alone_until.tolist() + [mine.size], skipped)
             next(g)
             g.send(inf)
+            if skipped:
+                cover = np.zeros(mine.size + 1, dtype=np.int64)
+                np.add.at(cover, skipped[0::2], 1)
+                np.add.at(cover, skipped[1::2], -1)
+                ran_alone = np.cumsum(cover[:-1]) > 0
+                fleet.ran_alone(mine[ran_alone], done[ran_alone])
         return fleet.result(replica_of, totals)
 
     gens = [fleet.replica(r, inboxes[r], loads, totals) for r in range(R)]
     for g in gens:
         next(g)
-    arrive = fleet.arrive
+    resume = [g.send for g in gens]
     sentinel = fleet.sentinel
-    version = [0] * R
-    scheduled = [inf] * R
-    events: list[tuple[float, int, int]] = []
+    scheduled = [inf] * R  # each replica's next event; heap entries with another time are stale
+    events: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    order = accepted.tolist() + [-1]
-    for k in range(len(order) - 1):
-        i = order[k]
-        a = arrive[i]
+    order = accepted.tolist()
+    times = traffic.arrivals_s[accepted].tolist()
+    nexts = times[1:] + [inf] if times else []
+    least = _LeastLoaded(loads) if R > SCAN_REPLICAS else None
+    times_of = fleet.arrive
+    # A request sent to an idle replica runs alone until another one joins it: it is done at alone_done
+    # unless the dispatcher sends that replica a second request first (only when every replica is busy).
+    # Until then the replica's coroutine does not see it; `solo[r]` holds it.
+    solo = [-1] * R
+    where = [-1] * len(traffic)
+    pre, alone_decode, start, e2e, alone = fleet.pre, fleet.alone_decode, fleet.start, fleet.e2e, fleet.alone
+    for i, a, a_next in zip(order, times, nexts, strict=True):
         while events and events[0][0] < a:
-            te, ver, r = pop(events)
-            if ver != version[r]:
-                continue
-            nt = gens[r].send(a)
-            version[r] += 1
-            scheduled[r] = nt
-            if nt < inf:
-                push(events, (nt, version[r], r))
-        r = loads.index(min(loads))
+            te, r = pop(events)
+            if te == scheduled[r]:
+                j = solo[r]
+                if j >= 0:  # it ran alone to the end
+                    start[j] = times_of[j]
+                    e2e[j] = te
+                    alone[j] = 1
+                    solo[r] = -1
+                    scheduled[r] = inf
+                    loads[r] -= 1
+                    if least is not None:
+                        least.moved(r)
+                    continue
+                before = loads[r]
+                nt = scheduled[r] = resume[r](a)
+                if nt < inf:
+                    push(events, (nt, r))
+                if least is not None and loads[r] != before:
+                    least.moved(r)
+        if least is None:
+            r = loads.index(min(loads))
+        else:
+            r = least.pick()
         loads[r] += 1
+        where[i] = r
+        if least is not None:
+            least.moved(r)
+        if loads[r] == 1:
+            solo[r] = i
+            nt = scheduled[r] = a + pre[i] + alone_decode[i]
+            push(events, (nt, r))
+            continue
         inbox = inboxes[r]
+        j = solo[r]
+        if j >= 0:  # a second request joins: the replica's coroutine takes over the first from its arrival
+            solo[r] = -1
+            inbox[-1] = j
+            inbox.append(sentinel)
         inbox[-1] = i
         inbox.append(sentinel)
-        nt = gens[r].send(arrive[order[k + 1]] if k + 2 < len(order) else inf)
+        nt = resume[r](a_next)
         if nt != scheduled[r]:
-            version[r] += 1
             scheduled[r] = nt
             if nt < inf:
-                push(events, (nt, version[r], r))
-    for g in gens:
+                push(events, (nt, r))
+    for r, g in enumerate(gens):
+        j = solo[r]
+        if j >= 0:  # nobody else came
+            start[j] = times_of[j]
+            e2e[j] = scheduled[r]
+            alone[j] = 1
         g.send(inf)
-    for r, inbox in enumerate(inboxes):
-        replica_of[inbox[:-1]] = r
+    replica_of[accepted] = np.asarray(where)[accepted]
     return fleet.result(replica_of, totals)
 
 
@@ -1157,18 +1340,13 @@ def _report_edges(traffic: Traffic, setup: ReplicaSetup, report_buckets: Sequenc
     return np.asarray(edges, dtype=np.int64)
 
 
-def _count_process(enter: np.ndarray, leave: np.ndarray, span: float) -> tuple[float, int]:
-    """Time-average and maximum of the number of requests between `enter` and `leave` (e.g. arrival and first
-    call: waiting; arrival and last token: in the system), integrated along the merged event sequence; a leave
-    at the same instant as an enter is counted first."""
-    if enter.size == 0:
-        return 0.0, 0
-    times = np.concatenate((leave, enter))
-    steps = np.concatenate((np.full(leave.size, -1), np.ones(enter.size, dtype=np.int64)))
-    order = np.lexsort((steps, times))
-    times, level = times[order], np.cumsum(steps[order])
-    area = float(np.sum(level[:-1] * np.diff(times)))
-    return area / span, int(max(0, level.max()))
+def _max_waiting(arrivals: np.ndarray, starts: np.ndarray) -> int:
+    """Most requests waiting for their first call at once: just after each arrival, the arrivals so far minus
+    the first calls started by then (a start at the same instant counts as done)."""
+    if arrivals.size == 0:
+        return 0
+    started = np.searchsorted(np.sort(starts), arrivals, side="right")
+    return int(max(0, (np.arange(1, arrivals.size + 1) - started).max()))
 
 
 def _summarize(
@@ -1196,20 +1374,24 @@ def _summarize(
     else:
         throughput = tokens_s = 0.0
     edges = _report_edges(traffic, setup, report_buckets)
-    which = np.searchsorted(edges, traffic.prompt_tokens, side="left")
-    per_bucket = []
-    for k, edge in enumerate(edges.tolist()):
-        sel = served & (which == k)
-        if sel.any():
-            per_bucket.append(
-                BucketLatency(edge, int(sel.sum()), LatencyStats.of(ttft[sel]), LatencyStats.of(e2e[sel]))
-            )
+    idx = np.flatnonzero(served)
+    which = np.searchsorted(edges, traffic.prompt_tokens[idx], side="left")
+    which = which.astype(np.int16 if edges.size < np.iinfo(np.int16).max else np.int64)  # (int16: radix sort)
+    idx = idx[np.argsort(which, kind="stable")]
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(which, minlength=edges.size))))
+    per_bucket = [
+        BucketLatency(edge, int(hi - lo), LatencyStats.of(ttft[idx[lo:hi]]), LatencyStats.of(e2e[idx[lo:hi]]))
+        for edge, lo, hi in zip(edges.tolist(), bounds[:-1], bounds[1:], strict=True)
+        if hi > lo
+    ]
     _, reasons = reject_mask(
         Traffic(arr[measured], traffic.prompt_tokens[measured], traffic.output_tokens[measured]), setup, mode
     )
     util = run.busy / span
-    mean_waiting, max_waiting = _count_process(arr[~rejected], run.start[~rejected], span)
-    mean_in_system, _ = _count_process(arr[~rejected], run.e2e[~rejected], span)
+    # time averages over the whole run by Little's law (the run starts and ends empty, so it holds exactly)
+    mean_in_system = float(np.nansum(run.e2e - arr)) / span
+    mean_waiting = float(np.nansum(run.start - arr)) / span
+    max_waiting = _max_waiting(arr[~rejected], run.start[~rejected])
     return SimResult(
         mode=mode,
         replicas=replicas,
