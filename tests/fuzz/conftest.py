@@ -24,7 +24,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     t = TALLY
     lines = [
         f"fuzz: {t.tried} hostile inputs in {t.seconds:.1f}s; {t.known_open_failures} of them failed in kinds"
-        " still open elsewhere (xfail, /work/notes/FUZZ.md); of the rest:",
+        " listed in KNOWN_OPEN (xfail); of the rest:",
         f"fuzz: {t.ok} exit 0, {t.blockers} exit 1 (blockers), {t.clean_errors} clean one-line errors"
         f" (exit 2); {t.tracebacks} tracebacks, {t.bad_exit} wrong exit codes, {t.outside_writes} writes"
         f" outside the roots, {t.timeouts} timeouts, {t.over_memory} over the {CEILING_BYTES // 2**30} GiB"

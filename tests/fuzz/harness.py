@@ -57,12 +57,12 @@ class Tally:
     peak_growth_kib: int = 0
     seconds: float = 0.0
     skipped_for_time: int = 0
-    known_open_failures: int = 0  # inputs of a (class, kind) still open in another issue (FUZZ.md), failing
+    known_open_failures: int = 0  # failing inputs of a (class, kind) listed in KNOWN_OPEN
     by_class: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, cls: str, outcome: Outcome, problems: list[str], known_open: bool = False) -> None:
         """Count one input. A failing input of a known-open kind is counted apart (it is xfail, listed in
-        FUZZ.md); every other count is of the contract enforced now."""
+        KNOWN_OPEN); every other count is of the contract enforced now."""
         self.tried += 1
         self.seconds += outcome.seconds
         self.peak_rss_kib = max(self.peak_rss_kib, outcome.peak_rss_kib)

@@ -1,8 +1,7 @@
 """Hostile inputs of every kind chipswap reads, through its public entry points, in this process: plans,
 compiled sets, cache folders, workloads, catalogs, traces, model configs, command-line numbers and bench
-result files (once chipswap.loadgen is on the branch). Each (class, kind) is its own test so a kind that
-another issue still has open is marked xfail (strict=False) with its /work/notes/FUZZ.md entry, and starts
-enforcing once fixed.
+result files. Each (class, kind) is its own test, so a kind whose fix is in progress can be listed in
+KNOWN_OPEN (xfail, strict=False) and starts enforcing once fixed; the list is empty: every kind is enforced.
 
 The contract checked for every input is in tests/fuzz/harness.py and docs/security.md. Seeded (derandomized)
 and time-bounded; `make fuzz` runs it longer (see tests/fuzz/conftest.py).
@@ -37,36 +36,8 @@ SCALE = float(os.environ.get("CHIPSWAP_FUZZ_SCALE", "1"))
 SEED = os.environ.get("CHIPSWAP_FUZZ_SEED")
 TOTAL_S = float(os.environ.get("CHIPSWAP_FUZZ_TOTAL_S", "240"))
 
-# Inputs the project's other issues still have open: (class, kind) -> the FUZZ.md entry. xfail(strict=False):
-# the test passes as soon as the owner's fix lands and then keeps it fixed.
-KNOWN_OPEN: dict[tuple[str, str], str] = {
-    ("workloads", "bool_number"): "F15-01",
-    ("workloads", "numeric_string"): "F15-01",
-    ("workloads", "control_chars"): "F15-02",
-    ("workloads", "deep_nesting"): "F15-03",
-    ("workloads", "zero_device"): "F15-04",
-    ("workloads", "fifo"): "F15-04",
-    ("workloads", "extra_key"): "F15-15",
-    ("catalogs", "control_chars"): "F15-08",
-    ("traces", "invalid_utf8"): "F15-09",
-    ("traces", "zero_device"): "F15-10",
-    ("traces", "fifo"): "F15-10",
-    ("traces", "huge"): "F15-11",
-    ("traces", "numeric_string"): "F15-11",
-    ("traces", "deep_nesting"): "F15-16",
-    ("flags", "shapes_device_memory"): "F15-12",
-    ("flags", "shapes_bucket_memory"): "F15-12",
-    ("flags", "shapes_compile_s"): "F15-12",
-    ("flags", "shapes_max_length"): "F15-12",
-    ("flags", "project_prompt"): "F15-17",
-    ("flags", "cost_rate"): "F15-18",
-    ("configs", "bool_number"): "F15-13",
-    ("configs", "numeric_string"): "F15-13",
-    ("configs", "non_finite"): "F15-13",
-    ("configs", "wrong_type"): "F15-13",
-    ("configs", "huge"): "F15-14",
-    ("configs", "deep_nesting"): "F15-13",
-}
+# (class, kind) -> finding id (docs/security.md) of kinds whose fix is in progress: xfail(strict=False).
+KNOWN_OPEN: dict[tuple[str, str], str] = {}
 
 
 def _settings(cls: str, kind: str, examples: int):

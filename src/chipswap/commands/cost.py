@@ -13,6 +13,7 @@ from chipswap.commands.catalog import CATALOG_HELP, check_region, console
 from chipswap.core import cost as C
 from chipswap.core.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
 
 cost_app = typer.Typer(
     help="Price a move: total cost to finish a job and its break-even run, or serving cost per 1M requests.",
@@ -29,6 +30,9 @@ DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; d
 
 
 # --- flag parsing -------------------------------------------------------------------------------------------
+MAX_FLAG_VALUE = Decimal(10) ** 12
+
+
 def _flag_num(
     value: str | float | None,
     flag: str,
@@ -44,6 +48,8 @@ def _flag_num(
         raise ChipswapError(f"{flag} must be a number, got {value!r}; pass e.g. {example}") from None
     if not d.is_finite():
         raise ChipswapError(f"{flag} must be a finite number, got {value!r}; pass e.g. {example}")
+    if abs(d) > MAX_FLAG_VALUE:  # money, hours, rates: beyond this the Decimal context overflows when priced
+        raise ChipswapError(f"{flag} is {value}, over the {MAX_FLAG_VALUE:,} limit; pass e.g. {example}")
     if positive and (d < 0 or (d == 0 and not allow_zero)):
         need = "0 or more" if allow_zero else "greater than 0"
         raise ChipswapError(
@@ -315,7 +321,7 @@ def _job_assumptions(
         if key in seen:
             continue
         seen.add(key)
-        text = f"{r.term} price: {r.source} ({_as_of(r)})"
+        text = f"{r.term} price: {one_line(r.source)} ({one_line(_as_of(r))})"
         if r.note and r.term in ("1yr", "3yr", "ri-effective", "spot") or r.term.startswith("reserved"):
             text += f"; {r.note}"
         out.append(text)
@@ -505,7 +511,7 @@ def cost_serve(
     for row in rows:
         rr = row["rate"]
         assumptions.append(
-            f"{row['instance']} {rr.term} price: {rr.source} ({_as_of(rr)})"
+            f"{row['instance']} {rr.term} price: {one_line(rr.source)} ({one_line(_as_of(rr))})"
             + (f"; {rr.note}" if rr.note and rr.term != "on-demand" else "")
         )
     if as_json:

@@ -51,6 +51,13 @@ def _lengths(trace: Path | None, prompt: int | None, output: int | None, mode: s
             )
         if output is not None and output < 0:
             raise ChipswapError(f"--output-tokens must be >= 0, got {output}; give the output length")
+        from chipswap.core.buckets import MAX_LENGTH
+
+        for flag, value in (("--prompt-tokens", prompt), ("--output-tokens", output)):
+            if value is not None and value > MAX_LENGTH:
+                raise ChipswapError(
+                    f"{flag} is {value:,}, over the {MAX_LENGTH:,}-token limit per request; give a real one"
+                )
         if mode == "llm" and output is None:
             raise ChipswapError("--output-tokens is missing; an LLM projection needs the output length too")
         return prompt, output or 0, f"{prompt} prompt + {output or 0} output tokens"

@@ -10,6 +10,7 @@ the SVG plot atomically. No planning logic here.
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -197,6 +198,21 @@ def _edges(edges: list[int]) -> str:
     return s if len(s) <= 48 else s[:45] + "..."
 
 
+# Budgets are seconds and GiB: anything beyond these is a typo, and inf/NaN would poison the planner's math.
+_FLAG_LIMIT = 1e9
+
+
+def _finite_flags(flags: dict[str, float | None]) -> None:
+    """Each budget flag is a finite number in [0, 1e9], or one error line naming the flag."""
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        if not math.isfinite(value) or value < 0 or value > _FLAG_LIMIT:
+            raise ChipswapError(
+                f"{flag} must be a finite number from 0 to {_FLAG_LIMIT:,.0f}, got {value}; e.g. {flag} 10"
+            )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("shapes", help=HELP)
     def shapes(
@@ -291,6 +307,16 @@ def register(app: typer.Typer) -> None:
         from chipswap.traces import aggregate_trace, bundled_trace_path, read_histogram
 
         mode = mode.strip().lower()
+        _finite_flags(
+            {
+                "--max-compile-s": max_compile_s,
+                "--compile-s-per-bucket": compile_s_per_bucket,
+                "--compile-s-per-token": compile_s_per_token,
+                "--device-memory-gib": device_memory_gib,
+                "--bucket-memory-gib": bucket_memory_gib,
+                "--batch-window-ms": batch_window_ms,
+            }
+        )
         if decode_k is not None and mode == "encoder":
             raise ChipswapError(
                 f"--decode-k {decode_k} applies only to --mode llm (decode buckets); drop --decode-k or pass"

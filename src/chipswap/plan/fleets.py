@@ -88,7 +88,8 @@ def _serving_throughput(
             )
         )
     if sim is not None and sim.capacity_rps is not None:
-        given.append(Figure(sim.capacity_rps, RPS, "projected", sim.note, sim.band))
+        unit = RPS + " (at least)" if sim.capacity_is_lower_bound else RPS
+        given.append(Figure(sim.capacity_rps, unit, "projected", sim.note, sim.band))
     elif projected is not None:  # no simulation: the projection's steady throughput
         given.append(projected)
     return pick(given)

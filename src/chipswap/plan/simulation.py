@@ -27,6 +27,9 @@ MAX_INSTANCES = 1000  # the largest fleet the sizing search tries; beyond it the
 CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
 BAND_STEPS = 1  # the same at the band's edges (about 7%)
 SMALL_FLEET = 3  # up to this many instances the capacity per instance is searched, not bounded
+# The capacity search scales the window's traffic up; beyond this many simulated requests per probe it stops
+# and the capacity found is a lower bound (a tiny model on a big instance carries ~1e6 requests/s).
+MAX_PROBE_REQUESTS = 400_000
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class InstanceSim:
     config: Any = None  # the layout that needs the fewest instances (ServingConfig)
     times: Any = None  # its ServiceTimes
     e2e_p50_ms: float | None = None
+    capacity_is_lower_bound: bool = False  # the SLO still held at the most traffic the search simulates
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class _Fleet:
             decode_buckets=decode if self.cfg.padded else (),
         )
         self._scaled: dict[float, Any] = {1.0: load.traffic}
+        self.g_max = max(1.0, MAX_PROBE_REQUESTS / max(1, len(load.traffic)))
+        self.capped = False  # a capacity search met the SLO at g_max: what it found is a lower bound
         self.runs = 0
         self.sizing: Any = None
 
@@ -148,27 +154,38 @@ class _Fleet:
 
 
 def _capacity(f: _Fleet, n: int, speed: float, start: float, steps: int) -> float | None:
-    """The largest traffic scale `n` instances at `speed` carry within the SLO: bracket from `start` by 15%
-    steps, then `steps` bisection steps (geometric). None when even an idle fleet misses it at this speed."""
+    """The largest traffic scale `n` instances at `speed` carry within the SLO: bracket from `start` (15%
+    steps first, then doubling, so a start far off costs a few probes, not dozens), then `steps` bisection
+    steps (geometric). None when even an idle fleet misses it at this speed."""
     if f.floor_s(speed) > 1:
         return None
     lo, hi = None, None
-    g = start
-    for _ in range(16):
+    g = min(start, f.g_max)
+    for i in range(24):
+        step = 1.15 if i < 2 else 2.0
         if f.meets(n, g, speed):
             lo = g
             if hi is not None:
                 break
-            g *= 1.15
+            if g >= f.g_max:
+                f.capped = True
+                return g
+            g = min(g * step, f.g_max)
         else:
             hi = g
             if lo is not None:
                 break
-            g /= 1.15
+            g /= step
     if lo is None:
         return None
     if hi is None:
         return lo
+    while hi / lo > 1.16:  # doubling left a wide bracket: narrow it to the 15% the step count assumes
+        mid = (lo * hi) ** 0.5
+        if f.meets(n, mid, speed):
+            lo = mid
+        else:
+            hi = mid
     for _ in range(steps):
         mid = (lo * hi) ** 0.5
         if f.meets(n, mid, speed):
@@ -176,6 +193,15 @@ def _capacity(f: _Fleet, n: int, speed: float, start: float, steps: int) -> floa
         else:
             hi = mid
     return lo
+
+
+def _start_scale(p: Any, load: Load, n: int) -> float:
+    """Where the capacity search of `n` instances starts: the projected steady throughput (a little under,
+    since the SLO costs headroom), at least today's traffic (n instances are known to carry it)."""
+    rps = getattr(getattr(p, "requests_per_s", None), "value", None)
+    if not rps or not load.rate_rps:
+        return 1.0
+    return max(1.0, 0.8 * float(rps) * n / load.rate_rps)
 
 
 def _ms(seconds: float) -> float | None:
@@ -227,7 +253,10 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
     # capacity per instance: n meets the window and n - 1 does not, so it lies within rate/n .. rate/(n-1);
     # a small fleet is searched (that range is wide), a large one takes rate/n (its count at 1x is exact)
-    g1 = (_capacity(f, n, 1.0, 1.0, CAPACITY_STEPS) or 1.0) if n <= SMALL_FLEET else 1.0
+    lay = next((a for a in (p, *getattr(p, "alternatives", ())) if a.config == f.cfg), p)
+    g1 = 1.0
+    if n <= SMALL_FLEET:
+        g1 = _capacity(f, n, 1.0, _start_scale(lay, load, n), CAPACITY_STEPS) or 1.0
     caps: list[float | None] = []
     for sp in speeds:
         g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
@@ -235,6 +264,11 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     runs += f.runs - before
     res = f.sizing.check.result
     batching = "continuous" if f.mode == "llm" else "dynamic"
+    if f.capped:
+        what += (
+            f"; capacity per instance is a lower bound: the SLO still held at {f.g_max:,.1f}x this traffic, "
+            f"the most the search simulates ({MAX_PROBE_REQUESTS:,} requests)"
+        )
     note = (
         f"{what}; {batching} batching up to {f.cfg.max_batch}"
         + (", padded to the compiled buckets" if f.cfg.padded else "")
@@ -255,6 +289,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         f.cfg,
         f.lay.times,
         _ms(res.e2e.p50),
+        f.capped,
     )
 
 

@@ -1,7 +1,7 @@
-"""The fuzz suite's findings in other issues' areas, each as its smallest reproduction through the real
-entry point, marked xfail(strict=False) with its /work/notes/FUZZ.md id: the owner's fix turns it into a pass,
-and from then on it guards the fix. Every reproduction runs in a sandbox with the harness's memory and time
-limits, so an unfixed one fails fast instead of hurting the machine.
+"""Regressions: each hostile input the fuzz suite once found to crash, hang or leak control characters (ids
+F15-01..18, listed in docs/security.md), as its smallest reproduction through the real entry point. Every
+reproduction runs in a sandbox with the harness's memory and time limits, so a regression fails fast instead
+of hurting the machine.
 """
 
 from __future__ import annotations
@@ -56,10 +56,6 @@ def box(tmp_path: Path) -> Sandbox:
     return Sandbox(tmp_path / "sandbox", REPO)
 
 
-def _open(ref: str):
-    return pytest.mark.xfail(strict=False, reason=f"open in another issue: /work/notes/FUZZ.md {ref}")
-
-
 def _cli(box: Sandbox, argv: list[str], allowed: tuple[int, ...] = (2,), *, controls: bool = False,
          node: bool = False) -> None:
     limits = {"timeout_s": FILE_NODE_TIMEOUT_S, "ceiling_bytes": FILE_NODE_CEILING_BYTES} if node else {}
@@ -87,25 +83,21 @@ def _node(box: Sandbox, name: str, node: str) -> str:
 
 
 # ------------------------------------------------------------------------------------- workloads (issue 10)
-@_open("F15-01")
 @pytest.mark.parametrize("rps", ["true", '"5"'])
 def test_F15_01_workload_bool_or_string_as_a_number_is_refused(box, rps):
     _cli(box, ["plan", _file(box, "w.toml", SERVING.format(rps=rps)), "--out", str(box.out)])
 
 
-@_open("F15-02")
 def test_F15_02_workload_title_control_characters_never_reach_the_terminal(box):
     text = SERVING.format(rps=5).replace('title = "x"', 'title = "\\u001b[31mRED\\u001b]0;owned\\u0007"')
     _cli(box, ["plan", _file(box, "w.toml", text), "--out", str(box.out)], allowed=(0,), controls=True)
 
 
-@_open("F15-03")
 def test_F15_03_deeply_nested_workload_is_one_error_line(box):
     _cli(box, ["plan", _file(box, "w.toml", "title = " + "[" * 1000 + "1" + "]" * 1000 + "\n"), "--out",
                str(box.out)])
 
 
-@_open("F15-04")
 @pytest.mark.parametrize("node", ["zero", "fifo"])
 def test_F15_04_workload_path_that_is_a_device_or_fifo(box, node):
     _cli(box, ["plan", _node(box, "w.toml", node), "--out", str(box.out)], node=True)
@@ -129,7 +121,6 @@ def test_F15_07_catalog_path_that_is_a_device_or_fifo(box, node):
     _cli(box, ["catalog", "--catalog", _node(box, "c.toml", node)], node=True)
 
 
-@_open("F15-08")
 def test_F15_08_catalog_source_control_characters_never_reach_the_terminal(box):
     cat = _file(box, "c.toml", PRICE.format(price="3.1", source="\\u001b[31mRED"))
     argv = ["cost", "serve", "--instance", "trn1.32xlarge", "--throughput", "10", "--term", "spot",
@@ -138,26 +129,22 @@ def test_F15_08_catalog_source_control_characters_never_reach_the_terminal(box):
 
 
 # ----------------------------------------------------------------------------------------- traces (issue 11)
-@_open("F15-09")
 def test_F15_09_invalid_utf8_in_a_jsonl_trace_is_one_error_line(box):
     data = b'{"TIMESTAMP": "2023-11-16 18:17:00", "ContextTokens": 10, "GeneratedTokens": 5}\n\x80\n'
     _cli(box, ["shapes", _file(box, "t.jsonl", data), "--json"])
 
 
-@_open("F15-10")
 @pytest.mark.parametrize("node", ["zero", "fifo"])
 def test_F15_10_trace_path_that_is_a_device_or_fifo(box, node):
     _cli(box, ["shapes", _node(box, "t.csv", node), "--json"], node=True)
 
 
-@_open("F15-11")
 def test_F15_11_one_huge_length_in_a_trace_is_bounded(box):
     rows = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
             "2023-11-16 18:17:00,1000000000,5\n2023-11-16 18:17:01,10,5\n")
     _cli(box, ["shapes", _file(box, "t.csv", rows), "--json"], allowed=(0, 2))
 
 
-@_open("F15-12")
 @pytest.mark.parametrize(
     "flag, value",
     [("--device-memory-gib", "nan"), ("--device-memory-gib", "inf"), ("--compile-s-per-bucket", "nan"),
@@ -167,7 +154,6 @@ def test_F15_12_shapes_budget_flags_must_be_finite(box, flag, value):
     _cli(box, ["shapes", "--json", flag, value])
 
 
-@_open("F15-16")
 def test_F15_16_deeply_nested_jsonl_trace_row_is_one_error_line(box):
     deep = b"[" * 50_000 + b"1" + b"]" * 50_000
     row = b'{"TIMESTAMP": ' + deep + b', "ContextTokens": 10, "GeneratedTokens": 5}\n'
@@ -184,30 +170,25 @@ def _config(**over) -> str:
     return json.dumps(cfg)
 
 
-@_open("F15-13")
 @pytest.mark.parametrize("value", ["false", '"1"', "NaN"])
 def test_F15_13_config_field_of_the_wrong_type_is_one_error_line(box, value):
     text = _config().replace('"vocab_size": 1000', f'"vocab_size": {value}')
     _cli(box, ["check", _file(box, "config.json", text), "--json"])
 
 
-@_open("F15-14")
 def test_F15_14_negative_size_in_a_config_is_one_error_line(box):
     _cli(box, ["check", _file(box, "config.json", _config(vocab_size=-1)), "--json"])
 
 
-@_open("F15-15")
 def test_F15_15_unknown_workload_key_with_control_characters_is_shown_escaped(box):
     text = SERVING.format(rps=5) + '\n"\\u001b[31mkey" = 1\n'
     _cli(box, ["plan", _file(box, "w.toml", text), "--out", str(box.out)], controls=True)
 
 
 # ------------------------------------------------------------------------------- projection, cost flags
-@_open("F15-17")
 def test_F15_17_project_prompt_tokens_beyond_int64_is_one_error_line(box):
     _cli(box, ["project", "tiny-distilbert", "-i", "inf2.xlarge", "--prompt-tokens", "9" * 30])
 
 
-@_open("F15-18")
 def test_F15_18_cost_rate_that_overflows_to_infinity_is_one_error_line(box):
     _cli(box, ["cost", "serve", "--instance", "inf2.xlarge", "--throughput", "5", "--rate", "1e999"])
