@@ -14,6 +14,7 @@ import typer
 
 from chipswap import __version__
 from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
 
 try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
     from typer._click import exceptions as _click_exc
@@ -80,7 +81,9 @@ for _name in COMMAND_MODULES:
 
 
 def fail(message: str, code: int = 2) -> None:
-    sys.stderr.write(f"chipswap: error: {message}\n")
+    # Every error is one printable line, whatever file text it quotes: a name read from a data file must not
+    # recolour the terminal or forge a second line.
+    sys.stderr.write(f"chipswap: error: {one_line(message, max_chars=4000)}\n")
     sys.stderr.flush()
     raise SystemExit(code)
 

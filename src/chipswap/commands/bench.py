@@ -255,6 +255,7 @@ def _bench(
     from chipswap.atomic import atomic_write_text
     from chipswap.loadgen.job import BenchOptions, bench_out_path, parse_extra_body, run_bench
     from chipswap.loadgen.stats import Slo
+    from chipswap.textsafe import one_line
 
     if out is not None:
         out = bench_out_path(out)
@@ -297,7 +298,7 @@ def _bench(
         _print(doc, out)
     if not doc["complete"]:
         where = f"; partial results in {out}" if out is not None else ""
-        sys.stderr.write(f"chipswap: error: the run stopped early: {doc['stop_reason']}{where}\n")
+        sys.stderr.write(f"chipswap: error: the run stopped early: {one_line(doc['stop_reason'])}{where}\n")
         return 1
     return 0
 
