@@ -128,6 +128,14 @@ def test_F15_08_catalog_source_control_characters_never_reach_the_terminal(box):
     _cli(box, argv, allowed=(0, 2), controls=True)
 
 
+# F15-19 (found by CI's derandomized draw): an invalid region name was quoted raw in the error line. Fixed for
+# every message at once: chipswap.cli.fail escapes control characters.
+def test_F15_19_catalog_region_control_characters_never_reach_the_terminal(box):
+    hostile = '"\\u001b[31mRED\\u001b]0;owned\\u0007"'
+    text = PRICE.format(price="3.1", source="x").replace('"us-east-1"', hostile)
+    _cli(box, ["catalog", "--region", "us-east-1", "--catalog", _file(box, "c.toml", text)], controls=True)
+
+
 # ----------------------------------------------------------------------------------------- traces (issue 11)
 def test_F15_09_invalid_utf8_in_a_jsonl_trace_is_one_error_line(box):
     data = b'{"TIMESTAMP": "2023-11-16 18:17:00", "ContextTokens": 10, "GeneratedTokens": 5}\n\x80\n'
