@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chipswap.core.sensitivity import Choice, Knob, choice_flips, flip_point, sensitivity
+from chipswap.verdict.sensitivity import Choice, Knob, choice_flips, flip_point, sensitivity
 
 
 def step(at: float, below: str = "move", above: str = "stay"):
