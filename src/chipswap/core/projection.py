@@ -304,8 +304,12 @@ class ServingProjection:
 # --- the configuration search -------------------------------------------------------------------
 
 
-def devices_of(instance: Instance) -> int:
-    return instance.neuron_cores if instance.is_neuron else instance.accelerator_count
+def devices_of(instance: Instance, per_chip: int = 0) -> int:
+    """Devices a layout can use: NeuronCores (logical ones where the family says so: `per_chip` per chip,
+    e.g. 4 on Trn2 at LNC=2) or GPUs."""
+    if not instance.is_neuron:
+        return instance.accelerator_count
+    return instance.accelerator_count * per_chip if per_chip else instance.neuron_cores
 
 
 def tp_options(work: ModelWork, instance: Instance) -> list[int]:
