@@ -44,8 +44,13 @@ STACKS_FILE = "stacks.toml"
 HARDWARE_FAMILY = "Inferentia2"  # the family whose hardware efficiencies (neuron-v2 fit) the stacks sit on
 FIT_STACKS = ("nxdi-vllm", "nxdi-tgi")
 SHARED_TERMS = (
-    "step_fixed_s", "step_layer_s", "step_layer_tp_s", "step_row_s", "cpu_sample_s_per_logit",
-    "prefill_fixed_s", "prefill_layer_s",
+    "step_fixed_s",
+    "step_layer_s",
+    "step_layer_tp_s",
+    "step_row_s",
+    "cpu_sample_s_per_logit",
+    "prefill_fixed_s",
+    "prefill_layer_s",
 )
 PER_STACK_TERMS: tuple[str, ...] = ()
 METRICS = ("requests_per_s", "out_tok_s", "ttft_s", "tpot_s")
@@ -113,7 +118,9 @@ def read_rows(reference: str | Path | None = None) -> tuple[list[ServingRow], li
         rid = f"llm_serving.csv:{i + 2}"
         scen = r["scenario"]
         if "asynchronous" in scen:
-            skipped.append(Skipped(rid, "Poisson-load run: measures the offered rate and queueing, not capacity"))
+            skipped.append(
+                Skipped(rid, "Poisson-load run: measures the offered rate and queueing, not capacity")
+            )
             continue
         model = MODELS.get(r["model"].strip().lower())
         inst = INSTANCES.get(r["instance_type"].strip())
@@ -369,7 +376,9 @@ class StackCalibration:
     held: list[HeldOutFigure]
     fitted: list[HeldOutFigure] = field(default_factory=list)
 
-    def median(self, metric: str, *, stack: str | None = None, items: list[HeldOutFigure] | None = None) -> float:
+    def median(
+        self, metric: str, *, stack: str | None = None, items: list[HeldOutFigure] | None = None
+    ) -> float:
         sel = [h.error for h in (items or self.held) if h.metric == metric and (stack in (None, h.row.stack))]
         return float(np.median(sel)) if sel else float("nan")
 
@@ -395,7 +404,7 @@ def calibrate_stacks(reference: str | Path | None = None) -> StackCalibration:
             bands=tuple(sorted(bands.items())),
             widen=widen,
             rows=tuple(r.row_id for r in own),
-            sources=tuple(sorted({f"{r.source} ({r.as_of}): {r.source_url}" for r in own})),
+            sources=tuple(sorted({f"{r.source} ({r.as_of}) {r.source_url.split(' @ ')[-1][:10]}" for r in own})),
         )
     fitted = []
     for row in rows:
@@ -423,7 +432,12 @@ def stacks_text(cal: StackCalibration) -> str:
         f"skipped = {len(cal.skipped)}",
     ]
     for s, t in sorted(cal.terms.items()):
-        lines += ["", f'[stacks."{s}"]', f"rows = {_toml(list(t.rows))}", f"sources = {_toml(list(t.sources))}"]
+        lines += [
+            "",
+            f'[stacks."{s}"]',
+            f"rows = {_toml(list(t.rows))}",
+            f"sources = {_toml(list(t.sources))}",
+        ]
         fit_err = {m: cal.median(m, stack=s, items=cal.fitted) for m in METRICS}
         lines.append(
             "fit_error = { " + ", ".join(f"{m} = {_sig(v, 3)!r}" for m, v in fit_err.items() if v == v) + " }"
@@ -431,7 +445,9 @@ def stacks_text(cal: StackCalibration) -> str:
         lines.append(f"widen = {t.widen!r}  # log-band added per unit of envelope distance")
         lines.append(f'[stacks."{s}".terms]')
         lines += [f"{k} = {v!r}" for k, v in t.values]
-        lines.append(f'[stacks."{s}".bands]  # base relative half-width inside the envelope, leave-one-source-out')
+        lines.append(
+            f'[stacks."{s}".bands]  # base relative half-width inside the envelope, leave-one-source-out'
+        )
         lines += [f"{k} = {v!r}" for k, v in t.bands]
         lines.append(f'[stacks."{s}".envelope]')
         lines += [f"{d} = [{lo!r}, {hi!r}]" for d, lo, hi in t.envelope.ranges]

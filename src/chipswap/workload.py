@@ -238,6 +238,26 @@ class Fleet(_Model):
     term: Term = Field(
         "on-demand", description="Pricing term the fleet is bought on today: on-demand, spot, 1yr, 3yr."
     )
+    gpu_stack: str = Field(
+        "vllm",
+        max_length=40,
+        description="Serving stack the GPU fleet runs: vllm (default), trtllm or tgi; the projection and the "
+        "simulator's scheduling policy follow it.",
+    )
+
+    @model_validator(mode="after")
+    def _gpu_stack(self) -> Fleet:
+        _check_stack(self.gpu_stack, "gpu", "fleet.gpu_stack")
+        return self
+
+
+def _check_stack(name: str, side: str, where: str) -> None:
+    from chipswap.core.stacks import get_stack
+
+    try:
+        get_stack(name, side, field=where)
+    except ChipswapError as exc:
+        raise ValueError(str(exc).removeprefix(f"unknown {where}: ")) from None
 
 
 class Slo(_Model):
@@ -282,6 +302,17 @@ class Targets(_Model):
     region: str | None = Field(
         None, max_length=100, description="Region to price candidates in (default: the fleet's region)."
     )
+    stack: str = Field(
+        "nxdi-vllm",
+        max_length=40,
+        description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or tnx-2.18; "
+        "the projection and the simulator's scheduling policy follow it.",
+    )
+
+    @model_validator(mode="after")
+    def _stack(self) -> Targets:
+        _check_stack(self.stack, "neuron", "targets.stack")
+        return self
 
 
 class Pricing(_Model):
