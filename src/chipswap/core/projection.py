@@ -754,7 +754,7 @@ def _llm_result(
         stack=ctx.stack,
         layouts=tuple(
             x.as_dict(lengths.mean_output, chosen=x is best)
-            for x in sorted(layouts, key=lambda c: -c.slow_edge)
+            for x in sorted(layouts, key=lambda c: (c is not best, -c.slow_edge))
         ),
     )
 
