@@ -78,7 +78,9 @@ def test_search_picks_the_highest_throughput_and_explains_the_losers():
         assert other <= best_edge + 1e-6
     # every evaluated layout is listed, the chosen one first, with its band
     assert p.layouts[0]["chosen"] and len(p.layouts) > 1
-    assert all(x["requests_per_s"]["low"] <= best_edge + 1e-6 for x in p.layouts if x["weight_dtype"] == "bf16")
+    assert all(
+        x["requests_per_s"]["low"] <= best_edge + 1e-6 for x in p.layouts if x["weight_dtype"] == "bf16"
+    )
     # more memory per GPU (H200) never makes the same model slower
     h200 = project_serving(
         W70, "p5e.48xlarge", prompt_tokens=[1000, 3000, 500], output_tokens=[100, 300, 50], catalog=CAT
@@ -152,7 +154,9 @@ def test_distilbert_on_inf2_xlarge_is_near_the_published_5307_per_second():
 
 def test_what_chipswap_cannot_project_is_a_one_line_error_naming_the_measured_way_out():
     with pytest.raises(ChipswapError) as e:
-        project_serving(W8, "trn2.48xlarge", prompt_tokens=100, output_tokens=10, catalog=CAT, stack="tnx-2.18")
+        project_serving(
+            W8, "trn2.48xlarge", prompt_tokens=100, output_tokens=10, catalog=CAT, stack="tnx-2.18"
+        )
     assert "Trainium2" in str(e.value) and "measured" in str(e.value)
     # a newer Trainium with no published figures under any stack: the "uncalibrated" error
     from dataclasses import replace
@@ -227,6 +231,7 @@ def test_a_forced_tp_degree_is_searched_alone_and_a_bad_one_is_a_reason_not_a_cr
     assert forced.config.replicas == 3
     # the unrestricted search never finds less throughput than a forced layout
     assert free.requests_per_s is not None and forced.requests_per_s is not None
+
     def edge(p):
         return p.requests_per_s.value / (1 + p.requests_per_s.band)
 

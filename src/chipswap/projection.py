@@ -63,7 +63,12 @@ def platform_of(instance: str | Instance, catalog: Catalog | None = None) -> Pla
 
 
 def stack_context(
-    stack: str | None, instance: Instance, platform: PlatformModel, catalog: Catalog, *, sampling: str = "device"
+    stack: str | None,
+    instance: Instance,
+    platform: PlatformModel,
+    catalog: Catalog,
+    *,
+    sampling: str = "device",
 ) -> StackContext:
     """The serving stack a projection on `instance` assumes: the one named (checked against the instance's
     side: Neuron or GPU) or the side's default, with its fitted terms. A chip no stack was calibrated for
@@ -78,29 +83,34 @@ def stack_context(
             st.id,
             extra_band=extra,
             note=(
-                f"{st.id} on GPUs: no published {st.id} rows in the reference (every NVIDIA row is TensorRT-LLM); "
-                f"the TensorRT-LLM calibration is used and its band widened by {extra:.0%}, the gap between two "
-                "stacks on one chip in the published Neuron runs (nxdi-tgi vs nxdi-vllm slot occupancy; assumption)"
+                f"{st.id} on GPUs: no published {st.id} rows in the reference (every NVIDIA row is "
+                "TensorRT-LLM); "
+                f"the TensorRT-LLM calibration is used and its band widened by {extra:.0%}, the gap "
+                "between two stacks on one chip in the published Neuron runs (nxdi-tgi vs nxdi-vllm slot "
+                "occupancy; assumption)"
             ),
         )
     if st.calibration == "sdk-tables":
         if not platform.has_phase("llm"):
             raise ChipswapError(
-                f"no LLM serving calibration for {platform.family} under {st.id}: the Neuron SDK tables have no "
-                f"{platform.family} rows; use --stack {default_stack('neuron')} or give a measured figure"
+                f"no LLM serving calibration for {platform.family} under {st.id}: the Neuron SDK tables "
+                f"have no {platform.family} rows; use --stack {default_stack('neuron')} or give a measured "
+                "figure"
             )
         return StackContext(st.id)
     loaded = load_stack_terms()
     terms = loaded.get(st.id)
     if terms is None:
         raise ChipswapError(
-            f"no fitted terms for stack {st.id}: stacks.toml is missing; run `chipswap calibrate` (make calibrate)"
+            f"no fitted terms for stack {st.id}: stacks.toml is missing; run `chipswap calibrate` "
+            "(make calibrate)"
         )
     hardware = None
     if not platform.has_phase("llm"):
         if instance.accelerator.lower() not in (c.lower() for c in terms.envelope.chips):
             raise ChipswapError(
-                f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} figures "
+                f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
+                "figures "
                 f"for {instance.accelerator} were found; give a measured figure for {instance.name} instead"
             )
         hardware = platform_for(loaded["_hardware_family"], catalog).phase("llm")

@@ -305,7 +305,8 @@ class Targets(_Model):
     stack: str = Field(
         "nxdi-vllm",
         max_length=40,
-        description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or tnx-2.18; "
+        description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or "
+        "tnx-2.18; "
         "the projection and the simulator's scheduling policy follow it.",
     )
 

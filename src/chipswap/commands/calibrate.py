@@ -125,10 +125,12 @@ def register(app: typer.Typer) -> None:
                 )
             out_console.print(t)
             out_console.print(
-                f"NxD Inference stacks ({len(stack_cal.rows)} modern Neuron rows), leave-one-source-out median "
+                f"NxD Inference stacks ({len(stack_cal.rows)} modern Neuron rows), "
+                "leave-one-source-out median "
                 "error: "
                 + ", ".join(
-                    f"{x['metric']} {x['leave_one_source_out_median_error'] * 100:.1f}%" for x in stack_summary
+                    f"{x['metric']} {x['leave_one_source_out_median_error'] * 100:.1f}%"
+                    for x in stack_summary
                 )
                 + f"; band coverage {stack_cal.coverage() * 100:.0f}%"
             )

@@ -1,9 +1,12 @@
-"""The LLM layout search of a projection: every (weight dtype, TP degree, replicas, compiled batch) a model can
+"""The LLM layout search of a projection: every (weight dtype, TP degree, replicas, compiled batch) a model
+can
 take on an instance under one serving stack, each with its figures, its distance from the published rows and
 its band; the winner is the layout with the highest slow edge (requests/s / (1 + band)).
 
-What it is for: chipswap.core.projection.project_serving (mode "llm") calls `search`; `chipswap project --json`
-lists every evaluated layout; `--tp/--replicas/--batch` pin one (`Pin`). Heads that do not divide the TP degree
+What it is for: chipswap.core.projection.project_serving (mode "llm") calls `search`; `chipswap project
+--json`
+lists every evaluated layout; `--tp/--replicas/--batch` pin one (`Pin`). Heads that do not divide the TP
+degree
 are padded on Neuron (as NxD Inference does); on GPUs the heads must divide it.
 
 Pure: no I/O, no torch, no clock.
@@ -72,7 +75,8 @@ class Layout:
 
     @property
     def slow_edge(self) -> float:
-        """Requests/s at the slow edge of the band: what the layout delivers if the truth is at the low end."""
+        """Requests/s at the slow edge of the band: what the layout delivers if the truth is at the low
+        end."""
         return self.rps / (1.0 + self.band("requests_per_s"))
 
     def as_dict(self, output: float, chosen: bool = False) -> dict[str, Any]:
@@ -154,7 +158,8 @@ def evaluate(
     )  # fmt: skip
     occ = ctx.terms.get("slot_occupancy") if ctx.terms is not None else 1.0
     rps = replicas * steady_rps(poly, batch, mean_prompt, mean_output, mean_pad, occ)
-    distance, outside = 0.0, ()
+    distance: float = 0.0
+    outside: tuple[str, ...] = ()
     if ctx.terms is not None:
         distance, outside = ctx.terms.envelope.distance(
             tp=tp, batch=batch, prompt=int(round(mean_prompt)), params=work.params, chip=device.chip,

@@ -6,7 +6,8 @@ through `stack_poly`, ranks layouts by the slow edge of `band_for`, and reports 
 chipswap.stackfit fits the terms on published runs and measures the bands leave-one-source-out through the
 same functions, so a held-out error is the error users see.
 
-The time model of one replica of `tp` devices under a stack with fitted terms (chipswap.core.platform gives the
+The time model of one replica of `tp` devices under a stack with fitted terms (chipswap.core.platform gives
+the
 hardware part, with the chip family's efficiencies and its SDK-table fixed times set to zero):
 
   decode step(B, C) = hardware step (weights / (tp x HBM x eff) + B x C x KV bytes / (HBM x eff)
@@ -17,7 +18,8 @@ hardware part, with the chip family's efficiencies and its SDK-table fixed times
   requests/s        = replicas / (prefill(1, padded prompt) + output x step(B, C) / (slot_occupancy x B))
 
 Neuron stacks run a compiled batch: a decode step costs the compiled batch's step whatever the number of live
-sequences (so a lone request's TPOT is step(B_compiled, C)); slot_occupancy is the share of the compiled slots a
+sequences (so a lone request's TPOT is step(B_compiled, C)); slot_occupancy is the share of the compiled
+slots a
 saturated server keeps busy (prefills pause decode), fitted per stack from the published throughput runs.
 The TP form sqrt(tp) - 1 was chosen over log2(tp) and tp - 1 by leave-one-source-out error (14 % vs 22-25 %
 median on requests/s or TPOT); that choice is the one thing the held-out tables did not hold out.
@@ -39,7 +41,8 @@ SDK_STACK_TERMS = ("fixed_s", "prefill_layer_s", "decode_layer_s")
 TERMS = {
     "step_fixed_s": "seconds per decode step (scheduler, host round trip, on-device sampling)",
     "step_layer_s": "seconds per layer per decode step (kernel launches, collective latency)",
-    "step_layer_tp_s": "seconds per layer per decode step per (sqrt(TP) - 1): collective latency growing with TP",
+    "step_layer_tp_s": "seconds per layer per decode step per (sqrt(TP) - 1): collective latency, grows "
+    "with TP",
     "step_row_s": "seconds per compiled batch row per decode step",
     "cpu_sample_s_per_logit": "seconds per logit per row when sampling runs on the host CPU",
     "prefill_fixed_s": "seconds per prefill call",

@@ -291,7 +291,10 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         raise ChipswapError(
             f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads; add head_dim"
         )
-    if mtype in ("llama", "mistral", "qwen2", "qwen3") and cfg.get("hidden_act", "silu") not in ("silu", "swish"):
+    if mtype in ("llama", "mistral", "qwen2", "qwen3") and cfg.get("hidden_act", "silu") not in (
+        "silu",
+        "swish",
+    ):
         gated = True  # Llama-style blocks are always gated; the activation only changes elementwise work
     if mtype == "t5":
         gated = str(cfg.get("feed_forward_proj", "relu")).startswith("gated")
@@ -347,7 +350,8 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
     )
 
 
-# model_type -> (experts key, top-k key, expert width key or None = intermediate_size, shared width key or None)
+# model_type -> (experts key, top-k key, expert width key or None = intermediate_size,
+#                shared expert width key or None)
 _MOE_KEYS: dict[str, tuple[str, str, str | None, str | None]] = {
     "mixtral": ("num_local_experts", "num_experts_per_tok", None, None),
     "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", None),
@@ -370,7 +374,8 @@ def _moe_sizes(cfg: dict[str, Any], mtype: str, intermediate: int, where: str) -
         out[name] = v
     if out["experts_per_token"] > out["experts"]:
         raise ChipswapError(
-            f"{where}: {k_key} ({out['experts_per_token']}) exceeds {e_key} ({out['experts']}); fix the config"
+            f"{where}: {k_key} ({out['experts_per_token']}) exceeds {e_key} ({out['experts']}); "
+            "fix the config"
         )
     width = cfg.get(w_key) if w_key else intermediate
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
