@@ -27,7 +27,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from chipswap.errors import ChipswapError, closest
 
@@ -245,19 +253,23 @@ class Fleet(_Model):
         "simulator's scheduling policy follow it.",
     )
 
-    @model_validator(mode="after")
-    def _gpu_stack(self) -> Fleet:
-        _check_stack(self.gpu_stack, "gpu", "fleet.gpu_stack")
-        return self
+    @field_validator("gpu_stack")
+    @classmethod
+    def _gpu_stack(cls, v: str) -> str:
+        return _check_stack(v, "gpu")
 
 
-def _check_stack(name: str, side: str, where: str) -> None:
-    from chipswap.core.stacks import get_stack
+def _check_stack(name: str, side: str) -> str:
+    """A stack id of `side` (chipswap.core.stacks), or a ValueError naming the choices."""
+    from chipswap.core.stacks import stack_ids
 
-    try:
-        get_stack(name, side, field=where)
-    except ChipswapError as exc:
-        raise ValueError(str(exc).removeprefix(f"unknown {where}: ")) from None
+    ids = stack_ids(side)
+    if name in ids:
+        return name
+    near = closest(name, ids, n=1)
+    raise ValueError(
+        f"a {side} serving stack ({', '.join(ids)})" + (f"; did you mean {near[0]}?" if near else "")
+    )
 
 
 class Slo(_Model):
@@ -310,10 +322,10 @@ class Targets(_Model):
         "the projection and the simulator's scheduling policy follow it.",
     )
 
-    @model_validator(mode="after")
-    def _stack(self) -> Targets:
-        _check_stack(self.stack, "neuron", "targets.stack")
-        return self
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, v: str) -> str:
+        return _check_stack(v, "neuron")
 
 
 class Pricing(_Model):
