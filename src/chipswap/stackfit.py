@@ -302,6 +302,9 @@ def envelope_of(ctx: Context, rows: list[ServingRow]) -> Envelope:
 
 @dataclass(frozen=True)
 class HeldOutFigure:
+    """One published figure predicted without its fold; distance / why: how far outside the fold's envelope
+    the row lies, and in which dimensions."""
+
     row: ServingRow
     metric: str
     predicted: float
@@ -310,12 +313,17 @@ class HeldOutFigure:
     why: tuple[str, ...]
 
     @property
+    def ratio(self) -> float:
+        return self.predicted / self.published
+
+    @property
     def error(self) -> float:
-        return abs(self.predicted / self.published - 1)
+        """|predicted / published - 1|"""
+        return abs(self.ratio - 1)
 
     @property
     def log_error(self) -> float:
-        return abs(math.log(self.predicted / self.published))
+        return abs(math.log(self.ratio))
 
 
 def held_out(
