@@ -129,6 +129,10 @@ def test_project_encoder_mode(capsys):
             ["llama-3-8b", "-i", "inf2.xlarge", "--tp", "0", "--prompt-tokens", "9", "--output-tokens", "1"],
             "--tp must be",
         ),
+        (
+            ["llama-3-8b", "-i", "trn1.32xlarge", "--train-tokens", "1e9", "--tp", "8"],
+            "pin an LLM serving layout",
+        ),
         (["llama-3-8b", "-i", "inf2.xlarge", "--prompt-tokens", "10"], "--output-tokens is missing"),
         (["llama-3-8b", "-i", "inf2.xlarge", "--output-tokens", "10"], "without --prompt-tokens"),
         (["llama-3-8b", "-i", "inf2.xlarge", "--prompt-tokens", "0", "--output-tokens", "1"], "must be >= 1"),

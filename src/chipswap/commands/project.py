@@ -230,6 +230,15 @@ def register(app: typer.Typer) -> None:
         insts = [catalog.instance(n) for n in instance]  # unknown names fail before any work
         work = model_work(model, task=task)
         console = Console() if Console().is_terminal else Console(width=160)
+        pinned = [f for f, v in (("--tp", tp), ("--replicas", replicas), ("--batch", batch)) if v is not None]
+        if pinned and (
+            train_tokens is not None or (mode or "llm").lower() != "llm" or work.kind != "decoder"
+        ):
+            raise ChipswapError(
+                f"{', '.join(pinned)} pin an LLM serving layout, but this is "
+                + ("a training projection" if train_tokens is not None else "an encoder projection")
+                + "; drop them"
+            )
         if train_tokens is not None:
             results = [
                 project_training(
