@@ -409,7 +409,7 @@ def calibrate_stacks(reference: str | Path | None = None) -> StackCalibration:
     held = held_out(ctx, rows)
     bands, widen = bands_and_widen(held)
     final = {}
-    for s, t in terms.items():
+    for s, t in terms.items():  # the terms are shared: every source calibrates both stacks
         own = [r for r in rows if r.stack == s]
         final[s] = replace(
             t,
@@ -418,7 +418,7 @@ def calibrate_stacks(reference: str | Path | None = None) -> StackCalibration:
             widen=widen,
             rows=tuple(r.row_id for r in own),
             sources=tuple(
-                sorted({f"{r.source} ({r.as_of}) {r.source_url.split(' @ ')[-1][:10]}" for r in own})
+                sorted({f"{r.source} ({r.as_of}) {r.source_url.split(' @ ')[-1][:10]}" for r in rows})
             ),
         )
     fitted = []
