@@ -77,11 +77,12 @@ def stack_context(
     st = stack_for(stack, side)
     if side == "gpu":
         if st.id == GPU_CALIBRATED_STACK:
-            return StackContext(st.id)
+            return StackContext(st.id, widen_unit=_widen_unit())
         extra = _gpu_stack_gap()
         return StackContext(
             st.id,
             extra_band=extra,
+            widen_unit=_widen_unit(),
             note=(
                 f"{st.id} on GPUs: no published {st.id} rows in the reference (every NVIDIA row is "
                 "TensorRT-LLM); "
@@ -97,7 +98,7 @@ def stack_context(
                 f"have no {platform.family} rows; use --stack {default_stack('neuron')} or give a measured "
                 "figure"
             )
-        return StackContext(st.id)
+        return StackContext(st.id, widen_unit=_widen_unit())
     loaded = load_stack_terms()
     terms = loaded.get(st.id)
     if terms is None:
@@ -114,7 +115,13 @@ def stack_context(
                 f"for {instance.accelerator} were found; give a measured figure for {instance.name} instead"
             )
         hardware = platform_for(loaded["_hardware_family"], catalog).phase("llm")
-    return StackContext(st.id, terms, hardware, sampling)
+    return StackContext(st.id, terms, hardware, sampling, widen_unit=terms.widen)
+
+
+def _widen_unit() -> float:
+    """The fitted log-band widening per unit of envelope distance (stacks.toml), 0 where never fitted."""
+    terms = [t for k, t in load_stack_terms().items() if not k.startswith("_")]
+    return max((t.widen for t in terms), default=0.0)
 
 
 def _gpu_stack_gap() -> float:

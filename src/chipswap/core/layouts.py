@@ -40,6 +40,9 @@ class StackContext:
     sampling: str = "device"
     extra_band: float = 0.0
     note: str = ""
+    # log-band per unit of distance from the fitted runs (the NxD Inference stacks' fitted rule), charged
+    # on any stack for what no calibration covers (MoE: no published MoE serving run was fitted anywhere)
+    widen_unit: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,14 +123,15 @@ def padded_heads(work: ModelWork, tp: int) -> int:
 
 
 def bands_of(
-    platform_bands: dict[str, float], ctx: StackContext, distance: float
+    platform_bands: dict[str, float], ctx: StackContext, distance: float, uncovered: float = 0.0
 ) -> tuple[tuple[str, float], ...]:
-    """Each metric's band for a layout at envelope `distance` under the stack."""
+    """Each metric's band for a layout at envelope `distance` under the stack, widened by `uncovered` units
+    of what no calibration covers (at the fitted per-unit rule)."""
     out = {}
     for m in METRICS:
         base = platform_bands.get(m, platform_bands.get("out_tok_s", 0.0))
         b = band_for(ctx.terms, m, base, distance) if ctx.terms is not None else base
-        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) - 1.0
+        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) * math.exp(ctx.widen_unit * uncovered) - 1.0
     return tuple(sorted(out.items()))
 
 
@@ -167,10 +171,15 @@ def evaluate(
         )  # fmt: skip
         if ctx.terms.extra_distance:
             distance += ctx.terms.extra_distance
+    uncovered = 0.0
+    if work.is_moe:
+        uncovered = 1.0
+        outside = (*outside, "MoE model: no published MoE serving run was fitted")
     heads = padded_heads(work, tp) if platform.padded else 0
     return Layout(
         dtype, compute, tp, replicas, batch, poly, rps, label,
-        bands=bands_of(platform_bands, ctx, distance), distance=distance, outside=tuple(outside),
+        bands=bands_of(platform_bands, ctx, distance, uncovered), distance=distance + uncovered,
+        outside=tuple(outside),
         padded_heads=heads if heads != work.dims.heads else 0, occupancy=occ,
     )  # fmt: skip
 
