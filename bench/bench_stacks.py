@@ -2,7 +2,8 @@
 runs
 it never saw, and what it says about the seed's Trainium2 claim.
 
-1. Held out: `chipswap.stackfit` fits the stack terms without each source (leave-one-source-out), and again
+1. Held out: `chipswap.projection.stackfit` fits the stack terms without each source (leave-one-source-out),
+and again
    split by TP degree (fit TP4/TP8, predict TP24 and the reverse) and by chip (fit Inferentia2, predict
    Trainium2 and the reverse). Per stack, chip and metric: rows, in-sample fit error, held-out median
    |predicted/published - 1|, band coverage (the share of held-out figures inside their envelope-widened
@@ -32,9 +33,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _results import write_section  # noqa: E402
-from chipswap import stackfit as S  # noqa: E402
-from chipswap.catalog_io import load_catalog  # noqa: E402
-from chipswap.projection import model_work, project_serving  # noqa: E402
+from chipswap.economics.catalog_io import load_catalog  # noqa: E402
+from chipswap.projection import stackfit as S  # noqa: E402
+from chipswap.projection.api import model_work, project_serving  # noqa: E402
 
 NAMES = {"requests_per_s": "requests/s", "out_tok_s": "output tok/s", "ttft_s": "TTFT", "tpot_s": "TPOT"}
 DOC = ROOT / "docs" / "projection.md"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
-from chipswap.core.stacks import default_stack, get_stack, stack_ids
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection import model_work, project_serving
-from chipswap.workload import parse_workload
+from chipswap.plan.workload import parse_workload
+from chipswap.projection.api import model_work, project_serving
+from chipswap.projection.stacks import default_stack, get_stack, stack_ids
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 MODERN = REFERENCE / "neuron-benchmarks-modern" / "llm_serving.csv"
@@ -39,14 +39,14 @@ def test_the_registry_holds_the_shared_stack_ids_and_defaults():
 
 @pytest.fixture(scope="module")
 def cal():
-    from chipswap import stackfit
+    from chipswap.projection import stackfit
 
     return stackfit.calibrate_stacks(REFERENCE.resolve())
 
 
 @needs_reference
 def test_refit_meets_the_held_out_targets_and_matches_the_shipped_terms(cal):
-    from chipswap import stackfit
+    from chipswap.projection import stackfit
 
     for metric, target in stackfit.TARGETS.items():
         got = cal.median(metric)
@@ -60,7 +60,7 @@ def test_refit_meets_the_held_out_targets_and_matches_the_shipped_terms(cal):
 @needs_reference
 def test_a_held_out_source_cannot_leak_into_its_own_prediction(cal):
     """Multiplying one source's published figures by 10 leaves its held-out predictions unchanged."""
-    from chipswap import stackfit
+    from chipswap.projection import stackfit
 
     src = "optimum-neuron-vllm-dp3"
     rows = [

@@ -1,0 +1,196 @@
+"""The projection API for callers (the plan, `chipswap project`): loads the catalog and the calibrated
+platform files, then calls the pure chipswap.projection.predict.
+
+    work = model_work("llama-3-8b")                       # or a ModelRef from chipswap.models.resolve_model
+    p = project_serving(work, "inf2.48xlarge", prompt_tokens=trace.prompt_tokens,
+                        output_tokens=trace.output_tokens)
+    p.config (ServingConfig), p.times (ServiceTimes), p.band, p.shapes / p.batches, p.rejected, p.reason
+    t = project_training(work, "trn1.32xlarge", tokens=2e9, seq_len=8192)
+
+Errors: an instance with no chip specs or no calibration for the mode, an unsupported dtype, a model config
+missing a size -> ChipswapError (one line, naming what is missing and that a measured figure can be given).
+A model that fits no configuration is not an error: the result has `fits` False and a `reason`.
+Reads shipped data only; writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chipswap.economics.catalog import Catalog, Instance
+from chipswap.economics.catalog_io import load_catalog
+from chipswap.errors import ChipswapError
+from chipswap.projection.layouts import StackContext
+from chipswap.projection.platform import PlatformModel
+from chipswap.projection.platforms import load_stack_terms, platform_for, platform_for_instance
+from chipswap.projection.predict import ServingProjection, TrainingProjection
+from chipswap.projection.predict import project_serving as _project_serving
+from chipswap.projection.predict import project_training as _project_training
+from chipswap.projection.predict import tp_options as _tp_options
+from chipswap.projection.stacks import GPU_CALIBRATED_STACK, default_stack, stack_for
+from chipswap.projection.work import ModelWork
+
+__all__ = [
+    "model_work",
+    "platform_of",
+    "project_serving",
+    "project_training",
+    "stack_context",
+    "tp_options",
+]
+
+
+def model_work(model: Any, *, task: str | None = None) -> ModelWork:
+    """ModelWork of a model spec string (preset, config.json, module:factory) or a resolved ModelRef."""
+    from chipswap.models import resolve_model
+    from chipswap.projection.flops import model_work as _model_work
+
+    ref = resolve_model(model, task=task) if isinstance(model, str) else model
+    return _model_work(ref, task=task)
+
+
+def _instance(instance: str | Instance, catalog: Catalog) -> Instance:
+    return catalog.instance(instance) if isinstance(instance, str) else instance
+
+
+def platform_of(instance: str | Instance, catalog: Catalog | None = None) -> PlatformModel:
+    """The calibrated platform model of an instance's chip (raises when chipswap has none)."""
+    cat = catalog or load_catalog()
+    return platform_for_instance(_instance(instance, cat), cat)
+
+
+def stack_context(
+    stack: str | None,
+    instance: Instance,
+    platform: PlatformModel,
+    catalog: Catalog,
+    *,
+    sampling: str = "device",
+) -> StackContext:
+    """The serving stack a projection on `instance` assumes: the one named (checked against the instance's
+    side: Neuron or GPU) or the side's default, with its fitted terms. A chip no stack was calibrated for
+    (e.g. Trainium3) is a one-line error."""
+    side = "neuron" if instance.is_neuron else "gpu"
+    st = stack_for(stack, side)
+    if side == "gpu":
+        if st.id == GPU_CALIBRATED_STACK:
+            return StackContext(st.id, widen_unit=_widen_unit())
+        extra = _gpu_stack_gap()
+        return StackContext(
+            st.id,
+            extra_band=extra,
+            widen_unit=_widen_unit(),
+            note=(
+                f"{st.id} on GPUs: no published {st.id} rows in the reference (every NVIDIA row is "
+                "TensorRT-LLM); "
+                f"the TensorRT-LLM calibration is used and its band widened by {extra:.0%}, the gap "
+                "between two stacks on one chip in the published Neuron runs (nxdi-tgi vs nxdi-vllm slot "
+                "occupancy; assumption)"
+            ),
+        )
+    if st.calibration == "sdk-tables":
+        if not platform.has_phase("llm"):
+            raise ChipswapError(
+                f"no LLM serving calibration for {platform.family} under {st.id}: the Neuron SDK tables "
+                f"have no {platform.family} rows; use --stack {default_stack('neuron')} or give a measured "
+                "figure"
+            )
+        return StackContext(st.id, widen_unit=_widen_unit())
+    loaded = load_stack_terms()
+    terms = loaded.get(st.id)
+    if terms is None:
+        raise ChipswapError(
+            f"no fitted terms for stack {st.id}: stacks.toml is missing; run `chipswap calibrate` "
+            "(make calibrate)"
+        )
+    hardware = None
+    if not platform.has_phase("llm"):
+        if instance.accelerator.lower() not in (c.lower() for c in terms.envelope.chips):
+            raise ChipswapError(
+                f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
+                "figures "
+                f"for {instance.accelerator} were found; give a measured figure for {instance.name} instead"
+            )
+        hardware = platform_for(loaded["_hardware_family"], catalog).phase("llm")
+    return StackContext(st.id, terms, hardware, sampling, widen_unit=terms.widen)
+
+
+def _widen_unit() -> float:
+    """The fitted log-band widening per unit of envelope distance (stacks.toml), 0 where never fitted."""
+    terms = [t for k, t in load_stack_terms().items() if not k.startswith("_")]
+    return max((t.widen for t in terms), default=0.0)
+
+
+def _gpu_stack_gap() -> float:
+    loaded = load_stack_terms()
+    occ = [t.get("slot_occupancy") for k, t in loaded.items() if not k.startswith("_")]
+    if len(occ) < 2 or min(occ) <= 0:
+        return 0.15
+    return max(occ) / min(occ) - 1.0
+
+
+def project_serving(
+    work: ModelWork,
+    instance: str | Instance,
+    *,
+    prompt_tokens: int | Sequence[int] | np.ndarray,
+    output_tokens: int | Sequence[int] | np.ndarray | None = None,
+    mode: str = "llm",
+    dtype: str = "bf16",
+    buckets: Sequence[int] | None = None,
+    catalog: Catalog | None = None,
+    tp: int | None = None,
+    replicas: int | None = None,
+    batch: int | None = None,
+    stack: str | None = None,
+    sampling: str = "device",
+) -> ServingProjection:
+    """Configuration search + projected service times and figures for `work` on `instance` (see
+    chipswap.projection.predict.project_serving for the arguments). stack: a chipswap.projection.stacks id of
+    the instance's side (default: nxdi-vllm on Neuron, vllm on GPUs)."""
+    cat = catalog or load_catalog()
+    inst = _instance(instance, cat)
+    platform = platform_for_instance(inst, cat)
+    ctx = stack_context(stack, inst, platform, cat, sampling=sampling) if mode == "llm" else None
+    return _project_serving(
+        work,
+        platform,
+        inst,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        mode=mode,
+        dtype=dtype,
+        buckets=buckets,
+        tp=tp,
+        replicas=replicas,
+        batch=batch,
+        stack=ctx,
+    )
+
+
+def tp_options(work: ModelWork, instance: str | Instance, catalog: Catalog | None = None) -> list[int]:
+    """Valid tensor-parallel degrees of `work` on `instance` (pass each as project_serving(..., tp=N))."""
+    cat = catalog or load_catalog()
+    inst = _instance(instance, cat)
+    return _tp_options(work, inst, platform_for_instance(inst, cat))
+
+
+def project_training(
+    work: ModelWork,
+    instance: str | Instance,
+    *,
+    tokens: float,
+    seq_len: int = 4096,
+    dtype: str | None = None,
+    nodes: int = 1,
+    catalog: Catalog | None = None,
+) -> TrainingProjection:
+    """Training tokens/s per node +- band and hours for `tokens` trained tokens."""
+    cat = catalog or load_catalog()
+    inst = _instance(instance, cat)
+    return _project_training(
+        work, platform_for_instance(inst, cat), inst, tokens=tokens, seq_len=seq_len, dtype=dtype, nodes=nodes
+    )

@@ -1,0 +1,636 @@
+"""Projection: the user's model on one instance -> the serving configuration, service times and predicted
+throughput / latency with error bands; or training tokens/s per node and job hours.
+
+What it is for: `chipswap project`, and the plan (through chipswap.projection.api, which loads the catalog
+and the
+platform files and calls these functions). Every figure is labelled `projected` with the relative band the
+calibration measured on held-out published rows for that platform and metric.
+
+Pure: no I/O, no torch, no clock. Takes a ModelWork (chipswap.projection.work), a PlatformModel
+(chipswap.projection.platform) and a catalog Instance; never reads files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from chipswap.economics.catalog import Instance
+from chipswap.errors import ChipswapError
+from chipswap.projection.layouts import (
+    Layout,
+    Pin,
+    StackContext,
+    batch_options,
+    best_of,
+    evaluate,
+    tp_degrees,
+)
+from chipswap.projection.platform import (
+    Coefficients,
+    DeviceSpec,
+    PlatformModel,
+    train_tokens_per_s_per_device,
+)
+from chipswap.projection.projected import (  # noqa: F401  (re-exported: callers import them from here)
+    MAX_LENGTH_LIMIT,
+    BatchPrediction,
+    BucketPrediction,
+    Lengths,
+    Projected,
+    ProjectedServiceTimes,
+    ServingProjection,
+    Shape,
+    ShapePrediction,
+    _figures,
+    _pad,
+)
+from chipswap.projection.stackmodel import steady_rps
+from chipswap.projection.work import ModelWork, dtype_bytes
+from chipswap.simulation.servicetime import ServingConfig
+
+MODES = ("llm", "encoder")
+DTYPE_CHOICES = ("bf16", "any")  # or one weight dtype the platform serves
+TRAINING_BYTES_PER_PARAM = 16  # bf16 weights + bf16 grads + fp32 master copy + Adam moments (2+2+4+4+4)
+GiB = float(2**30)
+
+
+# --- the configuration search -------------------------------------------------------------------
+
+
+def devices_of(instance: Instance, per_chip: int = 0) -> int:
+    """Devices a layout can use: NeuronCores (logical ones where the family says so: `per_chip` per chip,
+    e.g. 4 on Trn2 at LNC=2) or GPUs."""
+    if not instance.is_neuron:
+        return instance.accelerator_count
+    return instance.accelerator_count * per_chip if per_chip else instance.neuron_cores
+
+
+def tp_options(work: ModelWork, instance: Instance, platform: PlatformModel | None = None) -> list[int]:
+    """The tensor-parallel degrees `work` can use on `instance`. Callers that size fleets for an SLO try each
+    with `project_serving(..., tp=N)`: the highest-throughput layout may miss a latency objective. With the
+    platform, Neuron degrees whose heads are padded are included and logical NeuronCores counted."""
+    if platform is None:
+        return _tp_options(work, devices_of(instance))
+    per_chip = platform.devices[0].devices_per_chip if instance.is_neuron else 0
+    return tp_degrees(work, devices_of(instance, per_chip), platform.padded)
+
+
+def _tp_options(work: ModelWork, devices: int) -> list[int]:
+    """TP degrees that split the attention heads evenly (KV heads split or replicated) within the
+    instance's devices."""
+    d = work.dims
+    return [
+        t for t in range(1, devices + 1) if d.heads % t == 0 and (d.kv_heads % t == 0 or t % d.kv_heads == 0)
+    ]
+
+
+def _reserve(platform: PlatformModel, device: DeviceSpec) -> float:
+    return platform.reserve_bytes + platform.reserve_fraction * device.memory_bytes
+
+
+def _gib(x: float) -> str:
+    return f"{x / GiB:,.1f} GiB"
+
+
+def _dtype_candidates(platform: PlatformModel, dtype: str, mode: str) -> tuple[list[str], list[str]]:
+    """(dtypes that may be chosen, dtypes only shown as alternatives)."""
+    served = [w for w, _ in platform.weight_dtypes if not (mode == "llm" and w == "fp32")]
+    want = dtype.lower()
+    if want == "any":
+        return served, []
+    if want == "bf16":
+        sixteen = [w for w in served if w in ("bf16",)] or [w for w in served if w == "fp16"]
+        return sixteen, [w for w in served if w not in ("bf16", "fp16", "fp32")]
+    if want not in served:
+        raise ChipswapError(
+            f"dtype {dtype!r} is not served on {platform.family}; use one of {', '.join(served)}, bf16 or any"
+        )
+    return [want], []
+
+
+def _coefficient_ok(platform: PlatformModel, coef: Coefficients, compute_dtype: str) -> str:
+    """'' when the platform is calibrated for this compute dtype, else why not."""
+    from chipswap.projection.platform import precision_class
+
+    name = f"compute_eff_{precision_class(compute_dtype)}"
+    if coef.get(name) is None:
+        return (
+            f"{compute_dtype} compute not calibrated on {platform.family} (no published {compute_dtype} rows)"
+        )
+    return ""
+
+
+def _band(platform: PlatformModel, phase: str, metric: str, fallback: str | None = None) -> float:
+    b = platform.band(phase, metric)
+    if not b and fallback:
+        b = platform.band(phase, fallback)
+    return b
+
+
+def project_serving(
+    work: ModelWork,
+    platform: PlatformModel,
+    instance: Instance,
+    *,
+    prompt_tokens: int | Sequence[int] | np.ndarray,
+    output_tokens: int | Sequence[int] | np.ndarray | None = None,
+    mode: str = "llm",
+    dtype: str = "bf16",
+    buckets: Sequence[int] | None = None,
+    host_memory_note: bool = True,
+    tp: int | None = None,
+    replicas: int | None = None,
+    batch: int | None = None,
+    stack: StackContext | None = None,
+) -> ServingProjection:
+    """Search the serving configurations of `work` on `instance` and predict the chosen one.
+
+    mode "llm": prefill + decode (causal LM); "encoder": one forward per request. dtype "bf16" (16-bit
+    only; 8-bit configurations are listed as alternatives), "any" (8-bit weights may win; labelled), or one
+    weight dtype. buckets: the compiled prompt lengths on a padded (Neuron) platform; powers of two from 128
+    when not given. tp / replicas / batch: pin the layout (llm mode; see `tp_options`); stack: the serving
+    stack assumed (chipswap.projection.layouts.StackContext; default: the family's own calibration). A model
+    that
+    fits no configuration returns a projection with `reason` set, not an error;
+    a platform with no calibration for this mode raises ChipswapError naming what is missing."""
+    if mode not in MODES:
+        raise ChipswapError(f"unknown mode: {mode!r}; use llm or encoder")
+    if mode == "llm" and work.kind != "decoder":
+        raise ChipswapError(
+            f"model {work.name} is an encoder; project it with mode encoder (llm needs a causal LM)"
+        )
+    lengths = Lengths.of(prompt_tokens, output_tokens if mode == "llm" else None)
+    device = platform.device(instance.accelerator)
+    if mode == "encoder":
+        from chipswap.projection.predict_encoder import project_encoder
+
+        return project_encoder(work, platform, instance, device, lengths, dtype, buckets)
+    ctx = stack or StackContext()
+    pin = Pin(tp, replicas, batch)
+    coef = ctx.hardware if ctx.hardware is not None else platform.phase("llm")
+    devices = devices_of(instance, device.devices_per_chip)
+    chosen, alternatives = _dtype_candidates(platform, dtype, mode)
+    rejected: list[tuple[str, str]] = []
+    notes: list[str] = [ctx.note] if ctx.note else []
+    d = work.dims
+    if d.max_positions and lengths.max_total > d.max_positions:
+        reason = (
+            f"the traffic's longest request is {lengths.max_total:,} tokens but {work.name} accepts "
+            f"{d.max_positions:,} positions"
+        )
+        return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
+    tps = tp_degrees(work, devices, platform.padded)
+    if pin.tp is not None:
+        if pin.tp not in tps:
+            rule = (
+                "fit"
+                if platform.padded
+                else f"divide the {d.heads} attention heads / {d.kv_heads} KV heads and fit"
+            )
+            reason = (
+                f"TP{pin.tp} is not a valid layout of {work.name} on {instance.name}: it must {rule} "
+                f"{devices} devices (valid: {', '.join(f'TP{t}' for t in tps) or 'none'})"
+            )
+            return _empty(work, platform, instance, mode, reason, [(f"TP{pin.tp}", reason)], notes)
+        tps = [pin.tp]
+    if not tps:
+        reason = f"no TP degree <= {devices} divides the {d.heads} attention heads and {d.kv_heads} KV heads"
+        return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
+    for t in (2, 4, 8, 16, 24, 32, 64):
+        if pin.tp is None and t <= devices and t not in tps:
+            rejected.append(
+                (f"TP{t}", f"{t} does not split the {d.heads} attention heads / {d.kv_heads} KV heads evenly")
+            )
+    mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
+    candidates: list[Layout] = []
+    alt_candidates: list[Layout] = []
+    reserve = _reserve(platform, device)
+    pbands = _llm_bands(platform)
+    for wdt in chosen + alternatives:
+        compute = platform.compute_dtype_for(wdt)
+        label_dt = f"{wdt}" if wdt == compute else f"{wdt} weights / {compute} matmuls"
+        if device.peak(compute) is None:
+            rejected.append((label_dt, f"no published {compute} peak for {device.chip}"))
+            continue
+        why_not = _coefficient_ok(platform, coef, compute)
+        if why_not:
+            rejected.append((label_dt, why_not))
+            continue
+        kv_dtype = "fp8" if compute == "fp8" else "bf16"
+        for t in tps:
+            most = devices // t
+            reps = most if pin.replicas is None else pin.replicas
+            label = f"TP{t} x {reps} replicas, {label_dt}"
+            if reps > most:
+                rejected.append(
+                    (label, f"{reps} replicas x TP{t} need {reps * t} devices; {instance.name} has {devices}")
+                )
+                continue
+            weights = work.weight_bytes(wdt) / t
+            per_seq = work.kv_bytes_per_token(kv_dtype, t) * lengths.max_total
+            free = device.memory_bytes - weights - reserve
+            if free < per_seq:
+                rejected.append(
+                    (
+                        label,
+                        f"memory: weights {_gib(weights)} + KV cache of one {lengths.max_total:,}-token "
+                        f"request {_gib(per_seq)} + runtime reserve {_gib(reserve)} > "
+                        f"{_gib(device.memory_bytes)} per "
+                        f"{platform.device_unit}",
+                    )
+                )
+                continue
+            memory_batch = int(free // per_seq)
+            for b in batch_options(platform, memory_batch, pin):
+                lab = f"{label}, batch {b}"
+                if b > memory_batch:
+                    rejected.append(
+                        (
+                            lab,
+                            f"memory: {b} sequences of {lengths.max_total:,} tokens need "
+                            f"{_gib(b * per_seq)} of KV cache; {_gib(free)} is left per "
+                            f"{platform.device_unit}",
+                        )
+                    )
+                    continue
+                lay = evaluate(
+                    work, platform, instance, device, coef, ctx, dtype=wdt, compute=compute, tp=t,
+                    replicas=reps, batch=b, mean_prompt=lengths.mean_prompt, mean_output=lengths.mean_output,
+                    mean_pad=mean_pad, platform_bands=pbands, label=lab,
+                )  # fmt: skip
+                (candidates if wdt in chosen else alt_candidates).append(lay)
+    if not candidates:
+        reason = _no_fit_reason(rejected, work, instance, chosen, alt_candidates)
+        return _empty(work, platform, instance, mode, reason, rejected, notes)
+    best = best_of(candidates)
+    for c in candidates:
+        if c is not best:
+            rejected.append(
+                (
+                    c.label,
+                    f"lower slow edge: {c.slow_edge:,.2f} ({c.rps:,.2f} ±{c.band('requests_per_s'):.0%}) vs "
+                    f"{best.slow_edge:,.2f} requests/s per instance",
+                )
+            )
+    for c in alt_candidates:
+        rejected.append(
+            (
+                c.label,
+                f"quantized weights ({c.dtype}; accuracy must be checked), not chosen under dtype={dtype!r}: "
+                f"{c.rps:,.2f} requests/s per instance; pass dtype 'any' to allow",
+            )
+        )
+    if host_memory_note:
+        ckpt = work.weight_bytes("bf16")
+        if ckpt > float(instance.memory_gib) * GiB * 0.9:
+            notes.append(
+                f"needs pre-sharded weights: the bf16 checkpoint ({_gib(ckpt)}) is larger than the host RAM "
+                f"({float(instance.memory_gib):,.0f} GiB); load per-device shards instead of the whole "
+                "checkpoint"
+            )
+    if best.dtype != "bf16":
+        notes.append(f"weights in {best.dtype}: a quantized model; check its accuracy before relying on it")
+    if platform.padded and not buckets:
+        notes.append(
+            "prompts padded to powers of two from 128 (the NxDI default); pass the buckets from "
+            "`chipswap shapes` for your plan"
+        )
+    if best.outside:
+        notes.append(
+            f"the chosen layout lies outside the published rows of {ctx.stack}: {'; '.join(best.outside)}; "
+            f"its band is widened to ±{best.band('requests_per_s'):.0%}"
+        )
+    if best.padded_heads:
+        notes.append(
+            f"attention heads padded from {d.heads} to {best.padded_heads} for TP{best.tp} (as NxDI does)"
+        )
+    if work.is_moe:
+        ep = (
+            "experts split across the group (expert parallel)"
+            if d.experts % best.tp == 0
+            else "experts tensor-parallel"
+        )
+        notes.append(
+            f"MoE: {d.experts} experts, top-{d.experts_per_token}; work per token from the active parameters "
+            f"({(work.matmul_params + work.head_params) / 1e9:,.1f} B), every expert in memory and read "
+            "each decode "
+            f"step ({(work.streamed_params + work.head_params) / 1e9:,.1f} B); {ep}"
+        )
+    if ctx.terms is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
+        notes.append(
+            f"batch {best.max_batch} is beyond the largest batch in {platform.family}'s calibration rows "
+            f"({platform.calibrated_batch}): decode times there are extrapolated"
+        )
+    if ctx.terms is None and instance.is_neuron and best.tp not in (24, 32):
+        notes.append(
+            f"TP{best.tp}: the published Neuron decoder rows are all TP24/TP32; the per-layer overhead is "
+            "extrapolated to this degree"
+        )
+    return _llm_result(
+        work,
+        platform,
+        instance,
+        lengths,
+        best,
+        buckets,
+        rejected,
+        notes,
+        coef,
+        ctx,
+        candidates + alt_candidates,
+    )
+
+
+def _no_fit_reason(
+    rejected: list[tuple[str, str]],
+    work: ModelWork,
+    instance: Instance,
+    chosen: list[str],
+    alts: list[Layout],
+) -> str:
+    need = work.weight_bytes(chosen[0] if chosen else "bf16")
+    have = float(instance.accelerator_memory_gib) * GiB
+    text = (
+        f"{work.name} does not fit {instance.name} in {', '.join(chosen) or 'any served dtype'}: "
+        f"weights alone are {_gib(need)} against {_gib(have)} of accelerator memory"
+        if need > have
+        else f"{work.name} fits no configuration of {instance.name} in {', '.join(chosen) or 'any dtype'} "
+        "(see the rejected configurations)"
+    )
+    if alts:
+        best = max(alts, key=lambda c: c.rps)
+        text += f"; it would fit with {best.dtype} weights ({best.label}), a quantized model"
+    return text
+
+
+def _empty(
+    work: ModelWork,
+    platform: PlatformModel,
+    instance: Instance,
+    mode: str,
+    reason: str,
+    rejected: list[tuple[str, str]],
+    notes: list[str],
+) -> ServingProjection:
+    return ServingProjection(
+        model=work.name,
+        instance=instance.name,
+        family=platform.family,
+        mode=mode,
+        config=None,
+        times=None,
+        band=0.0,
+        bands=(),
+        requests_per_s=None,
+        output_tokens_per_s=None,
+        rejected=tuple(rejected),
+        reason=reason,
+        notes=tuple(notes),
+    )
+
+
+def _llm_bands(platform: PlatformModel) -> dict[str, float]:
+    thr = _band(platform, "llm", "out_tok_s")
+    tpot = _band(platform, "llm", "tpot_s") or thr
+    ttft = _band(platform, "llm", "ttft_s") or thr
+    return {"out_tok_s": thr, "tpot_s": tpot, "ttft_s": ttft, "e2e_s": max(tpot, ttft)}
+
+
+def _llm_result(
+    work: ModelWork,
+    platform: PlatformModel,
+    instance: Instance,
+    lengths: Lengths,
+    best: Layout,
+    buckets: Sequence[int] | None,
+    rejected: list[tuple[str, str]],
+    notes: list[str],
+    coef: Coefficients,
+    ctx: StackContext,
+    layouts: list[Layout],
+) -> ServingProjection:
+    lb = dict(best.bands)
+    bands = {
+        "out_tok_s": lb["requests_per_s"],
+        "tpot_s": lb["tpot_s"],
+        "ttft_s": lb["ttft_s"],
+        "e2e_s": max(lb["tpot_s"], lb["ttft_s"]),
+    }
+    poly = best.poly
+    shapes = []
+    for s in lengths.shapes:
+        padded = _pad(s.prompt, buckets, platform.padded)
+        ttft = poly.prefill_s(1, padded)
+        tpot = poly.decode_step_s(best.max_batch, s.prompt + s.output // 2)
+        shapes.append(
+            ShapePrediction(
+                s,
+                padded,
+                Projected(ttft, "s", bands["ttft_s"]),
+                Projected(tpot, "s", bands["tpot_s"], note=f"at batch {best.max_batch}"),
+                Projected(
+                    ttft + s.output * tpot,
+                    "s",
+                    bands["e2e_s"],
+                    note=f"at batch {best.max_batch}, no queueing",
+                ),
+            )
+        )
+    mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
+    batches = []
+    b = 1
+    sizes = []
+    while b < best.max_batch:
+        sizes.append(b)
+        b *= 2
+    sizes.append(best.max_batch)
+    for b in sizes:
+        rps = best.replicas * steady_rps(
+            poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad, best.occupancy
+        )
+        tpot = poly.decode_step_s(b, int(lengths.mean_prompt + lengths.mean_output / 2))
+        batches.append(
+            BatchPrediction(
+                b,
+                Projected(tpot, "s", bands["tpot_s"]),
+                Projected(poly.prefill_s(1, mean_pad) + lengths.mean_output * tpot, "s", bands["e2e_s"]),
+                Projected(rps, "requests/s", bands["out_tok_s"]),
+                Projected(rps * lengths.mean_output, "tokens/s", bands["out_tok_s"]),
+            )
+        )
+    why = (
+        f"highest requests/s at the slow edge of its band, at the traffic's mean request "
+        f"({lengths.mean_prompt:,.0f} prompt + {lengths.mean_output:,.0f} output tokens), among "
+        f"{len(layouts)} layouts" + (f" under {ctx.stack}" if ctx.stack else "")
+    )
+    config = ServingConfig(
+        instance=instance.name,
+        tp_degree=best.tp,
+        replicas=best.replicas,
+        max_batch=best.max_batch,
+        weight_dtype=best.dtype,
+        max_length=lengths.max_total,
+        padded=platform.padded,
+        why=why,
+        rejected=tuple(rejected),
+        stack=ctx.stack,
+    )
+    band = max(bands["out_tok_s"], bands["tpot_s"])
+    return ServingProjection(
+        model=work.name,
+        instance=instance.name,
+        family=platform.family,
+        mode="llm",
+        config=config,
+        times=ProjectedServiceTimes(poly, None, band),
+        band=band,
+        bands=tuple(sorted(bands.items())),
+        requests_per_s=Projected(
+            best.rps, "requests/s", bands["out_tok_s"], note=f"whole instance, batch {best.max_batch}"
+        ),
+        output_tokens_per_s=Projected(best.rps * lengths.mean_output, "tokens/s", bands["out_tok_s"]),
+        shapes=tuple(shapes),
+        batches=tuple(batches),
+        rejected=tuple(rejected),
+        notes=tuple(notes),
+        stacks=ctx.terms.sources if ctx.terms is not None and ctx.terms.sources else coef.stacks,
+        stack=ctx.stack,
+        layouts=tuple(
+            x.as_dict(lengths.mean_output, chosen=x is best)
+            for x in sorted(layouts, key=lambda c: (c is not best, -c.slow_edge))
+        ),
+    )
+
+
+# --- training -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingProjection:
+    """Training throughput of one node (instance) and the hours a job of `tokens` takes on `nodes` of them."""
+
+    model: str
+    instance: str
+    family: str
+    dtype: str
+    seq_len: int
+    tokens: float
+    nodes: int
+    tokens_per_s_per_node: Projected
+    hours: Projected
+    state_bytes: float
+    fits_one_node: bool
+    nodes_for_memory: int
+    notes: tuple[str, ...] = field(default=())
+    stacks: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "instance": self.instance,
+            "family": self.family,
+            "dtype": self.dtype,
+            "seq_len": self.seq_len,
+            "tokens": self.tokens,
+            "nodes": self.nodes,
+            "tokens_per_s_per_node": self.tokens_per_s_per_node.as_dict(),
+            "hours": self.hours.as_dict(),
+            "training_state_gib": self.state_bytes / GiB,
+            "fits_one_node": self.fits_one_node,
+            "nodes_for_memory": self.nodes_for_memory,
+            "notes": list(self.notes),
+            "calibrated_on": list(self.stacks),
+        }
+
+
+def project_training(
+    work: ModelWork,
+    platform: PlatformModel,
+    instance: Instance,
+    *,
+    tokens: float,
+    seq_len: int = 4096,
+    dtype: str | None = None,
+    nodes: int = 1,
+) -> TrainingProjection:
+    """Tokens/s per node (instance) at the platform's fitted training utilisation and the hours for `tokens`
+    trained tokens on `nodes` nodes (throughput scales linearly with nodes: an assumption, stated)."""
+    if not (tokens > 0 and math.isfinite(tokens)):
+        raise ChipswapError(f"training tokens must be a positive number, got {tokens!r}; give tokens per run")
+    if not 1 <= seq_len <= MAX_LENGTH_LIMIT:
+        raise ChipswapError(
+            f"sequence length {seq_len} is outside 1..{MAX_LENGTH_LIMIT}; give the training length"
+        )
+    if not 1 <= nodes <= 100_000:
+        raise ChipswapError(f"nodes must be 1..100000, got {nodes}")
+    if not platform.training_dtypes:
+        raise ChipswapError(
+            f"no training calibration for {platform.family}: chipswap has no published training rows "
+            "for this "
+            "chip family; give a measured figure (hours or tokens/s) for this instance instead"
+        )
+    coef = platform.phase("training")
+    use = (dtype or platform.training_dtypes[0]).lower()
+    if use not in platform.training_dtypes:
+        raise ChipswapError(
+            f"no {use} training calibration for {platform.family}: its published training rows are "
+            f"{', '.join(platform.training_dtypes)}; use dtype {platform.training_dtypes[0]} or give a "
+            "measured figure"
+        )
+    device = platform.device(instance.accelerator)
+    per_device = train_tokens_per_s_per_device(
+        work, device, coef, seq_len=seq_len, compute_dtype=use, family=platform.family
+    )
+    devices = devices_of(instance)
+    per_node = per_device * devices
+    band = _band(platform, "training", "train_tok_s")
+    state = work.params * TRAINING_BYTES_PER_PARAM
+    usable = float(instance.accelerator_memory_gib) * GiB * (1.0 - platform.reserve_fraction)
+    need_nodes = max(1, math.ceil(state / usable))
+    notes = []
+    if use == "fp8":
+        notes.append("fp8 training (as in the published NVIDIA rows); a bf16 run is slower")
+    if need_nodes > 1:
+        notes.append(
+            f"full training state ({_gib(state)}: bf16 weights and grads, fp32 master and Adam "
+            f"moments) needs >= {need_nodes} nodes' accelerator memory; per-node throughput assumes a "
+            "multi-node run like the "
+            "published ones"
+        )
+    if nodes > 1:
+        notes.append(f"{nodes} nodes: throughput assumed to scale linearly (assumption)")
+    if seq_len < 1024 and work.kind == "decoder":
+        notes.append("short sequences: the published decoder rows train at 2,048-8,192 tokens")
+    hours = tokens / (per_node * nodes) / 3600.0
+    return TrainingProjection(
+        model=work.name,
+        instance=instance.name,
+        family=platform.family,
+        dtype=use,
+        seq_len=seq_len,
+        tokens=float(tokens),
+        nodes=nodes,
+        tokens_per_s_per_node=Projected(
+            per_node, "tokens/s", band, note=f"{devices} {platform.device_unit}s, {use}"
+        ),
+        hours=Projected(hours, "h", band),
+        state_bytes=state,
+        fits_one_node=need_nodes <= 1,
+        nodes_for_memory=need_nodes,
+        notes=tuple(notes),
+        stacks=coef.stacks,
+    )
+
+
+def weight_summary(work: ModelWork, dtype: str = "bf16") -> dict[str, float]:
+    """Parameters and memory figures for reports."""
+    return {
+        "params": float(work.params),
+        "weights_gib": work.params * dtype_bytes(dtype) / GiB,
+        "kv_bytes_per_token": work.kv_bytes_per_token_total("bf16"),
+    }
