@@ -43,6 +43,7 @@ bench: $(STAMP) ## every benchmark in bench/; results land in docs/benchmarks.md
 
 calibrate: $(STAMP) ## re-fit the projection's platform coefficients from ../shared/reference (docs/projection.md)
 	$(VENV)/bin/chipswap calibrate
+	$(PY) bench/bench_stacks.py --docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -57,7 +57,9 @@ def test_both_fleets_are_simulated_for_the_slo() -> None:
         assert fleet.latency.e2e_ms.size > 10 and fleet.latency.ttft_ms.size > 10
         assert fleet.config is not None and fleet.config.tp_degree >= 1
         lo, hi = fleet.count_range
-        assert lo is not None and hi is not None and lo <= fleet.count <= hi
+        # hi is None when no size meets the SLO at the slow edge of the band (Neuron at prompts outside the
+        # published runs' 1,500 tokens carries a widened band)
+        assert lo is not None and lo <= fleet.count and (hi is None or fleet.count <= hi)
     assert r.monthly_now.note.startswith(f"{r.gpu_fleet.count} x g6e.xlarge (sized for the busiest window")
 
 

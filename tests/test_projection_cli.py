@@ -83,7 +83,56 @@ def test_project_encoder_mode(capsys):
             ["llama-3-8b", "-i", "inf9.huge", "--prompt-tokens", "10", "--output-tokens", "1"],
             "unknown instance type",
         ),
-        (["llama-3-8b", "-i", "trn2.48xlarge", "--prompt-tokens", "10", "--output-tokens", "1"], "measured"),
+        (
+            [
+                "llama-3-8b",
+                "-i",
+                "trn2.48xlarge",
+                "--stack",
+                "tnx-2.18",
+                "--prompt-tokens",
+                "10",
+                "--output-tokens",
+                "1",
+            ],
+            "measured",
+        ),
+        (
+            [
+                "llama-3-8b",
+                "-i",
+                "inf2.xlarge",
+                "--stack",
+                "vllm-neuron",
+                "--prompt-tokens",
+                "9",
+                "--output-tokens",
+                "1",
+            ],
+            "unknown --stack",
+        ),
+        (
+            [
+                "llama-3-8b",
+                "-i",
+                "inf2.xlarge",
+                "--stack",
+                "trtllm",
+                "--prompt-tokens",
+                "9",
+                "--output-tokens",
+                "1",
+            ],
+            "gpu stack",
+        ),
+        (
+            ["llama-3-8b", "-i", "inf2.xlarge", "--tp", "0", "--prompt-tokens", "9", "--output-tokens", "1"],
+            "--tp must be",
+        ),
+        (
+            ["llama-3-8b", "-i", "trn1.32xlarge", "--train-tokens", "1e9", "--tp", "8"],
+            "pin an LLM serving layout",
+        ),
         (["llama-3-8b", "-i", "inf2.xlarge", "--prompt-tokens", "10"], "--output-tokens is missing"),
         (["llama-3-8b", "-i", "inf2.xlarge", "--output-tokens", "10"], "without --prompt-tokens"),
         (["llama-3-8b", "-i", "inf2.xlarge", "--prompt-tokens", "0", "--output-tokens", "1"], "must be >= 1"),
@@ -172,7 +221,8 @@ def test_calibrate_writes_files_that_check_clean(capsys, tmp_path):
     )
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["written"]) == 11 and (tmp_path / "inferentia2.toml").is_file()
+    assert len(data["written"]) == 13 and (tmp_path / "inferentia2.toml").is_file()
+    assert (tmp_path / "stacks.toml").is_file() and data["stacks"]["band_coverage"] >= 0.8
     (tmp_path / "h100.toml").write_text(
         (tmp_path / "h100.toml").read_text().replace("compute_eff_8 = ", "compute_eff_8 = 1")
     )

@@ -66,6 +66,23 @@ def register(app: typer.Typer) -> None:
         written: list[str] = []
         if not check:
             written = [str(p) for p in C.write_families(cal, out)]
+            _clear_platform_caches()
+        from chipswap.projection import stackfit
+
+        stack_cal = stackfit.calibrate_stacks(reference)
+        if stackfit.stacks_differ(stack_cal, out):
+            diff.append("stacks")
+        if not check:
+            written.append(str(stackfit.write_stacks(stack_cal, out)))
+        stack_summary = [
+            {
+                "metric": m,
+                "leave_one_source_out_median_error": stack_cal.median(m),
+                "fit_error": stack_cal.median(m, items=stack_cal.fitted),
+                "target": stackfit.TARGETS[m],
+            }
+            for m in stackfit.METRICS
+        ]
         if as_json:
             typer.echo(
                 json.dumps(
@@ -76,6 +93,11 @@ def register(app: typer.Typer) -> None:
                             f"{g}:{p}": dict(c.values) for (g, p), c in cal.coefficients.items()
                         },
                         "held_out": summary,
+                        "stacks": {
+                            "rows": len(stack_cal.rows),
+                            "held_out": stack_summary,
+                            "band_coverage": stack_cal.coverage(),
+                        },
                         "differs_from_shipped": diff,
                         "written": written,
                     },
@@ -102,6 +124,16 @@ def register(app: typer.Typer) -> None:
                     f"{s['baseline_median_error'] * 100:.0f}%",
                 )
             out_console.print(t)
+            out_console.print(
+                f"NxD Inference stacks ({len(stack_cal.rows)} modern Neuron rows), "
+                "leave-one-source-out median "
+                "error: "
+                + ", ".join(
+                    f"{x['metric']} {x['leave_one_source_out_median_error'] * 100:.1f}%"
+                    for x in stack_summary
+                )
+                + f"; band coverage {stack_cal.coverage() * 100:.0f}%"
+            )
             if check:
                 out_console.print(
                     "shipped coefficients match a fresh fit"
@@ -115,3 +147,12 @@ def register(app: typer.Typer) -> None:
                 )
         if check and diff:
             sys.exit(1)
+
+
+def _clear_platform_caches() -> None:
+    """After writing the family files, the stack fit must read the fresh hardware coefficients."""
+    from chipswap.projection import platforms
+
+    platforms._CACHE.clear()
+    platforms.load_families.cache_clear()
+    platforms.load_stack_terms.cache_clear()

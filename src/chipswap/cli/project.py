@@ -78,7 +78,7 @@ def _lengths(trace: Path | None, prompt: int | None, output: int | None, mode: s
 
 def _serving_table(console: Console, p: Any) -> None:
     cfg = p.config
-    title = f"{p.model} on {p.instance} ({p.family}, {p.mode})"
+    title = f"{p.model} on {p.instance} ({p.family}, {p.mode}" + (f", stack {p.stack})" if p.stack else ")")
     if cfg is None:
         console.print(f"[bold]{one_line(title)}[/bold]: does not fit: {one_line(p.reason)}")
         return
@@ -196,6 +196,18 @@ def register(app: typer.Typer) -> None:
             None, "--train-dtype", help="training matmul dtype (default: the calibrated one per platform)"
         ),
         nodes: int = typer.Option(1, "--nodes", help="training nodes (throughput scaled linearly; stated)"),
+        stack: str | None = typer.Option(
+            None,
+            "--stack",
+            help="serving stack: nxdi-vllm (Neuron default), nxdi-tgi, tnx-2.18; vllm (GPU default), trtllm, "
+            "tgi; applies to the instances of its side (Neuron or GPU)",
+        ),
+        tp: int | None = typer.Option(None, "--tp", help="pin the tensor-parallel degree (LLM mode)"),
+        replicas: int | None = typer.Option(None, "--replicas", help="pin the replicas per instance (LLM)"),
+        batch: int | None = typer.Option(None, "--batch", help="pin the (compiled) batch per replica (LLM)"),
+        sampling: str = typer.Option(
+            "device", "--sampling", help="where tokens are sampled on Neuron stacks: device or cpu"
+        ),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     ) -> None:
         from chipswap.economics.catalog_io import load_catalog
@@ -207,10 +219,27 @@ def register(app: typer.Typer) -> None:
             raise ChipswapError(
                 f"--bucket must be 1..1048576 tokens, got {bucket}; give compiled prompt lengths"
             )
+        for flag, value, hi in (("--tp", tp, 256), ("--replicas", replicas, 1024), ("--batch", batch, 4096)):
+            if value is not None and not 1 <= value <= hi:
+                raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")
+        if sampling not in ("device", "cpu"):
+            raise ChipswapError(f"unknown --sampling: {sampling!r}; use device or cpu")
+        from chipswap.projection.stacks import get_stack
+
+        side_stack = get_stack(stack, field="--stack") if stack else None
         catalog = load_catalog()
         insts = [catalog.instance(n) for n in instance]  # unknown names fail before any work
         work = model_work(model, task=task)
         console = Console() if Console().is_terminal else Console(width=160)
+        pinned = [f for f, v in (("--tp", tp), ("--replicas", replicas), ("--batch", batch)) if v is not None]
+        if pinned and (
+            train_tokens is not None or (mode or "llm").lower() != "llm" or work.kind != "decoder"
+        ):
+            raise ChipswapError(
+                f"{', '.join(pinned)} pin an LLM serving layout, but this is "
+                + ("a training projection" if train_tokens is not None else "an encoder projection")
+                + "; drop them"
+            )
         if train_tokens is not None:
             results = [
                 project_training(
@@ -249,6 +278,14 @@ def register(app: typer.Typer) -> None:
         if use_mode not in ("llm", "encoder"):
             raise ChipswapError(f"unknown --mode: {mode!r}; use llm or encoder")
         prompts, outputs, what = _lengths(trace, prompt_tokens, output_tokens, use_mode)
+        if side_stack is not None and not any(
+            (i.is_neuron and side_stack.side == "neuron") or (not i.is_neuron and side_stack.side == "gpu")
+            for i in insts
+        ):
+            raise ChipswapError(
+                f"--stack {side_stack.id} is a {side_stack.side} stack but no --instance is a "
+                f"{side_stack.side} instance; pick a stack of the instances' side"
+            )
         results = [
             project_serving(
                 work,
@@ -259,6 +296,13 @@ def register(app: typer.Typer) -> None:
                 dtype=dtype,
                 buckets=bucket or None,
                 catalog=catalog,
+                tp=tp,
+                replicas=replicas,
+                batch=batch,
+                stack=side_stack.id
+                if side_stack is not None and (side_stack.side == "neuron") == i.is_neuron
+                else None,
+                sampling=sampling,
             )
             for i in insts
         ]

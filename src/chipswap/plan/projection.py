@@ -106,10 +106,12 @@ def _serving(
     assert tr is not None
     prompt, out = _lengths(s, load, shapes, work)
     buckets = list(shapes.sequence_buckets) if inst.is_neuron and shapes and shapes.sequence_buckets else None
+    wl = s.workload
+    stack = wl.targets.stack if inst.is_neuron else wl.fleet.gpu_stack
     try:
         p = engine.project_serving(
             work, inst, prompt_tokens=prompt, output_tokens=out if tr.mode == "llm" else None, mode=tr.mode,
-            buckets=buckets, catalog=s.catalog,
+            buckets=buckets, catalog=s.catalog, stack=stack,
         )  # fmt: skip
     except ChipswapError as exc:
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
@@ -122,7 +124,7 @@ def _serving(
                 continue
             alt = engine.project_serving(
                 work, inst, prompt_tokens=prompt, output_tokens=out, mode=tr.mode, buckets=buckets,
-                catalog=s.catalog, tp=tp,
+                catalog=s.catalog, tp=tp, stack=stack,
             )  # fmt: skip
             if alt.fits:
                 alternatives.append(_layout(inst.name, alt))

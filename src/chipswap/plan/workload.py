@@ -26,7 +26,7 @@ import math
 from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from chipswap.errors import closest
 
@@ -237,6 +237,30 @@ class Fleet(_Model):
     term: Term = Field(
         "on-demand", description="Pricing term the fleet is bought on today: on-demand, spot, 1yr, 3yr."
     )
+    gpu_stack: str = Field(
+        "vllm",
+        max_length=40,
+        description="Serving stack the GPU fleet runs: vllm (default), trtllm or tgi; the projection and the "
+        "simulator's scheduling policy follow it.",
+    )
+
+    @field_validator("gpu_stack")
+    @classmethod
+    def _gpu_stack(cls, v: str) -> str:
+        return _check_stack(v, "gpu")
+
+
+def _check_stack(name: str, side: str) -> str:
+    """A stack id of `side` (chipswap.projection.stacks), or a ValueError naming the choices."""
+    from chipswap.projection.stacks import stack_ids
+
+    ids = stack_ids(side)
+    if name in ids:
+        return name
+    near = closest(name, ids, n=1)
+    raise ValueError(
+        f"a {side} serving stack ({', '.join(ids)})" + (f"; did you mean {near[0]}?" if near else "")
+    )
 
 
 class Slo(_Model):
@@ -281,6 +305,18 @@ class Targets(_Model):
     region: str | None = Field(
         None, max_length=100, description="Region to price candidates in (default: the fleet's region)."
     )
+    stack: str = Field(
+        "nxdi-vllm",
+        max_length=40,
+        description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or "
+        "tnx-2.18; "
+        "the projection and the simulator's scheduling policy follow it.",
+    )
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, v: str) -> str:
+        return _check_stack(v, "neuron")
 
 
 class Pricing(_Model):

@@ -4,11 +4,19 @@ latency with error bands (or training tokens/s), and the calibration that fits t
 Pure core (no I/O, no torch, no clock):
 - work.py        a model's parameters, bytes and FLOPs in closed form (ModelWork);
 - platform.py    a chip family's spec sheet + fitted coefficients -> seconds for a model's work;
-- predict.py     the projection itself (ServingProjection, TrainingProjection);
+- predict.py     the projection itself (ServingProjection, TrainingProjection); records in projected.py,
+                 the encoder search in predict_encoder.py;
+- stacks.py      the serving-stack registry (ids, side, description): nxdi-vllm, nxdi-tgi, tnx-2.18, vllm,
+                 trtllm, tgi;
+- stackmodel.py  stack-aware serving time model (hardware terms + fitted stack terms), envelope, bands;
+- layouts.py     the LLM layout search (TP, replicas, compiled batch, pinned, padded heads, slow-edge rank);
 - fitting.py     least-squares fit of platform coefficients and held-out validation.
 Shell:
 - api.py         the projection API for callers: loads the catalog and platform files, calls predict.py;
 - platforms.py   loads data/platforms/*.toml (the projection's only I/O edge for platform data);
 - flops.py       FLOPs counted on the real torch graph (validates work.py; a factory model's work);
-- calibration.py reads the published benchmark tables and writes data/platforms/<family>.toml.
+- calibration.py reads the published benchmark tables and writes data/platforms/<family>.toml (encoder rows
+                 in calibration_encoders.py);
+- stackfit.py    fits the NxD Inference stack terms on the modern Neuron runs, leave-one-source-out, and
+                 writes data/platforms/stacks.toml.
 """

@@ -22,15 +22,25 @@ import numpy as np
 
 from chipswap.economics.catalog import Catalog, Instance
 from chipswap.economics.catalog_io import load_catalog
+from chipswap.errors import ChipswapError
+from chipswap.projection.layouts import StackContext
 from chipswap.projection.platform import PlatformModel
-from chipswap.projection.platforms import platform_for_instance
+from chipswap.projection.platforms import load_stack_terms, platform_for, platform_for_instance
 from chipswap.projection.predict import ServingProjection, TrainingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import project_training as _project_training
 from chipswap.projection.predict import tp_options as _tp_options
+from chipswap.projection.stacks import GPU_CALIBRATED_STACK, default_stack, stack_for
 from chipswap.projection.work import ModelWork
 
-__all__ = ["model_work", "platform_of", "project_serving", "project_training", "tp_options"]
+__all__ = [
+    "model_work",
+    "platform_of",
+    "project_serving",
+    "project_training",
+    "stack_context",
+    "tp_options",
+]
 
 
 def model_work(model: Any, *, task: str | None = None) -> ModelWork:
@@ -52,6 +62,76 @@ def platform_of(instance: str | Instance, catalog: Catalog | None = None) -> Pla
     return platform_for_instance(_instance(instance, cat), cat)
 
 
+def stack_context(
+    stack: str | None,
+    instance: Instance,
+    platform: PlatformModel,
+    catalog: Catalog,
+    *,
+    sampling: str = "device",
+) -> StackContext:
+    """The serving stack a projection on `instance` assumes: the one named (checked against the instance's
+    side: Neuron or GPU) or the side's default, with its fitted terms. A chip no stack was calibrated for
+    (e.g. Trainium3) is a one-line error."""
+    side = "neuron" if instance.is_neuron else "gpu"
+    st = stack_for(stack, side)
+    if side == "gpu":
+        if st.id == GPU_CALIBRATED_STACK:
+            return StackContext(st.id, widen_unit=_widen_unit())
+        extra = _gpu_stack_gap()
+        return StackContext(
+            st.id,
+            extra_band=extra,
+            widen_unit=_widen_unit(),
+            note=(
+                f"{st.id} on GPUs: no published {st.id} rows in the reference (every NVIDIA row is "
+                "TensorRT-LLM); "
+                f"the TensorRT-LLM calibration is used and its band widened by {extra:.0%}, the gap "
+                "between two stacks on one chip in the published Neuron runs (nxdi-tgi vs nxdi-vllm slot "
+                "occupancy; assumption)"
+            ),
+        )
+    if st.calibration == "sdk-tables":
+        if not platform.has_phase("llm"):
+            raise ChipswapError(
+                f"no LLM serving calibration for {platform.family} under {st.id}: the Neuron SDK tables "
+                f"have no {platform.family} rows; use --stack {default_stack('neuron')} or give a measured "
+                "figure"
+            )
+        return StackContext(st.id, widen_unit=_widen_unit())
+    loaded = load_stack_terms()
+    terms = loaded.get(st.id)
+    if terms is None:
+        raise ChipswapError(
+            f"no fitted terms for stack {st.id}: stacks.toml is missing; run `chipswap calibrate` "
+            "(make calibrate)"
+        )
+    hardware = None
+    if not platform.has_phase("llm"):
+        if instance.accelerator.lower() not in (c.lower() for c in terms.envelope.chips):
+            raise ChipswapError(
+                f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
+                "figures "
+                f"for {instance.accelerator} were found; give a measured figure for {instance.name} instead"
+            )
+        hardware = platform_for(loaded["_hardware_family"], catalog).phase("llm")
+    return StackContext(st.id, terms, hardware, sampling, widen_unit=terms.widen)
+
+
+def _widen_unit() -> float:
+    """The fitted log-band widening per unit of envelope distance (stacks.toml), 0 where never fitted."""
+    terms = [t for k, t in load_stack_terms().items() if not k.startswith("_")]
+    return max((t.widen for t in terms), default=0.0)
+
+
+def _gpu_stack_gap() -> float:
+    loaded = load_stack_terms()
+    occ = [t.get("slot_occupancy") for k, t in loaded.items() if not k.startswith("_")]
+    if len(occ) < 2 or min(occ) <= 0:
+        return 0.15
+    return max(occ) / min(occ) - 1.0
+
+
 def project_serving(
     work: ModelWork,
     instance: str | Instance,
@@ -63,14 +143,21 @@ def project_serving(
     buckets: Sequence[int] | None = None,
     catalog: Catalog | None = None,
     tp: int | None = None,
+    replicas: int | None = None,
+    batch: int | None = None,
+    stack: str | None = None,
+    sampling: str = "device",
 ) -> ServingProjection:
     """Configuration search + projected service times and figures for `work` on `instance` (see
-    chipswap.projection.predict.project_serving for the arguments)."""
+    chipswap.projection.predict.project_serving for the arguments). stack: a chipswap.projection.stacks id of
+    the instance's side (default: nxdi-vllm on Neuron, vllm on GPUs)."""
     cat = catalog or load_catalog()
     inst = _instance(instance, cat)
+    platform = platform_for_instance(inst, cat)
+    ctx = stack_context(stack, inst, platform, cat, sampling=sampling) if mode == "llm" else None
     return _project_serving(
         work,
-        platform_for_instance(inst, cat),
+        platform,
         inst,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
@@ -78,13 +165,17 @@ def project_serving(
         dtype=dtype,
         buckets=buckets,
         tp=tp,
+        replicas=replicas,
+        batch=batch,
+        stack=ctx,
     )
 
 
 def tp_options(work: ModelWork, instance: str | Instance, catalog: Catalog | None = None) -> list[int]:
     """Valid tensor-parallel degrees of `work` on `instance` (pass each as project_serving(..., tp=N))."""
     cat = catalog or load_catalog()
-    return _tp_options(work, _instance(instance, cat))
+    inst = _instance(instance, cat)
+    return _tp_options(work, inst, platform_for_instance(inst, cat))
 
 
 def project_training(

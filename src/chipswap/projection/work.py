@@ -88,6 +88,12 @@ class ModelDims:
     patch_tokens: int = 0
     patch_flops: float = 0.0
     pooler: bool = True  # a classifier head pools through a hidden x hidden layer first (BERT-style; not ViT)
+    # mixture of experts (0 = dense): routed experts per MoE layer, experts each token uses (top-k), the MLP
+    # width of one expert, and the width of an always-on shared expert (0 = none)
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate: int = 0
+    shared_expert_intermediate: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -117,6 +123,9 @@ class ModelWork:
     embedding_params: int  # token (+ position) embedding rows; gathered, not multiplied
     # or "graph count (torch.utils.flop_counter)" when projection/flops.py made it
     source: str = "closed form"
+    # MoE: matmul weights read by one decode step (every expert's: at the batches served, the tokens of a
+    # step together touch all experts); 0 = matmul_params (dense)
+    streamed_params: int = 0
 
     # --- sizes -----------------------------------------------------------------------------------
     @property
@@ -133,7 +142,11 @@ class ModelWork:
 
     def streamed_weight_bytes(self, dtype: str) -> float:
         """Bytes of weights read by one call (matmul weights + head; embedding rows are only gathered)."""
-        return (self.matmul_params + self.head_params) * dtype_bytes(dtype)
+        return ((self.streamed_params or self.matmul_params) + self.head_params) * dtype_bytes(dtype)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.dims.experts > 0
 
     def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> float:
         """KV-cache bytes per token on ONE device of a tensor-parallel group of `tp` devices:
@@ -222,6 +235,10 @@ _ARCH: dict[str, tuple[str, bool, bool, int, bool]] = {
     "llama": ("decoder", True, False, 2, False),
     "mistral": ("decoder", True, False, 2, False),
     "qwen2": ("decoder", True, False, 2, False),
+    "qwen3": ("decoder", True, False, 2, False),
+    "mixtral": ("decoder", True, False, 2, False),
+    "qwen3_moe": ("decoder", True, False, 2, False),
+    "llama4_text": ("decoder", True, False, 2, False),
     "gptj": ("decoder", False, False, 2, False),
     "gpt2": ("decoder", False, True, 4, True),
     "falcon": ("decoder", False, False, 2, True),
@@ -277,7 +294,10 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         raise ChipswapError(
             f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads; add head_dim"
         )
-    if mtype in ("llama", "mistral", "qwen2") and cfg.get("hidden_act", "silu") not in ("silu", "swish"):
+    if mtype in ("llama", "mistral", "qwen2", "qwen3") and cfg.get("hidden_act", "silu") not in (
+        "silu",
+        "swish",
+    ):
         gated = True  # Llama-style blocks are always gated; the activation only changes elementwise work
     if mtype == "t5":
         gated = str(cfg.get("feed_forward_proj", "relu")).startswith("gated")
@@ -305,6 +325,7 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         patch_flops = 2.0 * n_patches * hidden * channels * patch * patch
         head = "classifier" if task in (None, "image-classification") else "none"
     max_pos = int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 0)
+    moe = _moe_sizes(cfg, mtype, intermediate, where)
     return ModelDims(
         name=name,
         kind="decoder" if decoder else "encoder",
@@ -328,7 +349,44 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         patch_tokens=patch_tokens,
         patch_flops=patch_flops,
         pooler=mtype != "vit",
+        **moe,
     )
+
+
+# model_type -> (experts key, top-k key, expert width key or None = intermediate_size,
+#                shared expert width key or None)
+_MOE_KEYS: dict[str, tuple[str, str, str | None, str | None]] = {
+    "mixtral": ("num_local_experts", "num_experts_per_tok", None, None),
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", None),
+    "llama4_text": ("num_local_experts", "num_experts_per_tok", None, "shared_expert_intermediate_size"),
+}
+
+
+def _moe_sizes(cfg: dict[str, Any], mtype: str, intermediate: int, where: str) -> dict[str, int]:
+    """The MoE fields of ModelDims from a config (empty for a dense model). Every MoE layer is assumed
+    routed (Mixtral, Qwen3-MoE, Llama 4 Scout: no interleaved dense layers)."""
+    keys = _MOE_KEYS.get(mtype)
+    if keys is None:
+        return {}
+    e_key, k_key, w_key, s_key = keys
+    out = {}
+    for name, key in (("experts", e_key), ("experts_per_token", k_key)):
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ChipswapError(f"{where}: {key} must be a positive integer, got {v!r}; fix the config")
+        out[name] = v
+    if out["experts_per_token"] > out["experts"]:
+        raise ChipswapError(
+            f"{where}: {k_key} ({out['experts_per_token']}) exceeds {e_key} ({out['experts']}); "
+            "fix the config"
+        )
+    width = cfg.get(w_key) if w_key else intermediate
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise ChipswapError(f"{where}: {w_key} must be a positive integer, got {width!r}; fix the config")
+    out["expert_intermediate"] = width
+    shared = cfg.get(s_key, 0) if s_key else 0
+    out["shared_expert_intermediate"] = int(shared or 0)
+    return out
 
 
 def _encoder_head(task: str | None) -> str:
@@ -346,9 +404,18 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
     kv_out = d.kv_heads * d.head_dim
     attn = d.hidden * q_out + 2 * d.hidden * kv_out + q_out * d.hidden
     mlp = (3 if d.gated_mlp else 2) * d.hidden * d.intermediate
+    stored_mlp = mlp
+    if d.experts:
+        # MoE: every expert is stored; a token runs its top-k experts, the shared expert and the router
+        one = (3 if d.gated_mlp else 2) * d.hidden * d.expert_intermediate
+        shared = (3 if d.gated_mlp else 2) * d.hidden * d.shared_expert_intermediate
+        router = d.hidden * d.experts
+        mlp = d.experts_per_token * one + shared + router
+        stored_mlp = d.experts * one + shared + router
     per_layer_mm = attn + mlp
+    per_layer_stored = attn + stored_mlp
     bias = (q_out + 2 * kv_out + d.hidden + d.intermediate + d.hidden) if d.biases else 0
-    per_layer_params = per_layer_mm + bias + d.norm_params_per_layer
+    per_layer_params = per_layer_stored + bias + d.norm_params_per_layer
     stored_layers = 1 if d.shared_layers else d.layers
     embed_width = d.embed_dim or d.hidden
     embeddings = d.vocab * embed_width + d.positions * embed_width
@@ -380,6 +447,7 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
         head_params=int(head),
         embedding_params=int(embeddings),
         source=source,
+        streamed_params=int(d.layers * per_layer_stored) if d.experts else 0,
     )
 
 

@@ -63,6 +63,7 @@ class ServingConfig:
     padded: bool = False  # True on Neuron: requests are padded to buckets; False on GPUs
     why: str = ""  # one line: why this configuration won
     rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, why it lost)
+    stack: str = ""  # serving stack id the figures assume (chipswap.projection.stacks); "" = not stated
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""The LLM layout search of a projection: every (weight dtype, TP degree, replicas, compiled batch) a model
+can
+take on an instance under one serving stack, each with its figures, its distance from the published rows and
+its band; the winner is the layout with the highest slow edge (requests/s / (1 + band)).
+
+What it is for: chipswap.projection.predict.project_serving (mode "llm") calls `search`; `chipswap project
+--json`
+lists every evaluated layout; `--tp/--replicas/--batch` pin one (`Pin`). Heads that do not divide the TP
+degree
+are padded on Neuron (as NxD Inference does); on GPUs the heads must divide it.
+
+Pure: no I/O, no torch, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from chipswap.economics.catalog import Instance
+from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel
+from chipswap.projection.stackmodel import StackTerms, band_for, stack_poly, steady_rps
+from chipswap.projection.work import ModelWork
+
+NEURON_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # compiled batch sizes tried on Neuron (up to the family cap)
+METRICS = ("requests_per_s", "out_tok_s", "tpot_s", "ttft_s")
+
+
+@dataclass(frozen=True)
+class StackContext:
+    """The serving stack a projection assumes. terms: the stack's fitted terms (None: the chip family's own
+    calibration, i.e. the SDK tables or the NVIDIA tables); hardware: coefficients to use instead of the
+    family's own (a chip the SDK tables never covered, e.g. Trn2, with NxD Inference stacks); extra_band:
+    relative band added for a stack with no published rows of its own (assumption, stated in `note`)."""
+
+    stack: str = ""
+    terms: StackTerms | None = None
+    hardware: Coefficients | None = None
+    sampling: str = "device"
+    extra_band: float = 0.0
+    note: str = ""
+    # log-band per unit of distance from the fitted runs (the NxD Inference stacks' fitted rule), charged
+    # on any stack for what no calibration covers (MoE: no published MoE serving run was fitted anywhere)
+    widen_unit: float = 0.0
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A layout fixed by the caller (`--tp`, `--replicas`, `--batch`); None = searched."""
+
+    tp: int | None = None
+    replicas: int | None = None
+    batch: int | None = None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One evaluated layout: figures at the traffic's mean request and the band each figure carries."""
+
+    dtype: str
+    compute: str
+    tp: int
+    replicas: int
+    max_batch: int
+    poly: LlmPoly
+    rps: float
+    label: str
+    bands: tuple[tuple[str, float], ...] = ()
+    distance: float = 0.0
+    outside: tuple[str, ...] = ()
+    padded_heads: int = 0
+    occupancy: float = 1.0
+    notes: tuple[str, ...] = field(default=())
+
+    def band(self, metric: str) -> float:
+        return dict(self.bands).get(metric, 0.0)
+
+    @property
+    def slow_edge(self) -> float:
+        """Requests/s at the slow edge of the band: what the layout delivers if the truth is at the low
+        end."""
+        return self.rps / (1.0 + self.band("requests_per_s"))
+
+    def as_dict(self, output: float, chosen: bool = False) -> dict[str, Any]:
+        b = self.band("requests_per_s")
+        return {
+            "tp_degree": self.tp,
+            "replicas": self.replicas,
+            "batch": self.max_batch,
+            "weight_dtype": self.dtype,
+            "chosen": chosen,
+            "requests_per_s": {
+                "value": self.rps,
+                "band": b,
+                "low": self.rps / (1 + b),
+                "high": self.rps * (1 + b),
+            },
+            "output_tokens_per_s": self.rps * output,
+            "bands": dict(self.bands),
+            "envelope_distance": self.distance,
+            "outside_data": list(self.outside),
+            "padded_heads": self.padded_heads or None,
+        }
+
+
+def tp_degrees(work: ModelWork, devices: int, padded: bool) -> list[int]:
+    """TP degrees to search: on GPUs those that split the attention heads evenly (KV heads split or
+    replicated); on Neuron also the divisors of the instance's devices, the heads padded up to a multiple."""
+    d = work.dims
+    even = [
+        t for t in range(1, devices + 1) if d.heads % t == 0 and (d.kv_heads % t == 0 or t % d.kv_heads == 0)
+    ]
+    if not padded:
+        return even
+    return sorted(set(even) | {t for t in range(1, devices + 1) if devices % t == 0})
+
+
+def padded_heads(work: ModelWork, tp: int) -> int:
+    """Attention heads after padding to a multiple of the TP degree (== heads when they divide)."""
+    h = work.dims.heads
+    return math.ceil(h / tp) * tp
+
+
+def bands_of(
+    platform_bands: dict[str, float], ctx: StackContext, distance: float, uncovered: float = 0.0
+) -> tuple[tuple[str, float], ...]:
+    """Each metric's band for a layout at envelope `distance` under the stack, widened by `uncovered` units
+    of what no calibration covers (at the fitted per-unit rule)."""
+    out = {}
+    for m in METRICS:
+        base = platform_bands.get(m, platform_bands.get("out_tok_s", 0.0))
+        b = band_for(ctx.terms, m, base, distance) if ctx.terms is not None else base
+        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) * math.exp(ctx.widen_unit * uncovered) - 1.0
+    return tuple(sorted(out.items()))
+
+
+def evaluate(
+    work: ModelWork,
+    platform: PlatformModel,
+    instance: Instance,
+    device: DeviceSpec,
+    coef: Coefficients,
+    ctx: StackContext,
+    *,
+    dtype: str,
+    compute: str,
+    tp: int,
+    replicas: int,
+    batch: int,
+    mean_prompt: float,
+    mean_output: float,
+    mean_pad: int,
+    platform_bands: dict[str, float],
+    label: str,
+) -> Layout:
+    """Figures and band of one layout."""
+    kv_dtype = "fp8" if compute == "fp8" else "bf16"
+    poly = stack_poly(
+        work, device, coef, ctx.terms, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
+        sampling=ctx.sampling, family=platform.family,
+    )  # fmt: skip
+    occ = ctx.terms.get("slot_occupancy") if ctx.terms is not None else 1.0
+    rps = replicas * steady_rps(poly, batch, mean_prompt, mean_output, mean_pad, occ)
+    distance: float = 0.0
+    outside: tuple[str, ...] = ()
+    if ctx.terms is not None:
+        distance, outside = ctx.terms.envelope.distance(
+            tp=tp, batch=batch, prompt=int(round(mean_prompt)), params=work.params, chip=device.chip,
+            sampling=ctx.sampling,
+        )  # fmt: skip
+        if ctx.terms.extra_distance:
+            distance += ctx.terms.extra_distance
+    uncovered = 0.0
+    if work.is_moe:
+        uncovered = 1.0
+        outside = (*outside, "MoE model: no published MoE serving run was fitted")
+    heads = padded_heads(work, tp) if platform.padded else 0
+    return Layout(
+        dtype, compute, tp, replicas, batch, poly, rps, label,
+        bands=bands_of(platform_bands, ctx, distance, uncovered), distance=distance + uncovered,
+        outside=tuple(outside),
+        padded_heads=heads if heads != work.dims.heads else 0, occupancy=occ,
+    )  # fmt: skip
+
+
+def batch_options(platform: PlatformModel, memory_batch: int, pin: Pin) -> list[int]:
+    """Compiled batch sizes to try: the pinned one, else on Neuron the powers of two up to the memory limit
+    and the family cap (each a compiled graph), on GPUs the memory limit (continuous batching)."""
+    cap = min(platform.max_batch, memory_batch)
+    if pin.batch is not None:
+        return [pin.batch]
+    if not platform.padded:
+        return [cap]
+    sizes = [b for b in NEURON_BATCHES if b <= cap]
+    return sizes or [cap]
+
+
+def best_of(layouts: list[Layout]) -> Layout:
+    """The winner: highest slow edge of the band; ties to the smaller TP degree."""
+    return max(layouts, key=lambda c: (c.slow_edge, -c.tp, c.rps))
