@@ -117,6 +117,15 @@ class TrainingPlan:
         }  # fmt: skip
 
 
+def _slowdown(item: tuple[str, str]) -> tuple[int, int]:
+    """Sort key of a rejected layout: slower ones by how much (ties at 0 % last), then what does not fit."""
+    why = item[1]
+    if why[:1].isdigit():
+        pct = int(why.split("%")[0])
+        return (0, pct) if pct > 0 else (1, 0)
+    return (2, 0)
+
+
 def _check(tokens: float | None, seq_len: int, nodes: int, global_batch: int | None) -> None:
     if tokens is not None and not (tokens > 0 and math.isfinite(tokens) and tokens <= 1e16):
         raise ChipswapError(f"training tokens must be a positive number up to 1e16, got {tokens!r}")
@@ -186,7 +195,7 @@ def project_training(
         notes.append(f"global batch rounded up to {best.layout.global_batch} sequences (whole micro-batches)")
     if global_batch is None:
         notes.append(f"global batch {gb} sequences of {seq_len} tokens (~2M tokens a step; assumption)")
-    ordered = sorted(res.rejected, key=lambda r: ("does not fit" in r[1], r[1]))
+    ordered = sorted(res.rejected, key=_slowdown)
     return TrainingPlan(
         model=work.name, instance=inst.name, family=system.family, dtype=use, seq_len=seq_len, nodes=nodes,
         tokens=tokens, layout=best.layout, tokens_per_s_per_node=fig, hours=hours,

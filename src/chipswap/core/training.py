@@ -37,12 +37,12 @@ MAX_PP = 16
 VIRTUAL = (2, 4, 8)
 # assumptions (stated in docs/projection.md): bytes of optimizer state per parameter with mixed precision
 # Adam (bf16 weights 2 + fp32 gradients 4 + fp32 master 4 + two fp32 moments 8 = 18; ZeRO-1 shards the last 12
-# plus the gradient reduce buffer), elementwise passes over the stored activations, the backward share of the
-# compute a data-parallel collective can hide behind, and memory kept free for the runtime and fragmentation.
+# plus the gradient reduce buffer), elementwise passes over the stored activations, the share of a micro-batch's
+# compute (its backward) a data-parallel collective can hide behind, and memory kept free for the runtime and fragmentation.
 STATE_BYTES = {"weights": 2.0, "grads": 4.0, "optimizer": 12.0}
 FP8_WEIGHT_COPY = 1.0  # fp8 runs keep an fp8 copy (and transpose) of every linear weight
 ELEMENTWISE_PASSES = 3.0
-DP_OVERLAP = 0.6
+DP_OVERLAP = 2.0 / 3.0  # the backward pass's share of a micro-batch's compute
 MEMORY_RESERVE = 0.10
 MEMORY_RESERVE_BYTES = 1.0 * GiB
 
@@ -294,7 +294,10 @@ def step_time(
     else:
         vol = r * p_dev * 2.0 * (2.0 * layout.micro_batches + 1.0)
     dp_total = vol / dp_bw
-    dp_exposed = max(0.0, dp_total - DP_OVERLAP * compute)
+    # gradients are reduced once a step, so only the last micro-batch's backward can hide them (FSDP's gathers
+    # overlap every micro-batch's own compute)
+    hide = DP_OVERLAP * compute / (1 if layout.sharding == "fsdp" else layout.micro_batches)
+    dp_exposed = max(0.0, dp_total - hide)
     return StepTime(compute, bubble, mem, tp_comm, dp_exposed, dp_total, tokens, layout.devices)
 
 
