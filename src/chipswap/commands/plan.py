@@ -148,7 +148,11 @@ def summary_lines(result: object) -> list[str]:
         lines.append(f"  {head}: " + " vs ".join(trains))
     if fleets:
         lines.append("Figures:")
-        lines.extend(f"  {figure_line(f)}" for f in fleets)
+        for f in fleets:
+            lines.append(f"  {figure_line(f)}")
+            note = str(getattr(getattr(f, "throughput", None), "note", "") or "")
+            if note.startswith("run size inferred"):
+                lines.append(f"    {note}")
     from chipswap.report.html import reason_rows, report_notes
 
     lines.append("Reasons:")
