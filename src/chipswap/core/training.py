@@ -335,8 +335,8 @@ def layouts(
     work: ModelWork, system: System, *, nodes: int, seq_len: int, global_batch: int
 ) -> list[Layout]:
     """Every layout chipswap tries on `nodes` nodes: TP inside a node (dividing the heads), PP up to 16 stages
-    dividing the layers, CP 2 for sequences >= 8192, each sharding / recompute / micro-batch; the global batch
-    is rounded up to a whole number of micro-batches per replica."""
+    dividing the layers, CP 2 for sequences >= 8192, each sharding / recompute / micro-batch / virtual stages;
+    only layouts whose data-parallel replicas split the global batch into whole micro-batches."""
     d = work.dims
     devices = nodes * system.devices_per_node
     out = []
@@ -350,8 +350,9 @@ def layouts(
                     continue
                 dp = devices // (tp * pp * cp)
                 for mb in MICRO_BATCHES:
-                    gb = max(global_batch, dp * mb)
-                    gb = math.ceil(gb / (dp * mb)) * dp * mb
+                    if global_batch % (dp * mb):
+                        continue  # the global batch is the user's: it must split into whole micro-batches
+                    gb = global_batch
                     for sh in SHARDINGS:
                         if sh != "ddp" and dp == 1:
                             continue
