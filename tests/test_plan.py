@@ -151,9 +151,9 @@ def test_slo_miss_excludes_candidate(readiness) -> None:
 
 
 def test_finetune_example_shows_what_published_data_imply(readiness) -> None:
-    """The seed's 20 h on the p5 is the stated GPU-side input; the run's size is inferred from it with the p5's
-    projected bf16 throughput, and trn1's hours are projected like for like (bf16 both sides), outranking the
-    seed's 26 h. The summary names both sides' dtype and layout."""
+    """The seed's 20 h on the p5 is the stated GPU-side input; the run's size is inferred from it with the
+    p5's projected bf16 throughput, and trn1's hours are projected like for like (bf16 both sides),
+    outranking the seed's 26 h. The summary names both sides' dtype and layout."""
     from chipswap.commands.plan import summary_lines
 
     readiness(0)
@@ -182,7 +182,8 @@ def test_plan_from_hours_on_p4d_without_a_token_count(readiness, tmp_path) -> No
     r = plan(d)
     gpu, trn = r.gpu_fleet, r.candidates[0]
     assert gpu.throughput.value == 10 and gpu.throughput.kind == "measured"
-    assert trn.throughput.kind == "projected" and "run size inferred: 10 h stated on GPU" in trn.throughput.note
+    assert trn.throughput.kind == "projected"
+    assert "run size inferred: 10 h stated on GPU" in trn.throughput.note
     assert 10 < trn.throughput.value < 40  # trn1 is slower than p4d per node in bf16, not 10x
 
 

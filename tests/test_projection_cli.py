@@ -73,8 +73,8 @@ def test_project_training(capsys):
 
 def test_project_training_table_names_layout_and_band(capsys):
     code, out, err = run_inproc(
-        capsys, "project", "llama-3-8b", "-i", "p4d.24xlarge", "--train-tokens", "1e10", "--train-dtype", "bf16",
-        "--nodes", "8",
+        capsys, "project", "llama-3-8b", "-i", "p4d.24xlarge", "--train-tokens", "1e10",
+        "--train-dtype", "bf16", "--nodes", "8",
     )  # fmt: skip
     assert code == 0, err
     assert "TP" in out and "global batch" in out and "±" in out and "step time" in out and "not chosen" in out

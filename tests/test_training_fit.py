@@ -37,7 +37,9 @@ def test_held_out_errors_meet_the_targets(fresh: dict) -> None:
     for g, v in h["groups"].items():
         assert v["coverage"] >= TARGETS["coverage"], (g, v)
     # every source was held out once and predicted; A100, H100 bf16 and fp8 and Trainium are all covered
-    assert {"llama1-paper", "llama2-paper", "llama3-paper", "nemo-24.07", "megatron-bridge"} <= set(h["sources"])
+    assert {"llama1-paper", "llama2-paper", "llama3-paper", "nemo-24.07", "megatron-bridge"} <= set(
+        h["sources"]
+    )
     assert {"A100", "H100", "Trainium"} <= set(h["families"])
     dtypes = {(r["family"], r["dtype"]) for r in fresh["rows"]}
     assert {("H100", "bf16"), ("H100", "fp8"), ("A100", "bf16")} <= dtypes

@@ -35,7 +35,8 @@ def test_memory_rejects_unsharded_70b_and_accepts_sharded() -> None:
 def test_fsdp_and_zero1_shard_the_optimizer_state() -> None:
     p5 = _sys("p5.48xlarge")
     parts = {
-        sh: memory(W8, p5, Layout(1, 1, 8, sharding=sh, global_batch=512), 4096, "bf16") for sh in ("ddp", "zero1", "fsdp")
+        sh: memory(W8, p5, Layout(1, 1, 8, sharding=sh, global_batch=512), 4096, "bf16")
+        for sh in ("ddp", "zero1", "fsdp")
     }
     assert parts["ddp"].optimizer > parts["zero1"].optimizer == pytest.approx(parts["fsdp"].optimizer)
     assert parts["fsdp"].weights < parts["zero1"].weights == parts["ddp"].weights
@@ -44,9 +45,17 @@ def test_fsdp_and_zero1_shard_the_optimizer_state() -> None:
 def test_data_parallel_over_efa_is_exposed_on_a_thin_network() -> None:
     """Same layout, more nodes: the gradient collectives cross EFA and stop hiding behind compute."""
     p4d = _sys("p4d.24xlarge")
-    one = step_time(W8, p4d, Layout(1, 1, 8, sharding="zero1", global_batch=64), COEF, seq_len=4096, dtype="bf16", nodes=1)
+    one = step_time(
+        W8, p4d, Layout(1, 1, 8, sharding="zero1", global_batch=64), COEF, seq_len=4096, dtype="bf16", nodes=1
+    )
     many = step_time(
-        W8, p4d, Layout(1, 1, 256, sharding="zero1", global_batch=256), COEF, seq_len=4096, dtype="bf16", nodes=32
+        W8,
+        p4d,
+        Layout(1, 1, 256, sharding="zero1", global_batch=256),
+        COEF,
+        seq_len=4096,
+        dtype="bf16",
+        nodes=32,
     )
     assert many.dp_comm_total_s > 10 * one.dp_comm_total_s
     assert many.tokens_per_s_per_device < one.tokens_per_s_per_device

@@ -62,7 +62,8 @@ def system_of(
     peaks = tuple((dt, float(tf) * 1e12 / per_chip) for dt, tf in chip.tflops_dense)
     link = float(chip.interconnect_gb_s or 32) * 1e9
     net = float(network_gbps if network_gbps is not None else (instance.network_gbps or 100))
-    fam = family or (family_of_chip(chip.name).name if family_of_chip(chip.name) else chip.name)
+    spec = family_of_chip(chip.name) if family is None else None
+    fam = family or (spec.name if spec is not None else chip.name)
     dtypes = ("bf16", "fp8") if fam in FP8_FAMILIES else ("bf16",)
     return System(
         name=instance.name,
@@ -107,14 +108,24 @@ class TrainingPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model, "instance": self.instance, "family": self.family, "dtype": self.dtype,
-            "seq_len": self.seq_len, "nodes": self.nodes, "tokens": self.tokens, "layout": self.layout.as_dict(),
+            "model": self.model,
+            "instance": self.instance,
+            "family": self.family,
+            "dtype": self.dtype,
+            "seq_len": self.seq_len,
+            "nodes": self.nodes,
+            "tokens": self.tokens,
+            "layout": self.layout.as_dict(),
             "tokens_per_s_per_node": self.tokens_per_s_per_node.as_dict(),
-            "hours": self.hours.as_dict() if self.hours else None, "step_time_shares": self.breakdown,
-            "memory_per_device": self.memory_gib, "layouts_feasible": self.feasible,
+            "hours": self.hours.as_dict() if self.hours else None,
+            "step_time_shares": self.breakdown,
+            "memory_per_device": self.memory_gib,
+            "layouts_feasible": self.feasible,
             "layouts_rejected": [{"layout": a, "why": b} for a, b in self.rejected],
-            "band_basis": self.band_basis, "notes": list(self.notes), "calibrated_on": list(self.stacks),
-        }  # fmt: skip
+            "band_basis": self.band_basis,
+            "notes": list(self.notes),
+            "calibrated_on": list(self.stacks),
+        }
 
 
 def _slowdown(item: tuple[str, str]) -> tuple[int, int]:
@@ -162,9 +173,9 @@ def project_training(
     fam = (cal.get("families") or {}).get(system.family)
     if fam is None:
         raise ChipswapError(
-            f"no training calibration for {system.family} ({inst.name}): no published training throughput for "
-            "this chip family was found to fit on or transfer from; give a measured figure (hours or tokens/s) "
-            "for this instance instead"
+            f"no training calibration for {system.family} ({inst.name}): no published training throughput "
+            "for this chip family was found to fit on or transfer from; give a measured figure (hours or "
+            "tokens/s) for this instance instead"
         )
     use = (dtype or "bf16").lower()
     if use not in system.dtypes:
@@ -181,10 +192,14 @@ def project_training(
             f"{closest[0]}: {closest[1]}); use more nodes (--nodes) or an instance with more memory"
         )
     best = res.best
+    timing = best.time
+    assert timing is not None
     band = float(fam["band"])
-    per_node = best.time.tokens_per_s_per_device * system.devices_per_node
+    per_node = timing.tokens_per_s_per_device * system.devices_per_node
     basis = str(fam.get("basis", ""))
-    fig = Projected(per_node, "tokens/s", band, note=f"{system.devices_per_node} {system.device_unit}s, {use}")
+    fig = Projected(
+        per_node, "tokens/s", band, note=f"{system.devices_per_node} {system.device_unit}s, {use}"
+    )
     hours = None
     if tokens is not None:
         hours = Projected(tokens / (per_node * nodes) / 3600.0, "h", band)
@@ -197,9 +212,21 @@ def project_training(
         notes.append(f"global batch {gb} sequences of {seq_len} tokens (~2M tokens a step; assumption)")
     ordered = sorted(res.rejected, key=_slowdown)
     return TrainingPlan(
-        model=work.name, instance=inst.name, family=system.family, dtype=use, seq_len=seq_len, nodes=nodes,
-        tokens=tokens, layout=best.layout, tokens_per_s_per_node=fig, hours=hours,
-        breakdown=best.time.shares(), memory_gib=best.memory.as_dict(), rejected=tuple(ordered),
-        feasible=res.feasible, band_basis=basis, notes=tuple(notes),
+        model=work.name,
+        instance=inst.name,
+        family=system.family,
+        dtype=use,
+        seq_len=seq_len,
+        nodes=nodes,
+        tokens=tokens,
+        layout=best.layout,
+        tokens_per_s_per_node=fig,
+        hours=hours,
+        breakdown=timing.shares(),
+        memory_gib=best.memory.as_dict(),
+        rejected=tuple(ordered),
+        feasible=res.feasible,
+        band_basis=basis,
+        notes=tuple(notes),
         stacks=tuple(str(s) for s in fam.get("sources", [])),
-    )  # fmt: skip
+    )

@@ -1,13 +1,14 @@
 """Training calibration: fit the layout-aware training model (chipswap.core.training) on published training
 throughput, measure it leave-one-source-out, and write data/training/calibration.toml.
 
-Rows: ../shared/reference/gpu-benchmarks/training.csv (NVIDIA NeMo / Megatron-Bridge), the Trn1 training tables
-of ../shared/reference/neuron-benchmarks, and data/training/published_rows.toml (papers found outside, each with
-source and date). Every row keeps its published layout where one is printed (TP / PP / CP / DP / FSDP,
-micro-batch, global batch); the rest of the layout (recompute, sharding where unstated, or all of it) is chosen
-by the same search a projection runs. Bands: for each held-out source, the coefficients are re-fitted on the
-other sources and the source's rows predicted; the band of a vendor group is the 80th percentile of those
-held-out |ln(predicted / published)|. Reads those files only; writes the calibration file only when asked.
+Rows: ../shared/reference/gpu-benchmarks/training.csv (NVIDIA NeMo / Megatron-Bridge), the Trn1 training
+tables of ../shared/reference/neuron-benchmarks, and data/training/published_rows.toml (papers found outside,
+each with source and date). Every row keeps its published layout where one is printed (TP / PP / CP / DP /
+FSDP, micro-batch, global batch); the rest of the layout (recompute, sharding where unstated, or all of it) is
+chosen by the same search a projection runs. Bands: for each held-out source, the coefficients are re-fitted
+on the other sources and the source's rows predicted; the band of a vendor group is the 80th percentile of
+those held-out |ln(predicted / published)|. Reads those files only; writes the calibration file only when
+asked.
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ UPPER = (1.0, 1.0, 1.0, 1.0)
 BAND_QUANTILE = 0.8
 VIRTUAL_OPEN = (1, 2, 4, 8)  # interleaved stages, where a source prints none
 # calibration rows run on these instances' chips; their network is the published system's, not the instance's
-HOST = {"H100": "p5.48xlarge", "A100-80GB": "p4de.24xlarge", "B200": "p6-b200.48xlarge", "Trainium": "trn1.32xlarge"}
+HOST = {
+    "H100": "p5.48xlarge",
+    "A100-80GB": "p4de.24xlarge",
+    "B200": "p6-b200.48xlarge",
+    "Trainium": "trn1.32xlarge",
+}
 FAMILY = {"H100": "H100", "A100-80GB": "A100", "B200": "B200", "Trainium": "Trainium"}
 DGX_NETWORK_GBPS = 3200  # DGX H100 / B200: 8 x 400 Gb/s InfiniBand
 TRN1N_NETWORK_GBPS = 1600  # multi-node rows say trn1.32xlarge/trn1n.32xlarge; trn1n has 1,600 Gb/s EFA
@@ -45,7 +51,9 @@ TRN1N_NETWORK_GBPS = 1600  # multi-node rows say trn1.32xlarge/trn1n.32xlarge; t
 TRANSFER = {"H200": "nvidia", "A10G": "nvidia", "L4": "nvidia", "L40S": "nvidia"}
 TRANSFER_WIDEN = 1.5
 TARGETS = {"nvidia": 0.20, "neuron": 0.25, "coverage": 0.80}
-NEURON_SOURCE = "aws-neuron/aws-neuron-sdk about-neuron/benchmarks/trn1 training tables (Neuron SDK 2.32 docs)"
+NEURON_SOURCE = (
+    "aws-neuron/aws-neuron-sdk about-neuron/benchmarks/trn1 training tables (Neuron SDK 2.32 docs)"
+)
 
 
 @dataclass(frozen=True)
@@ -84,10 +92,16 @@ def _system(chip: str, catalog: Catalog, network: float) -> System:
 
 
 _GPU_MODELS = {
-    "LLAMA3_8B": "llama-3-8b", "LLAMA3-8B": "llama-3-8b", "LLAMA3_70B": "llama-3-70b",
-    "LLAMA3-70B": "llama-3-70b", "LLAMA3.1_405B": "llama-3.1-405b", "LLAMA2-7B": "llama-2-7b",
-    "LLAMA2-13B": "llama-2-13b", "LLAMA2-70B": "llama-2-70b", "GPT3-175B": "gpt3-175b",
-}  # fmt: skip
+    "LLAMA3_8B": "llama-3-8b",
+    "LLAMA3-8B": "llama-3-8b",
+    "LLAMA3_70B": "llama-3-70b",
+    "LLAMA3-70B": "llama-3-70b",
+    "LLAMA3.1_405B": "llama-3.1-405b",
+    "LLAMA2-7B": "llama-2-7b",
+    "LLAMA2-13B": "llama-2-13b",
+    "LLAMA2-70B": "llama-2-70b",
+    "GPT3-175B": "gpt3-175b",
+}
 
 
 def _gpu_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRow], skipped: list[str]) -> None:
@@ -97,12 +111,16 @@ def _gpu_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRow],
         model = _GPU_MODELS.get(r["model"])
         prec = r["precision"].upper()
         why = (
-            f"{r['gpu']}: no AWS instance in the catalog" if chip is None
-            else f"{r['model']}: MoE or architecture not published" if model is None
-            else "LoRA: frozen weights change the work per token" if r["task"] == "LoRA"
-            else f"{prec}: block-scaled / 4-bit formats are not projected" if prec not in ("FP8", "FP8-CS", "BF16")
+            f"{r['gpu']}: no AWS instance in the catalog"
+            if chip is None
+            else f"{r['model']}: MoE or architecture not published"
+            if model is None
+            else "LoRA: frozen weights change the work per token"
+            if r["task"] == "LoRA"
+            else f"{prec}: block-scaled / 4-bit formats are not projected"
+            if prec not in ("FP8", "FP8-CS", "BF16")
             else ""
-        )  # fmt: skip
+        )
         per_gpu = _num(r["tokens_per_s_per_gpu"])
         if why or per_gpu is None:
             skipped.append(f"{rid}: {why or 'no tokens/s'}")
@@ -112,20 +130,36 @@ def _gpu_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRow],
         tp, pp, cp = (_int(r[k]) or 1 for k in ("tp", "pp", "cp"))
         fsdp = _int(r["fsdp"]) or 0
         fixed = {
-            "tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "vp": _int(r["vp"]) or 1,
-            "micro_batch": _int(r["micro_batch_size"]) or 1, "sharding": "fsdp" if fsdp else "zero1",
-        }  # fmt: skip
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "dp": gpus // (tp * pp * cp),
+            "vp": _int(r["vp"]) or 1,
+            "micro_batch": _int(r["micro_batch_size"]) or 1,
+            "sharding": "fsdp" if fsdp else "zero1",
+        }
         version = r["container_version"]
         source = "nemo-24.07" if r["source_id"].startswith("nemo-24.07") else "megatron-bridge"
         out.append(
             TrainRow(
-                rid, source, f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
-                r["as_of"], f"{r['framework']} {version}", FAMILY[chip], _system(chip, catalog, DGX_NETWORK_GBPS),
-                model, models.works[model], "fp8" if prec.startswith("FP8") else "bf16", int(r["seq_len"]),
-                int(r["global_batch_size"]), max(1, gpus // 8), per_gpu, fixed,
+                rid,
+                source,
+                f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
+                r["as_of"],
+                f"{r['framework']} {version}",
+                FAMILY[chip],
+                _system(chip, catalog, DGX_NETWORK_GBPS),
+                model,
+                models.works[model],
+                "fp8" if prec.startswith("FP8") else "bf16",
+                int(r["seq_len"]),
+                int(r["global_batch_size"]),
+                max(1, gpus // 8),
+                per_gpu,
+                fixed,
                 f"{r['task']}, {gpus} GPUs, TP{tp} PP{pp} CP{cp}{' FSDP' if fsdp else ''}, {r['precision']}",
             )
-        )  # fmt: skip
+        )
 
 
 _DEFAULT_LEN = {"gpt3-175b": 2048, "llama-2-7b": 4096, "llama-2-13b": 4096}
@@ -137,9 +171,15 @@ def _topology(text: str, devices: int) -> dict[str, Any]:
     return {"tp": tp, "pp": pp, "cp": 1, "dp": max(1, devices // (tp * pp)), "vp": 1, "sharding": "zero1"}
 
 
-def _neuron_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRow], skipped: list[str]) -> None:
+def _neuron_rows(
+    ref: Path, models: _Models, catalog: Catalog, out: list[TrainRow], skipped: list[str]
+) -> None:
     cores = catalog.instance("trn1.32xlarge").neuron_cores
-    for fname in ("trn1_training_data_decoder.csv", "trn1_training_data_encoder.csv", "trn1_trn1_trn1n_nlp_data.csv"):
+    for fname in (
+        "trn1_training_data_decoder.csv",
+        "trn1_training_data_encoder.csv",
+        "trn1_trn1_trn1n_nlp_data.csv",
+    ):
         for line, r in _read_csv(ref / "neuron-benchmarks" / fname):
             rid = f"{fname}:{line}"
             name = r["Model"]
@@ -147,7 +187,9 @@ def _neuron_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRo
             if model is None or "BF16" not in r["Training Data-Type"]:
                 skipped.append(f"{rid}: {name}: {'architecture not published' if model is None else 'fp32'}")
                 continue
-            seq = _int(r.get("Sequence Length", "")) or (512 if "Ph2" in name else 128 if "Ph1" in name else None)
+            seq = _int(r.get("Sequence Length", "")) or (
+                512 if "Ph2" in name else 128 if "Ph1" in name else None
+            )
             seq = seq or _DEFAULT_LEN.get(model)
             nodes, per_s = _int(r["Nodes"]), _num(r["Performance [seq/sec]"])
             if seq is None or nodes is None or per_s is None:
@@ -158,21 +200,34 @@ def _neuron_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRo
                 work = models.encoder_work(model, "mlm")
             tut = r.get("Neuron Tutorial/Example", "")
             source = (
-                "neuron-nemo-megatron" if "nemo" in tut.lower()
-                else "neuron-nxd" if "distributed" in tut.lower()
+                "neuron-nemo-megatron"
+                if "nemo" in tut.lower()
+                else "neuron-nxd"
+                if "distributed" in tut.lower()
                 else "neuron-hf-bert"
-            )  # fmt: skip
+            )
             fixed = _topology(r["Topology"], nodes * cores)
             fixed["micro_batch"] = _int(r["Microbatch"]) or 1
             out.append(
                 TrainRow(
-                    rid, source, f"{NEURON_SOURCE}: {fname}", f"Neuron {r['Neuron Version']}",
-                    tut.split("<")[0].strip(" `:_") or source, "Trainium",
-                    _system("Trainium", catalog, TRN1N_NETWORK_GBPS if nodes > 1 else 800), model, work, "bf16",
-                    seq, _int(r["Globalbatch"]) or 1024, nodes, per_s * seq / (nodes * cores), fixed,
+                    rid,
+                    source,
+                    f"{NEURON_SOURCE}: {fname}",
+                    f"Neuron {r['Neuron Version']}",
+                    tut.split("<")[0].strip(" `:_") or source,
+                    "Trainium",
+                    _system("Trainium", catalog, TRN1N_NETWORK_GBPS if nodes > 1 else 800),
+                    model,
+                    work,
+                    "bf16",
+                    seq,
+                    _int(r["Globalbatch"]) or 1024,
+                    nodes,
+                    per_s * seq / (nodes * cores),
+                    fixed,
                     f"{nodes} nodes, {r['Topology']}",
                 )
-            )  # fmt: skip
+            )
 
 
 def _published_rows(catalog: Catalog, out: list[TrainRow], skipped: list[str]) -> None:
@@ -203,18 +258,33 @@ def _published_rows(catalog: Catalog, out: list[TrainRow], skipped: list[str]) -
         chip = str(src["chip"])
         out.append(
             TrainRow(
-                r["id"], r["source"], src["title"], src["date"], src["stack"], FAMILY[chip],
-                _system(chip, catalog, float(src["network_gbps"])), key, work, r["dtype"], seq,
-                int(r["global_batch"]), max(1, gpus // 8), obs, fixed, r.get("note", ""),
+                r["id"],
+                r["source"],
+                src["title"],
+                src["date"],
+                src["stack"],
+                FAMILY[chip],
+                _system(chip, catalog, float(src["network_gbps"])),
+                key,
+                work,
+                r["dtype"],
+                seq,
+                int(r["global_batch"]),
+                max(1, gpus // 8),
+                obs,
+                fixed,
+                r.get("note", ""),
             )
-        )  # fmt: skip
+        )
 
 
 def load_rows(reference: str | Path | None = None) -> tuple[list[TrainRow], list[str]]:
     """Every usable published training row and why the others were left out."""
     ref = Path(reference) if reference else DEFAULT_REFERENCE
     if not (ref / "gpu-benchmarks").is_dir():
-        raise ChipswapError(f"reference tables not found: {ref}; run from the repository root or pass a folder")
+        raise ChipswapError(
+            f"reference tables not found: {ref}; run from the repository root or pass a folder"
+        )
     catalog = load_catalog()
     models = _Models(shipped_dir())
     rows: list[TrainRow] = []
@@ -232,14 +302,18 @@ def candidates(row: TrainRow) -> list[Layout]:
     """The layouts a row may have run: its published degrees with recompute (and sharding or micro-batch where
     not published) open; every layout of the search when the source prints none."""
     if not row.fixed:
-        return layouts(row.work, row.system, nodes=row.nodes, seq_len=row.seq_len, global_batch=row.global_batch)
+        return layouts(
+            row.work, row.system, nodes=row.nodes, seq_len=row.seq_len, global_batch=row.global_batch
+        )
     f = row.fixed
     shardings = [f["sharding"]] if "sharding" in f else list(SHARDINGS)
     out = []
     for sh in shardings:
         for rc in ("none", "full"):
             for vp in [f["vp"]] if "vp" in f else VIRTUAL_OPEN:
-                out.append(Layout(f["tp"], f["pp"], f["dp"], f["cp"], sh, rc, f["micro_batch"], vp, row.global_batch))
+                out.append(
+                    Layout(f["tp"], f["pp"], f["dp"], f["cp"], sh, rc, f["micro_batch"], vp, row.global_batch)
+                )
     return out
 
 
@@ -271,29 +345,30 @@ def _coef(theta: Any) -> Coef:
 
 
 def fit(rows: list[TrainRow], rounds: int = 2) -> tuple[Coef, list[Layout]]:
-    """Least squares on ln(predicted / published), each source weighted equally; layouts re-chosen per round."""
+    """Least squares on ln(predicted / published), each source weighted equally; layouts re-chosen each
+    round."""
     from scipy.optimize import least_squares
 
     by_source: dict[str, int] = {}
     for r in rows:
         by_source[r.source] = by_source.get(r.source, 0) + 1
     w = np.array([1.0 / math.sqrt(by_source[r.source]) for r in rows])
-    used = {p for r in rows for p in (f"e16_{r.group}", f"x_tp")} | {
+    used = {p for r in rows for p in (f"e16_{r.group}", "x_tp")} | {
         f"e8_{r.group}" for r in rows if r.dtype == "fp8"
     }
     theta = np.array(START)
     coef = _coef(theta)
     lays = [choose(r, coef) for r in rows]
+    free = [i for i, p in enumerate(PARAMS) if p in used]
     for _ in range(rounds):
-        def resid(th: Any, lays: list[Layout] = lays) -> Any:
-            c = _coef(th)
-            return w * np.array([math.log(predict(r, c, lay) / r.observed) for r, lay in zip(rows, lays, strict=True)])
 
-        free = [i for i, p in enumerate(PARAMS) if p in used]
-        def sub(x: Any) -> Any:
-            th = theta.copy()
+        def sub(x: Any, lays: list[Layout] = lays, base: Any = theta.copy()) -> Any:
+            th = base.copy()
             th[free] = x
-            return resid(th)
+            c = _coef(th)
+            return w * np.array(
+                [math.log(predict(r, c, lay) / r.observed) for r, lay in zip(rows, lays, strict=True)]
+            )
 
         sol = least_squares(sub, theta[free], bounds=(np.array(LOWER)[free], np.array(UPPER)[free]))
         theta[free] = sol.x
@@ -348,17 +423,22 @@ def summarize(rows: list[TrainRow], held: HeldOutResult) -> dict[str, Any]:
     for g, band in groups.items():
         idx = [i for i, r in enumerate(rows) if r.group == g]
         cov = float(np.mean(np.abs(le[idx]) <= math.log1p(band) + 1e-12))
-        out["groups"][g] = {"band": round(band, 4), "coverage": round(cov, 4), "rows": len(idx),
-                            "median_abs_error": round(float(np.median(np.abs(rel[idx]))), 4)}  # fmt: skip
+        out["groups"][g] = {
+            "band": round(band, 4),
+            "coverage": round(cov, 4),
+            "rows": len(idx),
+            "median_abs_error": round(float(np.median(np.abs(rel[idx]))), 4),
+        }
     for key, name in (("families", "family"), ("sources", "source")):
         for val in sorted({getattr(r, name) for r in rows}):
             idx = [i for i, r in enumerate(rows) if getattr(r, name) == val]
             band = groups[rows[idx[0]].group]
             out[key][val] = {
-                "rows": len(idx), "median_abs_error": round(float(np.median(np.abs(rel[idx]))), 4),
+                "rows": len(idx),
+                "median_abs_error": round(float(np.median(np.abs(rel[idx]))), 4),
                 "median_error": round(float(np.median(rel[idx])), 4),
                 "coverage": round(float(np.mean(np.abs(le[idx]) <= math.log1p(band) + 1e-12)), 4),
-            }  # fmt: skip
+            }
     return out
 
 
@@ -369,34 +449,47 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
     held = leave_one_source_out(rows)
     summ = summarize(rows, held)
     fams: dict[str, Any] = {}
-    basis = "leave-one-source-out: 80th percentile of |ln(predicted/published)| over the {g} group's held-out rows"
+    basis = (
+        "leave-one-source-out: 80th percentile of |ln(predicted/published)| over the {g} group's "
+        "held-out rows"
+    )
     for fam, s in summ["families"].items():
         g = next(r.group for r in rows if r.family == fam)
         fams[fam] = {
-            "band": summ["groups"][g]["band"], "basis": basis.format(g=g),
+            "band": summ["groups"][g]["band"],
+            "basis": basis.format(g=g),
             "sources": sorted({f"{r.source_title} ({r.date})" for r in rows if r.family == fam}),
             "held_out_median_abs_error": s["median_abs_error"],
-        }  # fmt: skip
+        }
     for fam, g in TRANSFER.items():
         fams[fam] = {
             "band": round(summ["groups"][g]["band"] * TRANSFER_WIDEN, 4),
             "basis": basis.format(g=g) + f", x {TRANSFER_WIDEN} (transferred family)",
             "transferred": (
-                f"no published {fam} training rows: coefficients of the NVIDIA fit (A100, H100, B200) applied to "
+                f"no published {fam} training rows: coefficients of the NVIDIA fit (A100, H100, B200) "
+                "applied to "
                 f"{fam}'s spec sheet; band widened x{TRANSFER_WIDEN} (assumption)"
             ),
             "sources": [],
-        }  # fmt: skip
+        }
     return {
         "schema": 1,
         "coefficients": {k: round(v, 4) for k, v in coef.values},
         "families": fams,
         "held_out": summ,
         "rows": [
-            {"id": r.row_id, "source": r.source, "family": r.family, "model": r.model, "dtype": r.dtype,
-             "published": round(r.observed, 1), "held_out_predicted": round(p, 1), "layout": lay.label()}
+            {
+                "id": r.row_id,
+                "source": r.source,
+                "family": r.family,
+                "model": r.model,
+                "dtype": r.dtype,
+                "published": round(r.observed, 1),
+                "held_out_predicted": round(p, 1),
+                "layout": lay.label(),
+            }
             for r, p, lay in zip(rows, held.predicted, held.layouts, strict=True)
-        ],  # fmt: skip
+        ],
         "skipped": skipped,
         "fit_layouts": {r.row_id: lay.label() for r, lay in zip(rows, lays, strict=True)},
     }
@@ -419,8 +512,9 @@ def _toml_value(v: Any) -> str:
 def render(data: dict[str, Any]) -> str:
     """The calibration file's text (GENERATED header; tables of scalars, inline tables below)."""
     lines = [
-        "# Training calibration. GENERATED by chipswap.training_fit (bench/training_bands.py --write) from the",
-        "# published rows of ../shared/reference and data/training/published_rows.toml; do not edit by hand.",
+        "# Training calibration. GENERATED by chipswap.training_fit (bench/training_bands.py --write)",
+        "# from the published rows of ../shared/reference and data/training/published_rows.toml;",
+        "# do not edit by hand.",
         f"schema = {data['schema']}",
         "",
         "[coefficients]",

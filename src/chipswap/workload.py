@@ -502,7 +502,8 @@ class Job(_Model):
         "bf16",
         description=(
             "Training dtype projected on both sides: bf16 (like for like, the default), fp8 (where the chip "
-            "trains in fp8: H100/H200/B200; others bf16, said in the summary) or best (each side at its fastest)."
+            "trains in fp8: H100/H200/B200; others bf16, said in the summary) or best (each side at its "
+            "fastest)."
         ),
     )
     global_batch: Whole | None = Field(

@@ -190,13 +190,19 @@ def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | 
 def _with_train_hours(wl: Any, hours: float) -> Any:
     """The workload with its GPU run time stated and its size dropped (inferred from the projection)."""
     if wl.kind != "training" or wl.job is None:
-        raise ChipswapError("--train-hours applies to training workloads (kind = \"training\"); drop it")
+        raise ChipswapError('--train-hours applies to training workloads (kind = "training"); drop it')
     if not (hours > 0 and hours <= 1e6):
         raise ChipswapError(f"--train-hours must be a number of hours in (0, 1e6], got {hours!r}")
     if wl.model is None:
         raise ChipswapError("--train-hours needs a [model] in the workload to infer the run's size; add one")
     job = wl.job.model_copy(
-        update={"gpu_hours": hours, "gpu_source": "stated", "tokens": None, "epochs": None, "dataset_tokens": None}
+        update={
+            "gpu_hours": hours,
+            "gpu_source": "stated",
+            "tokens": None,
+            "epochs": None,
+            "dataset_tokens": None,
+        }
     )
     return wl.model_copy(update={"job": job})
 
@@ -247,8 +253,9 @@ def _plan(
         None,
         "--train-hours",
         metavar="HOURS",
-        help="Training: the hours one run takes on the GPU fleet (stated). Replaces the job's size: the tokens "
-        "are inferred from the GPU's projected throughput and each candidate's hours follow (labelled).",
+        help="Training: the hours one run takes on the GPU fleet (stated). Replaces the job's size: the "
+        "tokens are inferred from the GPU's projected throughput and each candidate's hours follow "
+        "(labelled).",
     ),
     print_example: str | None = typer.Option(
         None,

@@ -154,7 +154,9 @@ def _print_rejected(console: Console, p: Any, limit: int = 8) -> None:
         console.print(f"  calibrated on: {one_line('; '.join(p.stacks))}")
 
 
-def _training_tables(console: Console, work: Any, results: list[Any], tokens: float, seq: int, nodes: int) -> None:
+def _training_tables(
+    console: Console, work: Any, results: list[Any], tokens: float, seq: int, nodes: int
+) -> None:
     t = Table(
         title=f"training {work.name}: {tokens:,.0f} tokens at sequence length {seq} on {nodes} node"
         + ("s" if nodes != 1 else "")
@@ -170,10 +172,10 @@ def _training_tables(console: Console, work: Any, results: list[Any], tokens: fl
     for r in results:
         shares = ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in r.breakdown.items() if v >= 0.005)
         m = r.memory_gib
+        unfit = sum("does not fit" in w for _, w in r.rejected)
         console.print(
             f"  {r.instance}: step time: {one_line(shares)}; memory per device {m['total_gib']:,.1f} of "
-            f"{m['usable_gib']:,.1f} GiB usable ({r.feasible} of {r.feasible + sum('does not fit' in w for _, w in r.rejected)} "
-            "layouts fit)"
+            f"{m['usable_gib']:,.1f} GiB usable ({r.feasible} of {r.feasible + unfit} layouts fit)"
         )
         for lay, why in r.rejected[:3]:
             console.print(f"    not chosen: {one_line(lay)}: {one_line(why)}")
@@ -220,7 +222,7 @@ def register(app: typer.Typer) -> None:
         ),
         seq_len: int = typer.Option(4096, "--seq-len", help="training sequence length (with --train-tokens)"),
         train_dtype: str | None = typer.Option(
-            None, "--train-dtype", help="training dtype: bf16 (default, like for like) or fp8 (H100/H200/B200)"
+            None, "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200)"
         ),
         nodes: int = typer.Option(1, "--nodes", help="training nodes (instances) of the run"),
         global_batch: int | None = typer.Option(
@@ -229,7 +231,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     ) -> None:
         from chipswap.catalog_io import load_catalog
-        from chipswap.projection import model_work, project_serving, project_training
+        from chipswap.projection import model_work, project_serving
 
         if len(instance) > MAX_INSTANCES:
             raise ChipswapError(f"too many --instance options: {len(instance)}; give at most {MAX_INSTANCES}")

@@ -12,8 +12,8 @@ from one definition. It models, per device and per optimizer step:
     every micro-batch) over the slowest link the group crosses, overlapped with the backward pass up to a
     stated share;
   - pipeline bubbles (pp - 1) / (micro-batches x virtual stages);
-  - memory per device (weights, gradients, optimizer states, activations, logits) that rejects layouts which do
-    not fit.
+  - memory per device (weights, gradients, optimizer states, activations, logits) that rejects layouts
+    which do not fit.
 `search` enumerates TP x PP x CP x sharding x recompute x micro-batch, rejects what does not fit (saying why)
 and keeps the fastest.
 
@@ -22,7 +22,6 @@ Pure: no I/O, no torch, no clock; it may not read files, prices or the catalog (
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,8 +36,9 @@ MAX_PP = 16
 VIRTUAL = (2, 4, 8)
 # assumptions (stated in docs/projection.md): bytes of optimizer state per parameter with mixed precision
 # Adam (bf16 weights 2 + fp32 gradients 4 + fp32 master 4 + two fp32 moments 8 = 18; ZeRO-1 shards the last 12
-# plus the gradient reduce buffer), elementwise passes over the stored activations, the share of a micro-batch's
-# compute (its backward) a data-parallel collective can hide behind, and memory kept free for the runtime and fragmentation.
+# plus the gradient reduce buffer), elementwise passes over the stored activations, the share of a
+# micro-batch's compute (its backward) a data-parallel collective can hide behind, and memory kept free
+# for the runtime and fragmentation.
 STATE_BYTES = {"weights": 2.0, "grads": 4.0, "optimizer": 12.0}
 FP8_WEIGHT_COPY = 1.0  # fp8 runs keep an fp8 copy (and transpose) of every linear weight
 ELEMENTWISE_PASSES = 3.0
@@ -52,9 +52,10 @@ class System:
     """One instance type as the training model sees it.
 
     devices_per_node: GPUs or NeuronCores per instance. peak_flops: dtype -> dense FLOP/s per device.
-    hbm_bytes_s / memory_bytes: per device. intra_bytes_s: per device, one direction, collectives inside a node
-    (NVLink/NVSwitch, NeuronLink, or PCIe). inter_bytes_s: per device, its share of the node's network (EFA).
-    group: "nvidia" or "neuron" (which fitted efficiencies apply). dtypes: training dtypes it supports."""
+    hbm_bytes_s / memory_bytes: per device. intra_bytes_s: per device, one direction, collectives inside a
+    node (NVLink/NVSwitch, NeuronLink, or PCIe). inter_bytes_s: per device, its share of the node's
+    network (EFA). group: "nvidia" or "neuron" (which fitted efficiencies apply). dtypes: training dtypes
+    it supports."""
 
     name: str
     family: str
@@ -71,7 +72,9 @@ class System:
     def peak(self, dtype: str) -> float:
         p = dict(self.peak_flops).get(dtype)
         if p is None:
-            raise ChipswapError(f"{self.family}: no published {dtype} peak; use one of {', '.join(self.dtypes)}")
+            raise ChipswapError(
+                f"{self.family}: no published {dtype} peak; use one of {', '.join(self.dtypes)}"
+            )
         return p
 
 
@@ -85,7 +88,9 @@ class Coef:
     def get(self, name: str) -> float:
         v = dict(self.values).get(name)
         if v is None:
-            raise ChipswapError(f"training coefficient {name} is not calibrated; re-run the training calibration")
+            raise ChipswapError(
+                f"training coefficient {name} is not calibrated; re-run the training calibration"
+            )
         return v
 
     def has(self, name: str) -> bool:
@@ -133,10 +138,17 @@ class Layout:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "tp": self.tp, "pp": self.pp, "cp": self.cp, "dp": self.dp, "sharding": self.sharding,
-            "recompute": self.recompute, "micro_batch": self.micro_batch, "virtual_stages": self.vp,
-            "global_batch": self.global_batch, "label": self.label(),
-        }  # fmt: skip
+            "tp": self.tp,
+            "pp": self.pp,
+            "cp": self.cp,
+            "dp": self.dp,
+            "sharding": self.sharding,
+            "recompute": self.recompute,
+            "micro_batch": self.micro_batch,
+            "virtual_stages": self.vp,
+            "global_batch": self.global_batch,
+            "label": self.label(),
+        }
 
 
 @dataclass(frozen=True)
@@ -160,10 +172,14 @@ class Memory:
 
     def as_dict(self) -> dict[str, float]:
         return {
-            "weights_gib": self.weights / GiB, "grads_gib": self.grads / GiB,
-            "optimizer_gib": self.optimizer / GiB, "activations_gib": self.activations / GiB,
-            "logits_gib": self.logits / GiB, "total_gib": self.total / GiB, "usable_gib": self.usable / GiB,
-        }  # fmt: skip
+            "weights_gib": self.weights / GiB,
+            "grads_gib": self.grads / GiB,
+            "optimizer_gib": self.optimizer / GiB,
+            "activations_gib": self.activations / GiB,
+            "logits_gib": self.logits / GiB,
+            "total_gib": self.total / GiB,
+            "usable_gib": self.usable / GiB,
+        }
 
 
 @dataclass(frozen=True)
@@ -190,10 +206,12 @@ class StepTime:
     def shares(self) -> dict[str, float]:
         s = self.step_s
         return {
-            "compute": self.compute_s / s, "pipeline_bubble": self.bubble_s / s,
-            "elementwise_memory": self.memory_s / s, "tp_cp_collectives": self.tp_comm_s / s,
+            "compute": self.compute_s / s,
+            "pipeline_bubble": self.bubble_s / s,
+            "elementwise_memory": self.memory_s / s,
+            "tp_cp_collectives": self.tp_comm_s / s,
             "dp_collectives": self.dp_comm_s / s,
-        }  # fmt: skip
+        }
 
 
 # --- memory --------------------------------------------------------------------------------------
@@ -220,7 +238,9 @@ def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype:
         per_layer = p_dev * layout.pp / max(1, work.dims.layers)
         weights = w * p_dev / dp + 2.0 * 2.0 * per_layer
         grads, opt = g * p_dev / dp + 2.0 * per_layer, o * p_dev / dp
-    tok = seq_len / layout.cp * layout.micro_batch  # tokens of one micro-batch on this device's sequence shard
+    tok = (
+        seq_len / layout.cp * layout.micro_batch
+    )  # tokens of one micro-batch on this device's sequence shard
     layers_here = work.dims.layers / layout.pp
     in_flight = min(layout.pp, layout.micro_batches) if layout.pp > 1 else 1
     per_layer = _act_bytes_per_token_layer(work) * tok / layout.tp
@@ -331,9 +351,7 @@ def _virtual(layers: int, pp: int) -> list[int]:
     return [1] + [v for v in VIRTUAL if layers % (pp * v) == 0]
 
 
-def layouts(
-    work: ModelWork, system: System, *, nodes: int, seq_len: int, global_batch: int
-) -> list[Layout]:
+def layouts(work: ModelWork, system: System, *, nodes: int, seq_len: int, global_batch: int) -> list[Layout]:
     """Every layout chipswap tries on `nodes` nodes: TP inside a node (dividing the heads), PP up to 16 stages
     dividing the layers, CP 2 for sequences >= 8192, each sharding / recompute / micro-batch / virtual stages;
     only layouts whose data-parallel replicas split the global batch into whole micro-batches."""
@@ -374,8 +392,10 @@ def search(
     fixed: Layout | None = None,
 ) -> SearchResult:
     """The fastest layout that fits in memory (or `fixed` alone), with why the others were not chosen."""
-    cands = [fixed] if fixed is not None else layouts(
-        work, system, nodes=nodes, seq_len=seq_len, global_batch=global_batch
+    cands = (
+        [fixed]
+        if fixed is not None
+        else layouts(work, system, nodes=nodes, seq_len=seq_len, global_batch=global_batch)
     )
     best: Candidate | None = None
     rejected: list[tuple[str, str]] = []
@@ -384,9 +404,12 @@ def search(
         mem = memory(work, system, lay, seq_len, dtype)
         if not mem.fits and fixed is None:
             rejected.append(
-                (lay.label(), f"does not fit: {mem.total / GiB:,.1f} GiB per {system.device_unit} > "
-                 f"{mem.usable / GiB:,.1f} GiB usable")
-            )  # fmt: skip
+                (
+                    lay.label(),
+                    f"does not fit: {mem.total / GiB:,.1f} GiB per {system.device_unit} > "
+                    f"{mem.usable / GiB:,.1f} GiB usable",
+                )
+            )
             continue
         feasible += 1
         t = step_time(work, system, lay, coef, seq_len=seq_len, dtype=dtype, nodes=nodes)
@@ -405,7 +428,8 @@ def _slower(c: Candidate, best: Candidate) -> str:
     ratio = c.time.tokens_per_s_per_device / best.time.tokens_per_s_per_device
     shares = c.time.shares()
     worst = max((k for k in shares if k != "compute"), key=lambda k: shares[k])
-    return f"{(1 - ratio) * 100:.0f}% slower (its largest overhead: {worst.replace('_', ' ')} {shares[worst]:.0%})"
+    what = worst.replace("_", " ")
+    return f"{(1 - ratio) * 100:.0f}% slower (its largest overhead: {what} {shares[worst]:.0%})"
 
 
 def with_batch(layout: Layout, global_batch: int) -> Layout:

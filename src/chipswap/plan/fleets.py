@@ -257,7 +257,8 @@ def _tokens_from_gpu_hours(s: PlanSetup, proj: ProjectionStage) -> tuple[float, 
     gpu = proj.get(s.fleet.name).tokens_per_s
     if job is None or job.gpu_hours is None or gpu is None:
         return None
-    return float(job.gpu_hours) * 3600.0 * float(gpu.value) * s.workload.fleet.count, gpu, float(job.gpu_hours)
+    hours = float(job.gpu_hours)
+    return hours * 3600.0 * float(gpu.value) * s.workload.fleet.count, gpu, hours
 
 
 def _hours_from_inferred(tps: Figure, inferred: tuple[float, Figure, float], count: int) -> Figure:
@@ -267,7 +268,8 @@ def _hours_from_inferred(tps: Figure, inferred: tuple[float, Figure, float], cou
         tokens / (float(tps.value) * count) / 3600,
         HOURS,
         "projected",
-        f"run size inferred: {hours:g} h stated on GPU x {float(gpu.value):,.0f} tokens/s projected ({gpu.label}) = "
+        f"run size inferred: {hours:g} h stated on GPU x {float(gpu.value):,.0f} tokens/s projected "
+        f"({gpu.label}) = "
         f"{tokens:,.4g} tokens; / {float(tps.value):,.0f} tokens/s ({tps.label})",
         band,
     )

@@ -145,7 +145,8 @@ def _layout(name: str, p: Any) -> InstanceProjection:
 
 def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjection:
     """Tokens/s per instance from the layout-aware training model (chipswap.training): the fastest layout that
-    fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says otherwise)."""
+    fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says
+    otherwise)."""
     from chipswap.training import project_training, system_of
 
     job = s.workload.job
@@ -153,7 +154,8 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     seq = job.sequence_length or min(work.dims.max_positions or 4096, 4096)
     dtype = job.dtype
     if dtype != "bf16":
-        supported = system_of(inst, s.catalog.chip(inst.accelerator)).dtypes if not inst.kind == "inferentia" else ()
+        chip = s.catalog.chip(inst.accelerator)
+        supported = system_of(inst, chip).dtypes if inst.kind != "inferentia" else ()
         dtype = "fp8" if "fp8" in supported else "bf16"
     try:
         t = project_training(
