@@ -102,10 +102,6 @@ class TrainingPlan:
     notes: tuple[str, ...] = field(default=())
     stacks: tuple[str, ...] = ()
 
-    @property
-    def state_bytes(self) -> float:
-        return self.memory_gib.get("total_gib", 0.0) * 2**30
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,

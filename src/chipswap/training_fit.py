@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from chipswap.calibration import DEFAULT_REFERENCE, _int, _Models, _num, _read_csv
+from chipswap.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE, _int, _Models, _num, _read_csv
 from chipswap.catalog_io import load_catalog
 from chipswap.core.catalog import Catalog
 from chipswap.core.training import SHARDINGS, Coef, Layout, System, layouts, memory, step_time
@@ -91,17 +91,7 @@ def _system(chip: str, catalog: Catalog, network: float) -> System:
     return system_of(inst, catalog.chip(chip), network_gbps=network, family=FAMILY[chip])
 
 
-_GPU_MODELS = {
-    "LLAMA3_8B": "llama-3-8b",
-    "LLAMA3-8B": "llama-3-8b",
-    "LLAMA3_70B": "llama-3-70b",
-    "LLAMA3-70B": "llama-3-70b",
-    "LLAMA3.1_405B": "llama-3.1-405b",
-    "LLAMA2-7B": "llama-2-7b",
-    "LLAMA2-13B": "llama-2-13b",
-    "LLAMA2-70B": "llama-2-70b",
-    "GPT3-175B": "gpt3-175b",
-}
+_GPU_MODELS = _GPU_TRAIN_MODELS  # the NVIDIA table's model names (shared with chipswap.calibration)
 
 
 def _gpu_rows(ref: Path, models: _Models, catalog: Catalog, out: list[TrainRow], skipped: list[str]) -> None:
