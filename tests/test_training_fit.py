@@ -54,6 +54,7 @@ def test_band_covers_the_share_asked() -> None:
     assert np.mean(np.abs(errs) <= np.log1p(b * 0.9)) < 0.8  # and no wider than needed
 
 
+@pytest.mark.slow
 def test_render_round_trips(fresh: dict) -> None:
     import tomllib
 

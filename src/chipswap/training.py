@@ -141,7 +141,9 @@ def _check(tokens: float | None, seq_len: int, nodes: int, global_batch: int | N
     if not 1 <= nodes <= MAX_NODES:
         raise ChipswapError(f"nodes must be 1..{MAX_NODES}, got {nodes}; give the instance count of the run")
     if global_batch is not None and not 1 <= global_batch <= 1 << 20:
-        raise ChipswapError(f"global batch must be 1..1048576 sequences, got {global_batch}")
+        raise ChipswapError(
+            f"global batch must be 1..1048576 sequences, got {global_batch}; give the sequences per step"
+        )
 
 
 def project_training(
@@ -182,10 +184,16 @@ def project_training(
     gb = global_batch or max(1, DEFAULT_GLOBAL_BATCH_TOKENS // seq_len)
     res = search(work, system, coef_of(cal), nodes=nodes, seq_len=seq_len, dtype=use, global_batch=gb)
     if res.best is None or res.best.time is None:
-        closest = min(res.rejected, key=lambda r: r[1]) if res.rejected else ("", "")
+        near = res.closest
+        what = (
+            f" (the smallest, {near.layout.label()}, needs {near.memory.total / 2**30:,.1f} GiB per "
+            f"{system.device_unit} of {near.memory.usable / 2**30:,.1f} usable)"
+            if near is not None
+            else ""
+        )
         raise ChipswapError(
-            f"{work.name} does not fit on {nodes} x {inst.name} in any of {res.considered} layouts (e.g. "
-            f"{closest[0]}: {closest[1]}); use more nodes (--nodes) or an instance with more memory"
+            f"{work.name} does not fit on {nodes} x {inst.name} in any of {res.considered} layouts{what}; "
+            "use more nodes (--nodes) or an instance with more memory"
         )
     best = res.best
     timing = best.time

@@ -338,6 +338,7 @@ class SearchResult:
     feasible: int
     rejected: tuple[tuple[str, str], ...] = field(default=())
     considered: int = 0
+    closest: Candidate | None = None  # the layout needing the least memory (what to quote when none fits)
 
 
 def _divisors(n: int, cap: int) -> list[int]:
@@ -398,10 +399,13 @@ def search(
         else layouts(work, system, nodes=nodes, seq_len=seq_len, global_batch=global_batch)
     )
     best: Candidate | None = None
+    closest: Candidate | None = None
     rejected: list[tuple[str, str]] = []
     feasible = 0
     for lay in cands:
         mem = memory(work, system, lay, seq_len, dtype)
+        if closest is None or mem.total < closest.memory.total:
+            closest = Candidate(lay, mem, None)
         if not mem.fits and fixed is None:
             rejected.append(
                 (
@@ -420,7 +424,7 @@ def search(
             best = c
         else:
             rejected.append((lay.label(), _slower(c, best)))
-    return SearchResult(best, feasible, tuple(rejected), len(cands))
+    return SearchResult(best, feasible, tuple(rejected), len(cands), closest)
 
 
 def _slower(c: Candidate, best: Candidate) -> str:
