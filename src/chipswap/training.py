@@ -208,6 +208,11 @@ def project_training(
     if tokens is not None:
         hours = Projected(tokens / (per_node * nodes) / 3600.0, "h", band)
     notes = []
+    if use == "fp8":
+        notes.append(
+            "fp8 is calibrated on NVIDIA's own NeMo / Megatron recipes only (no other stack publishes fp8 "
+            "tokens/s to hold out); a less tuned fp8 stack can be much slower than this"
+        )
     if fam.get("transferred"):
         notes.append(str(fam["transferred"]))
     if best.layout.global_batch != gb:

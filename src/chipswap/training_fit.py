@@ -50,6 +50,7 @@ TRN1N_NETWORK_GBPS = 1600  # multi-node rows say trn1.32xlarge/trn1n.32xlarge; t
 # families with no published training rows: coefficients transferred from their vendor group, band widened
 TRANSFER = {"H200": "nvidia", "A10G": "nvidia", "L4": "nvidia", "L40S": "nvidia"}
 TRANSFER_WIDEN = 1.5
+MIN_FAMILY_ROWS = 5  # a family with this many held-out rows gets at least the band covering them
 TARGETS = {"nvidia": 0.20, "neuron": 0.25, "coverage": 0.80}
 NEURON_SOURCE = (
     "aws-neuron/aws-neuron-sdk about-neuron/benchmarks/trn1 training tables (Neuron SDK 2.32 docs)"
@@ -423,7 +424,10 @@ def summarize(rows: list[TrainRow], held: HeldOutResult) -> dict[str, Any]:
         for val in sorted({getattr(r, name) for r in rows}):
             idx = [i for i, r in enumerate(rows) if getattr(r, name) == val]
             band = groups[rows[idx[0]].group]
+            if key == "families" and len(idx) >= MIN_FAMILY_ROWS:
+                band = max(band, band_of(le[idx]))  # a family with enough rows is covered on its own too
             out[key][val] = {
+                "band": round(band, 4),
                 "rows": len(idx),
                 "median_abs_error": round(float(np.median(np.abs(rel[idx]))), 4),
                 "median_error": round(float(np.median(rel[idx])), 4),
@@ -445,9 +449,10 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
     )
     for fam, s in summ["families"].items():
         g = next(r.group for r in rows if r.family == fam)
+        own = s["band"] > summ["groups"][g]["band"]
         fams[fam] = {
-            "band": summ["groups"][g]["band"],
-            "basis": basis.format(g=g),
+            "band": s["band"],
+            "basis": basis.format(g=g) + (f", widened to cover {fam}'s own {s['rows']} rows" if own else ""),
             "sources": sorted({f"{r.source_title} ({r.date})" for r in rows if r.family == fam}),
             "held_out_median_abs_error": s["median_abs_error"],
         }
