@@ -3,7 +3,7 @@
     PYTHONPATH=src python bench/training_bands.py           # print per-source / per-family held-out errors
     PYTHONPATH=src python bench/training_bands.py --write   # also regenerate data/training/calibration.toml
 
-Fits chipswap.core.training on the published training rows (../shared/reference + data/training/
+Fits chipswap.projection.training_model on the published training rows (../shared/reference + data/training/
 published_rows.toml), re-fits once per held-out source, and prints each source's median held-out error and
 band coverage, against the targets (median |err| <= 20 % per GPU family, <= 25 % on Trainium,
 coverage >= 80 %).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from chipswap.training_fit import TARGETS, calibrate, write
+from chipswap.projection.training_fit import TARGETS, calibrate, write
 
 
 def main(argv: list[str]) -> int:

@@ -1,15 +1,15 @@
-"""The layout-aware training model (chipswap.core.training) and its API (chipswap.training): memory rejects
+"""The layout-aware training model (training_model) and its API (projection.training): memory rejects
 layouts that do not fit, communication grows with scale, dtypes follow the chip, bands come from the file."""
 
 from __future__ import annotations
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
-from chipswap.core.training import Layout, memory, step_time
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection import model_work
-from chipswap.training import coef_of, load_calibration, project_training, system_of
+from chipswap.projection.api import model_work
+from chipswap.projection.training import coef_of, load_calibration, project_training, system_of
+from chipswap.projection.training_model import Layout, memory, step_time
 
 CAT = load_catalog()
 W8 = model_work("llama-3-8b")

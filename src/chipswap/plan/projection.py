@@ -23,7 +23,7 @@ from chipswap.plan.traffic import Load
 
 @dataclass(frozen=True)
 class InstanceProjection:
-    """The projection for one instance type. times: a chipswap.core.servicetime.ServiceTimes (serving);
+    """The projection for one instance type. times: a chipswap.simulation.servicetime.ServiceTimes (serving);
     config: its ServingConfig; requests_per_s: the projected steady throughput of one instance (serving);
     tokens_per_s: training throughput per instance; excluded: why the model cannot run there (memory, no
     calibration), None when it can or when nothing was projected."""
@@ -52,9 +52,9 @@ class ProjectionStage:
 
 
 def _engine() -> Any:
-    """The projection engine (chipswap.projection), or None where it is not installed."""
+    """The projection engine (chipswap.projection.api), or None where it is not installed."""
     try:
-        from chipswap import projection as engine
+        from chipswap.projection import api as engine
     except ImportError:
         return None
     return engine
@@ -144,10 +144,10 @@ def _layout(name: str, p: Any) -> InstanceProjection:
 
 
 def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjection:
-    """Tokens/s per instance from the layout-aware training model (chipswap.training): the fastest layout that
+    """Tokens/s per instance from the layout-aware model (projection.training): the fastest layout that
     fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says
     otherwise)."""
-    from chipswap.training import project_training, system_of
+    from chipswap.projection.training import project_training, system_of
 
     job = s.workload.job
     assert job is not None
