@@ -154,7 +154,7 @@ def test_finetune_example_shows_what_published_data_imply(readiness) -> None:
     """The seed's 20 h on the p5 is the stated GPU-side input; the run's size is inferred from it with the
     p5's projected bf16 throughput, and trn1's hours are projected like for like (bf16 both sides),
     outranking the seed's 26 h. The summary names both sides' dtype and layout."""
-    from chipswap.commands.plan import summary_lines
+    from chipswap.cli.plan import summary_lines
 
     readiness(0)
     wl = load_workload(example_path("finetune"))
