@@ -64,8 +64,20 @@ def test_project_training(capsys):
     )
     assert code == 0, err
     trn, p5 = json.loads(out)["training"]
-    assert trn["dtype"] == "bf16" and p5["dtype"] == "fp8"
-    assert trn["hours"]["value"] > 4 * p5["hours"]["value"]
+    assert trn["dtype"] == "bf16" and p5["dtype"] == "bf16"  # like for like by default
+    assert trn["hours"]["value"] > 2 * p5["hours"]["value"]
+    for r in (trn, p5):
+        assert r["layout"]["tp"] * r["layout"]["pp"] * r["layout"]["cp"] * r["layout"]["dp"] >= 8
+        assert r["tokens_per_s_per_node"]["band"] > 0 and r["band_basis"].startswith("leave-one-source-out")
+
+
+def test_project_training_table_names_layout_and_band(capsys):
+    code, out, err = run_inproc(
+        capsys, "project", "llama-3-8b", "-i", "p4d.24xlarge", "--train-tokens", "1e10",
+        "--train-dtype", "bf16", "--nodes", "8",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "TP" in out and "global batch" in out and "±" in out and "step time" in out and "not chosen" in out
 
 
 def test_project_encoder_mode(capsys):
@@ -166,11 +178,11 @@ def test_project_encoder_mode(capsys):
         ),
         (
             ["llama-3-8b", "-i", "inf2.xlarge", "--train-tokens", "1e9"],
-            "no training calibration for Inferentia2",
+            "Inferentia (inference) instance",
         ),
         (
-            ["llama-3-8b", "-i", "p5.48xlarge", "--train-tokens", "1e9", "--train-dtype", "bf16"],
-            "no bf16 training",
+            ["llama-3-8b", "-i", "trn1.32xlarge", "--train-tokens", "1e9", "--train-dtype", "fp8"],
+            "fp8 training is not projected on Trainium",
         ),
         (
             ["nope-model", "-i", "inf2.xlarge", "--prompt-tokens", "9", "--output-tokens", "1"],

@@ -33,7 +33,7 @@ def test_bundled_examples_validate(name: str) -> None:
         assert wl.traffic is not None and wl.slo.any
         assert wl.throughput is None and not wl.figures  # nothing about speed typed in
     else:
-        assert wl.job is not None and wl.job.job_tokens is not None
+        assert wl.job is not None and (wl.job.job_tokens is not None or wl.job.gpu_hours is not None)
 
 
 def test_finetune_example_is_the_seed_worked_example() -> None:

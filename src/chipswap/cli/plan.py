@@ -141,9 +141,18 @@ def summary_lines(result: object) -> list[str]:
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"
     fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in getattr(r, "candidates", ()))) if f]
+    trains = [str(f.note).split(";")[0] for f in fleets if " trains in " in str(getattr(f, "note", "") or "")]
+    if getattr(r, "kind", "serving") == "training" and trains:
+        dtypes = {t.split(" trains in ")[1].split(" ")[0] for t in trains}
+        head = "like for like" if len(dtypes) == 1 else "dtypes differ"
+        lines.append(f"  {head}: " + " vs ".join(trains))
     if fleets:
         lines.append("Figures:")
-        lines.extend(f"  {figure_line(f)}" for f in fleets)
+        for f in fleets:
+            lines.append(f"  {figure_line(f)}")
+            note = str(getattr(getattr(f, "throughput", None), "note", "") or "")
+            if note.startswith("run size inferred"):
+                lines.append(f"    {note}")
     from chipswap.report.html import reason_rows, report_notes
 
     lines.append("Reasons:")
@@ -176,6 +185,26 @@ def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | 
         return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
 
     return check
+
+
+def _with_train_hours(wl: Any, hours: float) -> Any:
+    """The workload with its GPU run time stated and its size dropped (inferred from the projection)."""
+    if wl.kind != "training" or wl.job is None:
+        raise ChipswapError('--train-hours applies to training workloads (kind = "training"); drop it')
+    if not (hours > 0 and hours <= 1e6):
+        raise ChipswapError(f"--train-hours must be a number of hours in (0, 1e6], got {hours!r}")
+    if wl.model is None:
+        raise ChipswapError("--train-hours needs a [model] in the workload to infer the run's size; add one")
+    job = wl.job.model_copy(
+        update={
+            "gpu_hours": hours,
+            "gpu_source": "stated",
+            "tokens": None,
+            "epochs": None,
+            "dataset_tokens": None,
+        }
+    )
+    return wl.model_copy(update={"job": job})
 
 
 def _plan(
@@ -220,6 +249,14 @@ def _plan(
         help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
+    train_hours: float | None = typer.Option(
+        None,
+        "--train-hours",
+        metavar="HOURS",
+        help="Training: the hours one run takes on the GPU fleet (stated). Replaces the job's size: the "
+        "tokens are inferred from the GPU's projected throughput and each candidate's hours follow "
+        "(labelled).",
+    ),
     print_example: str | None = typer.Option(
         None,
         "--print-example",
@@ -262,6 +299,8 @@ def _plan(
 
         catalog = load_catalog(catalog_file)
     wl = load_workload(path, catalog)
+    if train_hours is not None:
+        wl = _with_train_hours(wl, train_hours)
 
     from chipswap.plan import run_plan
     from chipswap.report.html import render_html

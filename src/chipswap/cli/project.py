@@ -155,6 +155,36 @@ def _print_rejected(console: Console, p: Any, limit: int = 8) -> None:
         console.print(f"  calibrated on: {one_line('; '.join(p.stacks))}")
 
 
+def _training_tables(
+    console: Console, work: Any, results: list[Any], tokens: float, seq: int, nodes: int
+) -> None:
+    t = Table(
+        title=f"training {work.name}: {tokens:,.0f} tokens at sequence length {seq} on {nodes} node"
+        + ("s" if nodes != 1 else "")
+    )
+    for col in ("instance", "dtype", "layout", "tokens/s per node", "hours"):
+        t.add_column(col, justify="right")
+    for r in results:
+        t.add_row(
+            r.instance, r.dtype, r.layout.label(), _pm(r.tokens_per_s_per_node, lambda v: f"{v:,.0f}"),
+            _pm(r.hours, lambda v: f"{v:,.1f}"),
+        )  # fmt: skip
+    console.print(t)
+    for r in results:
+        shares = ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in r.breakdown.items() if v >= 0.005)
+        m = r.memory_gib
+        unfit = sum("does not fit" in w for _, w in r.rejected)
+        console.print(
+            f"  {r.instance}: step time: {one_line(shares)}; memory per device {m['total_gib']:,.1f} of "
+            f"{m['usable_gib']:,.1f} GiB usable ({r.feasible} of {r.feasible + unfit} layouts fit)"
+        )
+        for lay, why in r.rejected[:3]:
+            console.print(f"    not chosen: {one_line(lay)}: {one_line(why)}")
+        console.print(f"    band +-{r.tokens_per_s_per_node.band:.0%}: {one_line(r.band_basis)}")
+        for n in r.notes:
+            console.print(f"    note: {one_line(n)}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("project", help=HELP)
     def project(
@@ -193,9 +223,12 @@ def register(app: typer.Typer) -> None:
         ),
         seq_len: int = typer.Option(4096, "--seq-len", help="training sequence length (with --train-tokens)"),
         train_dtype: str | None = typer.Option(
-            None, "--train-dtype", help="training matmul dtype (default: the calibrated one per platform)"
+            None, "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200)"
         ),
-        nodes: int = typer.Option(1, "--nodes", help="training nodes (throughput scaled linearly; stated)"),
+        nodes: int = typer.Option(1, "--nodes", help="training nodes (instances) of the run"),
+        global_batch: int | None = typer.Option(
+            None, "--global-batch", help="training global batch in sequences (default ~2M tokens a step)"
+        ),
         stack: str | None = typer.Option(
             None,
             "--stack",
@@ -211,7 +244,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     ) -> None:
         from chipswap.economics.catalog_io import load_catalog
-        from chipswap.projection.api import model_work, project_serving, project_training
+        from chipswap.projection.api import model_work, project_serving
 
         if len(instance) > MAX_INSTANCES:
             raise ChipswapError(f"too many --instance options: {len(instance)}; give at most {MAX_INSTANCES}")
@@ -241,38 +274,21 @@ def register(app: typer.Typer) -> None:
                 + "; drop them"
             )
         if train_tokens is not None:
+            from chipswap.projection.training import project_training as project_layout
+
             results = [
-                project_training(
-                    work,
-                    i,
-                    tokens=train_tokens,
-                    seq_len=seq_len,
-                    dtype=train_dtype,
-                    nodes=nodes,
-                    catalog=catalog,
+                project_layout(
+                    work, i, tokens=train_tokens, seq_len=seq_len, dtype=train_dtype, nodes=nodes,
+                    global_batch=global_batch, catalog=catalog,
                 )
                 for i in insts
-            ]
+            ]  # fmt: skip
             if as_json:
                 typer.echo(
                     json.dumps({"model": work.name, "training": [r.as_dict() for r in results]}, indent=2)
                 )
                 return
-            t = Table(title=f"training {work.name}: {train_tokens:,.0f} tokens at sequence length {seq_len}")
-            for col in ("instance", "dtype", "tokens/s per node", "hours", "fits one node"):
-                t.add_column(col, justify="right")
-            for r in results:
-                t.add_row(
-                    r.instance,
-                    r.dtype,
-                    _pm(r.tokens_per_s_per_node, lambda v: f"{v:,.0f}"),
-                    _pm(r.hours, lambda v: f"{v:,.1f}"),
-                    "yes" if r.fits_one_node else f"no (>= {r.nodes_for_memory})",
-                )
-            console.print(t)
-            for r in results:
-                for n in r.notes:
-                    console.print(f"  {r.instance}: {one_line(n)}")
+            _training_tables(console, work, results, train_tokens, seq_len, nodes)
             return
         use_mode = (mode or ("llm" if work.kind == "decoder" else "encoder")).lower()
         if use_mode not in ("llm", "encoder"):

@@ -243,7 +243,36 @@ def _training_hours(
     p = proj.get(name)
     if p.tokens_per_s is not None and tokens is not None:
         given.append(_hours_from(p.tokens_per_s, tokens, count))
+    elif p.tokens_per_s is not None and not is_gpu:
+        inferred = _tokens_from_gpu_hours(s, proj)
+        if inferred is not None:
+            given.append(_hours_from_inferred(p.tokens_per_s, inferred, count))
     return pick(given)
+
+
+def _tokens_from_gpu_hours(s: PlanSetup, proj: ProjectionStage) -> tuple[float, Figure, float] | None:
+    """(tokens, the GPU's projected tokens/s, stated hours): the run's size inferred from the stated GPU hours
+    and the GPU fleet's projected throughput, when the job gives hours but no token count."""
+    job = s.workload.job
+    gpu = proj.get(s.fleet.name).tokens_per_s
+    if job is None or job.gpu_hours is None or gpu is None:
+        return None
+    hours = float(job.gpu_hours)
+    return hours * 3600.0 * float(gpu.value) * s.workload.fleet.count, gpu, hours
+
+
+def _hours_from_inferred(tps: Figure, inferred: tuple[float, Figure, float], count: int) -> Figure:
+    tokens, gpu, hours = inferred
+    band = (1 + (gpu.band or 0.0)) * (1 + (tps.band or 0.0)) - 1
+    return Figure(
+        tokens / (float(tps.value) * count) / 3600,
+        HOURS,
+        "projected",
+        f"run size inferred: {hours:g} h stated on GPU x {float(gpu.value):,.0f} tokens/s projected "
+        f"({gpu.label}) = "
+        f"{tokens:,.4g} tokens; / {float(tps.value):,.0f} tokens/s ({tps.label})",
+        band,
+    )
 
 
 def _hours_from(tps: Figure, tokens: float, count: int) -> Figure:

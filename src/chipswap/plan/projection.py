@@ -146,23 +146,31 @@ def _layout(name: str, p: Any) -> InstanceProjection:
 
 
 def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjection:
+    """Tokens/s per instance from the layout-aware model (projection.training): the fastest layout that
+    fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says
+    otherwise)."""
+    from chipswap.projection.training import project_training, system_of
+
     job = s.workload.job
     assert job is not None
-    tokens = job.job_tokens
-    if tokens is None:
-        return InstanceProjection(
-            inst.name, note="no job size (job.tokens), so the run time is not projected"
-        )
     seq = job.sequence_length or min(work.dims.max_positions or 4096, 4096)
+    dtype = job.dtype
+    if dtype != "bf16":
+        chip = s.catalog.chip(inst.accelerator)
+        supported = system_of(inst, chip).dtypes if inst.kind != "inferentia" else ()
+        dtype = "fp8" if "fp8" in supported else "bf16"
     try:
-        t = engine.project_training(
-            work, inst, tokens=tokens, seq_len=seq, nodes=s.workload.fleet.count, catalog=s.catalog
-        )
+        t = project_training(
+            work, inst, tokens=job.job_tokens, seq_len=seq, dtype=dtype, nodes=s.workload.fleet.count,
+            global_batch=job.global_batch, catalog=s.catalog,
+        )  # fmt: skip
     except ChipswapError as exc:
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
     tps = t.tokens_per_s_per_node
-    fig = Figure(tps.value, "tokens/s", "projected", f"{tps.note}; sequence length {seq}", tps.band)
-    return InstanceProjection(inst.name, tokens_per_s=fig, note="; ".join(t.notes), detail=t)
+    what = f"{t.dtype}, {t.layout.label()}, sequence length {seq}"
+    fig = Figure(tps.value, "tokens/s", "projected", what, tps.band)
+    note = "; ".join((f"{inst.name} trains in {t.dtype} ({t.layout.label()})", *t.notes))
+    return InstanceProjection(inst.name, tokens_per_s=fig, note=note, detail=t)
 
 
 def projection(s: PlanSetup, load: Load | None, shapes: ShapeSummary | None) -> ProjectionStage:

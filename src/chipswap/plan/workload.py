@@ -533,6 +533,17 @@ class Job(_Model):
         None, gt=0, le=MAX_TOKENS, description="Training sequence length in tokens (default: the model's)."
     )
     runs_per_month: Real = Field(gt=0, le=100_000, description="How many identical runs happen per month.")
+    dtype: Literal["bf16", "fp8", "best"] = Field(
+        "bf16",
+        description=(
+            "Training dtype projected on both sides: bf16 (like for like, the default), fp8 (where the chip "
+            "trains in fp8: H100/H200/B200; others bf16, said in the summary) or best (each side at its "
+            "fastest)."
+        ),
+    )
+    global_batch: Whole | None = Field(
+        None, gt=0, le=1 << 20, description="Global batch in sequences (default: about 2M tokens a step)."
+    )
     candidates: dict[str, CandidateJob] = Field(
         default_factory=dict, description="Per candidate instance type: its run time (see the fields below)."
     )
@@ -692,7 +703,7 @@ class Workload(_Model):
         else:
             if self.job is None:
                 raise ValueError('job: expected a [job] table for kind = "training"')
-            sized = self.job.job_tokens is not None and has_model
+            sized = has_model and (self.job.job_tokens is not None or self.job.gpu_hours is not None)
             if not sized:
                 if self.job.gpu_hours is None and not _has_figure(
                     self.figures, self.fleet.instance, "run_hours"

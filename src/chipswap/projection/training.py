@@ -1,0 +1,241 @@
+"""Training projections for callers (`chipswap project --train-tokens`, the plan): an instance type from the
+catalog becomes a chipswap.projection.training_model.System, the shipped training calibration
+(data/training/calibration.toml, written by projection.training_fit) gives the coefficients and the held-out
+bands, and the layout search picks the fastest layout that fits.
+
+    t = project_training(model_work("llama-3-8b"), "p5.48xlarge", tokens=1e10, dtype="bf16", nodes=1)
+    t.layout, t.tokens_per_s_per_node (Projected +- band), t.hours, t.breakdown, t.rejected
+
+Reads the catalog and the shipped calibration file only; writes nothing. Every bad input is one ChipswapError.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from chipswap.datafile import read_toml
+from chipswap.economics.catalog import Catalog, Chip, Instance
+from chipswap.economics.catalog_io import load_catalog
+from chipswap.errors import ChipswapError
+from chipswap.projection.platforms import family_of_chip
+from chipswap.projection.predict import Projected
+from chipswap.projection.training_model import Coef, Layout, System, search
+from chipswap.projection.work import ModelWork
+
+FP8_FAMILIES = ("H100", "H200", "B200")  # fp8 training: Hopper and Blackwell (Transformer Engine)
+DEFAULT_GLOBAL_BATCH_TOKENS = 2**21  # 2M tokens per step when the user gives no global batch (assumption)
+MAX_NODES = 4096
+
+
+def calibration_path() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("chipswap.data") / "training" / "calibration.toml"))
+
+
+@lru_cache(maxsize=4)
+def _calibration(path: str) -> dict[str, Any]:
+    return read_toml(path, "training calibration file")
+
+
+def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
+    """The shipped training calibration: coefficients, bands per family, held-out errors per source."""
+    return _calibration(str(path or calibration_path()))
+
+
+def coef_of(data: dict[str, Any]) -> Coef:
+    vals = data.get("coefficients") or {}
+    return Coef(tuple((str(k), float(v)) for k, v in vals.items()))
+
+
+def system_of(
+    instance: Instance, chip: Chip, *, network_gbps: float | None = None, family: str | None = None
+) -> System:
+    """The training view of an instance: per-device peaks, memory, NVLink/NeuronLink/PCIe and EFA shares."""
+    neuron = instance.is_neuron
+    per_chip = max(1, instance.neuron_cores // max(1, instance.accelerator_count)) if neuron else 1
+    devices = instance.neuron_cores if neuron else instance.accelerator_count
+    peaks = tuple((dt, float(tf) * 1e12 / per_chip) for dt, tf in chip.tflops_dense)
+    link = float(chip.interconnect_gb_s or 32) * 1e9
+    net = float(network_gbps if network_gbps is not None else (instance.network_gbps or 100))
+    spec = family_of_chip(chip.name) if family is None else None
+    fam = family or (spec.name if spec is not None else chip.name)
+    dtypes = ("bf16", "fp8") if fam in FP8_FAMILIES else ("bf16",)
+    return System(
+        name=instance.name,
+        family=fam,
+        group="neuron" if neuron else "nvidia",
+        devices_per_node=devices,
+        peak_flops=peaks,
+        hbm_bytes_s=float(chip.memory_bandwidth_gb_s) * 1e9 / per_chip,
+        memory_bytes=float(chip.memory_gib) * 2**30 / per_chip,
+        intra_bytes_s=link / 2.0 / per_chip,
+        inter_bytes_s=net * 1e9 / 8.0 / devices,
+        dtypes=dtypes,
+        device_unit="NeuronCore" if neuron else "GPU",
+    )
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """A projected training run: the chosen layout, tokens/s per node +- band, hours, and why."""
+
+    model: str
+    instance: str
+    family: str
+    dtype: str
+    seq_len: int
+    nodes: int
+    tokens: float | None
+    layout: Layout
+    tokens_per_s_per_node: Projected
+    hours: Projected | None
+    breakdown: dict[str, float]
+    memory_gib: dict[str, float]
+    rejected: tuple[tuple[str, str], ...]
+    feasible: int
+    band_basis: str
+    notes: tuple[str, ...] = field(default=())
+    stacks: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "instance": self.instance,
+            "family": self.family,
+            "dtype": self.dtype,
+            "seq_len": self.seq_len,
+            "nodes": self.nodes,
+            "tokens": self.tokens,
+            "layout": self.layout.as_dict(),
+            "tokens_per_s_per_node": self.tokens_per_s_per_node.as_dict(),
+            "hours": self.hours.as_dict() if self.hours else None,
+            "step_time_shares": self.breakdown,
+            "memory_per_device": self.memory_gib,
+            "layouts_feasible": self.feasible,
+            "layouts_rejected": [{"layout": a, "why": b} for a, b in self.rejected],
+            "band_basis": self.band_basis,
+            "notes": list(self.notes),
+            "calibrated_on": list(self.stacks),
+        }
+
+
+def _slowdown(item: tuple[str, str]) -> tuple[int, int]:
+    """Sort key of a rejected layout: slower ones by how much (ties at 0 % last), then what does not fit."""
+    why = item[1]
+    if why[:1].isdigit():
+        pct = int(why.split("%")[0])
+        return (0, pct) if pct > 0 else (1, 0)
+    return (2, 0)
+
+
+def _check(tokens: float | None, seq_len: int, nodes: int, global_batch: int | None) -> None:
+    if tokens is not None and not (tokens > 0 and math.isfinite(tokens) and tokens <= 1e16):
+        raise ChipswapError(f"training tokens must be a positive number up to 1e16, got {tokens!r}")
+    if not 16 <= seq_len <= 1 << 20:
+        raise ChipswapError(f"sequence length {seq_len} is outside 16..1048576; give the training length")
+    if not 1 <= nodes <= MAX_NODES:
+        raise ChipswapError(f"nodes must be 1..{MAX_NODES}, got {nodes}; give the instance count of the run")
+    if global_batch is not None and not 1 <= global_batch <= 1 << 20:
+        raise ChipswapError(
+            f"global batch must be 1..1048576 sequences, got {global_batch}; give the sequences per step"
+        )
+
+
+def project_training(
+    work: ModelWork,
+    instance: str | Instance,
+    *,
+    tokens: float | None = None,
+    seq_len: int = 4096,
+    dtype: str | None = None,
+    nodes: int = 1,
+    global_batch: int | None = None,
+    catalog: Catalog | None = None,
+    calibration: dict[str, Any] | None = None,
+) -> TrainingPlan:
+    """The fastest feasible layout of `work` on `nodes` x `instance`, tokens/s per node +- the held-out band
+    of its family, and the hours for `tokens` (None: throughput only)."""
+    _check(tokens, seq_len, nodes, global_batch)
+    cat = catalog or load_catalog()
+    inst = cat.instance(instance) if isinstance(instance, str) else instance
+    if inst.kind == "inferentia":
+        raise ChipswapError(f"{inst.name} is an Inferentia (inference) instance; train on trn1/trn2 or a GPU")
+    chip = cat.chip(inst.accelerator)
+    system = system_of(inst, chip)
+    cal = calibration or load_calibration()
+    fam = (cal.get("families") or {}).get(system.family)
+    if fam is None:
+        raise ChipswapError(
+            f"no training calibration for {system.family} ({inst.name}): no published training throughput "
+            "for this chip family was found to fit on or transfer from; give a measured figure (hours or "
+            "tokens/s) for this instance instead"
+        )
+    use = (dtype or "bf16").lower()
+    if use not in system.dtypes:
+        raise ChipswapError(
+            f"{use} training is not projected on {system.family}: it trains in {', '.join(system.dtypes)}; "
+            f"use --train-dtype {system.dtypes[0]}"
+        )
+    gb = global_batch or max(1, DEFAULT_GLOBAL_BATCH_TOKENS // seq_len)
+    res = search(work, system, coef_of(cal), nodes=nodes, seq_len=seq_len, dtype=use, global_batch=gb)
+    if res.best is None or res.best.time is None:
+        near = res.closest
+        what = (
+            f" (the smallest, {near.layout.label()}, needs {near.memory.total / 2**30:,.1f} GiB per "
+            f"{system.device_unit} of {near.memory.usable / 2**30:,.1f} usable)"
+            if near is not None
+            else ""
+        )
+        raise ChipswapError(
+            f"{work.name} does not fit on {nodes} x {inst.name} in any of {res.considered} layouts{what}; "
+            "use more nodes (--nodes) or an instance with more memory"
+        )
+    best = res.best
+    timing = best.time
+    assert timing is not None
+    band = float(fam["band"])
+    per_node = timing.tokens_per_s_per_device * system.devices_per_node
+    basis = str(fam.get("basis", ""))
+    fig = Projected(
+        per_node, "tokens/s", band, note=f"{system.devices_per_node} {system.device_unit}s, {use}"
+    )
+    hours = None
+    if tokens is not None:
+        hours = Projected(tokens / (per_node * nodes) / 3600.0, "h", band)
+    notes = []
+    if use == "fp8":
+        notes.append(
+            "fp8 is calibrated on NVIDIA's own NeMo / Megatron recipes only (no other stack publishes fp8 "
+            "tokens/s to hold out); a less tuned fp8 stack can be much slower than this"
+        )
+    if fam.get("transferred"):
+        notes.append(str(fam["transferred"]))
+    if best.layout.global_batch != gb:
+        notes.append(f"global batch rounded up to {best.layout.global_batch} sequences (whole micro-batches)")
+    if global_batch is None:
+        notes.append(f"global batch {gb} sequences of {seq_len} tokens (~2M tokens a step; assumption)")
+    ordered = sorted(res.rejected, key=_slowdown)
+    return TrainingPlan(
+        model=work.name,
+        instance=inst.name,
+        family=system.family,
+        dtype=use,
+        seq_len=seq_len,
+        nodes=nodes,
+        tokens=tokens,
+        layout=best.layout,
+        tokens_per_s_per_node=fig,
+        hours=hours,
+        breakdown=timing.shares(),
+        memory_gib=best.memory.as_dict(),
+        rejected=tuple(ordered),
+        feasible=res.feasible,
+        band_basis=basis,
+        notes=tuple(notes),
+        stacks=tuple(str(s) for s in fam.get("sources", [])),
+    )

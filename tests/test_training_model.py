@@ -1,0 +1,119 @@
+"""The layout-aware training model (training_model) and its API (projection.training): memory rejects
+layouts that do not fit, communication grows with scale, dtypes follow the chip, bands come from the file."""
+
+from __future__ import annotations
+
+import pytest
+
+from chipswap.economics.catalog_io import load_catalog
+from chipswap.errors import ChipswapError
+from chipswap.projection.api import model_work
+from chipswap.projection.training import coef_of, load_calibration, project_training, system_of
+from chipswap.projection.training_model import Layout, memory, step_time
+
+CAT = load_catalog()
+W8 = model_work("llama-3-8b")
+W70 = model_work("llama-3-70b")
+CAL = load_calibration()
+COEF = coef_of(CAL)
+
+
+def _sys(name: str):
+    inst = CAT.instance(name)
+    return system_of(inst, CAT.chip(inst.accelerator))
+
+
+def test_memory_rejects_unsharded_70b_and_accepts_sharded() -> None:
+    p5 = _sys("p5.48xlarge")
+    ddp = Layout(tp=1, pp=1, dp=8, sharding="ddp", global_batch=512)
+    assert not memory(W70, p5, ddp, 4096, "bf16").fits  # 70B x 18 bytes on one GPU
+    sharded = Layout(tp=8, pp=4, dp=1, sharding="ddp", recompute="full", global_batch=512)  # 4 nodes
+    m = memory(W70, p5, sharded, 4096, "bf16")
+    assert m.fits and m.total < m.usable
+
+
+def test_fsdp_and_zero1_shard_the_optimizer_state() -> None:
+    p5 = _sys("p5.48xlarge")
+    parts = {
+        sh: memory(W8, p5, Layout(1, 1, 8, sharding=sh, global_batch=512), 4096, "bf16")
+        for sh in ("ddp", "zero1", "fsdp")
+    }
+    assert parts["ddp"].optimizer > parts["zero1"].optimizer == pytest.approx(parts["fsdp"].optimizer)
+    assert parts["fsdp"].weights < parts["zero1"].weights == parts["ddp"].weights
+
+
+def test_data_parallel_over_efa_is_exposed_on_a_thin_network() -> None:
+    """Same layout, more nodes: the gradient collectives cross EFA and stop hiding behind compute."""
+    p4d = _sys("p4d.24xlarge")
+    one = step_time(
+        W8, p4d, Layout(1, 1, 8, sharding="zero1", global_batch=64), COEF, seq_len=4096, dtype="bf16", nodes=1
+    )
+    many = step_time(
+        W8,
+        p4d,
+        Layout(1, 1, 256, sharding="zero1", global_batch=256),
+        COEF,
+        seq_len=4096,
+        dtype="bf16",
+        nodes=32,
+    )
+    assert many.dp_comm_total_s > 10 * one.dp_comm_total_s
+    assert many.tokens_per_s_per_device < one.tokens_per_s_per_device
+
+
+def test_pipeline_bubble_shrinks_with_micro_batches() -> None:
+    p5 = _sys("p5.48xlarge")
+    few = step_time(W70, p5, Layout(8, 4, 1, global_batch=4), COEF, seq_len=4096, dtype="bf16", nodes=4)
+    lots = step_time(W70, p5, Layout(8, 4, 1, global_batch=64), COEF, seq_len=4096, dtype="bf16", nodes=4)
+    assert few.bubble_s / few.compute_s > 5 * lots.bubble_s / lots.compute_s
+
+
+def test_fp8_is_faster_than_bf16_but_not_twice() -> None:
+    bf = project_training(W8, "p5.48xlarge", tokens=1e10, dtype="bf16", catalog=CAT)
+    f8 = project_training(W8, "p5.48xlarge", tokens=1e10, dtype="fp8", catalog=CAT)
+    ratio = f8.tokens_per_s_per_node.value / bf.tokens_per_s_per_node.value
+    assert 1.05 < ratio < 2.0
+    assert f8.hours is not None and bf.hours is not None and f8.hours.value < bf.hours.value
+
+
+def test_projection_states_layout_band_and_dtype() -> None:
+    for name in ("p5.48xlarge", "p4d.24xlarge", "trn1.32xlarge"):
+        t = project_training(W8, name, tokens=1e10, dtype="bf16", catalog=CAT)
+        assert t.dtype == "bf16" and t.layout.devices == t.nodes * _sys(name).devices_per_node
+        assert t.tokens_per_s_per_node.band == pytest.approx(CAL["families"][t.family]["band"])
+        assert t.band_basis.startswith("leave-one-source-out")
+        assert t.memory_gib["total_gib"] <= t.memory_gib["usable_gib"]
+    # like for like, the GPU generations keep their order
+    a100 = project_training(W8, "p4d.24xlarge", tokens=1e10, catalog=CAT).tokens_per_s_per_node.value
+    h100 = project_training(W8, "p5.48xlarge", tokens=1e10, catalog=CAT).tokens_per_s_per_node.value
+    assert h100 > 2 * a100
+
+
+def test_per_node_throughput_changes_with_nodes_through_communication() -> None:
+    runs = [project_training(W8, "p4d.24xlarge", tokens=1e10, nodes=n, catalog=CAT) for n in (1, 32)]
+    assert runs[1].tokens_per_s_per_node.value < runs[0].tokens_per_s_per_node.value
+    overhead = lambda r: 1 - r.breakdown["compute"] - r.breakdown["elementwise_memory"]  # noqa: E731
+    assert overhead(runs[1]) > overhead(runs[0])
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"instance": "trn1.32xlarge", "dtype": "fp8"}, "fp8 training is not projected on Trainium"),
+        ({"instance": "p4d.24xlarge", "dtype": "fp8"}, "fp8 training is not projected on A100"),
+        ({"instance": "trn2.48xlarge"}, "no training calibration for Trainium2"),
+        ({"instance": "inf2.xlarge"}, "Inferentia"),
+        ({"instance": "p5.48xlarge", "nodes": 0}, "nodes must be"),
+        ({"instance": "p5.48xlarge", "tokens": float("nan")}, "training tokens must be"),
+    ],
+)
+def test_bad_inputs_are_one_line(kw: dict, match: str) -> None:
+    kw = {"tokens": 1e9, **kw}
+    with pytest.raises(ChipswapError, match=match) as exc:
+        project_training(W8, kw.pop("instance"), catalog=CAT, **kw)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_model_too_big_for_one_node_says_so() -> None:
+    with pytest.raises(ChipswapError, match="does not fit on 1 x p4d.24xlarge"):
+        project_training(model_work("llama-3-70b"), "p4d.24xlarge", tokens=1e9, seq_len=8192, catalog=CAT)
