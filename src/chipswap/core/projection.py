@@ -378,6 +378,14 @@ class _Candidate:
     label: str
 
 
+def _kv_tokens(work: Any, device: Any, best: _Candidate, reserve: float) -> int:
+    """KV-cache capacity of one replica in tokens: each device's memory after its weight shard and the
+    runtime reserve, over the KV bytes one token takes on it (the memory test the layout search applies)."""
+    kv_dtype = "fp8" if best.compute == "fp8" else "bf16"
+    free = device.memory_bytes - work.weight_bytes(best.dtype) / best.tp - reserve
+    return max(0, int(free // work.kv_bytes_per_token(kv_dtype, best.tp)))
+
+
 def _steady_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_prompt: int) -> float:
     """Requests/s of one replica at continuous batching: each request's batch-1 prefill plus its share of
     `output` decode steps at `batch` sequences in flight, context prompt + output/2."""
@@ -661,6 +669,7 @@ def _llm_result(
         padded=platform.padded,
         why=why,
         rejected=tuple(rejected),
+        kv_tokens=_kv_tokens(work, device, best, reserve),
     )
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(

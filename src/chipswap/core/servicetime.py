@@ -62,6 +62,7 @@ class ServingConfig:
     padded: bool = False  # True on Neuron: requests are padded to buckets; False on GPUs
     why: str = ""  # one line: why this configuration won
     rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, why it lost)
+    kv_tokens: int = 0  # KV-cache capacity of one replica in tokens (memory left after weights); 0 = unknown
 
 
 @dataclass(frozen=True)
