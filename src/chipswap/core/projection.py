@@ -376,14 +376,7 @@ class _Candidate:
     poly: LlmPoly
     rps: float
     label: str
-
-
-def _kv_tokens(work: Any, device: Any, best: _Candidate, reserve: float) -> int:
-    """KV-cache capacity of one replica in tokens: each device's memory after its weight shard and the
-    runtime reserve, over the KV bytes one token takes on it (the memory test the layout search applies)."""
-    kv_dtype = "fp8" if best.compute == "fp8" else "bf16"
-    free = device.memory_bytes - work.weight_bytes(best.dtype) / best.tp - reserve
-    return max(0, int(free // work.kv_bytes_per_token(kv_dtype, best.tp)))
+    kv_tokens: int = 0  # KV-cache tokens a replica holds: memory after weights and reserve / bytes per token
 
 
 def _steady_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_prompt: int) -> float:
@@ -501,7 +494,8 @@ def project_serving(
             rps = (devices // tp) * _steady_rps(
                 poly, max_batch, lengths.mean_prompt, lengths.mean_output, mean_pad
             )
-            cand = _Candidate(wdt, compute, tp, devices // tp, max_batch, poly, rps, label)
+            kv = int(free // work.kv_bytes_per_token(kv_dtype, tp))
+            cand = _Candidate(wdt, compute, tp, devices // tp, max_batch, poly, rps, label, kv)
             (candidates if wdt in chosen else alt_candidates).append(cand)
     if not candidates:
         reason = _no_fit_reason(rejected, work, instance, chosen, alt_candidates)
@@ -669,7 +663,7 @@ def _llm_result(
         padded=platform.padded,
         why=why,
         rejected=tuple(rejected),
-        kv_tokens=_kv_tokens(work, device, best, reserve),
+        kv_tokens=best.kv_tokens,
     )
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(

@@ -40,7 +40,7 @@ import numpy as np
 
 from chipswap.core.servicetime import ServiceTimes
 from chipswap.core.simulate_encoder import _simulate_encoder
-from chipswap.core.simulate_engine import SCAN_REPLICAS, _busy_time, _simulate_llm
+from chipswap.core.simulate_engine import SCAN_REPLICAS, _simulate_llm
 from chipswap.core.simulate_model import (
     CDF_POINTS,
     DEFAULT_CONTEXT_BLOCK,
@@ -69,8 +69,8 @@ from chipswap.core.simulate_traffic import (
     MAX_REQUESTS,
     Traffic,
     Window,
-    busiest_window,
     bursty_arrivals,
+    busiest_window,
     make_traffic,
     poisson_arrivals,
     repeat_traffic,
@@ -114,7 +114,7 @@ __all__ = [
 
 DISPATCH = ("least_loaded", "round_robin")  # per-replica queues (both engines, and the reference simulator)
 DISPATCHERS = (*DISPATCH, "shared")  # "shared": one queue every replica draws from (step scheduler only)
-# Round robin is what the published multi-replica runs use (nginx in front of 3 replicas) and what a plain load
+# Round robin is what the published multi-replica runs use (nginx before 3 replicas) and what a plain load
 # balancer does; it waits longer than a shared queue (docs/simulation.md: Erlang-C check), so it is the
 # conservative choice for both fleets alike. Least loaded counts outstanding requests, which on continuous
 # batching does not track the remaining work (it can lengthen the tail).

@@ -1,9 +1,9 @@
-"""Scheduler policies: the named rules a serving stack uses to decide, at every step, which requests prefill and
-which decode, and which stack each one models. `scheduler_policy_for(stack_id)` is what the plan calls; the
+"""Scheduler policies: the named rules a serving stack uses to decide, at every step, which requests prefill
+and which decode, and which stack each one models. `scheduler_policy_for(stack_id)` is what the plan calls; the
 simulator (`chipswap.core.simulate`) reads the policy from the `ReplicaSetup`.
 
-Pure data and one lookup: no numpy, no I/O. It may not import the projection or the plan (the stack ids are the
-shared names fixed in the stacks table; unknown ids are refused with a one-line error).
+Pure data and one lookup: no numpy, no I/O. It may not import the projection or the plan (the stack ids are
+the shared names fixed in the stacks table; unknown ids are refused with a one-line error).
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ GPU_DEFAULT_STACK = "vllm"
 # stacks whose Neuron build can chunk prefills (when the workload turns it on); the others always stall decode
 CHUNKING_STACKS = frozenset({"nxdi-vllm", "vllm", "trtllm"})
 
-# vLLM's per-step token budget for chunked prefill (max_num_batched_tokens; vLLM V1's online-serving default on
-# datacenter GPUs, 2025, stated in its engine arguments docs) and its sequence cap (max_num_seqs).
+# vLLM's per-step token budget for chunked prefill (max_num_batched_tokens; vLLM V1's online-serving default
+# on datacenter GPUs, 2025, stated in its engine arguments docs) and its sequence cap (max_num_seqs).
 DEFAULT_TOKEN_BUDGET = 8192
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_NEURON_CHUNK = 1024  # optimum-neuron's chunked-prefill runs use 1024-token chunks (published config)
