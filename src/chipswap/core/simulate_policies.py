@@ -1,6 +1,6 @@
 """Scheduler policies: the named rules a serving stack uses to decide, at every step, which requests prefill
-and which decode, and which stack each one models. `scheduler_policy_for(stack_id)` is what the plan calls; the
-simulator (`chipswap.core.simulate`) reads the policy from the `ReplicaSetup`.
+and which decode, and which stack each one models. `scheduler_policy_for(stack_id)` is what the plan calls;
+the simulator (`chipswap.core.simulate`) reads the policy from the `ReplicaSetup`.
 
 Pure data and one lookup: no numpy, no I/O. It may not import the projection or the plan (the stack ids are
 the shared names fixed in the stacks table; unknown ids are refused with a one-line error).
