@@ -66,7 +66,10 @@ from chipswap.core.simulate_model import (
 from chipswap.core.simulate_policies import DYNAMIC_BATCHING, scheduler_policy_for
 from chipswap.core.simulate_steps import needs_steps, simulate_steps
 from chipswap.core.simulate_traffic import (
+    DEFAULT_SCALE_METHOD,
     MAX_REQUESTS,
+    SCALE_METHOD_WORDS,
+    SCALE_METHODS,
     Traffic,
     Window,
     bursty_arrivals,
@@ -80,6 +83,10 @@ from chipswap.core.simulate_traffic import (
 from chipswap.errors import ChipswapError
 
 __all__ = [
+    "DEFAULT_SCALE_METHOD",
+    "SCALE_METHODS",
+    "SCALE_METHOD_WORDS",
+    "DISPATCHERS",
     "CDF_POINTS",
     "DEFAULT_CONTEXT_BLOCK",
     "DEFAULT_MAX_QUEUE_DELAY_S",

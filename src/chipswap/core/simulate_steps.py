@@ -247,6 +247,8 @@ class StepSim:
         return self._decode(rp, t)
 
     def _chunked_step(self, rp: _Replica, r: int, t: float) -> float:  # noqa: C901
+        if rp.nr and self.kv:
+            self._make_room(rp, 1)  # decodes are scheduled (and given blocks) first; may preempt
         left = self.budget - rp.nr
         cost = 0.0
         finished: list[int] = []
@@ -282,14 +284,11 @@ class StepSim:
         if cost == 0.0:
             return self._decode(rp, t)
         if rp.nr:
-            if self.kv:
-                self._make_room(rp, 1)
-            if rp.nr:
-                c0 = self._c0(rp)
-                row = self.tables.by_batch[rp.nr] or self.tables.row(rp.nr)
-                cost += row[c0 + 1] - row[c0]
-                self._account(rp, c0, 1)
-                rp.it += 1
+            c0 = self._c0(rp)
+            row = self.tables.by_batch[rp.nr] or self.tables.row(rp.nr)
+            cost += row[c0 + 1] - row[c0]
+            self._account(rp, c0, 1)
+            rp.it += 1
         end = t + cost
         rp.busy += cost
         # decodes of this step are done at its end; prefills that finished emit their first token

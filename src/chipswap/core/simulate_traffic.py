@@ -192,13 +192,31 @@ def traffic_with_lengths(arrivals_s: np.ndarray, lengths_from: Traffic, rng: np.
     return make_traffic(arr, lengths_from.prompt_tokens[idx], lengths_from.output_tokens[idx])
 
 
-def scale_traffic(traffic: Traffic, scale: float, rng: np.random.Generator) -> Traffic:
-    """The same traffic pattern at `scale` times the request rate, over the same time span.
+SCALE_METHODS = ("superpose", "copy-in-place")
+DEFAULT_SCALE_METHOD = "superpose"
+SCALE_METHOD_WORDS = {
+    "superpose": "superposition of independent time-shifted copies (each copy shifted by its own uniform "
+    "offset, wrapping round; a fraction of a copy by thinning)",
+    "copy-in-place": "copy in place (each request copied next to itself: every burst multiplied by the "
+    "scale)",
+}
 
-    Each request is kept (scale < 1: with probability `scale`) or copied floor(scale) or ceil(scale) times
-    (the fractional part decides, at random); the copies arrive uniformly between the request and the next
-    one, so bursts stay bursts and the local rate is multiplied by `scale`. Lengths are copied with the
-    request."""
+
+def scale_traffic(
+    traffic: Traffic, scale: float, rng: np.random.Generator, method: str = DEFAULT_SCALE_METHOD
+) -> Traffic:
+    """The same traffic at `scale` times the request rate, over the same time span.
+
+    "superpose" (the default) adds independent users: the result is the original (scale >= 1) plus
+    floor(scale) - 1 copies each shifted in time by its own uniform offset (wrapping round the trace's
+    period), plus one more shifted copy thinned to the fractional part; below 1x it thins the trace. The mean
+    rate is multiplied by `scale`; a burst is not (it lands where its copy's offset puts it), as when more
+    independent users send the same kind of traffic. "copy-in-place" copies each request next to itself, so
+    every burst is multiplied by the scale too; it is used only when asked for by name."""
+    if method not in SCALE_METHODS:
+        raise ChipswapError(
+            f"traffic scaling method {method!r} is not known; use one of {', '.join(SCALE_METHODS)}"
+        )
     s = float(scale)
     if not math.isfinite(s) or s <= 0:
         raise ChipswapError(
@@ -210,6 +228,48 @@ def scale_traffic(traffic: Traffic, scale: float, rng: np.random.Generator) -> T
         raise ChipswapError(
             f"scaling {n:,} requests by {s:g} gives more than {MAX_REQUESTS:,}; use a smaller scale or window"
         )
+    if method == "copy-in-place":
+        return _copy_in_place(traffic, s, g)
+    return _superpose(traffic, s, g)
+
+
+def _superpose(traffic: Traffic, s: float, g: np.random.Generator) -> Traffic:
+    n = len(traffic)
+    arr = traffic.arrivals_s
+    t0 = float(arr[0])
+    period = traffic.span_s + (traffic.span_s / (n - 1) if n > 1 else 1.0)
+    whole = math.floor(s)
+    frac = s - whole
+    parts_t: list[np.ndarray] = []
+    parts_i: list[np.ndarray] = []
+    base = arr - t0
+    if whole >= 1:
+        parts_t.append(arr)
+        parts_i.append(np.arange(n))
+    for k in range(max(whole, 1) - 1 + (1 if frac > 0 else 0)):
+        keep = np.arange(n) if k < whole - 1 else np.flatnonzero(g.random(n) < frac)
+        if whole == 0:  # below 1x: thin the trace in place
+            parts_t.append(arr[keep])
+        else:
+            parts_t.append(np.mod(base[keep] + g.uniform(0.0, period), period) + t0)
+        parts_i.append(keep)
+    times = np.concatenate(parts_t)
+    src = np.concatenate(parts_i)
+    if src.size == 0:
+        raise ChipswapError(f"traffic scale {s:g} keeps no request of {n}; use a larger scale")
+    order = np.argsort(times, kind="stable")
+    src = src[order]
+    return make_traffic(times[order], traffic.prompt_tokens[src], traffic.output_tokens[src])
+
+
+def _copy_in_place(traffic: Traffic, s: float, g: np.random.Generator) -> Traffic:
+    """The same traffic pattern at `scale` times the request rate, over the same time span.
+
+    Each request is kept (scale < 1: with probability `scale`) or copied floor(scale) or ceil(scale) times
+    (the fractional part decides, at random); the copies arrive uniformly between the request and the next
+    one, so bursts stay bursts and the local rate is multiplied by `scale`. Lengths are copied with the
+    request."""
+    n = len(traffic)
     whole = math.floor(s)
     copies = np.full(n, whole, dtype=np.int64) + (g.random(n) < s - whole)
     arr = traffic.arrivals_s
