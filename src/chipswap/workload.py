@@ -160,6 +160,12 @@ class Traffic(_Model):
         "lengths are "
         "kept as they are.",
     )
+    scale_method: Literal["superpose", "copy-in-place"] = Field(
+        "superpose",
+        description="How traffic is scaled: 'superpose' overlays independent time-shifted copies of the "
+        "trace (more users of the same kind; bursts are not multiplied); 'copy-in-place' copies each request "
+        "next to itself (every burst multiplied by the scale).",
+    )
     steady_rps: Real | None = Field(
         None,
         gt=0,
