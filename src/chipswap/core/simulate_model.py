@@ -85,6 +85,11 @@ class ReplicaSetup:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ChipswapError(f"{name} must be an integer >= 0, got {v!r}; 0 means the default")
+        if self.policy == PREFILL_FIRST and self.token_budget:
+            raise ChipswapError(
+                "prefill-first never chunks a prefill, so a token budget does not apply; "
+                "drop token_budget or use chunked-prefill"
+            )
         if self.policy == CHUNKED_PREFILL and not self.token_budget:
             object.__setattr__(self, "token_budget", DEFAULT_TOKEN_BUDGET)
         d = self.max_queue_delay_s

@@ -62,6 +62,7 @@ class _Replica:
         "pad",
         "pad_slots",
         "idle",
+        "pending",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -82,6 +83,7 @@ class _Replica:
         self.pad = 0.0
         self.pad_slots = 0
         self.idle = True
+        self.pending: deque[float] = deque()  # loads to drop at these (future) times: one-token completions
 
 
 class StepSim:
@@ -168,6 +170,8 @@ class StepSim:
         remaining = self.out[i] - 1 - self.done_steps[i]
         if remaining <= 0:
             self._leave(rp, i, t)
+            rp.load += 1  # it leaves the dispatcher's count when its prefill ends, not now
+            rp.pending.append(t)
             return
         k = self.prompt[i] + self.done_steps[i] - rp.it
         self.key[i] = k
@@ -404,6 +408,10 @@ class StepSim:
                         push(events, (reps[r].event_t, r))
                 continue
             if self.dispatch == "least_loaded":
+                for rp in reps:
+                    while rp.pending and rp.pending[0] < a:
+                        rp.pending.popleft()
+                        rp.load -= 1
                 loads = [rp.load for rp in reps]
                 r = loads.index(min(loads))
             else:
