@@ -232,9 +232,9 @@ class StepSim:
                 rp.key_sum -= self.key[i]
                 rp.nr -= 1
                 self._leave(rp, i, t)
-        if self.chunked:
-            return self._chunked_step(rp, r, t)
         q = rp.queue
+        if self.chunked:
+            return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
         if q and len(rp.dec_order) < self.B:
             i = q[0]
             need = self._blocks(self.refill[i] or self.prompt[i]) if self.kv else 0
@@ -256,30 +256,34 @@ class StepSim:
         left = self.budget - rp.nr
         cost = 0.0
         finished: list[int] = []
-        for i in list(rp.partial):
-            if left <= 0:
-                break
-            total = self.refill[i] or self.plen[i]
-            k = min(left, total - self.filled[i])
-            cost += self.pf(self.filled[i] + k) - self.pf(self.filled[i])
-            self.filled[i] += k
-            left -= k
-            if self.filled[i] >= total:
-                rp.partial.remove(i)
-                finished.append(i)
+        pf_get, pf, filled, refill, plen = self._pf.get, self.pf, self.filled, self.refill, self.plen
+        if rp.partial:
+            for i in list(rp.partial):
+                if left <= 0:
+                    break
+                total = refill[i] or plen[i]
+                k = min(left, total - filled[i])
+                cost += pf(filled[i] + k) - pf(filled[i])
+                filled[i] += k
+                left -= k
+                if filled[i] >= total:
+                    rp.partial.remove(i)
+                    finished.append(i)
         q = rp.queue
+        kv = self.kv
         while left > 0 and q and len(rp.dec_order) < self.B:
             i = q[0]
-            total = self.refill[i] or self.plen[i]
-            k = min(left, total)
-            need = self._blocks(total) if self.kv else 0
-            if self.kv and need > self.kv - rp.blocks and rp.dec_order:
-                break
+            total = refill[i] or plen[i]
+            k = total if total <= left else left
+            if kv:
+                need = -(-total // self.block)
+                if need > kv - rp.blocks and rp.dec_order:
+                    break
+                rp.blocks += need
+                self.held[i] = need
             self._admit(rp, r, i, t)
-            rp.blocks += need
-            self.held[i] = need
-            cost += self.pf(k)
-            self.filled[i] = k
+            cost += pf_get(k) or pf(k)
+            filled[i] = k
             left -= k
             if k >= total:
                 finished.append(i)
@@ -374,7 +378,73 @@ class StepSim:
             rp.event_t = t0 + (row[c_cut] - base)
 
     # -- the fleet ------------------------------------------------------------------------------------------
+    def _alone(self, rp: _Replica, i: int, a: float, next_a: float) -> bool:
+        """Round robin, replica idle when request i arrives: if it is done before the replica's next arrival
+        (and its prompt is one step, and it fits the KV cache), compute it in closed form with the same
+        arithmetic as the step path (one prefill step, then one decode run at batch 1)."""
+        length = self.plen[i]
+        if length > self.budget or (self.kv and self._blocks(self.prompt[i] + self.out[i]) > self.kv):
+            return False
+        ttft = a + self.pf(length)
+        m = self.out[i] - 1
+        if m > 0:
+            c0 = self.prompt[i] + 1
+            row = self.tables.by_batch[1] or self.tables.row(1)
+            done = ttft + (row[c0 + m] - row[c0])
+        else:
+            done = ttft
+        if not done < next_a:
+            return False
+        self.start[i], self.ttft[i], self.e2e[i] = a, ttft, done
+        rp.busy += done - a
+        if m > 0:
+            rp.steps += m
+            if self.account:
+                pb = self.padded_of[1]
+                pos = self.tables.positions
+                rp.pad += pb * (pos[c0 + m] - pos[c0])
+                rp.pad_slots += pb * m
+        return True
+
+    def run_round_robin(self) -> None:
+        """Round robin: replicas never interact, so each runs through its own arrivals, no event list."""
+        R, arrive = self.R, self.arrive
+        acc = self.accepted
+        for r in range(R):
+            rp = self.reps[r]
+            mine = acc[r::R]
+            for i in mine:
+                self.replica_of[i] = r
+            q = rp.queue
+            n = len(mine)
+            h = 0
+            end = INF
+            while True:
+                if end == INF:  # idle: the next arrival starts it
+                    if h >= n:
+                        break
+                    i = mine[h]
+                    a = arrive[i]
+                    h += 1
+                    if self._alone(rp, i, a, arrive[mine[h]] if h < n else INF):
+                        continue
+                    q.append(i)
+                    rp.idle = False
+                    end = self.boundary(r, a)
+                    continue
+                while h < n and arrive[mine[h]] <= end:  # arrivals before the boundary join the queue
+                    q.append(mine[h])
+                    if rp.run is not None:
+                        rp.event_t = end
+                        self.cut(r, arrive[mine[h]])
+                        end = rp.event_t
+                    h += 1
+                end = self.boundary(r, end)
+
     def run(self) -> None:
+        if self.dispatch == "round_robin":
+            self.run_round_robin()
+            return
         R, reps = self.R, self.reps
         events: list[tuple[float, int]] = []
         push, pop = heapq.heappush, heapq.heappop
