@@ -224,10 +224,14 @@ class StepSim:
         if run is not None:  # a decode run ended here
             t0, c0, row, m = run
             rp.run = None
-            self._account(rp, c0, m)
-            rp.it += m
-            while rp.dec and rp.dec[0][0] <= rp.it:
-                _, i = heapq.heappop(rp.dec)
+            if self.account:
+                self._account(rp, c0, m)
+            else:
+                rp.steps += m
+            it = rp.it = rp.it + m
+            dec = rp.dec
+            while dec and dec[0][0] <= it:
+                i = heapq.heappop(dec)[1]
                 self.running[i] = 0
                 rp.key_sum -= self.key[i]
                 rp.nr -= 1
@@ -355,8 +359,9 @@ class StepSim:
             m = self._make_room(rp, m)
             if not rp.nr:
                 return self.boundary(self.reps.index(rp), t)
-        c0 = self._c0(rp)
-        row = self.tables.by_batch[rp.nr] or self.tables.row(rp.nr)
+        nr = rp.nr
+        c0 = self._c0(rp) if self.max_mode else -(-(rp.key_sum + nr * (rp.it + 1)) // nr)
+        row = self.tables.by_batch[nr] or self.tables.row(nr)
         dt = row[c0 + m] - row[c0]
         rp.run = (t, c0, row, m)
         rp.busy += dt
