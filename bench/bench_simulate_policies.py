@@ -1,8 +1,8 @@
 """Fleet simulator speed per scheduler policy: the same 1,000,000 LLM requests as bench_simulate.py
 (lengths resampled, seeded, from the bundled Azure code trace; Poisson arrivals at 26/s; 20 replicas, round
 robin) under each policy the plan can pick, plus the paged KV cache that can fill up and the shared queue.
-Target: <= 5 s per policy (issue 21). Runs are interleaved (policy A, B, C, ..., then again) so a change in the machine's load
-hits every policy alike; the median of `--repeat` runs is reported.
+Target: <= 5 s per policy (issue 21). Runs are interleaved (policy A, B, C, ..., then again) so a change in
+the machine's load hits every policy alike; the median of `--repeat` runs is reported.
 
 - prefill-first: GPU rules of TGI; the closed-form engine.
 - chunked-prefill: vLLM's default, token budget 8192; the step scheduler.
