@@ -1,6 +1,6 @@
-"""The bundled example's fleet sizes under each modelling choice of issue 21, one at a time (docs/simulation.md,
-"The bundled example before and after"): the same `chipswap plan --example llama-serving` with the GPU side's
-scheduler policy or the traffic scaling method swapped.
+"""The bundled example's fleet sizes under each modelling choice of issue 21, one at a time
+(docs/simulation.md, "The bundled example before and after"): the same `chipswap plan --example
+llama-serving` with the GPU side's scheduler policy or the traffic scaling method swapped.
 
     python bench/example_scheduling.py after           # the plan's defaults: chunked prefill, superposition
     python bench/example_scheduling.py prefill-first   # GPU side prefill-first (TGI), superposition
