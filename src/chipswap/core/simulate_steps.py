@@ -133,6 +133,8 @@ class StepSim:
         self.preemptions = 0
         self._pf: dict[int, float] = {}
         self.shared: deque[int] = deque()
+        # round robin: the replica's next arrival (a step that ends before it goes straight on to decoding)
+        self.horizon = -INF
         self.reps = [_Replica(self.shared if dispatch == "shared" else deque()) for _ in range(R)]
 
     # -- costs ----------------------------------------------------------------------------------------------
@@ -251,7 +253,9 @@ class StepSim:
                 rp.busy += dt
                 end = t + dt
                 self._join_decode(rp, i, end)
-                return end
+                if q or end >= self.horizon:
+                    return end
+                return self._decode(rp, end)
         return self._decode(rp, t)
 
     def _chunked_step(self, rp: _Replica, r: int, t: float) -> float:  # noqa: C901
@@ -312,7 +316,9 @@ class StepSim:
             self._leave(rp, i, end)
         for i in finished:
             self._join_decode(rp, i, end)
-        return end
+        if rp.partial or rp.queue or end >= self.horizon:
+            return end
+        return self._decode(rp, end)  # nothing can join before the step ends: the decode run starts there
 
     def _make_room(self, rp: _Replica, m: int) -> int:
         """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot."""
@@ -435,6 +441,7 @@ class StepSim:
                         continue
                     q.append(i)
                     rp.idle = False
+                    self.horizon = arrive[mine[h]] if h < n else INF
                     end = self.boundary(r, a)
                     continue
                 while h < n and arrive[mine[h]] <= end:  # arrivals before the boundary join the queue
@@ -444,6 +451,7 @@ class StepSim:
                         self.cut(r, arrive[mine[h]])
                         end = rp.event_t
                     h += 1
+                self.horizon = arrive[mine[h]] if h < n else INF
                 end = self.boundary(r, end)
 
     def run(self) -> None:
