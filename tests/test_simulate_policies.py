@@ -147,3 +147,33 @@ def test_a_shared_queue_waits_less_than_round_robin() -> None:
     with pytest.raises(ChipswapError) as exc:
         S.simulate(traffic, GpuLike(), setup, 4, dispatch="random")
     assert "shared" in _one_line(exc)
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        S.ReplicaSetup(max_batch=16, max_length=4096, policy=CHUNKED_PREFILL),
+        S.ReplicaSetup(max_batch=16, max_length=4096, policy=CHUNKED_PREFILL, token_budget=300),
+        S.ReplicaSetup(max_batch=16, max_length=4096, policy=CHUNKED_PREFILL, kv_blocks=250),
+        S.ReplicaSetup(max_batch=16, max_length=4096, policy=PREFILL_FIRST, kv_blocks=250),
+        S.ReplicaSetup(
+            max_batch=8,
+            batch_sizes=(8,),
+            prefill_buckets=(512, 1024, 2048),
+            decode_buckets=(1024, 2048, 2304),
+            policy=NEURON_STATIC_SLOTS,
+            token_budget=256,
+        ),
+    ],
+    ids=["chunked", "chunked-300", "chunked-kv", "prefill-first-kv", "static-chunked"],
+)
+def test_round_robin_shortcuts_match_the_event_list(setup: S.ReplicaSetup) -> None:
+    """One replica: round robin (each replica on its own, alone requests in closed form, steps chained up to
+    the next arrival) and the event list (least loaded, shared queue) are the same schedule."""
+    traffic = _traffic(2.5, 600, seed=13)
+    rr = S.simulate(traffic, GpuLike(), setup, 1, dispatch="round_robin")
+    for other in ("least_loaded", "shared"):
+        ev = S.simulate(traffic, GpuLike(), setup, 1, dispatch=other)
+        np.testing.assert_allclose(rr.e2e_s, ev.e2e_s, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(rr.ttft_s, ev.ttft_s, rtol=1e-9, atol=1e-9)
+        assert rr.preemptions == ev.preemptions

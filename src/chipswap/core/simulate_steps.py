@@ -63,6 +63,7 @@ class _Replica:
         "pad_slots",
         "idle",
         "pending",
+        "claimed",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -83,6 +84,7 @@ class _Replica:
         self.pad = 0.0
         self.pad_slots = 0
         self.idle = True
+        self.claimed = False  # shared queue: cut for a waiting request, not yet at that boundary
         self.pending: deque[float] = deque()  # loads to drop at these (future) times: one-token completions
 
 
@@ -222,6 +224,7 @@ class StepSim:
     def boundary(self, r: int, t: float) -> float:
         """Replica r is at a step boundary at t: retire, then start its next step or run; return its end."""
         rp = self.reps[r]
+        rp.claimed = False
         run = rp.run
         if run is not None:  # a decode run ended here
             t0, c0, row, m = run
@@ -258,7 +261,19 @@ class StepSim:
                 return self._decode(rp, end)
         return self._decode(rp, t)
 
-    def _chunked_step(self, rp: _Replica, r: int, t: float) -> float:  # noqa: C901
+    def _chunked_step(self, rp: _Replica, r: int, t: float) -> float:
+        """One step under a token budget from t (and, when nothing can join before they end, the steps that
+        follow it, up to the next decode run); returns the end of the last step or run started."""
+        while True:
+            end, stepped = self._one_chunked_step(rp, r, t)
+            if not stepped or rp.queue or end >= self.horizon:
+                return end
+            if not rp.partial:
+                return self._decode(rp, end)  # nothing can join before the step ends: decoding runs on
+            t = end  # the next chunk of a long prompt, right away
+
+    def _one_chunked_step(self, rp: _Replica, r: int, t: float) -> tuple[float, bool]:  # noqa: C901
+        preempted = self.preemptions
         if rp.nr and self.kv:
             self._make_room(rp, 1)  # decodes are scheduled (and given blocks) first; may preempt
         left = self.budget - rp.nr
@@ -279,7 +294,8 @@ class StepSim:
                     finished.append(i)
         q = rp.queue
         kv = self.kv
-        while left > 0 and q and len(rp.dec_order) < self.B:
+        # (a step that had to preempt admits no one new, as in vLLM)
+        while left > 0 and q and len(rp.dec_order) < self.B and self.preemptions == preempted:
             i = q[0]
             total = refill[i] or plen[i]
             k = total if total <= left else left
@@ -297,8 +313,8 @@ class StepSim:
                 finished.append(i)
             else:
                 rp.partial.append(i)
-        if cost == 0.0:
-            return self._decode(rp, t)
+        if cost == 0.0:  # no prefill work: a decode run (or idle)
+            return self._decode(rp, t), False
         if rp.nr:
             c0 = self._c0(rp)
             row = self.tables.by_batch[rp.nr] or self.tables.row(rp.nr)
@@ -316,9 +332,7 @@ class StepSim:
             self._leave(rp, i, end)
         for i in finished:
             self._join_decode(rp, i, end)
-        if rp.partial or rp.queue or end >= self.horizon:
-            return end
-        return self._decode(rp, end)  # nothing can join before the step ends: the decode run starts there
+        return end, True
 
     def _make_room(self, rp: _Replica, m: int) -> int:
         """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot."""
@@ -458,7 +472,7 @@ class StepSim:
         if self.dispatch == "round_robin":
             self.run_round_robin()
             return
-        R, reps = self.R, self.reps
+        R, reps, B = self.R, self.reps, self.B
         events: list[tuple[float, int]] = []
         push, pop = heapq.heappush, heapq.heappop
         arrive = self.arrive
@@ -484,11 +498,27 @@ class StepSim:
                     if nt < INF:
                         push(events, (nt, idle))
                     continue
+                # the first replica with room to reach a step boundary takes it: cut that one only
+                best_t, best = INF, -1
                 for r in range(R):
-                    before = reps[r].event_t
-                    self.cut(r, a)
-                    if reps[r].event_t != before:
-                        push(events, (reps[r].event_t, r))
+                    rp = reps[r]
+                    if rp.claimed or len(rp.dec_order) >= B:
+                        continue
+                    run = rp.run
+                    if run is None:
+                        tb = rp.event_t
+                    else:
+                        t0, c0, row, m = run
+                        tb = t0 + (row[bisect_left(row, row[c0] + (a - t0), c0 + 1, c0 + m)] - row[c0])
+                    if tb < best_t:
+                        best_t, best = tb, r
+                if best >= 0:
+                    rp = reps[best]
+                    rp.claimed = True
+                    before = rp.event_t
+                    self.cut(best, a)
+                    if rp.event_t != before:
+                        push(events, (rp.event_t, best))
                 continue
             if self.dispatch == "least_loaded":
                 for rp in reps:
