@@ -38,6 +38,20 @@ from chipswap.traces import bundled_trace_path, read_trace  # noqa: E402
 
 TARGET_S = 5.0
 BUCKETS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _neuron(chunk: int) -> S.ReplicaSetup:
+    """Compiled batch 32 with prefill and decode buckets; `chunk` > 0: chunked prefill of that many tokens."""
+    return S.ReplicaSetup(
+        max_batch=32,
+        batch_sizes=(32,),
+        prefill_buckets=BUCKETS,
+        decode_buckets=BUCKETS,
+        policy="neuron-static-slots",
+        token_budget=chunk,
+    )
+
+
 CASES: dict[str, tuple[S.ReplicaSetup, str]] = {
     "prefill-first": (S.ReplicaSetup(max_batch=32, max_length=16384), "round_robin"),
     "chunked-prefill": (
@@ -48,27 +62,8 @@ CASES: dict[str, tuple[S.ReplicaSetup, str]] = {
         S.ReplicaSetup(max_batch=256, max_length=16384, policy="chunked-prefill", kv_blocks=1200),
         "round_robin",
     ),
-    "neuron-static-slots": (
-        S.ReplicaSetup(
-            max_batch=32,
-            batch_sizes=(32,),
-            prefill_buckets=BUCKETS,
-            decode_buckets=BUCKETS,
-            policy="neuron-static-slots",
-        ),
-        "round_robin",
-    ),
-    "neuron-static-slots, chunked 1024": (
-        S.ReplicaSetup(
-            max_batch=32,
-            batch_sizes=(32,),
-            prefill_buckets=BUCKETS,
-            decode_buckets=BUCKETS,
-            policy="neuron-static-slots",
-            token_budget=1024,
-        ),
-        "round_robin",
-    ),
+    "neuron-static-slots": (_neuron(0), "round_robin"),
+    "neuron-static-slots, chunked 1024": (_neuron(1024), "round_robin"),
     "prefill-first, shared queue": (S.ReplicaSetup(max_batch=32, max_length=16384), "shared"),
 }
 

@@ -6,6 +6,8 @@ per-replica queues. Each stack id maps to its documented policy."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -21,21 +23,12 @@ from chipswap.core.simulate_policies import (
 from chipswap.core.simulate_steps import simulate_steps
 from chipswap.errors import ChipswapError
 from tests.sim_services import GpuLike, TokenLinear
+from tests.test_simulate_exact import GPU as EXACT_GPU
+from tests.test_simulate_exact import NEURON as EXACT_NEURON
+from tests.test_simulate_exact import _traffic
 
-GPU = S.ReplicaSetup(max_batch=8, max_length=4096)
-NEURON = S.ReplicaSetup(
-    max_batch=8,
-    batch_sizes=(4, 8),
-    prefill_buckets=(128, 512, 1024, 2048),
-    decode_buckets=(512, 1024, 2048, 2304),
-    policy=NEURON_STATIC_SLOTS,
-)
-
-
-def _traffic(rate: float, n: int, seed: int, max_prompt: int = 2000, max_out: int = 200) -> S.Traffic:
-    rng = np.random.default_rng(seed)
-    arrivals = S.poisson_arrivals(rate, rng, n=n)
-    return S.make_traffic(arrivals, rng.integers(1, max_prompt, n), rng.integers(0, max_out, n))
+GPU = EXACT_GPU
+NEURON = replace(EXACT_NEURON, policy=NEURON_STATIC_SLOTS)
 
 
 def _one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:

@@ -186,6 +186,16 @@ class StepSim:
             heapq.heappush(rp.longest, (-k, i))
         self.running[i] = 1
 
+    def _retire(self, rp: _Replica, t: float) -> None:
+        """Decoding requests whose last step is done by now leave at t."""
+        dec, it = rp.dec, rp.it
+        while dec and dec[0][0] <= it:
+            i = heapq.heappop(dec)[1]
+            self.running[i] = 0
+            rp.key_sum -= self.key[i]
+            rp.nr -= 1
+            self._leave(rp, i, t)
+
     def _leave(self, rp: _Replica, i: int, t: float) -> None:
         self.e2e[i] = t
         rp.blocks -= self.held[i]
@@ -233,14 +243,8 @@ class StepSim:
                 self._account(rp, c0, m)
             else:
                 rp.steps += m
-            it = rp.it = rp.it + m
-            dec = rp.dec
-            while dec and dec[0][0] <= it:
-                i = heapq.heappop(dec)[1]
-                self.running[i] = 0
-                rp.key_sum -= self.key[i]
-                rp.nr -= 1
-                self._leave(rp, i, t)
+            rp.it += m
+            self._retire(rp, t)
         q = rp.queue
         if self.chunked:
             return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
@@ -268,9 +272,42 @@ class StepSim:
             end, stepped = self._one_chunked_step(rp, r, t)
             if not stepped or rp.queue or end >= self.horizon:
                 return end
+            if len(rp.partial) == 1 and not self.kv:
+                end = self._chunk_run(rp, end)
+                if rp.partial:
+                    return end
             if not rp.partial:
                 return self._decode(rp, end)  # nothing can join before the step ends: decoding runs on
             t = end  # the next chunk of a long prompt, right away
+
+    def _chunk_run(self, rp: _Replica, t: float) -> float:
+        """The rest of one long prompt's chunks from t, all at once, when nothing else changes meanwhile (no
+        decode finishes before the last chunk, no arrival before it ends): k steps cost the rest of its
+        prefill plus k decode steps of the running batch (one table difference). Otherwise nothing is done."""
+        i = rp.partial[0]
+        nr = rp.nr
+        per_step = self.budget - nr
+        total = self.refill[i] or self.plen[i]
+        k = -(-(total - self.filled[i]) // per_step)
+        if per_step <= 0 or k < 2 or (nr and rp.dec[0][0] - rp.it < k):
+            return t
+        cost = self.pf(total) - self.pf(self.filled[i])
+        if nr:
+            c0 = self._c0(rp)
+            row = self.tables.by_batch[nr] or self.tables.row(nr)
+            cost += row[c0 + k] - row[c0]
+        end = t + cost
+        if end >= self.horizon:
+            return t
+        if nr:
+            self._account(rp, c0, k)
+            rp.it += k
+        rp.busy += cost
+        self.filled[i] = total
+        rp.partial.clear()
+        self._retire(rp, end)
+        self._join_decode(rp, i, end)
+        return end
 
     def _one_chunked_step(self, rp: _Replica, r: int, t: float) -> tuple[float, bool]:  # noqa: C901
         preempted = self.preemptions
@@ -324,12 +361,7 @@ class StepSim:
         end = t + cost
         rp.busy += cost
         # decodes of this step are done at its end; prefills that finished emit their first token
-        while rp.dec and rp.dec[0][0] <= rp.it:
-            _, i = heapq.heappop(rp.dec)
-            self.running[i] = 0
-            rp.key_sum -= self.key[i]
-            rp.nr -= 1
-            self._leave(rp, i, end)
+        self._retire(rp, end)
         for i in finished:
             self._join_decode(rp, i, end)
         return end, True
@@ -474,20 +506,13 @@ class StepSim:
             return
         R, reps, B = self.R, self.reps, self.B
         events: list[tuple[float, int]] = []
-        push, pop = heapq.heappush, heapq.heappop
+        push = heapq.heappush
         arrive = self.arrive
         rr = -1
         shared = self.dispatch == "shared"
         for i in self.accepted:
             a = arrive[i]
-            while events and events[0][0] < a:
-                te, r = pop(events)
-                rp = reps[r]
-                if te != rp.event_t:
-                    continue
-                nt = rp.event_t = self.boundary(r, te)
-                if nt < INF:
-                    push(events, (nt, r))
+            self._events_until(events, a)
             if shared:
                 self.shared.append(i)
                 idle = next((r for r in range(R) if reps[r].idle), -1)
@@ -543,14 +568,19 @@ class StepSim:
                 self.cut(r, a)
                 if rp.event_t != before:
                     push(events, (rp.event_t, r))
-        while events:
-            te, r = pop(events)
+        self._events_until(events, INF)
+
+    def _events_until(self, events: list[tuple[float, int]], a: float) -> None:
+        """Run every replica boundary on the event list before `a` (stale entries skipped)."""
+        reps = self.reps
+        while events and events[0][0] < a:
+            te, r = heapq.heappop(events)
             rp = reps[r]
             if te != rp.event_t:
                 continue
             nt = rp.event_t = self.boundary(r, te)
             if nt < INF:
-                push(events, (nt, r))
+                heapq.heappush(events, (nt, r))
 
 
 def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:
