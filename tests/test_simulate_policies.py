@@ -170,3 +170,11 @@ def test_round_robin_shortcuts_match_the_event_list(setup: S.ReplicaSetup) -> No
         np.testing.assert_allclose(rr.e2e_s, ev.e2e_s, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(rr.ttft_s, ev.ttft_s, rtol=1e-9, atol=1e-9)
         assert rr.preemptions == ev.preemptions
+
+
+def test_a_request_longer_than_the_kv_cache_is_rejected_not_looped() -> None:
+    traffic = S.make_traffic([0.0, 1.0, 2.0], [100, 5000, 100], [50, 100, 50])
+    setup = S.ReplicaSetup(max_batch=8, max_length=8192, policy=CHUNKED_PREFILL, kv_blocks=100)
+    res = S.simulate(traffic, GpuLike(), setup, 1)
+    assert res.rejected == 1 and dict(res.reject_reasons) == {"longer than the replica's whole KV cache": 1}
+    assert np.isfinite(res.e2e_s[[0, 2]]).all() and np.isnan(res.e2e_s[1])

@@ -391,6 +391,9 @@ def reject_mask(
         )
     if setup.max_length:
         rules.append(("longer than the replica's max length", total > setup.max_length))
+    if mode == "llm" and setup.kv_blocks:
+        blocks = -(-total // setup.context_block)
+        rules.append(("longer than the replica's whole KV cache", blocks > setup.kv_blocks))
     mask = np.zeros(len(traffic), dtype=bool)
     reasons: list[tuple[str, int]] = []
     for reason, hit in rules:
