@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _results import write_section  # noqa: E402
 from bench_simulate import RATE_RPS, REPLICAS, SEED, GpuLikeStepTimes  # noqa: E402
-from chipswap.core import simulate as S  # noqa: E402
-from chipswap.traces import bundled_trace_path, read_trace  # noqa: E402
+from chipswap.simulation import simulate as S  # noqa: E402
+from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
 
 TARGET_S = 5.0
 BUCKETS = (512, 1024, 2048, 4096, 8192, 16384)

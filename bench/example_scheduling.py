@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from chipswap.commands.plan import example_path  # noqa: E402
-from chipswap.pipeline import run_plan  # noqa: E402
+from chipswap.cli.plan import example_path  # noqa: E402
+from chipswap.plan import run_plan  # noqa: E402
 from chipswap.plan import simulation as stage  # noqa: E402
-from chipswap.workload import load_workload  # noqa: E402
+from chipswap.plan.workload import load_workload  # noqa: E402
 
 VARIANTS = ("after", "prefill-first", "copy-in-place", "chunked-copy")
 

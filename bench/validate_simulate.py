@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from chipswap.core import simulate_validation as V  # noqa: E402
+from chipswap.simulation import validation as V  # noqa: E402
 
 DATA = ROOT / ".." / "shared" / "reference" / "neuron-benchmarks-modern" / "llm_serving.csv"
 DOC = ROOT / "docs" / "simulation.md"

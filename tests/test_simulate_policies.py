@@ -1,4 +1,4 @@
-"""Scheduler policies, the KV cache and dispatch (chipswap.core.simulate_steps): the step scheduler runs the
+"""Scheduler policies, the KV cache and dispatch (chipswap.simulation.steps): the step scheduler runs the
 closed-form engine's rules request for request when the policy is the same; chunked prefill splits a long
 prompt over steps without changing its cost alone; static slots charge the compiled batch; a KV cache that
 fills up preempts and recomputes, and every request is still served; a shared queue waits no longer than
@@ -11,8 +11,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from chipswap.core import simulate as S
-from chipswap.core.simulate_policies import (
+from chipswap.errors import ChipswapError
+from chipswap.simulation import simulate as S
+from chipswap.simulation.policies import (
     CHUNKED_PREFILL,
     NEURON_STATIC_SLOTS,
     POLICIES,
@@ -20,8 +21,7 @@ from chipswap.core.simulate_policies import (
     STACK_POLICY,
     scheduler_policy_for,
 )
-from chipswap.core.simulate_steps import simulate_steps
-from chipswap.errors import ChipswapError
+from chipswap.simulation.steps import simulate_steps
 from tests.sim_services import GpuLike, TokenLinear
 from tests.test_simulate_exact import GPU as EXACT_GPU
 from tests.test_simulate_exact import NEURON as EXACT_NEURON

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.core import simulate_validation as V
+from chipswap.simulation import validation as V
 
 DATA = (
     Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "neuron-benchmarks-modern"

@@ -6,8 +6,9 @@ the
 layout (tensor-parallel degree x replicas) that needs the fewest instances, that count, the capacity per
 instance within the SLO at the projection's value and at the edges of its error band (a CurveSizer the
 economics and sensitivity stages re-size with), simulated latency percentiles and distributions at that size,
-and the unloaded floor when no size meets the SLO. The simulator is reached through chipswap.core.simulate and
-chipswap.core.fleet (size_fleet, check_fleet) only.
+and the unloaded floor when no size meets the SLO. The simulator is reached through
+chipswap.simulation.simulate and
+chipswap.simulation.fleet (size_fleet, check_fleet) only.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def scheduling_of(workload: Any, padded: bool, mode: str) -> tuple[str, str, int
     """(stack id, scheduler policy, chunked-prefill token budget on Neuron or 0) for one side of the plan:
     the workload's `stack` (Neuron candidates) or `gpu_stack` (today's GPUs), the stacks table's defaults
     when the workload names none."""
-    from chipswap.core.simulate_policies import (
+    from chipswap.simulation.policies import (
         CHUNKING_STACKS,
         DEFAULT_NEURON_CHUNK,
         GPU_DEFAULT_STACK,
@@ -90,8 +91,8 @@ def scale_method_of(workload: Any) -> str:
 
 def scheduling_summary(workload: Any) -> dict[str, str]:
     """What the simulation of both sides assumed, for the plan's output and report.json."""
-    from chipswap.core.simulate import DEFAULT_DISPATCH, SCALE_METHOD_WORDS
-    from chipswap.core.simulate_policies import describe
+    from chipswap.simulation.policies import describe
+    from chipswap.simulation.simulate import DEFAULT_DISPATCH, SCALE_METHOD_WORDS
 
     mode = workload.traffic.mode if getattr(workload, "traffic", None) else "llm"
     gpu_stack, gpu_policy, _ = scheduling_of(workload, False, mode)
@@ -115,7 +116,7 @@ def scheduling_summary(workload: Any) -> dict[str, str]:
 
 def _simulator() -> Any:
     try:
-        from chipswap.core import fleet, simulate
+        from chipswap.simulation import fleet, simulate
     except ImportError:
         return None
     return simulate, fleet
@@ -147,7 +148,7 @@ class _Fleet:
         self.sizing: Any = None
 
     def size(self, cap: int) -> Any:
-        """chipswap.core.fleet.size_fleet on the busiest window, up to `cap` instances."""
+        """chipswap.simulation.fleet.size_fleet on the busiest window, up to `cap` instances."""
         ld = self.load
         self.sizing = self.fleet.size_fleet(
             ld.traffic,
@@ -166,7 +167,7 @@ class _Fleet:
 
     def meets(self, n: int, g: float, speed: float) -> bool:
         """Do `n` instances meet the SLO with traffic scaled by `g` and every call `speed` times as fast?"""
-        from chipswap.core.servicetime import ScaledServiceTimes
+        from chipswap.simulation.servicetime import ScaledServiceTimes
 
         g = round(g, 4)
         if g not in self._scaled:
