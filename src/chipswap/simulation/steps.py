@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from chipswap.simulation.model import _take
 from chipswap.simulation.policies import CHUNKED_PREFILL
 
 INF = float("inf")
@@ -137,6 +138,7 @@ class StepSim:
         self.shared: deque[int] = deque()
         # round robin: the replica's next arrival (a step that ends before it goes straight on to decoding)
         self.horizon = -INF
+        self.alone: tuple[np.ndarray, ...] | None = None  # (requests, arrivals, first tokens, last tokens)
         self.reps = [_Replica(self.shared if dispatch == "shared" else deque()) for _ in range(R)]
 
     # -- costs ----------------------------------------------------------------------------------------------
@@ -435,38 +437,32 @@ class StepSim:
             rp.event_t = t0 + (row[c_cut] - base)
 
     # -- the fleet ------------------------------------------------------------------------------------------
-    def _alone(self, rp: _Replica, i: int, a: float, next_a: float) -> bool:
-        """Round robin, replica idle when request i arrives: if it is done before the replica's next arrival
-        (and its prompt is one step, and it fits the KV cache), compute it in closed form with the same
-        arithmetic as the step path (one prefill step, then one decode run at batch 1)."""
-        length = self.plen[i]
-        if length > self.budget or (self.kv and self._blocks(self.prompt[i] + self.out[i]) > self.kv):
-            return False
-        ttft = a + self.pf(length)
-        m = self.out[i] - 1
-        if m > 0:
-            c0 = self.prompt[i] + 1
-            row = self.tables.by_batch[1] or self.tables.row(1)
-            done = ttft + (row[c0 + m] - row[c0])
-        else:
-            done = ttft
-        if not done < next_a:
-            return False
-        self.start[i], self.ttft[i], self.e2e[i] = a, ttft, done
-        rp.busy += done - a
-        if m > 0:
-            rp.steps += m
-            if self.account:
-                pb = self.padded_of[1]
-                pos = self.tables.positions
-                rp.pad += pb * (pos[c0 + m] - pos[c0])
-                rp.pad_slots += pb * m
-        return True
+    def _alone_times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per accepted request, if it ran alone on an idle replica from its arrival: (first token, last
+        token, decode steps, whether it could: its prompt fits one step). The same arithmetic as the step
+        path (one prefill step, then one decode run at batch 1), so results do not depend on the path."""
+        acc = np.asarray(self.accepted, dtype=np.int64)
+        a = np.asarray(self.arrive)[acc]
+        p = np.asarray(self.prompt, dtype=np.int64)[acc]
+        steps = np.maximum(np.asarray(self.out, dtype=np.int64)[acc] - 1, 0)
+        length = np.asarray(self.plen, dtype=np.int64)[acc]
+        pre = np.array([self.pf(int(x)) for x in length]) if length.size else np.zeros(0)
+        row = self.tables.by_batch[1] or self.tables.row(1)
+        ttft = a + pre
+        dec = _take(row, p + 1 + steps) - _take(row, p + 1)
+        done = np.where(steps > 0, ttft + dec, ttft)
+        return ttft, done, steps, length <= self.budget
 
     def run_round_robin(self) -> None:
-        """Round robin: replicas never interact, so each runs through its own arrivals, no event list."""
+        """Round robin: replicas never interact, so each runs through its own arrivals, no event list. A
+        replica idle when a request arrives jumps over the run of requests that are each done before the
+        next one arrives (found with numpy beforehand); their times are filled in afterwards."""
         R, arrive = self.R, self.arrive
         acc = self.accepted
+        ttft_a, done_a, steps_a, single = self._alone_times()
+        acc_np = np.asarray(acc, dtype=np.int64)
+        arr_np = np.asarray(arrive)[acc_np] if acc else np.zeros(0)
+        jumped = np.zeros(len(acc), dtype=bool)
         for r in range(R):
             rp = self.reps[r]
             mine = acc[r::R]
@@ -474,17 +470,25 @@ class StepSim:
                 self.replica_of[i] = r
             q = rp.queue
             n = len(mine)
+            pos = np.arange(r, len(acc), R)
+            nxt = np.append(arr_np[pos[1:]], INF)
+            ok = single[pos] & (done_a[pos] < nxt)
+            blockers = np.flatnonzero(~ok)
+            until = np.append(blockers, n)[np.searchsorted(blockers, np.arange(n))].tolist()
             h = 0
             end = INF
             while True:
                 if end == INF:  # idle: the next arrival starts it
                     if h >= n:
                         break
+                    k = until[h]
+                    if k > h:  # requests h .. k-1 each run alone
+                        jumped[pos[h:k]] = True
+                        h = k
+                        continue
                     i = mine[h]
                     a = arrive[i]
                     h += 1
-                    if self._alone(rp, i, a, arrive[mine[h]] if h < n else INF):
-                        continue
                     q.append(i)
                     rp.idle = False
                     self.horizon = arrive[mine[h]] if h < n else INF
@@ -499,6 +503,28 @@ class StepSim:
                     h += 1
                 self.horizon = arrive[mine[h]] if h < n else INF
                 end = self.boundary(r, end)
+        self._fill_alone(acc_np[jumped], arr_np[jumped], ttft_a[jumped], done_a[jumped], steps_a[jumped])
+
+    def _fill_alone(
+        self, idx: np.ndarray, a: np.ndarray, ttft: np.ndarray, done: np.ndarray, steps: np.ndarray
+    ) -> None:
+        """Times, busy time, steps and padding of the requests that ran alone (round robin jumps)."""
+        self.alone = (idx, a, ttft, done)
+        rep = np.asarray(self.replica_of, dtype=np.int64)[idx]
+        busy = np.bincount(rep, weights=done - a, minlength=self.R)
+        nsteps = np.bincount(rep, weights=steps, minlength=self.R)
+        if self.account:
+            p = np.asarray(self.prompt, dtype=np.int64)[idx]
+            pos = self.tables.positions
+            pb = self.padded_of[1]
+            per = pb * (_take(pos, p + 1 + steps) - _take(pos, p + 1))
+            pad = np.bincount(rep, weights=per, minlength=self.R)
+        for r, rp in enumerate(self.reps):
+            rp.busy += float(busy[r])
+            rp.steps += int(nsteps[r])
+            if self.account:
+                rp.pad += float(pad[r])
+                rp.pad_slots += self.padded_of[1] * int(nsteps[r])
 
     def run(self) -> None:
         if self.dispatch == "round_robin":
@@ -608,6 +634,9 @@ def simulate_steps(
     )
     sim.run()
     e2e, ttft, start = np.asarray(sim.e2e), np.asarray(sim.ttft), np.asarray(sim.start)
+    if sim.alone is not None:
+        idx, a, first, last = sim.alone
+        start[idx], ttft[idx], e2e[idx] = a, first, last
     replica_of = np.asarray(sim.replica_of, dtype=np.int64)
     steps = np.maximum(o - 1, 0)
     real = int((steps * p + steps * (steps + 1) // 2).sum())
