@@ -49,6 +49,7 @@ class _Replica:
         "queue",
         "dec",
         "dec_order",
+        "running_n",
         "longest",
         "key_sum",
         "nr",
@@ -70,7 +71,8 @@ class _Replica:
     def __init__(self, queue: deque[int]) -> None:
         self.queue = queue
         self.dec: list[tuple[int, int]] = []  # heap: (finish step, request)
-        self.dec_order: list[int] = []  # running requests in admission order (preemption takes the last)
+        self.dec_order: list[int] = []  # with a KV limit: running requests in admission order (preemption)
+        self.running_n = 0  # requests admitted and not finished (prefilling or decoding): the slots in use
         self.longest: list[tuple[int, int]] = []  # heap: (-key, request), static slots: longest context
         self.key_sum = 0  # sum of key over decoding requests (context of step s = key + s)
         self.nr = 0  # decoding requests
@@ -202,20 +204,25 @@ class StepSim:
         self.e2e[i] = t
         rp.blocks -= self.held[i]
         self.held[i] = 0
-        rp.dec_order.remove(i) if rp.dec_order and rp.dec_order[-1] != i else rp.dec_order.pop()
+        rp.running_n -= 1
+        if self.kv:
+            rp.dec_order.remove(i) if rp.dec_order[-1] != i else rp.dec_order.pop()
         rp.load -= 1
 
     def _admit(self, rp: _Replica, r: int, i: int, t: float) -> None:
         rp.queue.popleft()
         if self.start[i] != self.start[i]:
             self.start[i] = t
-        rp.dec_order.append(i)
+        rp.running_n += 1
+        if self.kv:
+            rp.dec_order.append(i)
         self.filled[i] = 0
         self.replica_of[i] = r
 
     def _preempt(self, rp: _Replica) -> None:
         """Recompute preemption of the most recently admitted running request."""
         i = rp.dec_order.pop()
+        rp.running_n -= 1
         self.preemptions += 1
         rp.blocks -= self.held[i]
         self.held[i] = 0
@@ -246,14 +253,15 @@ class StepSim:
             else:
                 rp.steps += m
             rp.it += m
-            self._retire(rp, t)
+            if rp.dec and rp.dec[0][0] <= rp.it:
+                self._retire(rp, t)
         q = rp.queue
         if self.chunked:
             return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
-        if q and len(rp.dec_order) < self.B:
+        if q and rp.running_n < self.B:
             i = q[0]
             need = self._blocks(self.refill[i] or self.prompt[i]) if self.kv else 0
-            if not self.kv or need <= self.kv - rp.blocks or not rp.dec_order:
+            if not self.kv or need <= self.kv - rp.blocks or not rp.running_n:
                 self._admit(rp, r, i, t)
                 length = self.refill[i] or self.plen[i]
                 rp.blocks += need
@@ -334,13 +342,13 @@ class StepSim:
         q = rp.queue
         kv = self.kv
         # (a step that had to preempt admits no one new, as in vLLM)
-        while left > 0 and q and len(rp.dec_order) < self.B and self.preemptions == preempted:
+        while left > 0 and q and rp.running_n < self.B and self.preemptions == preempted:
             i = q[0]
             total = refill[i] or plen[i]
             k = total if total <= left else left
             if kv:
                 need = -(-total // self.block)
-                if need > kv - rp.blocks and rp.dec_order:
+                if need > kv - rp.blocks and rp.running_n:
                     break
                 rp.blocks += need
                 self.held[i] = need
@@ -363,7 +371,8 @@ class StepSim:
         end = t + cost
         rp.busy += cost
         # decodes of this step are done at its end; prefills that finished emit their first token
-        self._retire(rp, end)
+        if rp.dec and rp.dec[0][0] <= rp.it:
+            self._retire(rp, end)
         for i in finished:
             self._join_decode(rp, i, end)
         return end, True
@@ -426,7 +435,7 @@ class StepSim:
         `a` (KV blocks allocated for the dropped steps stay held: they are needed next anyway)."""
         rp = self.reps[r]
         run = rp.run
-        if run is None or len(rp.dec_order) >= self.B:
+        if run is None or rp.running_n >= self.B:
             return
         t0, c0, row, m = run
         base = row[c0]
@@ -553,7 +562,7 @@ class StepSim:
                 best_t, best = INF, -1
                 for r in range(R):
                     rp = reps[r]
-                    if rp.claimed or len(rp.dec_order) >= B:
+                    if rp.claimed or rp.running_n >= B:
                         continue
                     run = rp.run
                     if run is None:
