@@ -84,6 +84,20 @@ def scheduling_of(workload: Any, padded: bool, mode: str) -> tuple[str, str, int
     return str(stack), policy, DEFAULT_NEURON_CHUNK if padded and chunked and mode == "llm" else 0
 
 
+def _gpu_batch_defaults(s: PlanSetup, instance: str, policy: str) -> tuple[int, int]:
+    """vLLM's token budget (chunked prefill only) and max_num_seqs on one GPU of `instance`; (0, 0) when the
+    catalog does not know it (the simulator's defaults then apply)."""
+    from chipswap.simulation.policies import CHUNKED_PREFILL, vllm_defaults
+
+    try:
+        inst = s.catalog.instance(instance)
+        per_gpu = float(inst.accelerator_memory_gib) / max(1, int(inst.accelerator_count))
+    except Exception:  # an instance the catalog cannot name: keep the defaults
+        return 0, 0
+    budget, seqs = vllm_defaults(per_gpu, str(inst.accelerator))
+    return (budget if policy == CHUNKED_PREFILL else 0), seqs
+
+
 def scale_method_of(workload: Any) -> str:
     tr = getattr(workload, "traffic", None)
     return str(getattr(tr, "scale_method", None) or "superpose")
@@ -133,6 +147,9 @@ class _Fleet:
         decode = tuple(shapes.decode_buckets) if shapes and shapes.decode_buckets else ()
         self.stack, self.policy, budget = scheduling_of(s.workload, self.cfg.padded, self.mode)
         self.scale_method = scale_method_of(s.workload)
+        seqs = 0
+        if not self.cfg.padded and self.mode == "llm":
+            budget, seqs = _gpu_batch_defaults(s, self.cfg.instance, self.policy)
         self.setup = self.simulate.setup_from_serving(
             self.cfg,
             mode=self.mode,
@@ -140,6 +157,7 @@ class _Fleet:
             decode_buckets=decode if self.cfg.padded else (),
             policy=self.policy if self.mode == "llm" else None,
             token_budget=budget,
+            max_num_seqs=seqs,
         )
         self._scaled: dict[float, Any] = {1.0: load.traffic}
         self.g_max = max(1.0, MAX_PROBE_REQUESTS / max(1, len(load.traffic)))

@@ -116,14 +116,16 @@ def setup_from_serving(
     max_queue_delay_s: float = DEFAULT_MAX_QUEUE_DELAY_S,
     policy: str | None = None,
     token_budget: int = 0,
+    max_num_seqs: int = 0,
 ) -> ReplicaSetup:
     """The replica setup of a chosen serving configuration. On Neuron (`config.padded`) an LLM decodes at its
     compiled batch sizes (the max batch when none are listed) and buckets must be given.
 
     `policy` is the stack's scheduler policy (default: static slots on Neuron, prefill-first elsewhere);
-    `token_budget` turns chunked prefill on for static slots (a Neuron stack that has it). On a GPU whose
-    KV-cache capacity is known (`config.kv_tokens`, from the projection's memory model), the KV cache is
-    what limits the batch: slots rise to vLLM's max_num_seqs and the cache holds kv_tokens / 16 blocks."""
+    `token_budget` is the chunked-prefill budget (and turns chunking on for static slots, a Neuron stack that
+    has it). On a GPU whose KV-cache capacity is known (`config.kv_tokens`, from the projection's memory
+    model), the KV cache is what limits the batch: slots rise to vLLM's max_num_seqs (`max_num_seqs`, default
+    1024) and the cache holds kv_tokens / 16 blocks."""
     if mode not in MODES:
         raise ChipswapError(f"simulation mode {mode!r} is not known; use one of {', '.join(MODES)}")
     batch_sizes = tuple(config.batch_sizes)
@@ -144,7 +146,7 @@ def setup_from_serving(
     slots, kv_blocks = config.max_batch, 0
     if mode == "llm" and not config.padded and kv_tokens:
         kv_blocks = kv_tokens // DEFAULT_CONTEXT_BLOCK
-        slots = max(config.max_batch, DEFAULT_MAX_NUM_SEQS)
+        slots = max(config.max_batch, max_num_seqs or DEFAULT_MAX_NUM_SEQS)
     return ReplicaSetup(
         max_batch=slots,
         batch_sizes=batch_sizes,

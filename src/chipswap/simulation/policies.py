@@ -75,10 +75,12 @@ GPU_DEFAULT_STACK = "vllm"
 # stacks whose Neuron build can chunk prefills (when the workload turns it on); the others always stall decode
 CHUNKING_STACKS = frozenset({"nxdi-vllm", "vllm", "trtllm"})
 
-# vLLM's per-step token budget for chunked prefill (max_num_batched_tokens; vLLM V1's online-serving default
-# on datacenter GPUs, 2025, stated in its engine arguments docs) and its sequence cap (max_num_seqs).
+# vLLM's per-step token budget for chunked prefill (max_num_batched_tokens) and its sequence cap
+# (max_num_seqs) for its OpenAI server: 8192 and 1024 on GPUs with >= 70 GiB that are not A100s (H100, H200,
+# MI300X), 2048 and 256 on the others (stated defaults: vLLM EngineArgs.get_batch_defaults, 2025). The first
+# pair is the simulator's default; the plan picks by the instance's GPU (`vllm_defaults`).
 DEFAULT_TOKEN_BUDGET = 8192
-DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_MAX_NUM_SEQS = 1024
 DEFAULT_NEURON_CHUNK = 1024  # optimum-neuron's chunked-prefill runs use 1024-token chunks (published config)
 
 
@@ -88,6 +90,13 @@ def scheduler_policy_for(stack_id: str, mode: str = "llm") -> str:
         known = ", ".join(sorted(STACK_POLICY))
         raise ChipswapError(f"serving stack {stack_id!r} is not known; use one of {known}")
     return DYNAMIC_BATCHING if mode == "encoder" else STACK_POLICY[stack_id]
+
+
+def vllm_defaults(gpu_memory_gib: float, chip: str) -> tuple[int, int]:
+    """(token budget, max_num_seqs) vLLM's online server uses on one GPU of this size and chip."""
+    if gpu_memory_gib >= 70 and "a100" not in chip.lower():
+        return DEFAULT_TOKEN_BUDGET, DEFAULT_MAX_NUM_SEQS
+    return 2048, 256
 
 
 def check_policy(name: str) -> str:
