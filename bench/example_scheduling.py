@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from chipswap.cli.plan import example_path  # noqa: E402
 from chipswap.plan import run_plan  # noqa: E402
 from chipswap.plan import simulation as stage  # noqa: E402
-from chipswap.plan.workload import load_workload  # noqa: E402
+from chipswap.plan.workload_file import load_workload  # noqa: E402
 
 VARIANTS = ("after", "prefill-first", "copy-in-place", "chunked-copy")
 
