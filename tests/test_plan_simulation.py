@@ -97,3 +97,16 @@ def test_each_layout_is_sized_and_the_cheapest_kept() -> None:
     note = f.throughput.note
     assert "layouts tried:" in note and note.count("TP") >= 3  # every tensor-parallel degree considered
     assert f"TP{f.config.tp_degree} x {f.config.replicas}: {f.count} instance" in note
+
+
+def test_the_plan_names_its_scheduler_policies_and_scaling() -> None:
+    """Each side is simulated with its stack's policy (defaults: vLLM's chunked prefill on the GPUs, static
+    slots on Neuron), and the plan says so in its notes and in report.json."""
+    r = plan(llama())
+    sched = r.scheduling
+    assert sched["gpu_stack"] == "vllm" and sched["gpu_policy"] == "chunked-prefill"
+    assert sched["neuron_stack"] == "nxdi-vllm" and sched["neuron_policy"] == "neuron-static-slots"
+    assert sched["scale_method"] == "superpose" and sched["dispatch"] == "round_robin"
+    assert any("chunked-prefill" in n and "neuron-static-slots" in n for n in r.notes)
+    assert r.to_json()["scheduling"]["gpu_policy"] == "chunked-prefill"
+    assert "chunked-prefill" in (r.gpu_fleet.throughput.note or "")

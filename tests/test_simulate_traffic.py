@@ -54,13 +54,13 @@ def test_bad_scale_is_error(scale):
     assert "traffic scale" in _one_line(exc)
 
 
-def test_scale_multiplies_rate_keeps_span_and_burst_shape():
+def test_copy_in_place_multiplies_rate_keeps_span_and_burst_shape():
     rng = np.random.default_rng(1)
     # a burst of 200 requests in 10 s, then 100 requests over 990 s
     arrivals = np.sort(np.concatenate([rng.uniform(0, 10, 200), rng.uniform(10, 1000, 100)]))
     t = S.make_traffic(arrivals, rng.integers(1, 100, 300), rng.integers(1, 9, 300))
     for scale in (0.5, 1.0, 3.0, 10.0, 2.4):
-        big = S.scale_traffic(t, scale, np.random.default_rng(2))
+        big = S.scale_traffic(t, scale, np.random.default_rng(2), method="copy-in-place")
         assert len(big) == pytest.approx(300 * scale, rel=0.15)
         assert big.arrivals_s[0] >= t.arrivals_s[0] and big.arrivals_s[-1] <= t.arrivals_s[-1] + 10
         burst_share = np.mean(big.arrivals_s < 10.0)
@@ -69,6 +69,27 @@ def test_scale_multiplies_rate_keeps_span_and_burst_shape():
     assert np.array_equal(S.scale_traffic(t, 1.0, rng).arrivals_s, t.arrivals_s)
     with pytest.raises(ChipswapError):
         S.scale_traffic(t, 1e-9, np.random.default_rng(0))  # keeps nothing
+
+
+def test_superposition_multiplies_the_mean_rate_not_the_bursts():
+    """Independent time-shifted copies: x5 has 5x the requests over the same span, lengths from the trace,
+    and the busiest second holds far fewer than 5x the original's (copy in place multiplies it exactly)."""
+    rng = np.random.default_rng(3)
+    arrivals = np.sort(np.concatenate([rng.uniform(0, 2, 100), rng.uniform(2, 1000, 400)]))
+    t = S.make_traffic(arrivals, rng.integers(1, 100, 500), rng.integers(1, 9, 500))
+    peak = S.busiest_window(t, 1.0, by="requests").requests
+    for scale in (0.4, 2.5, 5.0):
+        big = S.scale_traffic(t, scale, np.random.default_rng(4))
+        assert len(big) == pytest.approx(500 * scale, rel=0.1)
+        assert big.arrivals_s[0] >= t.arrivals_s[0] and big.arrivals_s[-1] <= t.arrivals_s[-1] + 3
+        assert set(np.unique(big.prompt_tokens)) <= set(np.unique(t.prompt_tokens))
+    sup = S.busiest_window(S.scale_traffic(t, 5.0, np.random.default_rng(4)), 1.0, by="requests").requests
+    cip = S.scale_traffic(t, 5.0, np.random.default_rng(4), method="copy-in-place")
+    assert S.busiest_window(cip, 1.0, by="requests").requests >= 4 * peak
+    assert sup < 2 * peak
+    with pytest.raises(ChipswapError) as exc:
+        S.scale_traffic(t, 2.0, rng, method="in-place")
+    assert "scaling method" in _one_line(exc)
 
 
 def test_repeat_traffic_tiles_to_duration():

@@ -179,4 +179,5 @@ def _assemble(
         gpu_fleet=fl.gpu,
         slo=slo,
         stage_seconds=dict(clock.seconds),
+        scheduling=dict(sim.scheduling),
     )

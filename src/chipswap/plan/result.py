@@ -175,6 +175,7 @@ class PlanResult:
     gpu_fleet: FleetPlan | None = None
     slo: dict[str, float] = field(default_factory=dict)  # objective name -> ms
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    scheduling: dict[str, str] = field(default_factory=dict)  # scheduler policies, dispatch, traffic scaling
 
     @property
     def monthly_after(self) -> Decimal | None:

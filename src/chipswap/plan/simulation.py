@@ -59,9 +59,75 @@ class InstanceSim:
 class SimulationStage:
     by_instance: dict[str, InstanceSim] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    scheduling: dict[str, str] = field(default_factory=dict)  # policies, dispatch, scaling method
 
     def get(self, instance: str) -> InstanceSim | None:
         return self.by_instance.get(instance)
+
+
+def scheduling_of(workload: Any, padded: bool, mode: str) -> tuple[str, str, int]:
+    """(stack id, scheduler policy, chunked-prefill token budget on Neuron or 0) for one side of the plan:
+    the workload's `stack` (Neuron candidates) or `gpu_stack` (today's GPUs), the stacks table's defaults
+    when the workload names none."""
+    from chipswap.simulation.policies import (
+        CHUNKING_STACKS,
+        DEFAULT_NEURON_CHUNK,
+        GPU_DEFAULT_STACK,
+        NEURON_DEFAULT_STACK,
+        scheduler_policy_for,
+    )
+
+    side = getattr(workload, "targets" if padded else "fleet", None)
+    stack = getattr(side, "stack" if padded else "gpu_stack", None) or (
+        NEURON_DEFAULT_STACK if padded else GPU_DEFAULT_STACK
+    )
+    policy = scheduler_policy_for(str(stack), mode)
+    chunked = bool(getattr(side, "chunked_prefill", False)) and stack in CHUNKING_STACKS
+    return str(stack), policy, DEFAULT_NEURON_CHUNK if padded and chunked and mode == "llm" else 0
+
+
+def _gpu_batch_defaults(s: PlanSetup, instance: str, policy: str) -> tuple[int, int]:
+    """vLLM's token budget (chunked prefill only) and max_num_seqs on one GPU of `instance`; (0, 0) when the
+    catalog does not know it (the simulator's defaults then apply)."""
+    from chipswap.simulation.policies import CHUNKED_PREFILL, vllm_defaults
+
+    try:
+        inst = s.catalog.instance(instance)
+        per_gpu = float(inst.accelerator_memory_gib) / max(1, int(inst.accelerator_count))
+    except Exception:  # an instance the catalog cannot name: keep the defaults
+        return 0, 0
+    budget, seqs = vllm_defaults(per_gpu, str(inst.accelerator))
+    return (budget if policy == CHUNKED_PREFILL else 0), seqs
+
+
+def scale_method_of(workload: Any) -> str:
+    tr = getattr(workload, "traffic", None)
+    return str(getattr(tr, "scale_method", None) or "superpose")
+
+
+def scheduling_summary(workload: Any) -> dict[str, str]:
+    """What the simulation of both sides assumed, for the plan's output and report.json."""
+    from chipswap.simulation.policies import describe
+    from chipswap.simulation.simulate import DEFAULT_DISPATCH, SCALE_METHOD_WORDS
+
+    mode = workload.traffic.mode if getattr(workload, "traffic", None) else "llm"
+    gpu_stack, gpu_policy, _ = scheduling_of(workload, False, mode)
+    neuron_stack, neuron_policy, budget = scheduling_of(workload, True, mode)
+    method = scale_method_of(workload)
+    return {
+        "gpu_stack": gpu_stack,
+        "gpu_policy": gpu_policy,
+        "neuron_stack": neuron_stack,
+        "neuron_policy": neuron_policy + (f" with chunked prefill ({budget} tokens)" if budget else ""),
+        "dispatch": DEFAULT_DISPATCH,
+        "scale_method": method,
+        "line": (
+            f"scheduling simulated: GPUs ({gpu_stack}) {describe(gpu_policy)}; Neuron ({neuron_stack}) "
+            f"{describe(neuron_policy)}{f' with {budget}-token chunked prefill' if budget else ''}; "
+            f"requests dispatched {DEFAULT_DISPATCH.replace('_', ' ')} to per-replica queues; traffic "
+            f"scaled by {SCALE_METHOD_WORDS[method]}"
+        ),
+    }
 
 
 def _simulator() -> Any:
@@ -81,11 +147,19 @@ class _Fleet:
         self.mode = s.workload.traffic.mode if s.workload.traffic else "llm"
         prefill = tuple(shapes.sequence_buckets) if shapes and shapes.sequence_buckets else ()
         decode = tuple(shapes.decode_buckets) if shapes and shapes.decode_buckets else ()
+        self.stack, self.policy, budget = scheduling_of(s.workload, self.cfg.padded, self.mode)
+        self.scale_method = scale_method_of(s.workload)
+        seqs = 0
+        if not self.cfg.padded and self.mode == "llm":
+            budget, seqs = _gpu_batch_defaults(s, self.cfg.instance, self.policy)
         self.setup = self.simulate.setup_from_serving(
             self.cfg,
             mode=self.mode,
             prefill_buckets=prefill if self.cfg.padded else (),
             decode_buckets=decode if self.cfg.padded else (),
+            policy=self.policy if self.mode == "llm" else None,
+            token_budget=budget,
+            max_num_seqs=seqs,
         )
         self._scaled: dict[float, Any] = {1.0: load.traffic}
         self.g_max = max(1.0, MAX_PROBE_REQUESTS / max(1, len(load.traffic)))
@@ -117,7 +191,9 @@ class _Fleet:
 
         g = round(g, 4)
         if g not in self._scaled:
-            self._scaled[g] = self.simulate.scale_traffic(self.load.traffic, g, np.random.default_rng(SEED))
+            self._scaled[g] = self.simulate.scale_traffic(
+                self.load.traffic, g, np.random.default_rng(SEED), method=self.scale_method
+            )
         times = self.lay.times if speed == 1.0 else ScaledServiceTimes(self.lay.times, 1.0 / speed)
         w = self.sizing.window
         self.runs += 1
@@ -264,14 +340,15 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         caps.append(None if g is None else load.rate_rps * g / n)
     runs += f.runs - before
     res = f.sizing.check.result
-    batching = "continuous" if f.mode == "llm" else "dynamic"
+    batching = f"continuous ({f.policy})" if f.mode == "llm" else "dynamic"
     if f.capped:
         what += (
             f"; capacity per instance is a lower bound: the SLO still held at {f.g_max:,.1f}x this traffic, "
             f"the most the search simulates ({MAX_PROBE_REQUESTS:,} requests)"
         )
     note = (
-        f"{what}; {batching} batching up to {f.cfg.max_batch}"
+        f"{what}; {batching} batching up to {f.setup.max_batch}"
+        + (f" (KV cache {f.setup.kv_blocks:,} blocks of 16 tokens)" if f.setup.kv_blocks else "")
         + (", padded to the compiled buckets" if f.cfg.padded else "")
         + f"; layouts tried: {'; '.join(tried)}; {runs} simulations"
     )
@@ -337,4 +414,5 @@ def simulation(
         twin = next((r for k, r in done if k == key), None)
         out[p.instance] = replace(twin, instance=p.instance) if twin else _one(s, sim, load, shapes, p, slo)
         done.append((key, out[p.instance]))
-    return SimulationStage(out)
+    sched = scheduling_summary(s.workload)
+    return SimulationStage(out, (sched["line"],), sched)

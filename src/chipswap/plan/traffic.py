@@ -260,7 +260,10 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
             f"the busiest window holds {busiest_rps * tr.burst_window_s:,.0f} requests after scale; fleets "
             f"are sized on its busiest {tr.burst_window_s * k:.3g} s ({MAX_SIM_REQUESTS:,} requests)"
         )
-    scaled = scale_traffic(part, tr.scale, np.random.default_rng(SEED)) if tr.scale != 1 else part
+    method = getattr(tr, "scale_method", None) or "superpose"
+    scaled = (
+        scale_traffic(part, tr.scale, np.random.default_rng(SEED), method=method) if tr.scale != 1 else part
+    )
     name = (
         "bundled Azure LLM code trace (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024)"
         if tr.trace == "bundled"
@@ -272,7 +275,7 @@ def _from_trace(s: PlanSetup) -> TrafficStage:
         window.requests * tr.scale / (window.end_s - window.start_s),
         f"the busiest {window.end_s - window.start_s:g}-second window of the trace by {by} (from t = "
         f"{window.start_s:,.0f} s, with {WARMUP_S * k:g} s before and {COOLDOWN_S * k:g} s after), "
-        f"x{tr.scale:g}",
+        f"x{tr.scale:g}" + (f" ({method})" if tr.scale != 1 else ""),
         prompt,
         out,
     )

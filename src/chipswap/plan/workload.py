@@ -159,6 +159,12 @@ class Traffic(_Model):
         "lengths are "
         "kept as they are.",
     )
+    scale_method: Literal["superpose", "copy-in-place"] = Field(
+        "superpose",
+        description="How traffic is scaled: 'superpose' overlays independent time-shifted copies of the "
+        "trace (more users of the same kind; bursts are not multiplied); 'copy-in-place' copies each request "
+        "next to itself (every burst multiplied by the scale).",
+    )
     steady_rps: Real | None = Field(
         None,
         gt=0,
@@ -311,6 +317,11 @@ class Targets(_Model):
         description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or "
         "tnx-2.18; "
         "the projection and the simulator's scheduling policy follow it.",
+    )
+    chunked_prefill: bool = Field(
+        False,
+        description="Simulate the Neuron stack with chunked prefill (1,024-token chunks), as vLLM on NxD "
+        "Inference can be configured; default off (prefills pause decoding).",
     )
 
     @field_validator("stack")

@@ -72,6 +72,7 @@ class Layout:
     padded_heads: int = 0
     occupancy: float = 1.0
     notes: tuple[str, ...] = field(default=())
+    kv_tokens: int = 0  # KV-cache tokens one replica holds (memory after weights and reserve); 0 = unknown
 
     def band(self, metric: str) -> float:
         return dict(self.bands).get(metric, 0.0)

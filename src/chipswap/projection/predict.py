@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -263,6 +263,8 @@ def project_serving(
                     replicas=reps, batch=b, mean_prompt=lengths.mean_prompt, mean_output=lengths.mean_output,
                     mean_pad=mean_pad, platform_bands=pbands, label=lab,
                 )  # fmt: skip
+                # KV-cache capacity of one replica (the simulator's block accounting on GPUs)
+                lay = replace(lay, kv_tokens=int(free // work.kv_bytes_per_token(kv_dtype, t)))
                 (candidates if wdt in chosen else alt_candidates).append(lay)
     if not candidates:
         reason = _no_fit_reason(rejected, work, instance, chosen, alt_candidates)
@@ -479,6 +481,7 @@ def _llm_result(
         why=why,
         rejected=tuple(rejected),
         stack=ctx.stack,
+        kv_tokens=best.kv_tokens,
     )
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(

@@ -30,6 +30,7 @@ MAX_BUCKETS = 256  # entries in one bucket list (the shape planner proposes a ha
 MAX_SHAPES = 4_096  # sequence buckets x batch sizes: one compile each
 MAX_PLAN_BYTES = 64 * 2**20  # a plan with its histogram is KB to a few MB
 
+
 @dataclass(frozen=True)
 class BucketPlan:
     sequence_buckets: tuple[int, ...]
@@ -69,9 +70,7 @@ def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
                 f"{where} holds {one_line(repr(v), 80)}, not a positive integer; fix the plan file"
             )
         if v > hi:
-            raise ChipswapError(
-                f"{where} holds {v:,}, over the limit of {hi:,}; use values up to {hi:,}"
-            )
+            raise ChipswapError(f"{where} holds {v:,}, over the limit of {hi:,}; use values up to {hi:,}")
         out.append(int(v))
     return tuple(sorted(set(out)))
 

@@ -64,6 +64,7 @@ class ServingConfig:
     why: str = ""  # one line: why this configuration won
     rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, why it lost)
     stack: str = ""  # serving stack id the figures assume (chipswap.projection.stacks); "" = not stated
+    kv_tokens: int = 0  # KV-cache capacity of one replica in tokens (memory left after weights); 0 = unknown
 
 
 @dataclass(frozen=True)

@@ -83,20 +83,33 @@ class OnnxRuntimeBackend:
         target = out_dir / MODEL_FILE
         errors: list[str] = []
         used = None
-        for kind in (["dynamo", "legacy"] if exporter == "auto" else [exporter]):
+        for kind in ["dynamo", "legacy"] if exporter == "auto" else [exporter]:
             _clear(out_dir)
             try:
                 with contextlib.redirect_stdout(log), torch.no_grad(), _quiet():
                     if kind == "dynamo":
                         torch.onnx.export(
-                            model, args, str(target), input_names=names, output_names=outputs,
-                            dynamo=True, external_data=big, optimize=fl["optimize"] == "1",
-                            opset_version=int(fl["opset"]), verbose=False,
+                            model,
+                            args,
+                            str(target),
+                            input_names=names,
+                            output_names=outputs,
+                            dynamo=True,
+                            external_data=big,
+                            optimize=fl["optimize"] == "1",
+                            opset_version=int(fl["opset"]),
+                            verbose=False,
                         )
                     else:
                         torch.onnx.export(
-                            model, args, str(target), input_names=names, output_names=outputs,
-                            dynamo=False, opset_version=int(fl["opset"]), do_constant_folding=True,
+                            model,
+                            args,
+                            str(target),
+                            input_names=names,
+                            output_names=outputs,
+                            dynamo=False,
+                            opset_version=int(fl["opset"]),
+                            do_constant_folding=True,
                         )
                 used = kind
                 break

@@ -1,0 +1,129 @@
+"""Fleet simulator speed per scheduler policy: the same 1,000,000 LLM requests as bench_simulate.py
+(lengths resampled, seeded, from the bundled Azure code trace; Poisson arrivals at 26/s; 20 replicas, round
+robin) under each policy the plan can pick, plus the paged KV cache that can fill up and the shared queue.
+Target: <= 5 s per policy (issue 21). Runs are interleaved (policy A, B, C, ..., then again) so a change in
+the machine's load hits every policy alike; the median of `--repeat` runs is reported.
+
+- prefill-first: GPU rules of TGI; the closed-form engine.
+- chunked-prefill: vLLM's default, token budget 8192; the step scheduler.
+- chunked-prefill + KV cache: 256 slots and 1,200 blocks of 16 tokens per replica (it binds: preemptions).
+- neuron-static-slots: compiled batch 32, prefill and decode buckets; the closed-form engine.
+- neuron-static-slots with 1024-token chunked prefill (nxdi-vllm with chunking on); the step scheduler.
+- prefill-first behind one shared queue; the step scheduler's event list.
+
+    python bench/bench_simulate_policies.py [--requests 1000000] [--repeat 3] [--no-write]
+
+Writes its section of docs/benchmarks.md via bench/_results.write_section("simulate-policies", ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _results import write_section  # noqa: E402
+from bench_simulate import RATE_RPS, REPLICAS, SEED, GpuLikeStepTimes  # noqa: E402
+from chipswap.simulation import simulate as S  # noqa: E402
+from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
+
+TARGET_S = 5.0
+BUCKETS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def _neuron(chunk: int) -> S.ReplicaSetup:
+    """Compiled batch 32 with prefill and decode buckets; `chunk` > 0: chunked prefill of that many tokens."""
+    return S.ReplicaSetup(
+        max_batch=32,
+        batch_sizes=(32,),
+        prefill_buckets=BUCKETS,
+        decode_buckets=BUCKETS,
+        policy="neuron-static-slots",
+        token_budget=chunk,
+    )
+
+
+CASES: dict[str, tuple[S.ReplicaSetup, str]] = {
+    "prefill-first": (S.ReplicaSetup(max_batch=32, max_length=16384), "round_robin"),
+    "chunked-prefill": (
+        S.ReplicaSetup(max_batch=32, max_length=16384, policy="chunked-prefill"),
+        "round_robin",
+    ),
+    "chunked-prefill + KV cache": (
+        S.ReplicaSetup(max_batch=256, max_length=16384, policy="chunked-prefill", kv_blocks=1200),
+        "round_robin",
+    ),
+    "neuron-static-slots": (_neuron(0), "round_robin"),
+    "neuron-static-slots, chunked 1024": (_neuron(1024), "round_robin"),
+    "prefill-first, shared queue": (S.ReplicaSetup(max_batch=32, max_length=16384), "shared"),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    trace = read_trace(bundled_trace_path())
+    bundled = S.make_traffic(trace.timestamps_s, trace.prompt_tokens, trace.output_tokens)
+    rng = np.random.default_rng(SEED)
+    big = S.traffic_with_lengths(S.poisson_arrivals(RATE_RPS, rng, n=args.requests), bundled, rng)
+    service = GpuLikeStepTimes()
+    load_before = os.getloadavg()[0]
+    times: dict[str, list[float]] = {name: [] for name in CASES}
+    results: dict[str, S.SimResult] = {}
+    for _ in range(args.repeat):
+        for name, (setup, dispatch) in CASES.items():
+            t0 = time.perf_counter()
+            results[name] = S.simulate(big, service, setup, REPLICAS, dispatch=dispatch)
+            times[name].append(time.perf_counter() - t0)
+            print(f"{name}: {times[name][-1]:.2f} s", flush=True)
+    load_after = os.getloadavg()[0]
+    scale = args.requests / 1_000_000
+    lines = [
+        f"{args.requests:,} requests ({'full scale' if scale == 1 else f'{scale:g}x the 1 M target scale'}), "
+        f"{REPLICAS} replicas, stated GPU-like step times; median of {args.repeat} interleaved runs. "
+        f"Target {TARGET_S:g} s per policy at 1 M requests"
+        + ("" if scale == 1 else f" (here: {TARGET_S * scale:.2f} s at this scale, time grows linearly)")
+        + ".",
+        "",
+        "| policy | dispatch | median | min | max | target | result |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, (_setup, dispatch) in CASES.items():
+        ts, r = times[name], results[name]
+        med = statistics.median(ts)
+        verdict = "meets" if med <= TARGET_S * scale else "MISSES"
+        lines.append(
+            f"| {name} | {dispatch} | {med:.2f} s | {min(ts):.2f} s | {max(ts):.2f} s | {verdict} | "
+            f"utilization {r.utilization:.2f}, TTFT p99 {r.ttft.p99:.2f} s, e2e p99 {r.e2e.p99:.2f} s, "
+            f"{r.preemptions:,} preemptions |"
+        )
+    lines += [
+        "",
+        f"1-minute load average on this 2-core machine (shared): {load_before:.1f} before, {load_after:.1f} "
+        "after; wall times grow with it (compare the policies with each other, measured side by side).",
+    ]
+    body = "\n".join(lines)
+    if not args.no_write:
+        write_section(
+            "simulate-policies",
+            "Fleet simulator per scheduler policy",
+            f"python bench/bench_simulate_policies.py --requests {args.requests} --repeat {args.repeat}",
+            body,
+        )
+    print(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,668 @@
+"""The step scheduler: continuous batching with the named policies (`simulate_policies`), a paged KV cache
+with recompute preemption, and three dispatchers (round robin, least loaded, one shared queue).
+
+`chipswap.simulation.simulate` runs its closed-form engine where that engine's rules are exactly the policy's
+(prefill-first or static slots without chunking, a KV cache that cannot fill up, per-replica queues); this
+module runs everything else. It skips whole runs of decode steps between events with the same cumulative
+step-time tables, so a step is only simulated one by one when it carries a prefill chunk or when the KV cache
+is nearly full.
+
+Rules per replica, at each step boundary (time t):
+- decoding requests whose last token is out leave; their KV blocks are freed;
+- prefill-first / static slots without chunking: the head of the queue, if a slot is free (and, with a KV
+  limit, blocks for its prompt), is prefilled alone at `prefill_s(1, padded length)`; its first token is out
+  at the end;
+- chunked prefill: a step of at most `token_budget` tokens: one for each decoding request, then the rest of
+  unfinished prefills in admission order, then new requests from the queue while a slot (and blocks) are
+  free. Its time is the decode step's (batch = decoding requests) plus each chunk's share of its prefill,
+  `prefill_s(1, done + chunk) - prefill_s(1, done)` (an assumption: chunks add, no overlap credit);
+- otherwise a run of decode steps to the next completion (cut at the first boundary after an arrival that
+  could join, or where the KV cache could run out, after which steps go one at a time);
+- KV (GPU): a request holds ceil(tokens / block) blocks; when a decode step needs more blocks than are free,
+  the most recently admitted running request is preempted (blocks freed, back to the head of the queue) and
+  later prefilled again over its prompt plus the tokens it had produced (recompute, as vLLM does).
+
+Dispatch: round robin and least loaded (fewest outstanding) send each arrival to one replica's queue; "shared"
+keeps one queue that every replica draws from at its step boundaries (idle replicas first, lowest number).
+
+Pure: numpy and the standard library. No files, clock, printing or torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from chipswap.simulation.model import _take
+from chipswap.simulation.policies import CHUNKED_PREFILL
+
+INF = float("inf")
+
+
+class _Replica:
+    __slots__ = (
+        "queue",
+        "dec",
+        "dec_order",
+        "running_n",
+        "longest",
+        "key_sum",
+        "nr",
+        "it",
+        "partial",
+        "blocks",
+        "busy",
+        "run",
+        "event_t",
+        "load",
+        "steps",
+        "pad",
+        "pad_slots",
+        "idle",
+        "pending",
+        "claimed",
+    )
+
+    def __init__(self, queue: deque[int]) -> None:
+        self.queue = queue
+        self.dec: list[tuple[int, int]] = []  # heap: (finish step, request)
+        self.dec_order: list[int] = []  # with a KV limit: running requests in admission order (preemption)
+        self.running_n = 0  # requests admitted and not finished (prefilling or decoding): the slots in use
+        self.longest: list[tuple[int, int]] = []  # heap: (-key, request), static slots: longest context
+        self.key_sum = 0  # sum of key over decoding requests (context of step s = key + s)
+        self.nr = 0  # decoding requests
+        self.it = 0  # decode steps run so far
+        self.partial: list[int] = []  # admitted requests still prefilling (chunked)
+        self.blocks = 0  # KV blocks held
+        self.busy = 0.0
+        self.run: tuple[float, int, Any, int] | None = None  # decode run: (start t, c0, row, m)
+        self.event_t = INF
+        self.load = 0
+        self.steps = 0
+        self.pad = 0.0
+        self.pad_slots = 0
+        self.idle = True
+        self.claimed = False  # shared queue: cut for a waiting request, not yet at that boundary
+        self.pending: deque[float] = deque()  # loads to drop at these (future) times: one-token completions
+
+
+class StepSim:
+    """One simulation. Inputs are numpy arrays over all requests (`accepted` are the ones that fit); call
+    `run()` once; outputs are `ttft`, `e2e`, `start` (absolute times) and `replica_of`."""
+
+    def __init__(
+        self,
+        traffic: Any,
+        service: Any,
+        setup: Any,
+        R: int,
+        accepted: np.ndarray,
+        dispatch: str,
+        tables: Any,
+        prefill_len: np.ndarray,
+    ) -> None:
+        n = len(traffic)
+        self.service, self.setup, self.R, self.dispatch = service, setup, R, dispatch
+        self.accepted = accepted.tolist()
+        self.arrive = traffic.arrivals_s.tolist()
+        self.prompt = traffic.prompt_tokens.tolist()
+        self.out = traffic.output_tokens.tolist()
+        plen = traffic.prompt_tokens.copy()
+        plen[accepted] = prefill_len
+        self.plen = plen.tolist()  # prefill length (padded to the bucket on Neuron)
+        self.tables = tables
+        self.chunked = setup.policy == CHUNKED_PREFILL or bool(setup.token_budget)
+        self.budget = setup.token_budget or (1 << 62)
+        self.max_mode = bool(setup.decode_buckets)
+        self.account = self.max_mode or bool(setup.batch_sizes)
+        self.B = setup.max_batch
+        self.block = setup.context_block
+        self.kv = setup.kv_blocks  # 0: no limit
+        self.padded_of = [setup.padded_batch(k) if k else 0 for k in range(self.B + 1)]
+        nan = float("nan")
+        self.ttft = [nan] * n
+        self.e2e = [nan] * n
+        self.start = [nan] * n
+        self.replica_of = [-1] * n
+        self.done_steps = [0] * n  # decode steps a request has had (survives preemption)
+        self.key = [0] * n
+        self.held = [0] * n  # KV blocks a running request holds
+        self.filled = [0] * n  # prefill tokens computed so far (chunked)
+        self.refill = [0] * n  # tokens to prefill (prompt, or prompt + produced after a preemption)
+        self.running = bytearray(n)
+        self.preemptions = 0
+        self._pf: dict[int, float] = {}
+        self.shared: deque[int] = deque()
+        # round robin: the replica's next arrival (a step that ends before it goes straight on to decoding)
+        self.horizon = -INF
+        self.alone: tuple[np.ndarray, ...] | None = None  # (requests, arrivals, first tokens, last tokens)
+        self.reps = [_Replica(self.shared if dispatch == "shared" else deque()) for _ in range(R)]
+
+    # -- costs ----------------------------------------------------------------------------------------------
+    def pf(self, length: int) -> float:
+        v = self._pf.get(length)
+        if v is None:
+            if length <= 0:
+                return 0.0
+            v = self._pf[length] = float(self.service.prefill_s(1, length))
+            if not (math.isfinite(v) and v > 0):
+                from chipswap.errors import ChipswapError
+
+                raise ChipswapError(
+                    f"service time for a prefill of {length} tokens is {v!r}; "
+                    "service times must be positive seconds"
+                )
+        return v
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block)
+
+    def _c0(self, rp: _Replica) -> int:
+        """Context charged for the next decode step."""
+        if self.max_mode:
+            while not self.running[rp.longest[0][1]]:
+                heapq.heappop(rp.longest)
+            return rp.it + 1 - rp.longest[0][0]
+        return -(-(rp.key_sum + rp.nr * (rp.it + 1)) // rp.nr)
+
+    # -- request moves --------------------------------------------------------------------------------------
+    def _join_decode(self, rp: _Replica, i: int, t: float) -> None:
+        """Request i's prefill ended at t: first token out; it decodes its remaining steps (or is done)."""
+        if self.ttft[i] != self.ttft[i]:
+            self.ttft[i] = t
+        remaining = self.out[i] - 1 - self.done_steps[i]
+        if remaining <= 0:
+            self._leave(rp, i, t)
+            rp.load += 1  # it leaves the dispatcher's count when its prefill ends, not now
+            rp.pending.append(t)
+            return
+        k = self.prompt[i] + self.done_steps[i] - rp.it
+        self.key[i] = k
+        rp.key_sum += k
+        rp.nr += 1
+        heapq.heappush(rp.dec, (rp.it + remaining, i))
+        if self.max_mode:
+            heapq.heappush(rp.longest, (-k, i))
+        self.running[i] = 1
+
+    def _retire(self, rp: _Replica, t: float) -> None:
+        """Decoding requests whose last step is done by now leave at t."""
+        dec, it = rp.dec, rp.it
+        while dec and dec[0][0] <= it:
+            i = heapq.heappop(dec)[1]
+            self.running[i] = 0
+            rp.key_sum -= self.key[i]
+            rp.nr -= 1
+            self._leave(rp, i, t)
+
+    def _leave(self, rp: _Replica, i: int, t: float) -> None:
+        self.e2e[i] = t
+        rp.blocks -= self.held[i]
+        self.held[i] = 0
+        rp.running_n -= 1
+        if self.kv:
+            rp.dec_order.remove(i) if rp.dec_order[-1] != i else rp.dec_order.pop()
+        rp.load -= 1
+
+    def _admit(self, rp: _Replica, r: int, i: int, t: float) -> None:
+        rp.queue.popleft()
+        if self.start[i] != self.start[i]:
+            self.start[i] = t
+        rp.running_n += 1
+        if self.kv:
+            rp.dec_order.append(i)
+        self.filled[i] = 0
+        self.replica_of[i] = r
+
+    def _preempt(self, rp: _Replica) -> None:
+        """Recompute preemption of the most recently admitted running request."""
+        i = rp.dec_order.pop()
+        rp.running_n -= 1
+        self.preemptions += 1
+        rp.blocks -= self.held[i]
+        self.held[i] = 0
+        if i in rp.partial:
+            rp.partial.remove(i)
+        elif self.running[i]:
+            self.running[i] = 0
+            # context of step s is key + s = prompt + done at join + (s - join step)
+            self.done_steps[i] = self.key[i] + rp.it - self.prompt[i]
+            rp.key_sum -= self.key[i]
+            rp.nr -= 1
+            rp.dec = [e for e in rp.dec if e[1] != i]
+            heapq.heapify(rp.dec)
+        self.refill[i] = self.prompt[i] + self.done_steps[i]
+        rp.queue.appendleft(i)
+
+    # -- one replica's step boundary ------------------------------------------------------------------------
+    def boundary(self, r: int, t: float) -> float:
+        """Replica r is at a step boundary at t: retire, then start its next step or run; return its end."""
+        rp = self.reps[r]
+        rp.claimed = False
+        run = rp.run
+        if run is not None:  # a decode run ended here
+            t0, c0, row, m = run
+            rp.run = None
+            if self.account:
+                self._account(rp, c0, m)
+            else:
+                rp.steps += m
+            rp.it += m
+            if rp.dec and rp.dec[0][0] <= rp.it:
+                self._retire(rp, t)
+        q = rp.queue
+        if self.chunked:
+            return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
+        if q and rp.running_n < self.B:
+            i = q[0]
+            need = self._blocks(self.refill[i] or self.prompt[i]) if self.kv else 0
+            if not self.kv or need <= self.kv - rp.blocks or not rp.running_n:
+                self._admit(rp, r, i, t)
+                length = self.refill[i] or self.plen[i]
+                rp.blocks += need
+                self.held[i] = need
+                dt = self.pf(length)
+                rp.busy += dt
+                end = t + dt
+                self._join_decode(rp, i, end)
+                if q or end >= self.horizon:
+                    return end
+                return self._decode(rp, end)
+        return self._decode(rp, t)
+
+    def _chunked_step(self, rp: _Replica, r: int, t: float) -> float:
+        """One step under a token budget from t (and, when nothing can join before they end, the steps that
+        follow it, up to the next decode run); returns the end of the last step or run started."""
+        while True:
+            end, stepped = self._one_chunked_step(rp, r, t)
+            if not stepped or rp.queue or end >= self.horizon:
+                return end
+            if len(rp.partial) == 1 and not self.kv:
+                end = self._chunk_run(rp, end)
+                if rp.partial:
+                    return end
+            if not rp.partial:
+                return self._decode(rp, end)  # nothing can join before the step ends: decoding runs on
+            t = end  # the next chunk of a long prompt, right away
+
+    def _chunk_run(self, rp: _Replica, t: float) -> float:
+        """The rest of one long prompt's chunks from t, all at once, when nothing else changes meanwhile (no
+        decode finishes before the last chunk, no arrival before it ends): k steps cost the rest of its
+        prefill plus k decode steps of the running batch (one table difference). Otherwise nothing is done."""
+        i = rp.partial[0]
+        nr = rp.nr
+        per_step = self.budget - nr
+        total = self.refill[i] or self.plen[i]
+        k = -(-(total - self.filled[i]) // per_step)
+        if per_step <= 0 or k < 2 or (nr and rp.dec[0][0] - rp.it < k):
+            return t
+        cost = self.pf(total) - self.pf(self.filled[i])
+        if nr:
+            c0 = self._c0(rp)
+            row = self.tables.by_batch[nr] or self.tables.row(nr)
+            cost += row[c0 + k] - row[c0]
+        end = t + cost
+        if end >= self.horizon:
+            return t
+        if nr:
+            self._account(rp, c0, k)
+            rp.it += k
+        rp.busy += cost
+        self.filled[i] = total
+        rp.partial.clear()
+        self._retire(rp, end)
+        self._join_decode(rp, i, end)
+        return end
+
+    def _one_chunked_step(self, rp: _Replica, r: int, t: float) -> tuple[float, bool]:  # noqa: C901
+        preempted = self.preemptions
+        if rp.nr and self.kv:
+            self._make_room(rp, 1)  # decodes are scheduled (and given blocks) first; may preempt
+        left = self.budget - rp.nr
+        cost = 0.0
+        finished: list[int] = []
+        pf_get, pf, filled, refill, plen = self._pf.get, self.pf, self.filled, self.refill, self.plen
+        if rp.partial:
+            for i in list(rp.partial):
+                if left <= 0:
+                    break
+                total = refill[i] or plen[i]
+                k = min(left, total - filled[i])
+                cost += pf(filled[i] + k) - pf(filled[i])
+                filled[i] += k
+                left -= k
+                if filled[i] >= total:
+                    rp.partial.remove(i)
+                    finished.append(i)
+        q = rp.queue
+        kv = self.kv
+        # (a step that had to preempt admits no one new, as in vLLM)
+        while left > 0 and q and rp.running_n < self.B and self.preemptions == preempted:
+            i = q[0]
+            total = refill[i] or plen[i]
+            k = total if total <= left else left
+            if kv:
+                need = -(-total // self.block)
+                if need > kv - rp.blocks and rp.running_n:
+                    break
+                rp.blocks += need
+                self.held[i] = need
+            self._admit(rp, r, i, t)
+            cost += pf_get(k) or pf(k)
+            filled[i] = k
+            left -= k
+            if k >= total:
+                finished.append(i)
+            else:
+                rp.partial.append(i)
+        if cost == 0.0:  # no prefill work: a decode run (or idle)
+            return self._decode(rp, t), False
+        if rp.nr:
+            c0 = self._c0(rp)
+            row = self.tables.by_batch[rp.nr] or self.tables.row(rp.nr)
+            cost += row[c0 + 1] - row[c0]
+            self._account(rp, c0, 1)
+            rp.it += 1
+        end = t + cost
+        rp.busy += cost
+        # decodes of this step are done at its end; prefills that finished emit their first token
+        if rp.dec and rp.dec[0][0] <= rp.it:
+            self._retire(rp, end)
+        for i in finished:
+            self._join_decode(rp, i, end)
+        return end, True
+
+    def _make_room(self, rp: _Replica, m: int) -> int:
+        """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot."""
+        free = self.kv - rp.blocks
+        safe = (free // rp.nr) * self.block if rp.nr else 0  # a request crosses <= ceil(s / block) blocks
+        if safe >= 1:
+            steps = min(m, safe)
+            self._grow(rp, steps)
+            return steps
+        while rp.nr:
+            b = self.block
+            need = [i for _, i in rp.dec if -(-(self.key[i] + rp.it + 1) // b) > self.held[i]]
+            if len(need) <= self.kv - rp.blocks:
+                for i in need:
+                    self.held[i] += 1
+                rp.blocks += len(need)
+                return 1
+            self._preempt(rp)
+        return 0
+
+    def _grow(self, rp: _Replica, steps: int) -> None:
+        """Allocate the blocks `steps` decode steps need (exact per request)."""
+        b = self.block
+        for _, i in rp.dec:
+            add = -(-(self.key[i] + rp.it + steps) // b) - self.held[i]
+            if add > 0:
+                self.held[i] += add
+                rp.blocks += add
+
+    def _account(self, rp: _Replica, c0: int, m: int) -> None:
+        rp.steps += m
+        if self.account:
+            pb = self.padded_of[rp.nr]
+            pos = self.tables.positions
+            rp.pad += pb * (pos[c0 + m] - pos[c0])
+            rp.pad_slots += pb * m
+
+    def _decode(self, rp: _Replica, t: float) -> float:
+        if not rp.nr:
+            rp.idle = True
+            return INF
+        m = rp.dec[0][0] - rp.it
+        if self.kv:
+            m = self._make_room(rp, m)
+            if not rp.nr:
+                return self.boundary(self.reps.index(rp), t)
+        nr = rp.nr
+        c0 = self._c0(rp) if self.max_mode else -(-(rp.key_sum + nr * (rp.it + 1)) // nr)
+        row = self.tables.by_batch[nr] or self.tables.row(nr)
+        dt = row[c0 + m] - row[c0]
+        rp.run = (t, c0, row, m)
+        rp.busy += dt
+        return t + dt
+
+    def cut(self, r: int, a: float) -> None:
+        """An arrival at `a` could join replica r: end its decode run at the first step boundary at or after
+        `a` (KV blocks allocated for the dropped steps stay held: they are needed next anyway)."""
+        rp = self.reps[r]
+        run = rp.run
+        if run is None or rp.running_n >= self.B:
+            return
+        t0, c0, row, m = run
+        base = row[c0]
+        c_cut = bisect_left(row, base + (a - t0), c0 + 1, c0 + m)
+        if c_cut < c0 + m:
+            rp.busy -= row[c0 + m] - row[c_cut]
+            rp.run = (t0, c0, row, c_cut - c0)
+            rp.event_t = t0 + (row[c_cut] - base)
+
+    # -- the fleet ------------------------------------------------------------------------------------------
+    def _alone_times(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per accepted request, if it ran alone on an idle replica from its arrival: (first token, last
+        token, decode steps, whether it could: its prompt fits one step). The same arithmetic as the step
+        path (one prefill step, then one decode run at batch 1), so results do not depend on the path."""
+        acc = np.asarray(self.accepted, dtype=np.int64)
+        a = np.asarray(self.arrive)[acc]
+        p = np.asarray(self.prompt, dtype=np.int64)[acc]
+        steps = np.maximum(np.asarray(self.out, dtype=np.int64)[acc] - 1, 0)
+        length = np.asarray(self.plen, dtype=np.int64)[acc]
+        pre = np.array([self.pf(int(x)) for x in length]) if length.size else np.zeros(0)
+        row = self.tables.by_batch[1] or self.tables.row(1)
+        ttft = a + pre
+        dec = _take(row, p + 1 + steps) - _take(row, p + 1)
+        done = np.where(steps > 0, ttft + dec, ttft)
+        return ttft, done, steps, length <= self.budget
+
+    def run_round_robin(self) -> None:
+        """Round robin: replicas never interact, so each runs through its own arrivals, no event list. A
+        replica idle when a request arrives jumps over the run of requests that are each done before the
+        next one arrives (found with numpy beforehand); their times are filled in afterwards."""
+        R, arrive = self.R, self.arrive
+        acc = self.accepted
+        ttft_a, done_a, steps_a, single = self._alone_times()
+        acc_np = np.asarray(acc, dtype=np.int64)
+        arr_np = np.asarray(arrive)[acc_np] if acc else np.zeros(0)
+        jumped = np.zeros(len(acc), dtype=bool)
+        for r in range(R):
+            rp = self.reps[r]
+            mine = acc[r::R]
+            for i in mine:
+                self.replica_of[i] = r
+            q = rp.queue
+            n = len(mine)
+            pos = np.arange(r, len(acc), R)
+            nxt = np.append(arr_np[pos[1:]], INF)
+            ok = single[pos] & (done_a[pos] < nxt)
+            blockers = np.flatnonzero(~ok)
+            until = np.append(blockers, n)[np.searchsorted(blockers, np.arange(n))].tolist()
+            h = 0
+            end = INF
+            while True:
+                if end == INF:  # idle: the next arrival starts it
+                    if h >= n:
+                        break
+                    k = until[h]
+                    if k > h:  # requests h .. k-1 each run alone
+                        jumped[pos[h:k]] = True
+                        h = k
+                        continue
+                    i = mine[h]
+                    a = arrive[i]
+                    h += 1
+                    q.append(i)
+                    rp.idle = False
+                    self.horizon = arrive[mine[h]] if h < n else INF
+                    end = self.boundary(r, a)
+                    continue
+                while h < n and arrive[mine[h]] <= end:  # arrivals before the boundary join the queue
+                    q.append(mine[h])
+                    if rp.run is not None:
+                        rp.event_t = end
+                        self.cut(r, arrive[mine[h]])
+                        end = rp.event_t
+                    h += 1
+                self.horizon = arrive[mine[h]] if h < n else INF
+                end = self.boundary(r, end)
+        self._fill_alone(acc_np[jumped], arr_np[jumped], ttft_a[jumped], done_a[jumped], steps_a[jumped])
+
+    def _fill_alone(
+        self, idx: np.ndarray, a: np.ndarray, ttft: np.ndarray, done: np.ndarray, steps: np.ndarray
+    ) -> None:
+        """Times, busy time, steps and padding of the requests that ran alone (round robin jumps)."""
+        self.alone = (idx, a, ttft, done)
+        rep = np.asarray(self.replica_of, dtype=np.int64)[idx]
+        busy = np.bincount(rep, weights=done - a, minlength=self.R)
+        nsteps = np.bincount(rep, weights=steps, minlength=self.R)
+        if self.account:
+            p = np.asarray(self.prompt, dtype=np.int64)[idx]
+            pos = self.tables.positions
+            pb = self.padded_of[1]
+            per = pb * (_take(pos, p + 1 + steps) - _take(pos, p + 1))
+            pad = np.bincount(rep, weights=per, minlength=self.R)
+        for r, rp in enumerate(self.reps):
+            rp.busy += float(busy[r])
+            rp.steps += int(nsteps[r])
+            if self.account:
+                rp.pad += float(pad[r])
+                rp.pad_slots += self.padded_of[1] * int(nsteps[r])
+
+    def run(self) -> None:
+        if self.dispatch == "round_robin":
+            self.run_round_robin()
+            return
+        R, reps, B = self.R, self.reps, self.B
+        events: list[tuple[float, int]] = []
+        push = heapq.heappush
+        arrive = self.arrive
+        rr = -1
+        shared = self.dispatch == "shared"
+        for i in self.accepted:
+            a = arrive[i]
+            self._events_until(events, a)
+            if shared:
+                self.shared.append(i)
+                idle = next((r for r in range(R) if reps[r].idle), -1)
+                if idle >= 0:
+                    rp = reps[idle]
+                    rp.idle = False
+                    nt = rp.event_t = self.boundary(idle, a)
+                    if nt < INF:
+                        push(events, (nt, idle))
+                    continue
+                # the first replica with room to reach a step boundary takes it: cut that one only
+                best_t, best = INF, -1
+                for r in range(R):
+                    rp = reps[r]
+                    if rp.claimed or rp.running_n >= B:
+                        continue
+                    run = rp.run
+                    if run is None:
+                        tb = rp.event_t
+                    else:
+                        t0, c0, row, m = run
+                        tb = t0 + (row[bisect_left(row, row[c0] + (a - t0), c0 + 1, c0 + m)] - row[c0])
+                    if tb < best_t:
+                        best_t, best = tb, r
+                if best >= 0:
+                    rp = reps[best]
+                    rp.claimed = True
+                    before = rp.event_t
+                    self.cut(best, a)
+                    if rp.event_t != before:
+                        push(events, (rp.event_t, best))
+                continue
+            if self.dispatch == "least_loaded":
+                for rp in reps:
+                    while rp.pending and rp.pending[0] < a:
+                        rp.pending.popleft()
+                        rp.load -= 1
+                loads = [rp.load for rp in reps]
+                r = loads.index(min(loads))
+            else:
+                r = rr = rr + 1 if rr + 1 < R else 0
+            rp = reps[r]
+            rp.load += 1
+            self.replica_of[i] = r
+            rp.queue.append(i)
+            if rp.idle:
+                rp.idle = False
+                nt = rp.event_t = self.boundary(r, a)
+                if nt < INF:
+                    push(events, (nt, r))
+            else:
+                before = rp.event_t
+                self.cut(r, a)
+                if rp.event_t != before:
+                    push(events, (rp.event_t, r))
+        self._events_until(events, INF)
+
+    def _events_until(self, events: list[tuple[float, int]], a: float) -> None:
+        """Run every replica boundary on the event list before `a` (stale entries skipped)."""
+        reps = self.reps
+        while events and events[0][0] < a:
+            te, r = heapq.heappop(events)
+            rp = reps[r]
+            if te != rp.event_t:
+                continue
+            nt = rp.event_t = self.boundary(r, te)
+            if nt < INF:
+                heapq.heappush(events, (nt, r))
+
+
+def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:
+    """Whether this run needs the step scheduler: chunked prefill, a shared queue, or a KV cache that could
+    fill up (otherwise the closed-form engine's rules are exactly the policy's)."""
+    if setup.policy == CHUNKED_PREFILL or setup.token_budget or dispatch == "shared":
+        return True
+    if not setup.kv_blocks or accepted.size == 0:
+        return False
+    longest = int((traffic.prompt_tokens[accepted] + traffic.output_tokens[accepted]).max())
+    return setup.max_batch * -(-longest // setup.context_block) > setup.kv_blocks
+
+
+def simulate_steps(
+    traffic: Any, service: Any, setup: Any, R: int, accepted: np.ndarray, dispatch: str
+) -> Any:
+    """Run the step scheduler; the result in the closed-form engine's format."""
+    from chipswap.simulation.model import _DecodeTables, _Run, padded_lengths
+
+    p, o = traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]
+    top = int((p + o).max()) if accepted.size else 1
+    tables = _DecodeTables(service, setup, top)
+    sim = StepSim(
+        traffic, service, setup, R, accepted, dispatch, tables, padded_lengths(p, setup.prefill_buckets)
+    )
+    sim.run()
+    e2e, ttft, start = np.asarray(sim.e2e), np.asarray(sim.ttft), np.asarray(sim.start)
+    if sim.alone is not None:
+        idx, a, first, last = sim.alone
+        start[idx], ttft[idx], e2e[idx] = a, first, last
+    replica_of = np.asarray(sim.replica_of, dtype=np.int64)
+    steps = np.maximum(o - 1, 0)
+    real = int((steps * p + steps * (steps + 1) // 2).sum())
+    padded = bool(setup.decode_buckets or setup.batch_sizes)
+    busy = np.asarray([rp.busy for rp in sim.reps])
+    return _Run(
+        ttft=ttft,
+        e2e=e2e,
+        start=start,
+        replica_of=replica_of,
+        busy=busy,
+        calls=sum(rp.steps for rp in sim.reps),
+        prefill_tokens=int(p.sum()),
+        prefill_padded=int(padded_lengths(p, setup.prefill_buckets).sum()),
+        decode_positions=real,
+        decode_padded=int(round(sum(rp.pad for rp in sim.reps))) if padded else real,
+        slots=int(steps.sum()),
+        padded_slots=sum(rp.pad_slots for rp in sim.reps) if padded else int(steps.sum()),
+        preemptions=sim.preemptions,
+    )
