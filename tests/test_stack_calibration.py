@@ -17,7 +17,7 @@ import pytest
 
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.plan.workload import parse_workload
+from chipswap.plan.workload_file import parse_workload
 from chipswap.projection.api import model_work, project_serving
 from chipswap.projection.stacks import default_stack, get_stack, stack_ids
 

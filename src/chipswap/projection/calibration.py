@@ -12,14 +12,12 @@ recorded (`Skipped`); see docs/projection.md for the list.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chipswap.datafile import read_text, read_toml
 from chipswap.economics.catalog import Catalog
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
@@ -38,23 +36,23 @@ from chipswap.projection.fitting import (
 )
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.platforms import FamilySpec, GroupSpec, device_spec, load_families, shipped_dir
-from chipswap.projection.work import ModelWork, work_from_config
+from chipswap.projection.reference_tables import (
+    NEURON_COMMIT,
+    Skipped,
+    _chip_for,
+    _int,
+    _Models,
+    _neuron_source,
+    _num,
+    _read_csv,
+)
+from chipswap.projection.work import ModelWork
 
 DEFAULT_REFERENCE = Path("../shared/reference")
-NEURON_COMMIT = "aws-neuron/aws-neuron-sdk@81ce03ae (Neuron SDK 2.32 docs, 2026-08-21)"
-MAX_TABLE_BYTES = 8 * 1024 * 1024
 BAND_QUANTILE = 0.8
 
 # the targets of issue 9 on the held-out Neuron decoder rows (median absolute relative error)
 TARGETS = {"out_tok_s": 0.15, "tpot_s": 0.15, "ttft_s": 0.35}
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """A published row left out of the fit, with the reason."""
-
-    row_id: str
-    reason: str
 
 
 @dataclass
@@ -78,70 +76,6 @@ class Reference:
 
 
 # --- the published tables -----------------------------------------------------------------------
-
-
-def _read_csv(path: Path) -> list[tuple[int, dict[str, str]]]:
-    text = read_text(path, "benchmark table", max_bytes=MAX_TABLE_BYTES)
-    reader = csv.DictReader(text.splitlines())
-    return [
-        (i + 2, {(k or "").strip(): (v or "").strip() for k, v in row.items()})
-        for i, row in enumerate(reader)
-    ]
-
-
-def _num(value: str) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
-
-
-def _int(value: str) -> int | None:
-    v = _num(value)
-    return int(v) if v is not None and v == int(v) else None
-
-
-class _Models:
-    """Benchmark model names (as the tables spell them) -> ModelWork, from benchmark_models.toml."""
-
-    def __init__(self, folder: Path) -> None:
-        data = read_toml(folder / "benchmark_models.toml", "benchmark models file")
-        self.alias: dict[str, str] = {}
-        self.works: dict[str, ModelWork] = {}
-        self.sources: dict[str, str] = {}
-        for key, entry in (data.get("models") or {}).items():
-            task = (
-                "causal-lm"
-                if entry["config"].get("model_type") in ("llama", "mistral", "gptj", "falcon", "gpt2")
-                else None
-            )
-            self.works[key] = work_from_config(entry["config"], name=key, task=task)
-            self.sources[key] = str(entry.get("source", ""))
-            for a in entry.get("aliases", []):
-                self.alias[a.lower()] = key
-
-    def find(self, name: str) -> str | None:
-        return self.alias.get(name.strip().lower())
-
-    def encoder_work(self, key: str, head: str) -> ModelWork:
-        """The work of an encoder row: the tables run AutoModel (no head) or AutoModelForMaskedLM."""
-        from dataclasses import replace
-
-        from chipswap.projection.work import work_from_dims
-
-        base = self.works[key]
-        return work_from_dims(replace(base.dims, head=head))
-
-
-def _neuron_source(fname: str) -> str:
-    platform, table = fname.split("_", 1)
-    return f"{NEURON_COMMIT} about-neuron/benchmarks/{platform}/{table}"
-
-
-def _chip_for(instance_type: str, catalog: Catalog) -> tuple[str, str]:
-    inst = catalog.instance(instance_type.strip().lower())
-    return inst.name, inst.accelerator
 
 
 def _neuron_decoder(

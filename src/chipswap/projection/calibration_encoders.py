@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from chipswap.economics.catalog import Catalog
-from chipswap.projection.calibration import (
+from chipswap.projection.fitting import BenchRow
+from chipswap.projection.reference_tables import (
     NEURON_COMMIT,
     Skipped,
     _chip_for,
@@ -22,7 +23,6 @@ from chipswap.projection.calibration import (
     _num,
     _read_csv,
 )
-from chipswap.projection.fitting import BenchRow
 
 
 def _encoder_row(

@@ -32,7 +32,6 @@ from chipswap.projection.layouts import (
 )
 from chipswap.projection.platform import (
     Coefficients,
-    DeviceSpec,
     PlatformModel,
     train_tokens_per_s_per_device,
 )
@@ -49,6 +48,15 @@ from chipswap.projection.projected import (  # noqa: F401  (re-exported: callers
     _figures,
     _pad,
 )
+from chipswap.projection.search_common import (
+    _band,
+    _dtype_candidates,
+    _empty,
+    _gib,
+    _reserve,
+    _tp_options,
+    devices_of,
+)
 from chipswap.projection.stackmodel import steady_rps
 from chipswap.projection.work import ModelWork, dtype_bytes
 from chipswap.simulation.servicetime import ServingConfig
@@ -62,14 +70,6 @@ GiB = float(2**30)
 # --- the configuration search -------------------------------------------------------------------
 
 
-def devices_of(instance: Instance, per_chip: int = 0) -> int:
-    """Devices a layout can use: NeuronCores (logical ones where the family says so: `per_chip` per chip,
-    e.g. 4 on Trn2 at LNC=2) or GPUs."""
-    if not instance.is_neuron:
-        return instance.accelerator_count
-    return instance.accelerator_count * per_chip if per_chip else instance.neuron_cores
-
-
 def tp_options(work: ModelWork, instance: Instance, platform: PlatformModel | None = None) -> list[int]:
     """The tensor-parallel degrees `work` can use on `instance`. Callers that size fleets for an SLO try each
     with `project_serving(..., tp=N)`: the highest-throughput layout may miss a latency objective. With the
@@ -78,39 +78,6 @@ def tp_options(work: ModelWork, instance: Instance, platform: PlatformModel | No
         return _tp_options(work, devices_of(instance))
     per_chip = platform.devices[0].devices_per_chip if instance.is_neuron else 0
     return tp_degrees(work, devices_of(instance, per_chip), platform.padded)
-
-
-def _tp_options(work: ModelWork, devices: int) -> list[int]:
-    """TP degrees that split the attention heads evenly (KV heads split or replicated) within the
-    instance's devices."""
-    d = work.dims
-    return [
-        t for t in range(1, devices + 1) if d.heads % t == 0 and (d.kv_heads % t == 0 or t % d.kv_heads == 0)
-    ]
-
-
-def _reserve(platform: PlatformModel, device: DeviceSpec) -> float:
-    return platform.reserve_bytes + platform.reserve_fraction * device.memory_bytes
-
-
-def _gib(x: float) -> str:
-    return f"{x / GiB:,.1f} GiB"
-
-
-def _dtype_candidates(platform: PlatformModel, dtype: str, mode: str) -> tuple[list[str], list[str]]:
-    """(dtypes that may be chosen, dtypes only shown as alternatives)."""
-    served = [w for w, _ in platform.weight_dtypes if not (mode == "llm" and w == "fp32")]
-    want = dtype.lower()
-    if want == "any":
-        return served, []
-    if want == "bf16":
-        sixteen = [w for w in served if w in ("bf16",)] or [w for w in served if w == "fp16"]
-        return sixteen, [w for w in served if w not in ("bf16", "fp16", "fp32")]
-    if want not in served:
-        raise ChipswapError(
-            f"dtype {dtype!r} is not served on {platform.family}; use one of {', '.join(served)}, bf16 or any"
-        )
-    return [want], []
 
 
 def _coefficient_ok(platform: PlatformModel, coef: Coefficients, compute_dtype: str) -> str:
@@ -123,13 +90,6 @@ def _coefficient_ok(platform: PlatformModel, coef: Coefficients, compute_dtype: 
             f"{compute_dtype} compute not calibrated on {platform.family} (no published {compute_dtype} rows)"
         )
     return ""
-
-
-def _band(platform: PlatformModel, phase: str, metric: str, fallback: str | None = None) -> float:
-    b = platform.band(phase, metric)
-    if not b and fallback:
-        b = platform.band(phase, fallback)
-    return b
 
 
 def project_serving(
@@ -368,32 +328,6 @@ def _no_fit_reason(
         best = max(alts, key=lambda c: c.rps)
         text += f"; it would fit with {best.dtype} weights ({best.label}), a quantized model"
     return text
-
-
-def _empty(
-    work: ModelWork,
-    platform: PlatformModel,
-    instance: Instance,
-    mode: str,
-    reason: str,
-    rejected: list[tuple[str, str]],
-    notes: list[str],
-) -> ServingProjection:
-    return ServingProjection(
-        model=work.name,
-        instance=instance.name,
-        family=platform.family,
-        mode=mode,
-        config=None,
-        times=None,
-        band=0.0,
-        bands=(),
-        requests_per_s=None,
-        output_tokens_per_s=None,
-        rejected=tuple(rejected),
-        reason=reason,
-        notes=tuple(notes),
-    )
 
 
 def _llm_bands(platform: PlatformModel) -> dict[str, float]:

@@ -19,17 +19,19 @@ from chipswap.projection.platform import (
     encoder_poly,
     llm_poly,
 )
-from chipswap.projection.predict import (
+from chipswap.projection.projected import (
     BucketPrediction,
     Lengths,
     Projected,
     ProjectedServiceTimes,
     ServingProjection,
+    _pad,
+)
+from chipswap.projection.search_common import (
     _band,
     _dtype_candidates,
     _empty,
     _gib,
-    _pad,
     _reserve,
     _tp_options,
     devices_of,

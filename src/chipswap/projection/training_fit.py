@@ -25,15 +25,9 @@ from chipswap.datafile import read_toml
 from chipswap.economics.catalog import Catalog
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection.calibration import (
-    _GPU_TRAIN_MODELS,
-    DEFAULT_REFERENCE,
-    _int,
-    _Models,
-    _num,
-    _read_csv,
-)
+from chipswap.projection.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE
 from chipswap.projection.platforms import shipped_dir
+from chipswap.projection.reference_tables import _int, _Models, _num, _read_csv
 from chipswap.projection.training import calibration_path, system_of
 from chipswap.projection.training_model import SHARDINGS, Coef, Layout, System, layouts, memory, step_time
 from chipswap.projection.work import ModelWork, work_from_config
