@@ -1,7 +1,7 @@
 """`chipswap bench URL`: replay a trace open-loop against a server and write the measured results.
 
 Parses flags, shows progress, calls chipswap.loadgen.job.run_bench, prints a table (or JSON) and writes the
-chipswap.bench/1 file atomically. Exit 0: every planned request was sent; 1: the run stopped early (server
+chipswap.bench/2 file atomically. Exit 0: every planned request was sent; 1: the run stopped early (server
 unreachable, not the protocol asked for) and the partial results were written; 2: bad input.
 """
 
@@ -25,7 +25,7 @@ HELP = (
     "completions|chat; prompts of the trace's token lengths, max_tokens = its output lengths; TTFT, "
     "inter-token latency and end to end from the stream). Bounded by --requests and --duration, every "
     "request by --timeout. Reports throughput, p50/p90/p99, error and reject rates, goodput at the SLO, "
-    "padding waste and cost per 1M requests at --instance/--term, and writes a chipswap.bench/1 JSON (--out) "
+    "padding waste and cost per 1M requests at --instance/--term, and writes a chipswap.bench/2 JSON (--out) "
     f"that chipswap plan reads as measured figures. Bearer token: set {TOKEN_ENV}."
 )
 
@@ -248,7 +248,7 @@ def _bench(
     catalog: str | None = typer.Option(None, "--catalog", help="Catalog file overriding the shipped one."),
     seed: int = typer.Option(0, "--seed", help="Seed for token ids, prompts and Poisson arrivals."),
     out: Path | None = typer.Option(
-        Path("chipswap-bench.json"), "--out", help="Results file (chipswap.bench/1)."
+        Path("chipswap-bench.json"), "--out", help="Results file (chipswap.bench/2)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results JSON instead of tables."),
 ) -> int:

@@ -207,6 +207,12 @@ def _plan(
         help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
         "the projection. Repeat for several instances; adds to the workload's bench_results.",
     ),
+    accept_bench_mismatch: bool = typer.Option(
+        False,
+        "--accept-bench-mismatch",
+        help="Use a --bench file even when it measured another model or a machine that cannot be its "
+        "instance; the figure is then labelled with the mismatch.",
+    ),
     catalog_file: Path | None = typer.Option(
         None,
         "--catalog",
@@ -283,6 +289,7 @@ def _plan(
             bench=tuple(bench),
             catalog=catalog,
             capacity_check=_capacity_check(catalog, no_aws),
+            accept_bench_mismatch=accept_bench_mismatch,
         )
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
