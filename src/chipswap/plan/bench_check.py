@@ -49,16 +49,13 @@ def checked_measured(
     """The measured figures of one bench file once its identity matches the workload (see module doc)."""
     ident = results.identity
     name, params, digest = _workload_model(model, task, ident.parameters is not None)
-    problems = [
-        p
-        for p in (
-            model_mismatch(ident, name, params, digest),
-            host_mismatch(
-                ident, instance.name, instance.kind, instance.accelerator, int(instance.accelerator_count)
-            ),
-        )
-        if p
-    ]
+    found = {
+        "another model": model_mismatch(ident, name, params, digest),
+        "another machine": host_mismatch(
+            ident, instance.name, instance.kind, instance.accelerator, int(instance.accelerator_count)
+        ),
+    }
+    problems = [p for p in found.values() if p]
     notes = [measured.note]
     if ident.model_name:
         notes.append(f"model {ident.model_name}" + (f" ({ident.dtype})" if ident.dtype else ""))
@@ -75,5 +72,7 @@ def checked_measured(
         )
     source = "measured"
     if problems:
-        source = f"measured; mismatch accepted with {OVERRIDE_FLAG}: {'; '.join(problems)}"
+        kinds = ", ".join(k for k, p in found.items() if p)
+        source = f"measured; mismatch accepted: {kinds}"
+        notes.insert(0, f"accepted with {OVERRIDE_FLAG}: {'; '.join(problems)}")
     return replace(measured, source=source, note="; ".join(n for n in notes if n))
