@@ -153,10 +153,12 @@ def summary_lines(result: object) -> list[str]:
     if notes:
         lines.append("Notes:")
         lines.extend(f"  {n}" for n in notes)
-    flips = [f for f in r.flips if f.value is not None]  # type: ignore[attr-defined]
+    from chipswap.report.wording import flip_lines
+
+    flips = flip_lines(r)
     if flips:
         lines.append("What would flip it:")
-        lines.extend(f"  {f.text}" for f in flips)
+        lines.extend(f"  {f}" for f in flips)
     return [one_line(line, 2000) for line in lines]
 
 

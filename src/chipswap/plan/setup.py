@@ -56,6 +56,7 @@ def thresholds(wl: Workload, close_margin_pct: Decimal | None = None) -> Thresho
         close_payback_months=vs.close_payback_months,
         bursty_peak_to_mean=vs.bursty_peak_to_mean,
         low_traffic_rps=vs.low_traffic_rps,
+        low_traffic_tokens_per_s=vs.low_traffic_tokens_per_s,
         min_monthly_bill_usd=vs.min_monthly_bill_usd,
         max_model_changes_per_month=vs.max_model_changes_per_month,
         min_horizon_months=vs.min_horizon_months,

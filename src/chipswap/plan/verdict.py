@@ -59,6 +59,18 @@ def _pct(x: Decimal | None) -> str:
     return "unknown" if x is None else f"{x.quantize(Decimal('0.1'))}"
 
 
+def tokens_per_request(s: PlanSetup, traffic: Any) -> float | None:
+    """Mean prompt + output tokens of an LLM request (the traffic-volume rule counts tokens for LLMs)."""
+    tr = getattr(s.workload, "traffic", None)
+    if s.kind != "serving" or traffic is None or getattr(tr, "mode", None) != "llm":
+        return None
+    n = len(traffic.prompt_tokens)
+    if n == 0:
+        return None
+    out = float(traffic.output_tokens.mean()) if len(traffic.output_tokens) == n else 0.0
+    return float(traffic.prompt_tokens.mean()) + out
+
+
 def _today(s: PlanSetup, fleet_rate: Figure | None, gpu_hours: float | None) -> Figure:
     wl = s.workload
     hours = cost.D(wl.fleet.hours_per_month)
@@ -204,6 +216,7 @@ def verdict(
         readiness_blockers=readiness.blockers if readiness.checked else None,
         peak_to_mean=traffic.peak_to_mean if traffic else None,
         mean_rps=traffic.mean_rps if traffic else None,
+        tokens_per_request=tokens_per_request(s, traffic),
         horizon_months=wl.horizon_months,
         monthly_now_usd=today.value,
         monthly_after_usd=None,
