@@ -133,9 +133,14 @@ def summary_lines(result: object) -> list[str]:
     if b is not None and b.monthly_usd is not None:
         pay = f"pays back in month {b.payback_month}" if b.payback_month else "never pays back"
         lo, hi = getattr(b, "saving_pct_range", (None, None))
-        band = f", {_pct1(lo)} to {_pct1(hi)} across the error band" if lo is not None and lo != hi else ""
+        from chipswap.report.wording import saving_range_words
+
+        band = f", {saving_range_words(lo, hi)} across the error band" if lo is not None and lo != hi else ""
+        from chipswap.report.wording import saving_words
+
         lines.append(
-            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({_pct1(b.saving_pct)} saving"
+            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month"
+            f" ({saving_words(b.saving_pct, now, b.monthly_usd)}"
             f"{band}; porting {_money(r.porting.value)}, {pay})"  # type: ignore[attr-defined]
         )
         if b.payback_run:

@@ -61,6 +61,18 @@ def caveat_lines(result: Any) -> list[str]:
     if qualifier:
         out.append(f"Before you move: {qualifier}.")
     for reason in (*getattr(v, "reasons", ()), *getattr(v, "economics", ())):
-        if reason.outcome == "unknown":
+        if reason.outcome == "unknown" and not (qualifier and reason.rule == "capacity"):
             out.append(f"Not checked: {reason.text}.")
     return out
+
+
+def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -> str:
+    """A saving's range across the error band in words: "43.5% to 72.6%", "costs 3.1x to 12.8x as much"."""
+    if lo is None or hi is None:
+        return "unknown"
+    a, b = sorted((Decimal(str(lo)), Decimal(str(hi))))
+    if a >= 0:
+        return f"{a.quantize(Decimal('0.1'))}% to {b.quantize(Decimal('0.1'))}%"
+    if b < 0:
+        return f"costs {(1 - b / 100).quantize(Decimal('0.1'))}x to {(1 - a / 100).quantize(Decimal('0.1'))}x as much"
+    return f"{saving_words(a)} to {saving_words(b)}"
