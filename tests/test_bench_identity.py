@@ -1,4 +1,4 @@
-"""Bench results carry identity (chipswap.bench/2) and `chipswap plan --bench` matches it against the workload:
+"""Bench results carry identity (chipswap.bench/2); `chipswap plan --bench` matches it against the workload:
 another model or a machine that cannot be the declared instance is one line, exit 2, unless
 --accept-bench-mismatch (then the label says so); a /1 file is refused with the command that regenerates it.
 The end-to-end case is the issue's repro: chipswap serve (tiny-distilbert) on loopback, benched with
@@ -158,7 +158,16 @@ def test_repro_wrong_model_on_this_machine_is_refused(compiled, tmp_path, capsys
     ident = json.loads(b.read_text())["identity"]
     assert ident["model"]["name"] == "tiny-distilbert" and ident["model"]["parameters"] > 0
     assert ident["server"]["software"].startswith("chipswap serve") and ident["host"]["beside_server"]
-    args = ("plan", "--example", "classifier-serving", "--bench", str(b), "--no-aws", "--out", str(tmp_path / "r"))
+    args = (
+        "plan",
+        "--example",
+        "classifier-serving",
+        "--bench",
+        str(b),
+        "--no-aws",
+        "--out",
+        str(tmp_path / "r"),
+    )
     code, out, err = run_inproc(capsys, *args)
     assert code == 2 and err.count("\n") == 1, err
     assert "tiny-distilbert" in err and "bert-base" in err and "--accept-bench-mismatch" in err

@@ -40,7 +40,9 @@ def _hit(direction: str, verdict: str) -> bool:
 
 
 def _at(rps: float) -> dict[str, Any]:
-    return serving(throughput={"gpu_requests_per_s": 3.0, "candidates": {"inf2.xlarge": {"requests_per_s": rps}}})
+    return serving(
+        throughput={"gpu_requests_per_s": 3.0, "candidates": {"inf2.xlarge": {"requests_per_s": rps}}}
+    )
 
 
 CASES = {"move": serving(), "close": _at(1.4), "stay": _at(1.0)}
@@ -55,7 +57,9 @@ def test_every_printed_flip_flips_a_rerun_of_the_plan(case: str) -> None:
     assert base in want, (case, base, r.verdict.why)
     dirs = {f.direction for f in r.flips}
     # a move can only flip toward stay, a stay only toward move, a close call both ways
-    expected = {"move": {"toward stay"}, "stay": {"toward move"}, "close": {"toward move", "toward stay"}}[case]
+    expected = {"move": {"toward stay"}, "stay": {"toward move"}, "close": {"toward move", "toward stay"}}[
+        case
+    ]
     assert dirs == expected, dirs
     printed = [f for f in r.flips if f.value is not None]
     assert {f.direction for f in printed} == expected, [f.text for f in r.flips]

@@ -557,8 +557,9 @@ class VerdictSettings(_Model):
         250.0,
         gt=0,
         le=MAX_RPS * 100,
-        description="LLM traffic (mode = \"llm\"): below this mean token volume (prompt + output tokens/s) "
-        "traffic is too low for a port to pay (stay on GPU); replaces low_traffic_rps for LLMs, whose requests "
+        description='LLM traffic (mode = "llm"): below this mean token volume (prompt + output tokens/s) '
+        "traffic is too low for a port to pay (stay on GPU); replaces low_traffic_rps for LLMs, whose "
+        "requests "
         "cost in proportion to their tokens (assumption: 1 request/s of a 250-token exchange).",
     )
     min_monthly_bill_usd: Money = Field(

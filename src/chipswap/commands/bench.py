@@ -95,6 +95,8 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from chipswap.commands.fit import print_table
+
     con = Console(width=None if sys.stdout.isatty() else 110)
     t = doc["target"]
     c = doc["counts"]
@@ -109,7 +111,7 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
     for name, block in doc["latency_ms"].items():
         if block is not None:
             lat.add_row(name, *(_fmt(block[k]) for k in ("n", "p50", "p90", "p99", "mean", "max")))
-    con.print(lat)
+    print_table(con, lat)
     thr = doc["throughput"]
     lines = [
         f"throughput: {_fmt(thr['requests_per_s'])} req/s, {_fmt(thr['input_tokens_per_s'])} input tokens/s"
@@ -153,7 +155,7 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
                 f"{b['mean_fill']:.0%}",
                 f"{b['padding_waste']:.1%}",
             )
-        con.print(bt)
+        print_table(con, bt)
     if out is not None:
         con.print(f"results written to {out}", markup=False, highlight=False)
 

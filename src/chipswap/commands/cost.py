@@ -10,6 +10,7 @@ from rich.table import Table
 
 from chipswap.catalog_io import load_catalog
 from chipswap.commands.catalog import CATALOG_HELP, check_region, console
+from chipswap.commands.fit import print_table
 from chipswap.core import cost as C
 from chipswap.core.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.errors import ChipswapError
@@ -273,7 +274,7 @@ def cost_job(
         if rpm is not None:
             row.append(_payback(line.per_month))
         table.add_row(*row)
-    out.print(table)
+    print_table(out, table)
     for a in assumptions:
         out.print(f"- {a}", markup=False, highlight=False)
 
@@ -532,7 +533,7 @@ def cost_serve(
             str(row["count"]),
             money(row["monthly"]),
         )
-    out.print(table)
+    print_table(out, table)
     if summary:
         cmp, be = summary["comparison"], summary["break_even"]
         saving = rows[0]["monthly"] - rows[1]["monthly"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from importlib import resources
@@ -233,6 +232,12 @@ def _plan(
         help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked).",
     ),
     explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
+    quiet: bool = typer.Option(
+        False,
+        "--quiet",
+        "-q",
+        help="No progress on stderr (default: a line per stage, a spinner on a terminal).",
+    ),
     print_example: str | None = typer.Option(
         None,
         "--print-example",
@@ -241,10 +246,10 @@ def _plan(
     ),
 ) -> None:
     """The verdict: stay on GPU, move serving to Inferentia, move to Trainium, or close call — stay."""
-    from chipswap.workload import load_workload, schema_help
+    from chipswap.workload import load_workload
 
     if explain:
-        typer.echo(schema_help())
+        typer.echo(_schema_text())
         return
     if print_example is not None:
         typer.echo(example_path(print_example).read_text(encoding="utf-8"), nl=False)
@@ -276,17 +281,14 @@ def _plan(
         catalog = load_catalog(catalog_file)
     wl = load_workload(path, catalog)
 
+    from chipswap.commands.stages import StageProgress
     from chipswap.pipeline import run_plan
     from chipswap.report.html import render_html
     from chipswap.report.markdown import render_markdown
 
-    tty = sys.stderr.isatty()
-
-    def progress(msg: str) -> None:
-        if tty:
-            sys.stderr.write(f"\r\033[K{msg}...")
-            sys.stderr.flush()
-
+    bar = StageProgress("chipswap plan", quiet=quiet)
+    bar.say("reading the workload and the bench files")
+    progress = bar.say
     try:
         result = run_plan(
             wl,
@@ -301,8 +303,7 @@ def _plan(
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
     finally:
-        if tty:
-            sys.stderr.write("\r\033[K")
+        bar.close()
     _require_arrival_rates(result, wl, path)
     from chipswap.report.publish import publish_report_set
     from chipswap.textsafe import one_line
@@ -344,7 +345,7 @@ def _workload_help(
     ),
 ) -> None:
     """Print the documented workload file schema (every key, its type, default and meaning)."""
-    from chipswap.workload import Workload, schema_help
+    from chipswap.workload import Workload
 
     if example is not None:
         typer.echo(example_path(example).read_text(encoding="utf-8"), nl=False)
@@ -352,7 +353,19 @@ def _workload_help(
     if as_json:
         typer.echo(json.dumps(Workload.model_json_schema(), indent=2, default=str))
         return
-    typer.echo(schema_help())
+    typer.echo(_schema_text())
+
+
+def _schema_text() -> str:
+    """The documented schema, opened and closed by where to start: a bundled example to edit."""
+    from chipswap.workload import schema_help
+
+    start = (
+        "Start from a bundled example: chipswap plan --print-example NAME > my.toml"
+        f" ({', '.join(EXAMPLES)}), "
+        "edit it, then chipswap plan my.toml."
+    )
+    return f"{start}\n\n{schema_help()}\n\n{start}"
 
 
 def register(app: typer.Typer) -> None:

@@ -129,7 +129,9 @@ def shown_value(
     return value, prefix + sh.words(f"{d:.{sh.decimals + 6}g}", knob.base)
 
 
-def _edge(f: Callable[[float], str], inside: float, outside: float, hit: Callable[[str], bool], iters: int) -> float:
+def _edge(
+    f: Callable[[float], str], inside: float, outside: float, hit: Callable[[str], bool], iters: int
+) -> float:
     """Bisection between a value that is not a hit (inside) and one that is (outside)."""
     for _ in range(iters):
         mid = (inside + outside) / 2

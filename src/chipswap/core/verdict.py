@@ -186,7 +186,7 @@ SCREENING_RULES: tuple[ScreeningRule, ...] = (
         "mean tokens/s (prompt + output)",
         ">=",
         "low_traffic_tokens_per_s",
-        "high-volume traffic, counted in tokens (an LLM request costs in proportion to its prompt and output)",
+        "high-volume traffic, counted in tokens (an LLM request costs in proportion to its tokens)",
         "low traffic, counted in tokens: the porting time never earns itself back",
         ("serving-llm",),
     ),

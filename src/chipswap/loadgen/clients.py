@@ -135,7 +135,8 @@ def _not_a_model_server(base: Any, status: int, obj: Any) -> str | None:
     """A one-line hint when GET /v1/models was answered by something that serves no models."""
     if isinstance(obj, _NotJson):
         return (
-            f"{base} answered GET /v1/models with {obj.kind} (HTTP {status}), not a model list: that is a web "
+            f"{base} answered GET /v1/models with {obj.kind} (HTTP {status}), not a model list: that is a "
+            "web "
             "server, not a model server; check the URL and port"
         )
     return None
@@ -369,7 +370,8 @@ class OpenAIClient:
             if "text/event-stream" not in ctype:
                 raw = await _read_capped(r, 2048)
                 raise ProtocolError(
-                    f"reply is not an OpenAI stream ({_body_kind(raw)}, content-type {one_line(ctype, 60)!r});"
+                    f"reply is not an OpenAI stream ({_body_kind(raw)},"
+                    f" content-type {one_line(ctype, 60)!r});"
                     f" is {http.base_url} an OpenAI-compatible server?"
                 )
             await self._read_stream(r, rec, start, clock)

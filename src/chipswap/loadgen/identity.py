@@ -35,7 +35,11 @@ MAX_LIST = 64
 # (a task head or a tied embedding moves the count by a few percent, another model by far more).
 PARAMETER_TOLERANCE = 0.10
 # backend of a chipswap compiled set -> the device it computes on
-BACKEND_DEVICE = {"onnxruntime": "cpu", "aotinductor": "cpu", "neuron": "neuron"}  # chipswap builds CPU ORT/AOTI
+BACKEND_DEVICE = {
+    "onnxruntime": "cpu",
+    "aotinductor": "cpu",
+    "neuron": "neuron",
+}  # chipswap builds CPU ORT/AOTI
 # instance kinds of the catalog -> the device a server on it must use for the instance's figure
 KIND_DEVICE = {"gpu": "gpu", "inferentia": "neuron", "trainium": "neuron"}
 _SUFFIXES = ("instruct", "chat", "hf", "it", "base")  # name parts that do not change the weights' shape
@@ -55,7 +59,7 @@ def normalize_name(name: str) -> str:
 
 
 def names_match(a: str, b: str) -> bool:
-    """"llama-3-8b" matches "meta-llama/Meta-Llama-3-8B-Instruct"; "bert-base" does not match
+    """ "llama-3-8b" matches "meta-llama/Meta-Llama-3-8B-Instruct"; "bert-base" does not match
     "tiny-distilbert"."""
     x, y = normalize_name(a), normalize_name(b)
     if not x or not y:
@@ -109,7 +113,7 @@ class BenchIdentity:
     ec2_instance_type: str | None = None
 
     def host_text(self) -> str:
-        """What was detected beside the server, in words ("CPU AMD EPYC 7B13 x 2, no GPU, no Neuron device")."""
+        """What was detected beside the server, in words ("CPU Xeon x 2, no GPU, no Neuron device")."""
         if not self.beside_server:
             return "not detected (the server is not on the bench's machine)"
         parts = [f"CPU {self.cpu_model or '?'} x {self.cpus or '?'}"]
@@ -125,7 +129,9 @@ def _text(v: Any, where: str) -> str | None:
     if v is None:
         return None
     if not isinstance(v, str) or len(v) > MAX_TEXT:
-        raise ChipswapError(f"{where} must be a short string, got {one_line(repr(v), 60)}; rerun chipswap bench")
+        raise ChipswapError(
+            f"{where} must be a short string, got {one_line(repr(v), 60)}; rerun chipswap bench"
+        )
     return one_line(v, MAX_TEXT)
 
 
@@ -166,8 +172,12 @@ def parse_identity(data: Any, source: str) -> BenchIdentity:
     for i, s in enumerate(shapes):
         if not isinstance(s, list) or len(s) != 2:
             raise ChipswapError(f"{where}.shapes.compiled[{i}] must be [batch, seq]")
-        compiled.append((strict_int(s[0], f"{where}.shapes.compiled[{i}]", lo=1, hi=1_000_000),
-                         strict_int(s[1], f"{where}.shapes.compiled[{i}]", lo=1, hi=10_000_000)))
+        compiled.append(
+            (
+                strict_int(s[0], f"{where}.shapes.compiled[{i}]", lo=1, hi=1_000_000),
+                strict_int(s[1], f"{where}.shapes.compiled[{i}]", lo=1, hi=10_000_000),
+            )
+        )
     prompt = _block(sh, "prompt_tokens", f"{where}.shapes")
     gpus = h.get("gpus") or []
     if not isinstance(gpus, list) or len(gpus) > MAX_LIST:
@@ -254,7 +264,8 @@ def host_mismatch(
         if not ident.gpus:
             return f"{instance} has an NVIDIA {accelerator}, but the server's machine has no GPU ({seen})"
         if not any(accelerator.lower() in g.lower() for g in ident.gpus):
-            return f"{instance} has an NVIDIA {accelerator}, but the server's machine has {', '.join(ident.gpus)}"
+            has = ", ".join(ident.gpus)
+            return f"{instance} has an NVIDIA {accelerator}, but the server's machine has {has}"
     if need == "neuron" and ident.neuron_devices and ident.neuron_devices < max(1, accelerator_count):
         return (
             f"{instance} has {accelerator_count} {accelerator} devices, but the server's machine has "
@@ -269,7 +280,8 @@ def shape_note(ident: BenchIdentity, prompt_p99: float | None) -> str | None:
     if sent is None or prompt_p99 is None or sent >= prompt_p99:
         return None
     return (
-        f"the bench sent prompts of at most {sent:,} tokens; the workload's p99 prompt is {prompt_p99:,.0f}, so "
+        f"the bench sent prompts of at most {sent:,} tokens; the workload's p99 prompt is"
+        f" {prompt_p99:,.0f}, so "
         "the measured figure may be optimistic"
     )
 

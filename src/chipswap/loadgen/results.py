@@ -217,7 +217,9 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
     if doc.get("schema") in OLD_SCHEMAS:
         tool = doc.get("tool") if isinstance(doc.get("tool"), dict) else {}
         cmd = tool.get("command") if isinstance(tool.get("command"), str) else None
-        again = one_line(cmd, 300) if cmd and cmd.startswith("chipswap bench ") else "chipswap bench URL --instance TYPE --out FILE"
+        again = "chipswap bench URL --instance TYPE --out FILE"
+        if cmd and cmd.startswith("chipswap bench "):
+            again = one_line(cmd, 300)
         raise ChipswapError(
             f"bench results {source} are {doc.get('schema')}: they do not say which model, server and machine"
             f" were measured; regenerate them with: {again}"

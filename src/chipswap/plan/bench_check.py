@@ -20,7 +20,9 @@ from chipswap.loadgen.identity import config_digest, host_mismatch, model_mismat
 OVERRIDE_FLAG = "--accept-bench-mismatch"
 
 
-def _workload_model(ref: Any, task: str | None, want_params: bool) -> tuple[str | None, int | None, str | None]:
+def _workload_model(
+    ref: Any, task: str | None, want_params: bool
+) -> tuple[str | None, int | None, str | None]:
     """(name, parameter count, config digest) of the workload's model; the count only when it is needed."""
     if ref is None:
         return None, None, None

@@ -90,9 +90,7 @@ def _plots(r: Any) -> dict[str, Markup]:
             for c in r.candidates
         ]
         missed = [False] + [c.meets_slo is False for c in r.candidates]
-        out["cpm"] = Markup(
-            bars_svg("Cost per 1M requests per instance type", rows, "", "cpm", apart=missed)
-        )
+        out["cpm"] = Markup(bars_svg("Cost per 1M requests per instance type", rows, "", "cpm", apart=missed))
     monthly = [(f"GPU: {now_count} x {r.fleet_instance}", float(r.monthly_now.value), NAVY)]
     for c in r.candidates:
         label = f"{c.count} x {c.instance}" if c.count else c.instance

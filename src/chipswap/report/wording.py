@@ -28,7 +28,7 @@ def _money(v: Decimal) -> str:
 
 
 def monthly_delta_words(saving_usd: Decimal | None) -> str:
-    """"saves $1,234.56 a month" or "+$244,211.86 a month" (costs more); never "$-244,211.86"."""
+    """ "saves $1,234.56 a month" or "+$244,211.86 a month" (costs more); never "$-244,211.86"."""
     if saving_usd is None:
         return "unknown"
     if saving_usd >= 0:
@@ -36,8 +36,10 @@ def monthly_delta_words(saving_usd: Decimal | None) -> str:
     return f"+{_money(saving_usd)} a month"
 
 
-def saving_words(pct: Decimal | float | None, now: Decimal | None = None, after: Decimal | None = None) -> str:
-    """"58.1% saving", or for a move that costs more "costs 7.4x as much" (from the two monthly figures when
+def saving_words(
+    pct: Decimal | float | None, now: Decimal | None = None, after: Decimal | None = None
+) -> str:
+    """ "58.1% saving", or for a move that costs more "costs 7.4x as much" (from the two monthly figures when
     given, else from the percentage: after / now = 1 - pct/100)."""
     if pct is None:
         return "saving unknown"
@@ -74,5 +76,6 @@ def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -
     if a >= 0:
         return f"{a.quantize(Decimal('0.1'))}% to {b.quantize(Decimal('0.1'))}%"
     if b < 0:
-        return f"costs {(1 - b / 100).quantize(Decimal('0.1'))}x to {(1 - a / 100).quantize(Decimal('0.1'))}x as much"
+        low, high = (1 - b / 100).quantize(Decimal("0.1")), (1 - a / 100).quantize(Decimal("0.1"))
+        return f"costs {low}x to {high}x as much"
     return f"{saving_words(a)} to {saving_words(b)}"
