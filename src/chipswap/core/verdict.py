@@ -223,7 +223,10 @@ class Reason:
 
     @property
     def value_text(self) -> str:
-        return "unknown" if self.input_value is None else _fmt(self.input_value)
+        v = self.input_value
+        if self.rule == "monthly-saving" and isinstance(v, Decimal) and v < 0:  # a cost, said as one
+            return f"{_fmt(v)} (costs {1 - v / 100:.1f}x as much)"
+        return "unknown" if v is None else _fmt(v)
 
     def line(self) -> str:
         mark = {"pass": "+", "fail": "-", "unknown": "?"}[self.outcome]
