@@ -104,7 +104,7 @@ def _printed(name: str, text: str, base: float) -> float:
         return 1 / float(m.group(1)) if m.group(2) == "slower" else float(m.group(1))
     pattern = {
         "engineer-days": r"taking ([\d.]+) engineer-days",
-        "utilization": r"at (\d+)% utilization",
+        "utilization": r"at ([\d.]+)% utilization",
         "traffic": r"([\d.]+)x today's traffic",
         "runs per month": r"([\d.]+) runs per month",
     }[name]
