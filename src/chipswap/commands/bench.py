@@ -139,6 +139,7 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
         )
     for e in doc.get("errors", [])[:5]:
         lines.append(f"{e['count']:,} x {e['kind']}: {e['message']}")
+    lines.extend(_identity_lines(doc))
     for line in lines:
         con.print(line, markup=False, highlight=False)
     if doc.get("buckets"):
@@ -158,6 +159,33 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
         print_table(con, bt)
     if out is not None:
         con.print(f"results written to {out}", markup=False, highlight=False)
+
+
+def _identity_lines(doc: dict[str, Any]) -> list[str]:
+    """What was measured and where (the file's identity block), and a warning when the machine beside the
+    server cannot be the --instance given (chipswap plan would refuse the file)."""
+    from chipswap.loadgen.identity import host_mismatch, parse_identity
+
+    try:
+        ident = parse_identity(doc.get("identity") or {}, "results")
+    except Exception:  # noqa: BLE001 - the summary never fails on its own output
+        return []
+    model = ident.model_name or "unnamed model"
+    if ident.parameters:
+        model += f" ({ident.parameters:,} parameters" + (f", {ident.dtype})" if ident.dtype else ")")
+    out = [f"measured: {model}, server {ident.software or 'unknown'}, host {ident.host_text()}"]
+    inst = doc.get("instance") or {}
+    if inst.get("name"):
+        from chipswap.catalog_io import load_catalog
+
+        try:
+            i = load_catalog().instance(inst["name"])
+        except Exception:  # noqa: BLE001 - a catalog given with --catalog may name it; nothing to check then
+            return out
+        why = host_mismatch(ident, i.name, i.kind, i.accelerator, int(i.accelerator_count))
+        if why:
+            out.append(f"warning: {why}; chipswap plan will refuse this file for {i.name}")
+    return out
 
 
 _FLAGS = (
