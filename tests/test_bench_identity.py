@@ -32,7 +32,9 @@ from tests.serve_helpers import run_app
 def test_names_and_parameters_decide_the_model() -> None:
     assert names_match("llama-3-8b", "meta-llama/Meta-Llama-3-8B-Instruct")
     assert names_match("bert-base", "bert-base-uncased") and names_match("bert-base", "BERT")
-    assert not names_match("bert-base", "tiny-distilbert")
+    assert not names_match("bert-base", "tiny-distilbert") and not names_match("llama", "llama-3-70b")
+    served = BenchIdentity(model_name="chat", model_root="/models/Meta-Llama-3-8B-Instruct")
+    assert model_mismatch(served, "llama-3-8b", None) is None  # vLLM's root names the checkpoint
     tiny = BenchIdentity(model_name="tiny-distilbert", parameters=66_658)
     msg = model_mismatch(tiny, "bert-base", 109_482_240)
     assert msg is not None and "tiny-distilbert" in msg and "bert-base" in msg and "109.5M" in msg

@@ -64,7 +64,10 @@ def names_match(a: str, b: str) -> bool:
     x, y = normalize_name(a), normalize_name(b)
     if not x or not y:
         return False
-    if x in y or y in x:
+    if x == y:
+        return True
+    short, long_ = sorted((x, y), key=len)
+    if len(short) >= 6 and short in long_:  # "llama" alone is no model: "llama" in "llama370b" does not count
         return True
     for suffix in _SUFFIXES:  # "bert-base" vs "bert": the same weights named two ways
         x2, y2 = x.removesuffix(suffix), y.removesuffix(suffix)
@@ -93,6 +96,7 @@ class BenchIdentity:
     """The identity block of a bench file, validated."""
 
     model_name: str | None = None
+    model_root: str | None = None  # vLLM's "root": the checkpoint the served name stands for
     parameters: int | None = None
     config_sha256: str | None = None
     dtype: str | None = None
@@ -190,6 +194,7 @@ def parse_identity(data: Any, source: str) -> BenchIdentity:
         raise ChipswapError(f"{where}.model.config_sha256 must be 64 hex digits")
     return BenchIdentity(
         model_name=_text(m.get("name"), f"{where}.model.name"),
+        model_root=_text(m.get("root"), f"{where}.model.root"),
         parameters=_int(m.get("parameters"), f"{where}.model.parameters", 10**14),
         config_sha256=digest,
         dtype=_text(m.get("dtype"), f"{where}.model.dtype"),
@@ -236,7 +241,8 @@ def model_mismatch(
         if abs(ident.parameters - parameters) > PARAMETER_TOLERANCE * parameters:
             return f"the bench measured {shown}, but the workload's model is {want}"
         return None
-    if ident.model_name is not None and not names_match(ident.model_name, name):
+    names = [n for n in (ident.model_name, ident.model_root) if n]
+    if names and not any(names_match(n, name) for n in names):
         return f"the bench measured {shown}, but the workload's model is {want}"
     return None
 
@@ -331,6 +337,7 @@ def build_identity(
     return {
         "model": {
             "name": text("id"),
+            "root": text("root"),
             "parameters": count("parameters"),
             "config_sha256": digest if digest and re.fullmatch(r"[0-9a-f]{64}", digest) else None,
             "dtype": text("dtype", 40),
