@@ -93,7 +93,7 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         out += [
             f"- Monthly cost after: {_money(b.monthly_usd)} ({b.count} x {md_text(b.instance)}, "
             f"{md_text(b.rate.source) if b.rate else 'no price'})",
-            f"- Saving: {monthly_delta_words(b.saving_usd)} "
+            f"- {'Extra cost' if (b.saving_usd or 0) < 0 else 'Saving'}: {monthly_delta_words(b.saving_usd)} "
             f"({saving_words(b.saving_pct, r.monthly_now.value, b.monthly_usd)}{band})",
             f"- Porting: {_money(r.porting.value)} ({md_text(r.porting.note)}); payback month: "
             f"{b.payback_month or 'never'}" + (f"; per run: run {b.payback_run}" if b.payback_run else ""),
