@@ -31,7 +31,7 @@ def shoot(name: str, out: Path, work: Path) -> Path:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser") or "chromium"
     subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-         f"--user-data-dir={work / 'profile'}", "--window-size=1000,7000", f"--screenshot={raw}",
+         f"--user-data-dir={work / 'profile'}", "--window-size=1000,9000", f"--screenshot={raw}",
          (report / "report.html").resolve().as_uri()],
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
