@@ -1,5 +1,5 @@
 """Screenshots of the bundled examples' reports for docs/plan.md: `chipswap plan --example NAME --no-aws`,
-the HTML rendered by headless Chromium, trimmed, reduced to a small palette, saved as docs/img/report-NAME.png.
+the HTML rendered by headless Chromium, trimmed, reduced to a small palette, saved as docs/img/report-*.png.
 
     python scripts/report_screenshots.py [--out docs/img]
 
