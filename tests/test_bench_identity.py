@@ -13,9 +13,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
-from chipswap.errors import ChipswapError
-from chipswap.loadgen import read_bench_results
-from chipswap.loadgen.identity import (
+from chipswap.bench import read_bench_results
+from chipswap.bench.identity import (
     BenchIdentity,
     build_identity,
     host_mismatch,
@@ -23,7 +22,8 @@ from chipswap.loadgen.identity import (
     names_match,
     parse_identity,
 )
-from chipswap.loadgen.job import BenchOptions, run_bench
+from chipswap.bench.job import BenchOptions, run_bench
+from chipswap.errors import ChipswapError
 from tests.cli_helpers import run_inproc
 from tests.serve_helpers import run_app
 
@@ -124,10 +124,10 @@ def compiled(tmp_path_factory):
 
 
 def _serve(compiled, backend: str | None = None):
-    from chipswap.cache import ArtifactCache
-    from chipswap.runtime.batcher import BatcherConfig
-    from chipswap.runtime.served import load_compiled_model, read_compiled_set
-    from chipswap.runtime.server import ServeConfig, ServingEngine, start_background
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.serve.batcher import BatcherConfig
+    from chipswap.serve.served import load_compiled_model, read_compiled_set
+    from chipswap.serve.server import ServeConfig, ServingEngine, start_background
     from tests.serve_helpers import ort_threads
 
     path, cache_dir = compiled
@@ -184,8 +184,8 @@ def test_repro_wrong_model_on_this_machine_is_refused(compiled, tmp_path, capsys
 def test_matching_bench_is_accepted_and_labelled_measured(compiled, tmp_path, capsys, monkeypatch) -> None:
     """The same model on a machine that can be an inf2.xlarge (its detection stood in for: this test
     machine has no Neuron device) is used as a plain measured figure."""
-    import chipswap.loadgen.host as host
-    from chipswap.commands.plan import example_path
+    import chipswap.bench.host as host
+    from chipswap.cli.plan import example_path
 
     monkeypatch.setattr(
         host,

@@ -9,7 +9,7 @@ import json
 import pytest
 from rich.console import Console
 
-from chipswap.commands.stages import StageProgress
+from chipswap.cli.stages import StageProgress
 from tests.cli_helpers import run_inproc
 
 JOB = (
@@ -20,7 +20,7 @@ JOB = (
 
 
 def test_cost_job_at_60_columns_keeps_every_digit(capsys, monkeypatch) -> None:
-    import chipswap.commands.cost as cost
+    import chipswap.cli.cost as cost
 
     monkeypatch.setattr(cost, "console", lambda: Console(width=60, force_terminal=True, color_system=None))
     code, out, err = run_inproc(capsys, *JOB)

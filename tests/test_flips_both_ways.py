@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from chipswap.core.verdict import CLOSE, MOVES, STAY, Facts, Thresholds, screen
+from chipswap.verdict.rules import CLOSE, MOVES, STAY, Facts, Thresholds, screen
 from tests.test_plan_stages import no_blockers, plan, serving  # noqa: F401 - no_blockers is a fixture
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from chipswap.bench.identity import config_digest, host_mismatch, model_mismatch, shape_note
 from chipswap.errors import ChipswapError
-from chipswap.loadgen.identity import config_digest, host_mismatch, model_mismatch, shape_note
 
 OVERRIDE_FLAG = "--accept-bench-mismatch"
 
