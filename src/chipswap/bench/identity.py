@@ -12,14 +12,13 @@ The block (every field may be null when the bench could not tell)::
                     ec2_instance_type}                                   detected only when the server is on
                                                                          this machine (loopback URL)
 
-Pure: no I/O (chipswap.bench.host detects the machine; the clients probe the server). May not: read files,
+Pure: no I/O (chipswap.bench.host detects the machine; the clients probe the server; the config digest and
+the backend devices are chipswap.compile.identity). May not: read files,
 open sockets, import torch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,22 +33,9 @@ MAX_LIST = 64
 # A measured figure may stand for the workload's model when the parameter counts agree within this share
 # (a task head or a tied embedding moves the count by a few percent, another model by far more).
 PARAMETER_TOLERANCE = 0.10
-# backend of a chipswap compiled set -> the device it computes on
-BACKEND_DEVICE = {
-    "onnxruntime": "cpu",
-    "aotinductor": "cpu",
-    "neuron": "neuron",
-}  # chipswap builds CPU ORT/AOTI
 # instance kinds of the catalog -> the device a server on it must use for the instance's figure
 KIND_DEVICE = {"gpu": "gpu", "inferentia": "neuron", "trainium": "neuron"}
 _SUFFIXES = ("instruct", "chat", "hf", "it", "base")  # name parts that do not change the weights' shape
-
-
-def config_digest(config: Mapping[str, Any]) -> str:
-    """sha256 of a model config as canonical JSON (sorted keys): the same config gives the same digest on
-    the machine that served it and the one that plans."""
-    text = json.dumps(dict(config), sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def normalize_name(name: str) -> str:

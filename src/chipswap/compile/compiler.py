@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chipswap import __version__
+from chipswap.compile.identity import model_identity
 from chipswap.datafile import read_json, strict_int
 from chipswap.errors import ChipswapError
 from chipswap.shapes.planfile import (
@@ -397,19 +398,10 @@ def compile_plan(
         "pad_token_id": target.pad_token_id,
         "vocab_size": target.config.get("vocab_size"),  # chipswap serve refuses ids outside it (422, not 500)
         "buckets": [{"batch": r.batch, "seq_len": r.seq, "key": r.key} for r in results],
-        "identity": model_identity(target.model, target.config),  # what `chipswap bench` reports back
+        # what `chipswap serve` lists and `chipswap bench` records: parameters, config digest, dtype
+        "identity": model_identity(target.model, target.config),
     }
     return CompileReport(target.name, backend, atol, str(cache.root), results, cset)
-
-
-def model_identity(model: Any, config: Mapping[str, Any]) -> dict[str, Any]:
-    """Parameter count, config digest and weight dtype of a model: served by chipswap serve on /v1/models,
-    recorded by chipswap bench, matched against a workload by chipswap plan."""
-    from chipswap.bench.identity import config_digest
-    from chipswap.models import count_parameters
-
-    dtype = next((str(p.dtype).removeprefix("torch.") for p in model.parameters()), None)
-    return {"parameters": count_parameters(model), "config_sha256": config_digest(config), "dtype": dtype}
 
 
 def save_compiled_set(report_or_set: CompileReport | Mapping[str, Any], path: str | Path) -> Path:

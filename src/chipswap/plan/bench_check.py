@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from chipswap.bench.identity import config_digest, host_mismatch, model_mismatch, shape_note
+from chipswap.bench.identity import host_mismatch, model_mismatch, shape_note
+from chipswap.compile.identity import config_digest
 from chipswap.errors import ChipswapError
 
 OVERRIDE_FLAG = "--accept-bench-mismatch"

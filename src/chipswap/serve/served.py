@@ -269,7 +269,7 @@ def eager_exact_model(
         )
     vocab = ref.config.get("vocab_size")
     warm = tuple(sorted({1, max(1, limit // 4), max(1, limit // 2), limit}))
-    from chipswap.compile import model_identity
+    from chipswap.compile.identity import model_identity
 
     return EagerExactModel(
         module,

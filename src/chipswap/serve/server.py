@@ -550,7 +550,7 @@ def _identity(model: Any) -> dict[str, Any]:
     """What `chipswap bench` records as the server's identity: the model's parameter count, config digest
     and dtype, the backend and the device it computes on, and this software."""
     from chipswap import __version__
-    from chipswap.bench.identity import BACKEND_DEVICE
+    from chipswap.compile.identity import BACKEND_DEVICE
 
     ident = dict(getattr(model, "identity", None) or {})
     backend = getattr(model, "backend", "") or ("torch-eager" if model.kind == "eager-exact" else "")
