@@ -378,7 +378,7 @@ def test_the_plans_clear_move_gets_the_quota_increase_line(aws, tmp_path) -> Non
     the capacity rule with facts from moto (offerings, usage) and Service Quotas (Stubber)."""
     from chipswap import plan as pipeline
     from chipswap.cli.plan import example_path
-    from chipswap.plan.workload import load_workload
+    from chipswap.plan.workload_file import load_workload
 
     moto, stubs = aws
     text = example_path("finetune").read_text().replace("count = 1", "count = 8")

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import chipswap.compile.cache as cachemod
-from chipswap.compile.cache import ArtifactCache, CompileFailed, KeyParts, graph_digest, weights_digest
+from chipswap.compile.cache import ArtifactCache, CompileFailed
+from chipswap.compile.keys import KeyParts, graph_digest, weights_digest
 from chipswap.errors import ChipswapError
 
 

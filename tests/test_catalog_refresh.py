@@ -221,7 +221,7 @@ def test_the_plan_accepts_the_refreshed_catalog(aws, tmp_path, capsys, monkeypat
     assert refresh(capsys, out)[0] == 0
     from chipswap import plan as pipeline
     from chipswap.cli.plan import example_path
-    from chipswap.plan.workload import load_workload
+    from chipswap.plan.workload_file import load_workload
 
     path = example_path("finetune")
     result = pipeline.run_plan(load_workload(path), path, catalog=load_catalog(out))

@@ -23,7 +23,7 @@ from chipswap.plan import ReadinessSummary, run_plan
 from chipswap.plan import readiness as readiness_stage
 from chipswap.plan import shapes as shapes_stage
 from chipswap.plan import traffic as traffic_stage
-from chipswap.plan.workload import load_workload, parse_workload
+from chipswap.plan.workload_file import load_workload, parse_workload
 from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY
 
 CAT = load_catalog()

@@ -246,7 +246,7 @@ def _plan(
     ),
 ) -> None:
     """The verdict: stay on GPU, move serving to Inferentia, move to Trainium, or close call — stay."""
-    from chipswap.plan.workload import load_workload
+    from chipswap.plan.workload_file import load_workload
 
     if explain:
         typer.echo(_schema_text())
@@ -358,7 +358,7 @@ def _workload_help(
 
 def _schema_text() -> str:
     """The documented schema, opened and closed by where to start: a bundled example to edit."""
-    from chipswap.plan.workload import schema_help
+    from chipswap.plan.workload_file import schema_help
 
     start = (
         "Start from a bundled example: chipswap plan --print-example NAME > my.toml"

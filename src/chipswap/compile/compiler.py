@@ -297,7 +297,7 @@ def _weights_entry(cache: ArtifactCache, target: CompileTarget, gd: str, wd: str
     import torch
 
     from chipswap.compile.backends.aoti import WEIGHTS_FILE, save_weights
-    from chipswap.compile.cache import KeyParts
+    from chipswap.compile.keys import KeyParts
 
     parts = KeyParts.make(
         graph=gd,
@@ -329,7 +329,8 @@ def compile_plan(
 
     from chipswap.compile.backends import get_backend
     from chipswap.compile.backends.aoti import WEIGHTS_FILE, load_weights
-    from chipswap.compile.cache import ArtifactCache, KeyParts, graph_digest, weights_digest
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.keys import KeyParts, graph_digest, weights_digest
 
     be = get_backend(backend)
     be.check_available()

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
-from chipswap.shapes import buckets as B
 
 
 class TrafficInput(Protocol):
