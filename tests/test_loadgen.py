@@ -210,7 +210,7 @@ def _doc(**over):
 
 def test_results_round_trip_and_measured_figures(tmp_path):
     doc = _doc()
-    assert doc["schema"] == SCHEMA == "chipswap.bench/1"
+    assert doc["schema"] == SCHEMA == "chipswap.bench/2"
     assert doc["tool"]["version"] and doc["measured_at"].endswith("Z")
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(doc))

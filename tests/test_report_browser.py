@@ -38,7 +38,7 @@ def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("report")
     proc = subprocess.run(
-        [sys.executable, "-m", "chipswap", "plan", "--out", str(out)],
+        [sys.executable, "-m", "chipswap", "plan", "--no-aws", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -149,3 +149,97 @@ def test_arrival_chart_has_a_y_axis_label() -> None:
 
     svg = arrivals_svg((10, 20, 15), 300.0, 1.0, 0.06)
     assert "requests/s" in re.sub(r"<[^>]+>", " ", svg)
+
+
+# ------------------------------------------------ issue 22: chart rules, read from the DOM Chromium renders
+def _dom(report: Path, tmp_path: Path) -> str:
+    proc = _chromium(tmp_path, "--dump-dom", (report / "report.html").as_uri())
+    assert "<main>" in proc.stdout, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def _plot(dom: str, name: str) -> str:
+    start = dom.index(f'class="plot {name}"')
+    return dom[start : dom.index("</svg>", start)]
+
+
+def _box(svg: str, gid: str) -> tuple[float, float, float, float] | None:
+    """(x0, x1, y0, y1) of the first path inside <g id="GID">."""
+    m = re.search(rf'<g id="{gid}">\s*<path d="([^"]+)"', svg)
+    if m is None:
+        return None
+    nums = [float(v) for v in re.findall(r"-?[\d.]+", m.group(1))]
+    xs, ys = nums[0::2], nums[1::2]
+    return min(xs), max(xs), min(ys), max(ys)
+
+
+def _texts(svg: str) -> list[str]:
+    return [re.sub(r"\s+", " ", t).strip() for t in re.findall(r"<text\b[^>]*>([^<]*)</text>", svg)]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("classifier")
+    proc = subprocess.run(
+        [sys.executable, "-m", "chipswap", "plan", "--example", "classifier-serving", "--no-aws", "--out",
+         str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_slo_missing_option_is_never_the_lowest_solid_bar(report: Path, tmp_path: Path) -> None:
+    """The bundled Llama example has an inf2.xlarge that can never meet the TTFT objective: it is drawn
+    apart (hatched, 'misses SLO', below every solid bar), and no solid bar belongs to a missing option."""
+    data = json.loads((report / "report.json").read_text())
+    missing = [c for c in data["candidates"] if c.get("meets_slo") is False]
+    assert missing, "the example should keep a candidate that misses the SLO"
+    dom = _dom(report, tmp_path)
+    for name in ("cpm", "monthly"):
+        svg = _plot(dom, name)
+        solid = [b for i in range(16) if (b := _box(svg, f"bar-{i}")) is not None]
+        apart = [b for i in range(16) if (b := _box(svg, f"missed-{i}")) is not None]
+        assert solid and "misses SLO" in " ".join(_texts(svg)), name
+        priced = [c for c in missing if c.get("cost_per_million_usd" if name == "cpm" else "monthly_usd")]
+        assert len(apart) == len(priced), (name, apart, priced)
+        lowest_solid = max(b[3] for b in solid)  # SVG y grows downwards: the last row is the largest y
+        assert all(a[2] > lowest_solid for a in apart), name  # below every solid bar
+        assert not apart or 'style="fill: url(#' in svg  # hatched (an SVG pattern), not a plain colour
+
+
+def test_tick_labels_read_and_legends_sit_off_the_data(classifier: Path, tmp_path: Path) -> None:
+    dom = _dom(classifier, tmp_path)
+    cpm = _plot(dom, "cpm")
+    ticks = [t for t in _texts(cpm) if t.startswith("$")][:12]
+    xticks = re.findall(r'<g id="xtick_\d+">.*?<text\b[^>]*>([^<]*)</text>', cpm, re.S)
+    assert len(xticks) >= 3 and len(set(xticks)) == len(xticks), xticks  # no "$0" everywhere
+    assert ticks
+    for name in ("cumulative", "latency", "fleetsize"):
+        svg = _plot(dom, name)
+        frame = _box(svg, "frame")
+        legend = re.search(r'<g id="legend_1">.*?<path d="M [\d.]+ ([\d.]+)', svg, re.S)
+        assert frame is not None and legend is not None, name
+        assert float(legend.group(1)) > frame[3], name  # the legend is below the axes, not on the data
+
+
+def test_coinciding_series_are_all_visible_and_named(classifier: Path, tmp_path: Path) -> None:
+    """inf2.xlarge and inf2.8xlarge carry the same chip and the same figures: both lines are drawn with
+    different dash patterns and the legend says one is the same as the other."""
+    dom = _dom(classifier, tmp_path)
+    svg = _plot(dom, "fleetsize")
+    styles = re.findall(r'<g id="size-\d+">\s*<path d="[^"]+"[^>]*style="([^"]+)"', svg)
+    assert len(styles) >= 3 and len(set(styles)) == len(styles), styles
+    assert any("(same as " in t for t in _texts(svg))
+
+
+def test_caveats_and_negative_savings_in_words(report: Path, classifier: Path, tmp_path: Path) -> None:
+    cls = _dom(classifier, tmp_path)
+    summary = (classifier / "report.md").read_text()
+    assert 'class="caveat"' in cls and "check quota" in re.sub(r"<[^>]+>", "", cls.split("</section>")[1])
+    assert "> Before you move: check quota" in summary
+    llama = (report / "report.html").read_text()
+    kpi = re.search(r'id="kpi-saving">([^<]*)<', llama)
+    assert kpi is not None and re.fullmatch(r"costs [\d.]+x as much", kpi.group(1)), kpi
+    assert "$-" not in llama and "Saving -" not in llama and "$-" not in (report / "report.md").read_text()
+    assert re.search(r"\+\$[\d,]+\.\d\d a month", llama)

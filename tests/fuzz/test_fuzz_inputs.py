@@ -484,7 +484,7 @@ def test_fuzz_model_configs(box: Sandbox, kind: str) -> None:
 # ----------------------------------------------------------------------------------------------- bench JSONs
 LAT = {"n": 10, "p50": 20.0, "p90": 24.0, "p99": 29.0, "mean": 21.0, "max": 30.0}
 BENCH = {
-    "schema": "chipswap.bench/1",
+    "schema": "chipswap.bench/2",
     "tool": {"name": "chipswap", "version": "0.1.0", "command": "chipswap bench http://127.0.0.1:8000"},
     "measured_at": "2026-11-30T10:00:00Z",
     "machine": {"platform": "linux", "cpus": 2, "load_avg_1m": 0.5},
@@ -508,6 +508,16 @@ BENCH = {
     "errors": [],
     "cost": {"per_million_requests_usd": "12.5000", "basis": "goodput at the SLO",
              "per_million_output_tokens_usd": None},
+    "identity": {
+        "model": {"name": "m", "root": None, "parameters": 66658, "config_sha256": "ab" * 32,
+                  "dtype": "float32"},
+        "shapes": {"compiled": [[1, 16], [4, 16]], "max_length": 16,
+                   "prompt_tokens": {"p50": 8, "p99": 16, "max": 16}},
+        "server": {"software": "chipswap serve 0.1.0", "stack": None, "backend": "neuron", "device": "neuron",
+                   "headers": {"server": "uvicorn"}, "models_listed": []},
+        "host": {"declared_instance": "inf2.xlarge", "beside_server": True, "cpu_model": "x", "cpus": 4,
+                 "gpus": [], "neuron_devices": 1, "ec2_instance_type": "inf2.xlarge"},
+    },
 }
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -65,11 +65,12 @@ def _snippet(data: bytes | str) -> str:
 
 
 def _error_message(status: int, body: bytes) -> str:
-    """The server's own error text when it sent JSON ({"error": {"message"}} or {"detail"}), else the body."""
+    """The server's own error text when it sent JSON ({"error": {"message"}} or {"detail"}); any other body
+    is described, never shown (an HTML page is not a message)."""
     try:
         obj = json.loads(body)
     except ValueError:
-        return f"HTTP {status}: {_snippet(body)}"
+        return f"HTTP {status} ({_body_kind(body)}, not shown)"
     msg: Any = obj
     if isinstance(obj, dict):
         err = obj.get("error", obj.get("detail", obj.get("message", obj)))
@@ -85,13 +86,72 @@ def _retry_after(headers: httpx.Headers) -> float | None:
         return None
 
 
+def _body_kind(body: bytes) -> str:
+    try:
+        json.loads(body)
+        return "a JSON answer of another shape"
+    except ValueError:
+        pass
+    head = body[:512].lstrip().lower()
+    if head.startswith((b"<!doctype html", b"<html")) or b"<body" in head:
+        return "an HTML page"
+    return f"a {len(body):,}-byte non-JSON body" if body else "an empty body"
+
+
+# response headers that name the server software (recorded in the results' identity, bounded)
+IDENTITY_HEADERS = ("server", "x-powered-by", "x-compute-type", "x-served-by")
+
+
 async def _get_json(http: httpx.AsyncClient, path: str) -> tuple[int, Any]:
     r = await http.get(path)
     body = r.content[:MAX_STREAM_BYTES]
     try:
         return r.status_code, json.loads(body)
     except ValueError:
-        return r.status_code, None
+        return r.status_code, _NotJson(_body_kind(body), r.headers.get("content-type", ""))
+
+
+async def _probe_models(http: httpx.AsyncClient) -> tuple[int, Any, dict[str, str]]:
+    """GET /v1/models: status, parsed JSON (or _NotJson) and the identity headers of the answer."""
+    r = await http.get("/v1/models")
+    body = r.content[:MAX_STREAM_BYTES]
+    heads = {k: one_line(r.headers[k], 120) for k in IDENTITY_HEADERS if k in r.headers}
+    try:
+        obj: Any = json.loads(body)
+    except ValueError:
+        obj = _NotJson(_body_kind(body), r.headers.get("content-type", ""))
+    return r.status_code, obj, heads
+
+
+@dataclass(frozen=True)
+class _NotJson:
+    """An answer that was not JSON: what it looked like, never its text."""
+
+    kind: str
+    content_type: str
+
+
+def _not_a_model_server(base: Any, status: int, obj: Any) -> str | None:
+    """A one-line hint when GET /v1/models was answered by something that serves no models."""
+    if isinstance(obj, _NotJson):
+        return (
+            f"{base} answered GET /v1/models with {obj.kind} (HTTP {status}), not a model list: that is a "
+            "web "
+            "server, not a model server; check the URL and port"
+        )
+    return None
+
+
+def _openai_listing(obj: Any) -> list[dict[str, Any]]:
+    """The entries of an OpenAI-style model list that are not chipswap serve's (no max_length/vocab_size)."""
+    data = obj.get("data") if isinstance(obj, dict) else None
+    if not isinstance(data, list):
+        return []
+    return [
+        m
+        for m in data[:100]
+        if isinstance(m, dict) and m.get("id") and "vocab_size" not in m and "max_length" not in m
+    ]
 
 
 def _ids_for(index: int, length: int, vocab: int, seed: int) -> list[int]:
@@ -112,14 +172,26 @@ class PredictClient:
     max_length: int | None = None
     info: dict[str, Any] | None = None
     name: str = "predict"
+    headers: dict[str, str] = field(default_factory=dict)
 
     async def probe(self, http: httpx.AsyncClient) -> dict[str, Any]:
-        status, obj = await _get_json(http, "/v1/models")
+        status, obj, self.headers = await _probe_models(http)
         if status == 401:
             raise ChipswapError(f"{http.base_url} needs a bearer token (HTTP 401); set CHIPSWAP_BENCH_TOKEN")
         if status == 503:
             raise ChipswapError(
                 f"{http.base_url} is not ready yet (HTTP 503 on /v1/models); wait for /readyz"
+            )
+        hint = _not_a_model_server(http.base_url, status, obj)
+        if hint:
+            raise ChipswapError(hint)
+        openai = _openai_listing(obj)
+        if status == 200 and openai:
+            owner = openai[0].get("owned_by")
+            raise ChipswapError(
+                f"{http.base_url} is an OpenAI-compatible server (serves {one_line(openai[0]['id'], 80)}"
+                + (f", owned_by {one_line(owner, 40)}" if isinstance(owner, str) else "")
+                + "), not chipswap serve; rerun with --protocol chat (or --protocol completions)"
             )
         data = obj.get("data") if isinstance(obj, dict) else None
         if status != 200 or not isinstance(data, list) or not data or not isinstance(data[0], dict):
@@ -135,7 +207,22 @@ class PredictClient:
         ml = m.get("max_length")
         if isinstance(ml, int) and not isinstance(ml, bool) and ml > 0:
             self.max_length = ml
-        self.info = {k: m.get(k) for k in ("id", "kind", "max_length", "vocab_size", "shapes")}
+        self.info = {
+            k: m.get(k)
+            for k in (
+                "id",
+                "kind",
+                "max_length",
+                "vocab_size",
+                "shapes",
+                "parameters",
+                "config_sha256",
+                "dtype",
+                "backend",
+                "device",
+                "software",
+            )
+        }
         return self.info
 
     async def send(self, http: httpx.AsyncClient, rec: Record, clock: Any) -> Record:
@@ -163,8 +250,7 @@ class PredictClient:
             rec.server_model_ms = float(t["model"]) if "model" in t else None
         except (ValueError, KeyError, TypeError) as exc:
             raise ProtocolError(
-                f"reply is not a chipswap /v1/predict answer ({type(exc).__name__};"
-                f" starts {_snippet(raw[:80])!r})"
+                f"reply is not a chipswap /v1/predict answer ({type(exc).__name__}, {_body_kind(raw)})"
             ) from None
         return rec
 
@@ -179,6 +265,7 @@ class OpenAIClient:
     seed: int = 0
     extra_body: dict[str, Any] | None = None
     info: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -189,10 +276,18 @@ class OpenAIClient:
         return "/v1/completions" if self.kind == "completions" else "/v1/chat/completions"
 
     async def probe(self, http: httpx.AsyncClient) -> dict[str, Any]:
-        status, obj = await _get_json(http, "/v1/models")
+        status, obj, self.headers = await _probe_models(http)
         if status == 401:
             raise ChipswapError(f"{http.base_url} needs a bearer token (HTTP 401); set CHIPSWAP_BENCH_TOKEN")
+        hint = _not_a_model_server(http.base_url, status, obj)
+        if hint:
+            raise ChipswapError(hint)
         data = obj.get("data") if isinstance(obj, dict) else None
+        if isinstance(data, list) and data and isinstance(data[0], dict) and "vocab_size" in data[0]:
+            raise ChipswapError(
+                f"{http.base_url} is chipswap serve (it lists {one_line(str(data[0].get('id')), 80)} with a "
+                "vocabulary), not an OpenAI-compatible server; rerun with --protocol predict"
+            )
         ids = (
             [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")]
             if isinstance(data, list)
@@ -205,7 +300,16 @@ class OpenAIClient:
                     " pass --model NAME"
                 )
             self.model = ids[0]
-        self.info = {"id": self.model, "listed_models": ids[:20]}
+        listed = data if isinstance(data, list) else []
+        entry = next((m for m in listed if isinstance(m, dict) and m.get("id") == self.model), {})
+        self.info = {
+            "id": self.model,
+            "listed_models": ids[:20],
+            "owned_by": entry.get("owned_by") if isinstance(entry.get("owned_by"), str) else None,
+            "max_model_len": entry.get("max_model_len"),
+            "root": entry.get("root") if isinstance(entry.get("root"), str) else None,
+        }
+        self.info.update(await _server_info(http))
         return self.info
 
     def prompt(self, index: int, n_tokens: int) -> str:
@@ -266,8 +370,9 @@ class OpenAIClient:
             if "text/event-stream" not in ctype:
                 raw = await _read_capped(r, 2048)
                 raise ProtocolError(
-                    f"reply is not an OpenAI stream (content-type {one_line(ctype, 60)!r}, starts"
-                    f" {_snippet(raw[:80])!r}); is {http.base_url} an OpenAI-compatible server?"
+                    f"reply is not an OpenAI stream ({_body_kind(raw)},"
+                    f" content-type {one_line(ctype, 60)!r});"
+                    f" is {http.base_url} an OpenAI-compatible server?"
                 )
             await self._read_stream(r, rec, start, clock)
         rec.e2e_s = clock() - start
@@ -326,6 +431,30 @@ class OpenAIClient:
                 rec.output_tokens = ct
             if isinstance(pt, int) and not isinstance(pt, bool) and pt >= 0:
                 rec.prompt_tokens_server = pt
+
+
+async def _server_info(http: httpx.AsyncClient) -> dict[str, Any]:
+    """What vLLM (/version) and TGI (/info) say about themselves: software version, dtype, device. Best
+    effort: a server without these routes gives nothing."""
+    out: dict[str, Any] = {}
+    for path in ("/version", "/info"):
+        try:
+            status, obj = await _get_json(http, path)
+        except httpx.HTTPError:
+            continue
+        if status != 200 or not isinstance(obj, dict):
+            continue
+        if path == "/version" and isinstance(obj.get("version"), str):
+            out["software"] = f"vllm {one_line(obj['version'], 40)}"
+        if path == "/info":
+            if isinstance(obj.get("version"), str):
+                out["software"] = f"text-generation-inference {one_line(obj['version'], 40)}"
+            if isinstance(obj.get("model_dtype"), str):
+                out["dtype"] = one_line(obj["model_dtype"], 40).removeprefix("torch.")
+            device = obj.get("model_device_type")
+            if isinstance(device, str):
+                out["device"] = {"cuda": "gpu", "neuron": "neuron", "cpu": "cpu"}.get(device.lower())
+    return out
 
 
 def _piece(choice: Any) -> str:

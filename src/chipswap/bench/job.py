@@ -1,4 +1,4 @@
-"""One `chipswap bench` run as a plain function: options in, a chipswap.bench/1 document out.
+"""One `chipswap bench` run as a plain function: options in, a chipswap.bench/2 document out.
 
 Checks every option before any request is sent (trace, URL, rate, SLO, instance/term price), builds the
 schedule, runs the open-loop driver, summarizes, prices the result at the instance and term when given. The
@@ -219,9 +219,21 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
         "seed": opts.seed,
         "extra_body": opts.extra_body or None,
     }
+    from chipswap.bench.host import detect_host, is_beside
+    from chipswap.bench.identity import build_identity
     from chipswap.bench.results import build_results
 
+    identity = build_identity(
+        info=getattr(client, "info", None),
+        headers=getattr(client, "headers", {}),
+        declared_instance=instance["name"] if instance else None,
+        host=detect_host() if is_beside(url) else None,
+        prompt_tokens=sched.prompt_tokens if sched else (),
+        output_tokens=sched.output_tokens if sched and not predict else (),
+        max_length=sched.max_length if sched else None,
+    )
     return build_results(
+        identity=identity,
         outcome_result=result,
         target=target,
         load=load,
@@ -235,7 +247,7 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
 
 
 def run_bench(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
-    """Run one benchmark (blocking) and return its chipswap.bench/1 document."""
+    """Run one benchmark (blocking) and return its chipswap.bench/2 document."""
     return asyncio.run(_run(opts, progress))
 
 

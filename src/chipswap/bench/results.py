@@ -1,4 +1,4 @@
-"""The measured-results file of `chipswap bench` (schema ``chipswap.bench/1``): build it, read it strictly.
+"""The measured-results file of `chipswap bench` (schema ``chipswap.bench/2``): build it, read it strictly.
 
 Writers: ``build_results`` (a plain dict; the command writes it with chipswap.atomic).
 Readers (for `chipswap plan` and the shape planner):
@@ -11,7 +11,8 @@ Readers (for `chipswap plan` and the shape planner):
 
 File layout (numbers are measured; money is a decimal string; absent figures are null)::
 
-  schema            "chipswap.bench/1"
+  schema            "chipswap.bench/2" (/1 files carry no identity and are refused with the command that
+                    regenerates them)
   tool              {name, version, command}
   measured_at       ISO 8601 UTC
   machine           {platform, cpus, load_avg_1m}           where the load generator ran
@@ -36,6 +37,7 @@ File layout (numbers are measured; money is a decimal string; absent figures are
   send_lag_ms       how late requests left against the plan (load generator health)
   errors            [{kind, message, count}]  the most common failures
   cost              {per_million_requests_usd, basis, per_million_output_tokens_usd}, null without --instance
+  identity          {model, shapes, server, host}: what was measured and where (chipswap.bench.identity)
 """
 
 from __future__ import annotations
@@ -43,16 +45,19 @@ from __future__ import annotations
 import math
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from chipswap.bench.identity import BenchIdentity, parse_identity
 from chipswap.datafile import read_json, strict_int, strict_number
 from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
 
-SCHEMA = "chipswap.bench/1"
+SCHEMA = "chipswap.bench/2"
+OLD_SCHEMAS = ("chipswap.bench/1",)
 PROTOCOLS = ("chipswap-predict", "openai-completions", "openai-chat")
 MAX_BUCKETS = 100_000
 MAX_COUNT = 10**9
@@ -70,8 +75,9 @@ def build_results(
     instance: dict[str, Any] | None = None,
     cost: dict[str, Any] | None = None,
     now: datetime | None = None,
+    identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A chipswap.bench/1 document from a summarized run (chipswap.bench.stats.summarize)."""
+    """A chipswap.bench/2 document from a summarized run (chipswap.bench.stats.summarize)."""
     from chipswap import __version__
 
     try:
@@ -92,6 +98,11 @@ def build_results(
         "stop_reason": stop_reason,
         **outcome_result,
         "cost": cost,
+        "identity": identity
+        or {  # a caller without a probe (tests, tools): the target's model name and the declared instance
+            "model": {"name": target.get("model")},
+            "host": {"declared_instance": (instance or {}).get("name"), "beside_server": False},
+        },
     }
 
 
@@ -137,6 +148,7 @@ class BenchResults:
     padding_waste: float | None
     cost_per_million_usd: Decimal | None
     buckets: tuple[BucketFigures, ...]
+    identity: BenchIdentity = field(default_factory=BenchIdentity)
 
 
 @dataclass(frozen=True)
@@ -200,8 +212,18 @@ def _pct(block: Any, source: str, field: str) -> dict[str, float | None]:
 
 
 def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
-    """Validate a parsed chipswap.bench/1 document (pure: no I/O)."""
+    """Validate a parsed chipswap.bench/2 document (pure: no I/O)."""
     doc = _obj(data, source, "the file")
+    if doc.get("schema") in OLD_SCHEMAS:
+        tool = doc.get("tool") if isinstance(doc.get("tool"), dict) else {}
+        cmd = tool.get("command") if isinstance(tool.get("command"), str) else None
+        again = "chipswap bench URL --instance TYPE --out FILE"
+        if cmd and cmd.startswith("chipswap bench "):
+            again = one_line(cmd, 300)
+        raise ChipswapError(
+            f"bench results {source} are {doc.get('schema')}: they do not say which model, server and machine"
+            f" were measured; regenerate them with: {again}"
+        )
     if doc.get("schema") != SCHEMA:
         raise ChipswapError(
             f"bench results {source} have schema {doc.get('schema')!r}, not {SCHEMA!r};"
@@ -306,11 +328,12 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         padding_waste=waste,
         cost_per_million_usd=per_million,
         buckets=tuple(buckets),
+        identity=parse_identity(doc.get("identity"), source),
     )
 
 
 def read_bench_results(path: str | Path) -> BenchResults:
-    """Read and validate a chipswap.bench/1 file; every problem is one ChipswapError line."""
+    """Read and validate a chipswap.bench/2 file; every problem is one ChipswapError line."""
     return parse_bench_results(read_json(path, "bench results"), str(path))
 
 

@@ -108,6 +108,12 @@ def _abort_reason(base_url: str, kind: str, msg: str, streak: bool = False) -> s
         what = "lost the connection to" if streak else "cannot connect to"
         return f"{what} {base_url} ({msg}); is the server running and the URL right?"
     if kind == "http_error":
+        if msg.startswith(("HTTP 404", "HTTP 405")):
+            return (
+                f"the first {EARLY_ANSWERS} requests to {base_url} all failed ({msg}): the server has no such"
+                " route; check --protocol (predict for chipswap serve, completions or chat for an"
+                " OpenAI-compatible server) and the URL"
+            )
         return f"the first {EARLY_ANSWERS} requests to {base_url} all failed ({msg}); check the server's logs"
     return f"{base_url} does not answer in the protocol asked for: {msg}"
 

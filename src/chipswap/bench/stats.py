@@ -110,7 +110,7 @@ def _row_cost(r: Record) -> tuple[float, float]:
 def summarize(
     records: Sequence[Record], slo: Slo | None = None, duration_s: float | None = None
 ) -> dict[str, Any]:
-    """The measured figures of a run (the "result" part of a chipswap.bench/1 file)."""
+    """The measured figures of a run (the "result" part of a chipswap.bench/2 file)."""
     slo = slo or Slo()
     dur = duration_s if duration_s is not None else run_duration_s(records)
     by = Counter(r.status for r in records)

@@ -3,6 +3,8 @@
 - main.py    the app: wires every command module's `register(app)` and turns ChipswapError into one line on
              stderr with exit code 2.
 - <name>.py  one command (or sub-app): parse flags, call the capability packages, print. No logic here.
+- fit.py, stages.py  output helpers: tables that keep every digit on a narrow terminal; stage progress on
+             stderr.
 
 `main` below is the `chipswap` entry point (pyproject's [project.scripts]); importing one command module does
 not build the whole app.

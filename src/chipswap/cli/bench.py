@@ -1,7 +1,7 @@
 """`chipswap bench URL`: replay a trace open-loop against a server and write the measured results.
 
 Parses flags, shows progress, calls chipswap.bench.job.run_bench, prints a table (or JSON) and writes the
-chipswap.bench/1 file atomically. Exit 0: every planned request was sent; 1: the run stopped early (server
+chipswap.bench/2 file atomically. Exit 0: every planned request was sent; 1: the run stopped early (server
 unreachable, not the protocol asked for) and the partial results were written; 2: bad input.
 """
 
@@ -25,7 +25,7 @@ HELP = (
     "completions|chat; prompts of the trace's token lengths, max_tokens = its output lengths; TTFT, "
     "inter-token latency and end to end from the stream). Bounded by --requests and --duration, every "
     "request by --timeout. Reports throughput, p50/p90/p99, error and reject rates, goodput at the SLO, "
-    "padding waste and cost per 1M requests at --instance/--term, and writes a chipswap.bench/1 JSON (--out) "
+    "padding waste and cost per 1M requests at --instance/--term, and writes a chipswap.bench/2 JSON (--out) "
     f"that chipswap plan reads as measured figures. Bearer token: set {TOKEN_ENV}."
 )
 
@@ -95,6 +95,8 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from chipswap.cli.fit import print_table
+
     con = Console(width=None if sys.stdout.isatty() else 110)
     t = doc["target"]
     c = doc["counts"]
@@ -109,7 +111,7 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
     for name, block in doc["latency_ms"].items():
         if block is not None:
             lat.add_row(name, *(_fmt(block[k]) for k in ("n", "p50", "p90", "p99", "mean", "max")))
-    con.print(lat)
+    print_table(con, lat)
     thr = doc["throughput"]
     lines = [
         f"throughput: {_fmt(thr['requests_per_s'])} req/s, {_fmt(thr['input_tokens_per_s'])} input tokens/s"
@@ -137,6 +139,7 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
         )
     for e in doc.get("errors", [])[:5]:
         lines.append(f"{e['count']:,} x {e['kind']}: {e['message']}")
+    lines.extend(_identity_lines(doc))
     for line in lines:
         con.print(line, markup=False, highlight=False)
     if doc.get("buckets"):
@@ -153,9 +156,36 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
                 f"{b['mean_fill']:.0%}",
                 f"{b['padding_waste']:.1%}",
             )
-        con.print(bt)
+        print_table(con, bt)
     if out is not None:
         con.print(f"results written to {out}", markup=False, highlight=False)
+
+
+def _identity_lines(doc: dict[str, Any]) -> list[str]:
+    """What was measured and where (the file's identity block), and a warning when the machine beside the
+    server cannot be the --instance given (chipswap plan would refuse the file)."""
+    from chipswap.bench.identity import host_mismatch, parse_identity
+
+    try:
+        ident = parse_identity(doc.get("identity") or {}, "results")
+    except Exception:  # noqa: BLE001 - the summary never fails on its own output
+        return []
+    model = ident.model_name or "unnamed model"
+    if ident.parameters:
+        model += f" ({ident.parameters:,} parameters" + (f", {ident.dtype})" if ident.dtype else ")")
+    out = [f"measured: {model}, server {ident.software or 'unknown'}, host {ident.host_text()}"]
+    inst = doc.get("instance") or {}
+    if inst.get("name"):
+        from chipswap.economics.catalog_io import load_catalog
+
+        try:
+            i = load_catalog().instance(inst["name"])
+        except Exception:  # noqa: BLE001 - a catalog given with --catalog may name it; nothing to check then
+            return out
+        why = host_mismatch(ident, i.name, i.kind, i.accelerator, int(i.accelerator_count))
+        if why:
+            out.append(f"warning: {why}; chipswap plan will refuse this file for {i.name}")
+    return out
 
 
 _FLAGS = (
@@ -248,7 +278,7 @@ def _bench(
     catalog: str | None = typer.Option(None, "--catalog", help="Catalog file overriding the shipped one."),
     seed: int = typer.Option(0, "--seed", help="Seed for token ids, prompts and Poisson arrivals."),
     out: Path | None = typer.Option(
-        Path("chipswap-bench.json"), "--out", help="Results file (chipswap.bench/1)."
+        Path("chipswap-bench.json"), "--out", help="Results file (chipswap.bench/2)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the results JSON instead of tables."),
 ) -> int:

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from chipswap.cli.catalog import CATALOG_HELP, check_region, console
+from chipswap.cli.fit import print_table
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.economics.catalog_io import load_catalog
@@ -273,7 +274,7 @@ def cost_job(
         if rpm is not None:
             row.append(_payback(line.per_month))
         table.add_row(*row)
-    out.print(table)
+    print_table(out, table)
     for a in assumptions:
         out.print(f"- {a}", markup=False, highlight=False)
 
@@ -532,7 +533,7 @@ def cost_serve(
             str(row["count"]),
             money(row["monthly"]),
         )
-    out.print(table)
+    print_table(out, table)
     if summary:
         cmp, be = summary["comparison"], summary["break_even"]
         saving = rows[0]["monthly"] - rows[1]["monthly"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from importlib import resources
@@ -133,9 +132,14 @@ def summary_lines(result: object) -> list[str]:
     if b is not None and b.monthly_usd is not None:
         pay = f"pays back in month {b.payback_month}" if b.payback_month else "never pays back"
         lo, hi = getattr(b, "saving_pct_range", (None, None))
-        band = f", {_pct1(lo)} to {_pct1(hi)} across the error band" if lo is not None and lo != hi else ""
+        from chipswap.report.wording import saving_range_words
+
+        band = f", {saving_range_words(lo, hi)} across the error band" if lo is not None and lo != hi else ""
+        from chipswap.report.wording import saving_words
+
         lines.append(
-            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({_pct1(b.saving_pct)} saving"
+            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month"
+            f" ({saving_words(b.saving_pct, now, b.monthly_usd)}"
             f"{band}; porting {_money(r.porting.value)}, {pay})"  # type: ignore[attr-defined]
         )
         if b.payback_run:
@@ -162,10 +166,12 @@ def summary_lines(result: object) -> list[str]:
     if notes:
         lines.append("Notes:")
         lines.extend(f"  {n}" for n in notes)
-    flips = [f for f in r.flips if f.value is not None]  # type: ignore[attr-defined]
+    from chipswap.report.wording import flip_lines
+
+    flips = flip_lines(r)
     if flips:
         lines.append("What would flip it:")
-        lines.extend(f"  {f.text}" for f in flips)
+        lines.extend(f"  {f}" for f in flips)
     return [one_line(line, 2000) for line in lines]
 
 
@@ -236,6 +242,12 @@ def _plan(
         help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
         "the projection. Repeat for several instances; adds to the workload's bench_results.",
     ),
+    accept_bench_mismatch: bool = typer.Option(
+        False,
+        "--accept-bench-mismatch",
+        help="Use a --bench file even when it measured another model or a machine that cannot be its "
+        "instance; the figure is then labelled with the mismatch.",
+    ),
     catalog_file: Path | None = typer.Option(
         None,
         "--catalog",
@@ -257,6 +269,12 @@ def _plan(
         "tokens are inferred from the GPU's projected throughput and each candidate's hours follow "
         "(labelled).",
     ),
+    quiet: bool = typer.Option(
+        False,
+        "--quiet",
+        "-q",
+        help="No progress on stderr (default: a line per stage, a spinner on a terminal).",
+    ),
     print_example: str | None = typer.Option(
         None,
         "--print-example",
@@ -265,10 +283,10 @@ def _plan(
     ),
 ) -> None:
     """The verdict: stay on GPU, move serving to Inferentia, move to Trainium, or close call — stay."""
-    from chipswap.plan.workload_file import load_workload, schema_help
+    from chipswap.plan.workload_file import load_workload
 
     if explain:
-        typer.echo(schema_help())
+        typer.echo(_schema_text())
         return
     if print_example is not None:
         typer.echo(example_path(print_example).read_text(encoding="utf-8"), nl=False)
@@ -302,17 +320,14 @@ def _plan(
     if train_hours is not None:
         wl = _with_train_hours(wl, train_hours)
 
+    from chipswap.cli.stages import StageProgress
     from chipswap.plan import run_plan
     from chipswap.report.html import render_html
     from chipswap.report.markdown import render_markdown
 
-    tty = sys.stderr.isatty()
-
-    def progress(msg: str) -> None:
-        if tty:
-            sys.stderr.write(f"\r\033[K{msg}...")
-            sys.stderr.flush()
-
+    bar = StageProgress("chipswap plan", quiet=quiet)
+    bar.say("reading the workload and the bench files")
+    progress = bar.say
     try:
         result = run_plan(
             wl,
@@ -322,12 +337,12 @@ def _plan(
             bench=tuple(bench),
             catalog=catalog,
             capacity_check=_capacity_check(catalog, no_aws),
+            accept_bench_mismatch=accept_bench_mismatch,
         )
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
     finally:
-        if tty:
-            sys.stderr.write("\r\033[K")
+        bar.close()
     _require_arrival_rates(result, wl, path)
     from chipswap.report.publish import publish_report_set
     from chipswap.textsafe import one_line
@@ -370,7 +385,6 @@ def _workload_help(
 ) -> None:
     """Print the documented workload file schema (every key, its type, default and meaning)."""
     from chipswap.plan.workload import Workload
-    from chipswap.plan.workload_file import schema_help
 
     if example is not None:
         typer.echo(example_path(example).read_text(encoding="utf-8"), nl=False)
@@ -378,7 +392,19 @@ def _workload_help(
     if as_json:
         typer.echo(json.dumps(Workload.model_json_schema(), indent=2, default=str))
         return
-    typer.echo(schema_help())
+    typer.echo(_schema_text())
+
+
+def _schema_text() -> str:
+    """The documented schema, opened and closed by where to start: a bundled example to edit."""
+    from chipswap.plan.workload_file import schema_help
+
+    start = (
+        "Start from a bundled example: chipswap plan --print-example NAME > my.toml"
+        f" ({', '.join(EXAMPLES)}), "
+        "edit it, then chipswap plan my.toml."
+    )
+    return f"{start}\n\n{schema_help()}\n\n{start}"
 
 
 def register(app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chipswap import __version__
+from chipswap.compile.identity import model_identity
 from chipswap.datafile import read_json, strict_int
 from chipswap.errors import ChipswapError
 from chipswap.shapes.planfile import (
@@ -398,6 +399,8 @@ def compile_plan(
         "pad_token_id": target.pad_token_id,
         "vocab_size": target.config.get("vocab_size"),  # chipswap serve refuses ids outside it (422, not 500)
         "buckets": [{"batch": r.batch, "seq_len": r.seq, "key": r.key} for r in results],
+        # what `chipswap serve` lists and `chipswap bench` records: parameters, config digest, dtype
+        "identity": model_identity(target.model, target.config),
     }
     return CompileReport(target.name, backend, atol, str(cache.root), results, cset)
 

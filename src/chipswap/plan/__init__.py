@@ -80,6 +80,7 @@ def run_plan(
     bench: tuple[Path, ...] = (),
     catalog: Any = None,
     capacity_check: CapacityCheck | None = None,
+    accept_bench_mismatch: bool = False,
 ) -> PlanResult:
     """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
     workload's own; `catalog`: a catalog to price with (default: the shipped one); `capacity_check`: the
@@ -98,7 +99,7 @@ def run_plan(
     from chipswap.plan import verdict as decide
 
     clock = _Clock(progress or (lambda _m: None))
-    s = setup.setup(wl, workload_path, close_margin_pct, bench, catalog)
+    s = setup.setup(wl, workload_path, close_margin_pct, bench, catalog, accept_bench_mismatch)
     t = clock.stage("reading traffic", traffic.traffic, s)
     sh = clock.stage("planning shapes", shapes.shapes, s, t)
     rd = clock.stage("checking readiness", readiness.readiness, s, sh.summary)

@@ -70,7 +70,7 @@ def _serving_throughput(
         given.append(from_input(wl.figures[name].throughput, "throughput", RPS))
     m = s.measured.get(name)
     if m is not None:
-        given.append(Figure(m.requests_per_s, RPS, "measured", m.note))
+        given.append(Figure(m.requests_per_s, RPS, m.source, m.note))
     if tp is not None and is_gpu and tp.gpu_requests_per_s is not None:
         src = workload_source(tp.gpu_source, tp.gpu_note)
         given.append(Figure(tp.gpu_requests_per_s, RPS, src, tp.gpu_note or ""))
@@ -105,7 +105,7 @@ def _serving_latency(s: PlanSetup, name: str, is_gpu: bool, quantity: str, sim: 
     if m is not None:
         v = m.ttft_p99_ms if quantity == "ttft_p99" else m.p99_ms
         if v is not None:
-            given.append(Figure(v, "ms", "measured", m.note))
+            given.append(Figure(v, "ms", m.source, m.note))
     if quantity == "e2e_p99" and tp is not None:
         if is_gpu and tp.gpu_p99_ms is not None:
             given.append(

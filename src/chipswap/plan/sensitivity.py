@@ -8,6 +8,7 @@ itself is chipswap.verdict.sensitivity (pure); every evaluation here is a pure r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from chipswap.economics import cost
@@ -16,6 +17,7 @@ from chipswap.plan.setup import PlanSetup
 from chipswap.plan.sizing import RateSizer
 from chipswap.plan.verdict import VerdictStage, rate
 from chipswap.plan.workload import TERMS
+from chipswap.verdict.rules import MOVES, STAY
 from chipswap.verdict.sensitivity import Choice, Flip, Knob, sensitivity
 
 
@@ -111,4 +113,15 @@ def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
         return None if x is None else verdict_of(x)
 
     choices = [Choice("price term", wl.pricing.term, tuple(TERMS), by_term)]
-    return sensitivity(knobs, choices)
+    return sensitivity(knobs, choices, directions(v.verdict.verdict))
+
+
+def directions(verdict: str) -> tuple[tuple[str, Callable[[str], bool]], ...]:
+    """The directions a verdict can flip in: a move only toward stay (any verdict that is not a move), a stay
+    only toward move, a close call both ways (toward a move, and toward a plain "stay on GPU")."""
+    to_move = ("toward move", lambda x: x in MOVES)
+    if verdict in MOVES:
+        return (("toward stay", lambda x: x not in MOVES),)
+    if verdict == STAY:
+        return (to_move,)
+    return (to_move, ("toward stay", lambda x: x == STAY))

@@ -8,6 +8,7 @@ I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -55,6 +56,7 @@ def thresholds(wl: Workload, close_margin_pct: Decimal | None = None) -> Thresho
         close_payback_months=vs.close_payback_months,
         bursty_peak_to_mean=vs.bursty_peak_to_mean,
         low_traffic_rps=vs.low_traffic_rps,
+        low_traffic_tokens_per_s=vs.low_traffic_tokens_per_s,
         min_monthly_bill_usd=vs.min_monthly_bill_usd,
         max_model_changes_per_month=vs.max_model_changes_per_month,
         min_horizon_months=vs.min_horizon_months,
@@ -95,15 +97,22 @@ def resolve_model(wl: Workload, wpath: Path, base_dir: Path) -> Any:
         raise ChipswapError(f"{wpath}: {key}: {exc}") from None
 
 
-def read_measured(paths: list[Path], wpath: Path, names: list[str]) -> dict[str, Any]:
-    """Measured serving figures from `chipswap bench` result files, by instance (one line per bad file)."""
+def read_measured(
+    paths: list[Path],
+    wpath: Path,
+    names: list[str],
+    check: Callable[[Any, Any], Any] | None = None,
+) -> dict[str, Any]:
+    """Measured serving figures from `chipswap bench` result files, by instance (one line per bad file).
+    ``check(results, measured)``: the identity check (plan.bench_check) that returns the figures to use."""
     if not paths:
         return {}
     from chipswap.bench.results import measured_serving, read_bench_results
 
     out: dict[str, Any] = {}
     for p in paths:
-        m = measured_serving(read_bench_results(p))
+        res = read_bench_results(p)
+        m = measured_serving(res)
         if m.instance not in names:
             raise ChipswapError(
                 f"{wpath}: bench_results: {p} measured {m.instance!r}, which is neither the fleet nor a "
@@ -114,7 +123,7 @@ def read_measured(paths: list[Path], wpath: Path, names: list[str]) -> dict[str,
             raise ChipswapError(
                 f"{wpath}: bench_results: two files measure {m.instance}; keep one per instance"
             )
-        out[m.instance] = m
+        out[m.instance] = check(res, m) if check is not None else m
     return out
 
 
@@ -124,6 +133,7 @@ def setup(
     close_margin_pct: Decimal | None = None,
     bench: tuple[Path, ...] = (),
     catalog: Any = None,
+    accept_bench_mismatch: bool = False,
 ) -> PlanSetup:
     """Check the fleet and candidates against the catalog (errors name the key) and resolve the model."""
     wpath = Path(workload_path)
@@ -146,7 +156,13 @@ def setup(
             )
         cands.append(inst)
     files = [Path(b) if Path(b).is_absolute() else base_dir / b for b in wl.bench_results] + list(bench)
-    measured = read_measured(files, wpath, [wl.fleet.instance, *wl.targets.candidates])
+    model = resolve_model(wl, wpath, base_dir)
+    measured = read_measured(
+        files,
+        wpath,
+        [wl.fleet.instance, *wl.targets.candidates],
+        _bench_check(wl, model, catalog, accept_bench_mismatch),
+    )
     return PlanSetup(
         workload=wl,
         path=wpath,
@@ -156,9 +172,27 @@ def setup(
         fleet=fleet,
         candidates=tuple(cands),
         region=wl.targets.region or wl.fleet.region,
-        model=resolve_model(wl, wpath, base_dir),
+        model=model,
         measured=measured,
     )
+
+
+def _bench_check(wl: Workload, model: Any, catalog: Any, accept: bool) -> Callable[[Any, Any], Any]:
+    from chipswap.plan.bench_check import checked_measured
+
+    def check(res: Any, m: Any) -> Any:
+        tr = getattr(wl, "traffic", None)
+        return checked_measured(
+            res,
+            m,
+            model=model,
+            task=wl.model.task if wl.model else None,
+            instance=catalog.instance(m.instance),
+            prompt_tokens=getattr(tr, "prompt_tokens", None),
+            accept=accept,
+        )
+
+    return check
 
 
 def max_positions(ref: Any) -> int | None:

@@ -59,6 +59,28 @@ def _pct(x: Decimal | None) -> str:
     return "unknown" if x is None else f"{x.quantize(Decimal('0.1'))}"
 
 
+def _count_band(count_range: tuple[int | None, int | None], needed: int) -> str:
+    """A right-sizing count's range across the error band, in words ("" when the band does not move it)."""
+    lo, hi = count_range
+    if lo is None or (lo == hi == needed):
+        return ""
+    if hi is None:
+        return f" ({lo} or more across the error band; no size meets the SLO at its slow edge)"
+    return f" ({lo}-{hi} across the error band)"
+
+
+def tokens_per_request(s: PlanSetup, traffic: Any) -> float | None:
+    """Mean prompt + output tokens of an LLM request (the traffic-volume rule counts tokens for LLMs)."""
+    tr = getattr(s.workload, "traffic", None)
+    if s.kind != "serving" or traffic is None or getattr(tr, "mode", None) != "llm":
+        return None
+    n = len(traffic.prompt_tokens)
+    if n == 0:
+        return None
+    out = float(traffic.output_tokens.mean()) if len(traffic.output_tokens) == n else 0.0
+    return float(traffic.prompt_tokens.mean()) + out
+
+
 def _today(s: PlanSetup, fleet_rate: Figure | None, gpu_hours: float | None) -> Figure:
     wl = s.workload
     hours = cost.D(wl.fleet.hours_per_month)
@@ -204,6 +226,7 @@ def verdict(
         readiness_blockers=readiness.blockers if readiness.checked else None,
         peak_to_mean=traffic.peak_to_mean if traffic else None,
         mean_rps=traffic.mean_rps if traffic else None,
+        tokens_per_request=tokens_per_request(s, traffic),
         horizon_months=wl.horizon_months,
         monthly_now_usd=today.value,
         monthly_after_usd=None,
@@ -383,17 +406,18 @@ def _gpu_notes(s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan) -> tup
         if simulated
         else f"the busiest window needs at {s.workload.utilization:.0%} utilization"
     )
+    band = _count_band(gpu.count_range, needed)
     if needed > n_today:
         miss = "misses the SLO at the busiest window" if simulated else "is too small for the busiest window"
         return (
-            f"today's GPU fleet {miss}: {n_today} x {gpu.instance}, where {need} {needed}; the saving "
+            f"today's GPU fleet {miss}: {n_today} x {gpu.instance}, where {need} {needed}{band}; the saving "
             "compares "
             f"with those {needed} ({money.monthly_now.quantize(Decimal('0.01')):,} USD/month)",
         )
     if needed < n_today and today.value > 0:
         gain = today.value - money.monthly_now
         return (
-            f"today's GPU fleet is larger than {need}: {needed} x {gpu.instance} would do, which saves "
+            f"today's GPU fleet is larger than {need}: {needed} x {gpu.instance} would do{band}, which saves "
             f"{gain.quantize(Decimal('0.01')):,} USD/month ({gain / today.value * 100:.1f}%) without a port; "
             "the saving of a move compares with that right-sized fleet",
         )

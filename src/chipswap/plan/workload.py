@@ -610,6 +610,15 @@ class VerdictSettings(_Model):
         le=MAX_RPS,
         description="Below this mean rate (requests/s) traffic is too low for a port to pay (stay on GPU).",
     )
+    low_traffic_tokens_per_s: Real = Field(
+        250.0,
+        gt=0,
+        le=MAX_RPS * 100,
+        description='LLM traffic (mode = "llm"): below this mean token volume (prompt + output tokens/s) '
+        "traffic is too low for a port to pay (stay on GPU); replaces low_traffic_rps for LLMs, whose "
+        "requests "
+        "cost in proportion to their tokens (assumption: 1 request/s of a 250-token exchange).",
+    )
     min_monthly_bill_usd: Money = Field(
         Decimal("2000"),
         ge=0,

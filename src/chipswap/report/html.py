@@ -89,7 +89,8 @@ def _plots(r: Any) -> dict[str, Markup]:
             )
             for c in r.candidates
         ]
-        out["cpm"] = Markup(bars_svg("Cost per 1M requests per instance type", rows, "", "cpm"))
+        missed = [False] + [c.meets_slo is False for c in r.candidates]
+        out["cpm"] = Markup(bars_svg("Cost per 1M requests per instance type", rows, "", "cpm", apart=missed))
     monthly = [(f"GPU: {now_count} x {r.fleet_instance}", float(r.monthly_now.value), NAVY)]
     for c in r.candidates:
         label = f"{c.count} x {c.instance}" if c.count else c.instance
@@ -100,7 +101,11 @@ def _plots(r: Any) -> dict[str, Markup]:
                 ORANGE if best is not None and c.instance == best.instance else GREY,
             )
         )
-    out["monthly"] = Markup(bars_svg("Monthly cost, GPU side vs each candidate", monthly, "", "monthly"))
+    gpu_missed = getattr(gpu, "meets_slo", None) is False and r.kind == "serving"
+    missed_m = [gpu_missed] + [c.meets_slo is False for c in r.candidates]
+    out["monthly"] = Markup(
+        bars_svg("Monthly cost, GPU side vs each candidate", monthly, "", "monthly", apart=missed_m)
+    )
     saving_rows = [
         (c.instance, _float_or_none(c.saving_pct), *(_float_or_none(x) for x in c.saving_pct_range))
         for c in r.candidates
@@ -197,9 +202,22 @@ def render_html(result: Any) -> str:
     text = resources.files("chipswap.report").joinpath("templates", "plan.html.j2").read_text("utf-8")
     css = resources.files("chipswap.report").joinpath("templates", "plan.css").read_text("utf-8")
     tpl = env.from_string(text)
+    from chipswap.report.wording import (
+        caveat_lines,
+        flip_lines,
+        monthly_delta_words,
+        saving_range_words,
+        saving_words,
+    )
+
     return tpl.render(
         r=result,
         v=result.verdict,
+        caveats=caveat_lines(result),
+        flip_lines=flip_lines(result),
+        saving_words=saving_words,
+        monthly_delta_words=monthly_delta_words,
+        saving_range_words=saving_range_words,
         plots=_plots(result),
         css=Markup(css),
         reasons=reason_rows(result.verdict),

@@ -66,6 +66,17 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         f"**Verdict: {md_text(v.verdict)}** — {md_text(v.why, 2000)}",
         "",
     ]
+    from chipswap.report.wording import (
+        caveat_lines,
+        flip_lines,
+        monthly_delta_words,
+        saving_range_words,
+        saving_words,
+    )
+
+    caveats = caveat_lines(r)
+    if caveats:
+        out += [f"> {md_text(c, 2000)}" for c in caveats] + [""]
     gpu = getattr(r, "gpu_fleet", None)
     now_count = gpu.count if gpu is not None and gpu.count and r.kind == "serving" else r.fleet_count
     out.append(
@@ -78,11 +89,12 @@ def render_markdown(r: Any, summary: list[str]) -> str:
     if r.best is not None:
         b = r.best
         lo, hi = b.saving_pct_range
-        band = f"; {_pct(lo)} to {_pct(hi)} across the error band" if lo is not None and lo != hi else ""
+        band = f"; {saving_range_words(lo, hi)} across the error band" if lo is not None and lo != hi else ""
         out += [
             f"- Monthly cost after: {_money(b.monthly_usd)} ({b.count} x {md_text(b.instance)}, "
             f"{md_text(b.rate.source) if b.rate else 'no price'})",
-            f"- Saving: {_money(b.saving_usd)} a month ({_pct(b.saving_pct)}{band})",
+            f"- {'Extra cost' if (b.saving_usd or 0) < 0 else 'Saving'}: {monthly_delta_words(b.saving_usd)} "
+            f"({saving_words(b.saving_pct, r.monthly_now.value, b.monthly_usd)}{band})",
             f"- Porting: {_money(r.porting.value)} ({md_text(r.porting.note)}); payback month: "
             f"{b.payback_month or 'never'}" + (f"; per run: run {b.payback_run}" if b.payback_run else ""),
         ]
@@ -133,10 +145,11 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         out.append(
             f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {c.count} | "
             f"{_money(c.monthly_usd)} | "
-            f"{_pct(c.saving_pct)} | {c.payback_month or 'never'} |"
+            f"{saving_words(c.saving_pct, r.monthly_now.value, c.monthly_usd)}"
+            f"{' (misses SLO)' if c.meets_slo is False else ''} | {c.payback_month or 'never'} |"
         )
     out += ["", "## What would flip it", ""]
-    out += [f"- {md_text(f.text, 1000)}" for f in r.flips] or ["- (no candidate to vary)"]
+    out += [f"- {md_text(f, 1000)}" for f in flip_lines(r)] or ["- (nothing within the searched range)"]
     notes = report_notes(r)
     if notes:
         out += ["", "## Notes", ""] + [f"- {md_text(n, 2000)}" for n in notes]

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from chipswap.report.wording import saving_words
+
 NAVY, ORANGE, GREY, GREEN, RED, BLUE = "#1f3b63", "#e07b1a", "#8a8f98", "#2e7d32", "#c62828", "#4c78a8"
 PALETTE = (NAVY, ORANGE, GREEN, "#7b3294", "#008837", "#a6611a", BLUE)
 WIDTH_IN, HEIGHT_IN = 7.6, 3.1
@@ -68,11 +70,51 @@ def render(fig: Any, name: str, title: str) -> str:
 
 
 def _money_tick(v: float, _pos: object = None) -> str:
+    """Money on an axis, with as many digits as the value needs ("$0.02", not "$0")."""
     if abs(v) >= 1e6:
         return f"${v / 1e6:.1f}M"
-    if abs(v) >= 1e3:
+    if abs(v) >= 1e4:
         return f"${v / 1e3:.0f}k"
-    return f"${v:,.0f}"
+    if abs(v) >= 1e3:
+        return f"${v / 1e3:.1f}k"
+    if abs(v) >= 10 or v == 0:
+        return f"${v:,.0f}"
+    if abs(v) >= 0.1:
+        return f"${v:.2f}"
+    return f"${v:.2g}"
+
+
+# Series that may coincide are told apart by line style (and a thinner line on top), and a series equal to
+# an earlier one says so in the legend, so no line hides another while the legend lists both.
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def _style(i: int) -> dict[str, Any]:
+    return {"linestyle": LINESTYLES[i % len(LINESTYLES)], "linewidth": max(1.0, 2.2 - 0.4 * (i % 4))}
+
+
+def _same_as(series: Sequence[tuple[str, Any]]) -> list[str]:
+    """Legend labels, with "(same as X)" for a series whose data equal an earlier one's."""
+    out: list[str] = []
+    for i, (label, data) in enumerate(series):
+        twin = next((series[j][0] for j in range(i) if _equal(series[j][1], data)), None)
+        out.append(f"{label} (same as {twin})" if twin else label)
+    return out
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    except (TypeError, ValueError):
+        return a == b
+    return x.shape == y.shape and bool(np.allclose(x, y, equal_nan=True))
+
+
+def legend_outside(fig: Any, ax: Any, ncol: int = 2) -> None:
+    """The legend below the plot, off the data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower left", ncol=ncol, fontsize=8, frameon=False)
 
 
 def cumulative_svg(
@@ -115,7 +157,7 @@ def cumulative_svg(
     ax.set_xlabel("months from the move")
     ax.set_ylim(bottom=0)
     ax.set_title("Cumulative cost over the horizon", loc="left", fontsize=10)
-    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    legend_outside(fig, ax)
     return render(fig, "cumulative", "Cumulative cost over the horizon")
 
 
@@ -125,16 +167,38 @@ def bars_svg(
     unit: str,
     cls: str,
     ranges: Sequence[tuple[float | None, float | None] | None] | None = None,
+    apart: Sequence[bool] | None = None,
 ) -> str:
     """Horizontal bars (label, value or None = unknown, colour); `ranges` draws each bar's band as an error
-    bar. Money when unit is "" or starts with "/" ("$12.30/h"), else "12.30 unit"."""
+    bar. Money when unit is "" or starts with "/" ("$12.30/h"), else "12.30 unit". `apart` marks rows that
+    miss the SLO: drawn hatched in light grey with "misses SLO" (gid missed-N), listed after every row that
+    meets it, so such an option is never the lowest solid bar."""
+    flags = list(apart or [False] * len(rows))
+    order = sorted(range(len(rows)), key=lambda i: flags[i])  # stable: rows meeting the SLO first
+    rows = [rows[i] for i in order]
+    flags = [flags[i] for i in order]
+    ranges = [ranges[i] for i in order] if ranges else None
     fig, ax = _figure(height=0.6 + 0.42 * max(len(rows), 1))
     _vertical_grid(ax)
-    labels = [r[0] for r in rows]
+    labels = [r[0] + ("\n(misses SLO)" if miss else "") for r, miss in zip(rows, flags, strict=True)]
     ys = np.arange(len(rows))[::-1]
-    for y, (_label, v, color), rng in zip(ys, rows, ranges or [None] * len(rows), strict=True):
+    for y, (_label, v, color), rng, miss in zip(ys, rows, ranges or [None] * len(rows), flags, strict=True):
         if v is None:
             ax.text(0, y, "  unknown (not priced, or no fleet size meets the SLO)", va="center", fontsize=8)
+            continue
+        if miss:
+            bar = ax.barh(y, v, color="#e4e4e4", edgecolor=GREY, hatch="///", height=0.62, linewidth=0.8)[0]
+            bar.set_gid(f"missed-{int(y)}")
+            text = f"${v:,.2f}{unit}" if unit.startswith("/") or unit == "" else f"{v:,.2f} {unit}"
+            ax.annotate(
+                f"{_money_tick(v) if unit == '' else text} — misses SLO",
+                (v, y),
+                xytext=(4, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+                color="#555555",
+            )
             continue
         ax.barh(y, v, color=color, height=0.62)[0].set_gid(f"bar-{int(y)}")
         if rng is not None and rng[0] is not None and rng[1] is not None:
@@ -143,6 +207,8 @@ def bars_svg(
                 v, y, xerr=[[max(v - lo, 0)], [max(hi - v, 0)]], color="#333333", capsize=3, linewidth=1
             )
         text = f"${v:,.2f}{unit}" if unit.startswith("/") or unit == "" else f"{v:,.2f} {unit}"
+        if (unit.startswith("/") or unit == "") and 0 < abs(v) < 1:
+            text = f"${v:.3g}{unit}"
         ax.annotate(text, (v, y), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(ys, labels)
     if unit == "":
@@ -150,7 +216,7 @@ def bars_svg(
 
         ax.xaxis.set_major_formatter(FuncFormatter(_money_tick))
     known = [r[1] for r in rows if r[1] is not None]
-    ax.set_xlim(0, (max(known) if known else 1.0) * 1.3 or 1.0)
+    ax.set_xlim(0, (max(known) if known else 1.0) * 1.45 or 1.0)
     ax.set_title(title, loc="left", fontsize=10)
     return render(fig, cls, title)
 
@@ -185,7 +251,7 @@ def arrivals_svg(
     ax.set_xlabel(f"{window_s:g}-second windows (requests/s, scaled x{scale:g})")
     ax.set_ylabel("requests/s")
     ax.set_title("Arrival rate per window", loc="left", fontsize=10)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    legend_outside(fig, ax)
     return render(fig, "arrivals", "Arrival rate per window")
 
 
@@ -207,13 +273,14 @@ def latency_svg(
     axes = np.atleast_1d(axes)
     plain = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}")
     for ax, (which, slo, col) in zip(axes, panels, strict=True):
+        names = _same_as([(row[0], np.sort(np.asarray(row[col], dtype=float))) for row in fleets])
         for i, row in enumerate(fleets):
             v = np.sort(np.asarray(row[col], dtype=float))
             v = v[np.isfinite(v) & (v > 0)]
             if v.size == 0:
                 continue
             q = np.linspace(0, 100, v.size)
-            ax.plot(v, q, color=PALETTE[i % len(PALETTE)], linewidth=1.8, label=row[0], gid=f"cdf-{col}-{i}")
+            ax.plot(v, q, color=PALETTE[i % len(PALETTE)], label=names[i], gid=f"cdf-{col}-{i}", **_style(i))
         if slo is not None:
             ax.axvline(
                 slo, color=RED, linestyle="--", linewidth=1.2, gid=f"slo-{'ttft' if col == 1 else 'e2e'}"
@@ -238,7 +305,7 @@ def latency_svg(
         ax.set_ylabel("percentile of requests")
         ax.set_ylim(0, 100.5)
     if fleets:
-        axes[0].legend(fontsize=7, frameon=False, loc="upper left")
+        legend_outside(fig, axes[-1], ncol=3)
     fig.suptitle(
         "Simulated latency at the busiest window, each fleet at its chosen size",
         x=0.02,
@@ -253,7 +320,8 @@ def fleet_size_svg(
 ) -> str:
     """Instances each fleet needs as traffic grows or shrinks (both sides re-sized the same way)."""
     fig, ax = _figure()
-    for i, (label, pts) in enumerate(curves):
+    names = _same_as([(label, [(f, -1 if n is None else n) for f, n in pts]) for label, pts in curves])
+    for i, (_label, pts) in enumerate(curves):
         xs = [f for f, n in pts if n is not None]
         ys = [n for _f, n in pts if n is not None]
         if xs:
@@ -262,11 +330,11 @@ def fleet_size_svg(
                 ys,
                 where="post",
                 color=PALETTE[i % len(PALETTE)],
-                linewidth=1.8,
                 marker="o",
-                markersize=3,
-                label=label,
+                markersize=max(2.0, 4.0 - i),
+                label=names[i],
                 gid=f"size-{i}",
+                **_style(i),
             )
     if today is not None:
         ax.plot(
@@ -288,7 +356,7 @@ def fleet_size_svg(
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
     ax.set_title("Fleet size vs traffic, both sides sized the same way", loc="left", fontsize=10)
-    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    legend_outside(fig, ax, ncol=3)
     return render(fig, "fleetsize", "Fleet size vs traffic")
 
 
@@ -311,7 +379,12 @@ def saving_band_svg(
             )
         ax.plot([pct], [y], "o", color=NAVY if pct >= margin_pct else RED, markersize=7)
         ax.annotate(
-            f"{pct:.1f}%", (pct, y), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8
+            f"{pct:.1f}%" if pct >= 0 else saving_words(pct),
+            (pct, y),
+            xytext=(0, 8),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8,
         )
     ax.axvline(margin_pct, color=RED, linestyle="--", linewidth=1, gid="margin")
     ax.axvline(0, color="#333333", linewidth=0.8)
@@ -371,5 +444,5 @@ def histogram_svg(
     ax.set_ylabel("requests")
     ax.set_title(title, loc="left", fontsize=10)
     if edges or compare_edges:
-        ax.legend(fontsize=8, frameon=False, loc="upper right")
+        legend_outside(fig, ax)
     return render(fig, "histogram", title)

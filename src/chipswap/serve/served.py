@@ -76,6 +76,7 @@ class RouterModel:
     output_names: tuple[str, ...] = ()
     kind: str = "compiled"
     backend: str = ""
+    identity: dict[str, Any] = field(default_factory=dict)  # parameters, config_sha256, dtype (compile set)
 
     @property
     def max_length(self) -> int:
@@ -109,6 +110,7 @@ class EagerExactModel:
     input_names: tuple[str, ...] = ("input_ids", "attention_mask")
     output_names: tuple[str, ...] = ()
     kind: str = "eager-exact"
+    identity: dict[str, Any] = field(default_factory=dict)
     _warm_lengths: tuple[int, ...] = field(default=(), repr=False)
 
     def bucket_for(self, length: int) -> int:
@@ -240,7 +242,11 @@ def load_compiled_model(
         outputs = tuple(getattr(art, "output_names", ()) or ())
         break
     vocab = cset.get("vocab_size") or preset_vocab_size(str(cset["model"]))
-    return RouterModel(router, str(cset["model"]), vocab, outputs, backend=str(cset["backend"]))
+    ident = cset.get("identity") if isinstance(cset.get("identity"), Mapping) else {}
+    kept = {k: ident.get(k) for k in ("parameters", "config_sha256", "dtype")}
+    return RouterModel(
+        router, str(cset["model"]), vocab, outputs, backend=str(cset["backend"]), identity=kept
+    )
 
 
 def eager_exact_model(
@@ -263,4 +269,14 @@ def eager_exact_model(
         )
     vocab = ref.config.get("vocab_size")
     warm = tuple(sorted({1, max(1, limit // 4), max(1, limit // 2), limit}))
-    return EagerExactModel(module, ref.name, limit, int(vocab) if vocab else None, names, _warm_lengths=warm)
+    from chipswap.compile.identity import model_identity
+
+    return EagerExactModel(
+        module,
+        ref.name,
+        limit,
+        int(vocab) if vocab else None,
+        names,
+        identity=model_identity(module, ref.config),
+        _warm_lengths=warm,
+    )

@@ -444,6 +444,7 @@ def create_app(engine: ServingEngine) -> FastAPI:
                     "vocab_size": model.vocab_size,
                     "shapes": [list(s) for s in model.shapes()] if model.kind == "compiled" else [],
                     "tokenizer": engine.tokenizer is not None,
+                    **_identity(model),
                 }
             ],
         }
@@ -543,6 +544,21 @@ def bind_socket(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port (0 picks a free one)"
         ) from None
     return sock
+
+
+def _identity(model: Any) -> dict[str, Any]:
+    """What `chipswap bench` records as the server's identity: the model's parameter count, config digest
+    and dtype, the backend and the device it computes on, and this software."""
+    from chipswap import __version__
+    from chipswap.compile.identity import BACKEND_DEVICE
+
+    ident = dict(getattr(model, "identity", None) or {})
+    backend = getattr(model, "backend", "") or ("torch-eager" if model.kind == "eager-exact" else "")
+    out = {k: ident.get(k) for k in ("parameters", "config_sha256", "dtype")}
+    out["backend"] = backend or None
+    out["device"] = BACKEND_DEVICE.get(backend, "cpu" if backend == "torch-eager" else None)
+    out["software"] = f"chipswap serve {__version__}"
+    return out
 
 
 def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:

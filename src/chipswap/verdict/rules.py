@@ -42,6 +42,7 @@ class Thresholds:
     close_payback_months: int = 6
     bursty_peak_to_mean: float = 2.0
     low_traffic_rps: float = 1.0
+    low_traffic_tokens_per_s: float = 250.0  # LLM traffic: the same rule on token volume (prompt + output)
     min_monthly_bill_usd: Decimal = Decimal("2000")
     max_model_changes_per_month: float = 1.0
     min_horizon_months: float = 6.0
@@ -75,6 +76,14 @@ class Facts:
     band_flip: str | None = None
     throughput_label: str | None = None  # how the pick's throughput was obtained ("projected ± 23%")
     no_candidate_why: str | None = None  # why no candidate could be chosen (e.g. no fleet size meets the SLO)
+    # LLM traffic: mean prompt + output tokens per request; the traffic-volume rule then counts tokens/s
+    tokens_per_request: float | None = None
+
+    @property
+    def mean_tokens_per_s(self) -> float | None:
+        if self.mean_rps is None or self.tokens_per_request is None:
+            return None
+        return self.mean_rps * self.tokens_per_request
 
     @property
     def monthly_saving_usd(self) -> Decimal | None:
@@ -171,6 +180,16 @@ SCREENING_RULES: tuple[ScreeningRule, ...] = (
         "low traffic: the porting time never earns itself back",
         ("serving",),
     ),
+    ScreeningRule(  # the same question for LLM traffic, where a request's cost grows with its tokens
+        "traffic-volume",
+        "mean_tokens_per_s",
+        "mean tokens/s (prompt + output)",
+        ">=",
+        "low_traffic_tokens_per_s",
+        "high-volume traffic, counted in tokens (an LLM request costs in proportion to its tokens)",
+        "low traffic, counted in tokens: the porting time never earns itself back",
+        ("serving-llm",),
+    ),
     ScreeningRule(
         "long-lived",
         "horizon_months",
@@ -204,7 +223,10 @@ class Reason:
 
     @property
     def value_text(self) -> str:
-        return "unknown" if self.input_value is None else _fmt(self.input_value)
+        v = self.input_value
+        if self.rule == "monthly-saving" and isinstance(v, Decimal) and v < 0:  # a cost, said as one
+            return f"{_fmt(v)} (costs {1 - v / 100:.1f}x as much)"
+        return "unknown" if v is None else _fmt(v)
 
     def line(self) -> str:
         mark = {"pass": "+", "fail": "-", "unknown": "?"}[self.outcome]
@@ -283,9 +305,11 @@ def _slo_reason(facts: Facts) -> Reason | None:
 def screen(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
     """Apply every screening rule that applies to this kind of work, then the SLO and the cautions."""
     out: list[Reason] = []
+    llm = facts.kind == "serving" and facts.tokens_per_request is not None
     for rule in SCREENING_RULES:
-        if facts.kind not in rule.applies_to:
-            continue
+        applies = facts.kind in rule.applies_to or (llm and "serving-llm" in rule.applies_to)
+        if not applies or (llm and rule.id == "traffic-volume" and "serving-llm" not in rule.applies_to):
+            continue  # LLM traffic volume is judged in tokens/s, everything else in requests/s
         value = getattr(facts, rule.fact)
         limit = _threshold_value(rule, th)
         shown = f"Neuron needs {_SYMBOL[rule.op]}{_fmt(limit)}"

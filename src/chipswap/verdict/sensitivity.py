@@ -48,6 +48,7 @@ class Flip:
     verdict: str | None  # the verdict at that value
     text: str
     edge: float | str | None = None  # where the verdict changes, unrounded (the bisection's outer point)
+    direction: str = ""  # "toward move" / "toward stay" when the search asked for one; "" any change
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,13 @@ def _round_away(d: float, d_base: float, decimals: int) -> float:
     return (math.ceil(d * q) if d >= d_base else math.floor(d * q)) / q
 
 
-def shown_value(knob: Knob, value: float, flipped: str) -> tuple[float, str]:
+def shown_value(
+    knob: Knob, value: float, flipped: str, hit: Callable[[str], bool] | None = None
+) -> tuple[float, str]:
     """The printed form of a flip at `value`: the rounded value (in knob units) and its words. The rounding
-    goes toward the flip and is checked: if the printed value would not flip, more decimals are used."""
+    goes toward the flip and is checked: if the printed value would not flip, more decimals are used.
+    `hit`: what counts as flipped (default: the verdict `flipped` itself)."""
+    hit = hit or (lambda v: v == flipped)
     below, above = SHOWN.get(knob.name, (_GENERIC, _GENERIC))
     sh = below if value < knob.base else above
     prefix = "" if knob.name in SHOWN else f"{knob.name} = "
@@ -119,51 +124,63 @@ def shown_value(knob: Knob, value: float, flipped: str) -> tuple[float, str]:
         for dr in (round(d, dec), _round_away(d, d_base, dec), round(d, dec) + step):
             text = f"{dr:.{dec}f}"
             v = sh.from_d(float(text), knob.base)
-            if knob.lo <= v <= knob.hi and knob.evaluate(v) == flipped:
+            if knob.lo <= v <= knob.hi and hit(knob.evaluate(v)):
                 return v, prefix + sh.words(text, knob.base)
     return value, prefix + sh.words(f"{d:.{sh.decimals + 6}g}", knob.base)
 
 
-def _edge(f: Callable[[float], str], inside: float, outside: float, base_verdict: str, iters: int) -> float:
-    """Bisection between a value with the base verdict (inside) and one without (outside)."""
+def _edge(
+    f: Callable[[float], str], inside: float, outside: float, hit: Callable[[str], bool], iters: int
+) -> float:
+    """Bisection between a value that is not a hit (inside) and one that is (outside)."""
     for _ in range(iters):
         mid = (inside + outside) / 2
-        if f(mid) == base_verdict:
-            inside = mid
-        else:
+        if hit(f(mid)):
             outside = mid
+        else:
+            inside = mid
     return outside
 
 
 def _search_side(
-    f: Callable[[float], str], base: float, end: float, base_verdict: str, steps: int, iters: int
+    f: Callable[[float], str], base: float, end: float, hit: Callable[[str], bool], steps: int, iters: int
 ) -> float | None:
     prev = base
     for k in range(1, steps + 1):
         x = base + (end - base) * (k / steps) ** 2
-        if f(x) != base_verdict:
-            return _edge(f, prev, x, base_verdict, iters)
+        if hit(f(x)):
+            return _edge(f, prev, x, hit, iters)
         prev = x
     return None
 
 
-def flip_point(knob: Knob, steps: int = 64, iters: int = 40) -> Flip:
-    """The value nearest to the base (relative change) at which the verdict changes; both sides searched."""
+def flip_point(
+    knob: Knob,
+    steps: int = 64,
+    iters: int = 40,
+    toward: Callable[[str], bool] | None = None,
+    direction: str = "",
+) -> Flip:
+    """The value nearest to the base (relative change) at which the verdict changes; both sides searched.
+    `toward`: only verdicts it accepts count (e.g. a move), named `direction` in the words."""
     base_verdict = knob.evaluate(knob.base)
+    hit = toward or (lambda v: v != base_verdict)
     found: list[float] = []
     for end in (knob.lo, knob.hi):
         if end == knob.base:
             continue
-        x = _search_side(knob.evaluate, knob.base, end, base_verdict, steps, iters)
+        x = _search_side(knob.evaluate, knob.base, end, hit, steps, iters)
         if x is not None:
             found.append(x)
     if not found:
+        goal = f" {direction}" if direction else ""
         return Flip(
             knob.name,
             knob.base,
             None,
             None,
-            f"no {knob.name} between {knob.lo:.4g} and {knob.hi:.4g} changes the verdict",
+            f"no {knob.name} between {knob.lo:.4g} and {knob.hi:.4g} changes the verdict{goal}",
+            direction=direction,
         )
 
     def rel(x: float) -> float:
@@ -171,12 +188,14 @@ def flip_point(knob: Knob, steps: int = 64, iters: int = 40) -> Flip:
 
     x = min(found, key=rel)
     after = knob.evaluate(x)
-    shown, words = shown_value(knob, x, after)
-    return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'", x)
+    shown, words = shown_value(knob, x, after, toward)
+    after = knob.evaluate(shown) if toward is not None else after  # the verdict at the printed value
+    return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'", x, direction)
 
 
-def choice_flips(choice: Choice) -> Flip:
+def choice_flips(choice: Choice, toward: Callable[[str], bool] | None = None, direction: str = "") -> Flip:
     base_verdict = choice.evaluate(choice.base)
+    hit = toward or (lambda v: v != base_verdict)
     flips = []
     unpriced = []
     for c in choice.choices:
@@ -185,11 +204,19 @@ def choice_flips(choice: Choice) -> Flip:
         v = choice.evaluate(c)
         if v is None:
             unpriced.append(c)
-        elif v != base_verdict:
+        elif hit(v):
             flips.append((c, v))
     tail = f" ({', '.join(unpriced)}: no published price, not evaluated)" if unpriced else ""
     if not flips:
-        return Flip(choice.name, choice.base, None, None, f"no other {choice.name} changes the verdict{tail}")
+        goal = f" {direction}" if direction else ""
+        return Flip(
+            choice.name,
+            choice.base,
+            None,
+            None,
+            f"no other {choice.name} changes the verdict{goal}{tail}",
+            direction=direction,
+        )
     c, v = flips[0]
     more = "; ".join(f"{cc} gives '{vv}'" for cc, vv in flips[1:])
     text = (
@@ -197,8 +224,20 @@ def choice_flips(choice: Choice) -> Flip:
         + (f"; {more}" if more else "")
         + tail
     )
-    return Flip(choice.name, choice.base, c, v, text, c)
+    return Flip(choice.name, choice.base, c, v, text, c, direction)
 
 
-def sensitivity(knobs: Sequence[Knob], choices: Sequence[Choice] = ()) -> tuple[Flip, ...]:
-    return tuple(flip_point(k) for k in knobs) + tuple(choice_flips(c) for c in choices)
+def sensitivity(
+    knobs: Sequence[Knob],
+    choices: Sequence[Choice] = (),
+    directions: Sequence[tuple[str, Callable[[str], bool]]] = (),
+) -> tuple[Flip, ...]:
+    """Every knob's flip; with `directions` ((name, accepts verdict) pairs), one flip per knob per direction,
+    direction by direction (e.g. toward move, then toward stay)."""
+    if not directions:
+        return tuple(flip_point(k) for k in knobs) + tuple(choice_flips(c) for c in choices)
+    out: list[Flip] = []
+    for name, toward in directions:
+        out.extend(flip_point(k, toward=toward, direction=name) for k in knobs)
+        out.extend(choice_flips(c, toward, name) for c in choices)
+    return tuple(out)

@@ -1,0 +1,60 @@
+"""Progress of a long command on stderr, one stage at a time: a rich spinner with the stage and the time on
+a terminal, one line per stage otherwise (pipes, CI logs, --json), nothing with --quiet. stdout is left to
+the command's own output (the summary or the JSON).
+
+Off a terminal the first line waits ``quiet_start_s`` (2 s): bad input fails before that as the one error line
+it must be, and a run that takes a minute still says where it is after two seconds.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+
+class StageProgress:
+    """``say(stage)`` for each stage (``chipswap.plan.run_plan(progress=...)``), then ``close()``."""
+
+    def __init__(
+        self, name: str, quiet: bool = False, tty: bool | None = None, quiet_start_s: float = 2.0
+    ) -> None:
+        self.name = name
+        self.quiet_start_s = quiet_start_s
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.t0 = time.perf_counter()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def say(self, stage: str) -> None:
+        if self.quiet:
+            return
+        if not self.tty:
+            took = time.perf_counter() - self.t0
+            if took < self.quiet_start_s:
+                return
+            sys.stderr.write(f"{self.name}: {stage} ({took:.1f} s)\n")
+            sys.stderr.flush()
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                SpinnerColumn(),
+                TextColumn(f"[bold]{self.name}[/]"),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(stage, total=None)
+        else:
+            self._bar.update(self._task, description=stage)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

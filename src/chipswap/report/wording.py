@@ -1,0 +1,81 @@
+"""Words the terminal summary, report.html and report.md share, so the three never say different things.
+
+- ``flip_lines``: what would flip the verdict, one line per knob and direction ("toward move: ...");
+- ``saving_words`` / ``monthly_delta_words``: a saving, or its opposite in words ("costs 7.4x as much",
+  "+$244,211.86 a month"), never a negative percentage;
+- ``caveat_lines``: every caveat the terminal prints (the capacity qualifier such as "check quota first",
+  unknown inputs), for the HTML and Markdown.
+
+Pure: no I/O. May not: decide anything (the plan's stages do).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+
+def flip_lines(result: Any) -> list[str]:
+    """Flips that exist, toward move first, each prefixed with its direction when it has one."""
+    flips = [f for f in getattr(result, "flips", ()) if f.value is not None]
+    order = {"toward move": 0, "toward stay": 1}
+    flips.sort(key=lambda f: order.get(getattr(f, "direction", ""), 2))
+    return [f"{f.direction}: {f.text}" if getattr(f, "direction", "") else f.text for f in flips]
+
+
+def _money(v: Decimal) -> str:
+    return f"${abs(v).quantize(Decimal('0.01')):,}"
+
+
+def monthly_delta_words(saving_usd: Decimal | None) -> str:
+    """ "saves $1,234.56 a month" or "+$244,211.86 a month" (costs more); never "$-244,211.86"."""
+    if saving_usd is None:
+        return "unknown"
+    if saving_usd >= 0:
+        return f"saves {_money(saving_usd)} a month"
+    return f"+{_money(saving_usd)} a month"
+
+
+def saving_words(
+    pct: Decimal | float | None, now: Decimal | None = None, after: Decimal | None = None
+) -> str:
+    """ "58.1% saving", or for a move that costs more "costs 7.4x as much" (from the two monthly figures when
+    given, else from the percentage: after / now = 1 - pct/100)."""
+    if pct is None:
+        return "saving unknown"
+    p = Decimal(str(pct))
+    if p >= 0:
+        return f"{p.quantize(Decimal('0.1'))}% saving"
+    if now is not None and after is not None and now > 0:
+        ratio = after / now
+    else:
+        ratio = 1 - p / 100
+    if ratio < Decimal("1.095"):
+        return f"costs {(-p).quantize(Decimal('0.1'))}% more"
+    return f"costs {ratio.quantize(Decimal('0.1'))}x as much"
+
+
+def caveat_lines(result: Any) -> list[str]:
+    """The caveats the terminal's verdict line carries, as sentences for the report."""
+    v = getattr(result, "verdict", None)
+    out = []
+    qualifier = getattr(v, "qualifier", "")
+    if qualifier:
+        out.append(f"Before you move: {qualifier}.")
+    for reason in (*getattr(v, "reasons", ()), *getattr(v, "economics", ())):
+        if reason.outcome == "unknown" and not (qualifier and reason.rule == "capacity"):
+            out.append(f"Not checked: {reason.text}.")
+    return out
+
+
+def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -> str:
+    """A saving's range across the error band in words: "43.5% to 72.6%", "costs 3.1x to 12.8x as much"."""
+    if lo is None or hi is None:
+        return "unknown"
+    a, b = sorted((Decimal(str(lo)), Decimal(str(hi))))
+    if a >= 0:
+        return f"{a.quantize(Decimal('0.1'))}% to {b.quantize(Decimal('0.1'))}%"
+    if b < 0:
+        low, high = (1 - b / 100).quantize(Decimal("0.1")), (1 - a / 100).quantize(Decimal("0.1"))
+        return f"costs {low}x to {high}x as much"
+    return f"{saving_words(a)} to {saving_words(b)}"
