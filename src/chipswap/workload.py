@@ -238,6 +238,13 @@ class Fleet(_Model):
     term: Term = Field(
         "on-demand", description="Pricing term the fleet is bought on today: on-demand, spot, 1yr, 3yr."
     )
+    endpoint: str | None = Field(
+        None,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="Base URL of today's serving endpoint (OpenAI-compatible), e.g. "
+        '"http://gpu-llm.internal:8000"; `chipswap trial` then adds a bench of the GPU baseline to the kit.',
+    )
 
 
 class Slo(_Model):
