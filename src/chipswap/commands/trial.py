@@ -134,13 +134,20 @@ def _trial(
         from chipswap.loadgen.job import check_url
 
         endpoint = check_url(endpoint)
-    if wl.kind == "serving" and wl.traffic is None:
+    if wl.kind != "serving":
+        from chipswap.trial.spec import NothingToTrial
+
+        raise NothingToTrial(
+            f"nothing to trial: chipswap trial measures a serving workload and {path} is kind = {wl.kind!r}; "
+            "benchmark training runs with your own job"
+        )
+    if wl.traffic is None:
         raise ChipswapError(f"{path}: a serving workload needs [traffic] for the trial's load")
     result = run_plan(wl, path, catalog=catalog)
     base = path.parent
     model_name, model_spec, source, task = _model(wl, base)
     tsource, trace, csv_text, steady = (
-        _traffic(wl, result, base) if wl.kind == "serving" else ("none", None, None, (None, None))
+        _traffic(wl, result, base)
     )
     spec = build_spec(
         result,
@@ -153,7 +160,7 @@ def _trial(
         traffic_source=tsource,
         trace=trace,
         steady_lengths=steady,
-        mode=wl.traffic.mode if wl.traffic is not None else "llm",
+        mode=wl.traffic.mode,
         pricing_term=wl.pricing.term,
         region=wl.targets.region or wl.fleet.region,
         gpu_term=wl.fleet.term,
