@@ -1,8 +1,8 @@
 """The trial kit's parts without a plan run or a server: shellcheck on every script of every stack, the bench
 script's control flow (warm-up, replay, sweep stopping at saturation, the capacity pick) with a stub
-`chipswap`, a hostile title and endpoint staying text, the Kubernetes manifests against the Kubernetes schemas,
-the SageMaker requests (dry run and a moto server), and the folder writer (never over an existing kit without
---force, nothing half-written)."""
+`chipswap`, a hostile title and endpoint staying text, the Kubernetes manifests against the Kubernetes
+schemas, the SageMaker requests (dry run and a moto server), and the folder writer (never over an
+existing kit without --force, nothing half-written)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,11 @@ def _kits():
 
 
 def _write(spec, root: Path, name: str = "kit") -> Path:
-    return write_kit(root / name, render_kit(spec, ["Instance: test"], "ContextTokens,GeneratedTokens\n64,8\n"), force=False)
+    return write_kit(
+        root / name,
+        render_kit(spec, ["Instance: test"], "ContextTokens,GeneratedTokens\n64,8\n"),
+        force=False,
+    )
 
 
 @pytest.mark.parametrize("name", list(_kits()))
@@ -57,14 +61,27 @@ def test_every_script_passes_shellcheck(tmp_path, name):
 
 def test_launch_carries_the_plans_layout_under_the_stacks_keys(tmp_path):
     vllm = render_kit(llm_spec(), [])["launch.sh"][0]
-    cfg = json.dumps({"override_neuron_config": {"enable_bucketing": True, "context_encoding_buckets":
-                                                 [512, 1024, 3072], "token_generation_buckets": [768, 1536, 4096]}})
+    cfg = json.dumps(
+        {
+            "override_neuron_config": {
+                "enable_bucketing": True,
+                "context_encoding_buckets": [512, 1024, 3072],
+                "token_generation_buckets": [768, 1536, 4096],
+            }
+        }
+    )
     for flag in ("--tensor-parallel-size 8", "--max-num-seqs 32", "--max-model-len 4096", "--dtype bfloat16"):
         assert flag in vllm
     assert f"--additional-config '{cfg}'" in vllm and "TP=8" in vllm and 'REPLICAS="${REPLICAS:-3}"' in vllm
     tgi = render_kit(llm_spec(stack="nxdi-tgi"), [])["launch.sh"][0]
-    for key in ("HF_NUM_CORES=8", "MAX_BATCH_SIZE=32", "MAX_TOTAL_TOKENS=4096", "MAX_INPUT_TOKENS=3072",
-                "--device=/dev/neuron", "DEVICES_PER_REPLICA=4"):
+    for key in (
+        "HF_NUM_CORES=8",
+        "MAX_BATCH_SIZE=32",
+        "MAX_TOTAL_TOKENS=4096",
+        "MAX_INPUT_TOKENS=3072",
+        "--device=/dev/neuron",
+        "DEVICES_PER_REPLICA=4",
+    ):
         assert key in tgi
     enc = render_kit(encoder_spec(), [])["launch.sh"][0]
     assert 'SEQ_LEN="${SEQ_LEN:-128}"' in enc and 'BATCH_SIZES="${BATCH_SIZES:-1,4}"' in enc
@@ -75,7 +92,9 @@ def test_bench_script_warms_up_replays_sweeps_to_saturation_and_picks_the_capaci
     kit = _write(llm_spec(), tmp_path)
     log = tmp_path / "argv.log"
     env = script_env(stub_bin(tmp_path), STUB_LOG=str(log), SAT_RATE="5.5")
-    r = subprocess.run(["bash", str(kit / "bench.sh"), "neuron"], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        ["bash", str(kit / "bench.sh"), "neuron"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
     rates = [c.split("--rate ")[1].split()[0] for c in calls]
@@ -83,26 +102,42 @@ def test_bench_script_warms_up_replays_sweeps_to_saturation_and_picks_the_capaci
     assert rates[:2] == ["1", "2.5"] and rates[2:] == ["1.25", "1.875", "2.5", "3.75", "5", "7.5"]
     assert "saturated at 7.5" in r.stdout
     for c in calls:
-        assert c.startswith("bench http://127.0.0.1:8000 --protocol completions --slo-ms 20000 --slo-ttft-ms 2000")
-        assert "--instance inf2.48xlarge --term on-demand --region us-east-1" in c and "--trace traffic.csv" in c
+        assert c.startswith(
+            "bench http://127.0.0.1:8000 --protocol completions --slo-ms 20000 --slo-ttft-ms 2000"
+        )
+        assert (
+            "--instance inf2.48xlarge --term on-demand --region us-east-1" in c and "--trace traffic.csv" in c
+        )
         assert '--extra-body {"ignore_eos": true}' in c
     picked = json.loads((kit / "results" / "neuron.json").read_text())
     assert picked["goodput"]["requests_per_s"] == 5.0  # the highest goodput, not the last run
-    assert sorted(p.name for p in (kit / "results").glob("*.json")) == ["neuron.json"]  # one file per instance
+    assert sorted(p.name for p in (kit / "results").glob("*.json")) == [
+        "neuron.json"
+    ]  # one file per instance
 
 
 def test_a_hostile_title_and_endpoint_stay_text(tmp_path):
     spec = _kits()["hostile"]
     kit = _write(spec, tmp_path)
     log = tmp_path / "argv.log"
-    env = script_env(stub_bin(tmp_path), STUB_LOG=str(log), SAT_RATE="0.1", SWEEP_RATES="1", HOME="/nonexistent")
+    env = script_env(
+        stub_bin(tmp_path), STUB_LOG=str(log), SAT_RATE="0.1", SWEEP_RATES="1", HOME="/nonexistent"
+    )
     for side in ("neuron", "gpu"):
-        r = subprocess.run(["bash", str(kit / "bench.sh"), side], env=env, capture_output=True, text=True,
-                           cwd=tmp_path, timeout=120)
+        r = subprocess.run(
+            ["bash", str(kit / "bench.sh"), side],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines()[0] == f"bench: {one_line(HOSTILE)} -- {side} on " + (
-            "inf2.48xlarge at http://127.0.0.1:8000" if side == "neuron"
-            else "g6e.12xlarge at http://gpu.internal:8000/$(touch PWNED4)")
+            "inf2.48xlarge at http://127.0.0.1:8000"
+            if side == "neuron"
+            else "g6e.12xlarge at http://gpu.internal:8000/$(touch PWNED4)"
+        )
     assert not list(tmp_path.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
     readme = (kit / "README.md").read_text()
     assert "$(touch PWNED1)" not in readme and "x$\\(touch PWNED1\\)" in readme  # Markdown-neutral, one line
@@ -124,7 +159,10 @@ def test_manifests_validate_against_the_kubernetes_schemas(tmp_path, name):
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"] == {NEURONCORE: n.tp} and dep["spec"]["replicas"] == n.count * n.replicas
     assert c["readinessProbe"]["httpGet"]["path"] == ("/readyz" if spec.mode == "encoder" else "/health")
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (n.count * n.replicas, n.count_high * n.replicas)
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (
+        n.count * n.replicas,
+        n.count_high * n.replicas,
+    )
     want = {"nxdi-vllm": "vllm_num_requests_waiting", "nxdi-tgi": "tgi_queue_size"}
     metric = "chipswap_queue_depth" if spec.mode == "encoder" else want[spec.stack]
     assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == metric
@@ -146,7 +184,10 @@ def test_sagemaker_dry_run_and_bad_role(tmp_path, capsys):
     assert sagemaker.main([req, "--role-arn", "arn:aws:iam::123456789012:role/sm", "--dry-run"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[2] for line in out] == [
-        "sagemaker.create_model", "sagemaker.create_endpoint_config", "sagemaker.create_endpoint"]
+        "sagemaker.create_model",
+        "sagemaker.create_endpoint_config",
+        "sagemaker.create_endpoint",
+    ]
     assert '"InitialInstanceCount": 4' in out[1] and '"InstanceType": "ml.inf2.48xlarge"' in out[1]
     assert sagemaker.main([req, "--role-arn", "$(reboot)"]) == 2
     err = capsys.readouterr().err
@@ -155,9 +196,9 @@ def test_sagemaker_dry_run_and_bad_role(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_sagemaker_requests_run_against_moto(tmp_path, monkeypatch, capsys):
-    from tests.aws_helpers import fake_credentials, moto_server
-
     from moto.sagemaker import models as sm_models
+
+    from tests.aws_helpers import fake_credentials, moto_server
 
     fake_credentials(monkeypatch)
     older = sm_models.FakeEndpointConfig.validate_instance_type
@@ -170,21 +211,28 @@ def test_sagemaker_requests_run_against_moto(tmp_path, monkeypatch, capsys):
     kit = _write(encoder_spec(), tmp_path)
     req = str(kit / "deploy/sagemaker.json")
     with moto_server() as moto:
-        assert sagemaker.main([req, "--role-arn", "arn:aws:iam::123456789012:role/sm", "--endpoint-url",
-                               moto.url]) == 0
+        assert (
+            sagemaker.main(
+                [req, "--role-arn", "arn:aws:iam::123456789012:role/sm", "--endpoint-url", moto.url]
+            )
+            == 0
+        )
         sm = moto.client("sagemaker", "us-east-1")
         ep = sm.describe_endpoint(EndpointName="chipswap-tiny-bert-inf2-xlarge")
         cfg = sm.describe_endpoint_config(EndpointConfigName=ep["EndpointConfigName"])
         variant = cfg["ProductionVariants"][0]
         assert (variant["InstanceType"], variant["InitialInstanceCount"]) == ("ml.inf2.xlarge", 5)
         model = sm.describe_model(ModelName=variant["ModelName"])
-        assert model["ExecutionRoleArn"].endswith(":role/sm") and model["PrimaryContainer"]["Environment"] == {
-            "MODEL": "tiny-bert"}
+        assert model["ExecutionRoleArn"].endswith(":role/sm") and model["PrimaryContainer"][
+            "Environment"
+        ] == {"MODEL": "tiny-bert"}
     # an endpoint that does not answer: one line, exit 1
     from tests.aws_helpers import closed_port
 
     url = f"http://127.0.0.1:{closed_port()}"
-    assert sagemaker.main([req, "--role-arn", "arn:aws:iam::123456789012:role/sm", "--endpoint-url", url]) == 1
+    assert (
+        sagemaker.main([req, "--role-arn", "arn:aws:iam::123456789012:role/sm", "--endpoint-url", url]) == 1
+    )
     err = capsys.readouterr().err
     assert err.startswith("chipswap: error: SageMaker call failed") and err.count("\n") == 1
 
@@ -230,5 +278,6 @@ def test_cost_is_hours_times_the_catalog_price_with_compile_time():
     enc = trial_cost(encoder_spec())  # 1 sequence bucket x 2 batch sizes x 3 min
     assert enc.parts[1].hours == pytest.approx(0.1) and enc.parts[1].label.startswith("assumption")
     assert "Capacity Block" not in cost.line("inf2.48xlarge", "on-demand")
-    assert "Capacity Block" in trial_cost(replace(spec, neuron=replace(spec.neuron, instance="trn1.32xlarge"))).line(
-        "trn1.32xlarge", "on-demand")
+    assert "Capacity Block" in trial_cost(
+        replace(spec, neuron=replace(spec.neuron, instance="trn1.32xlarge"))
+    ).line("trn1.32xlarge", "on-demand")

@@ -1,8 +1,9 @@
-"""`chipswap trial` end to end with real parts: the kit's bench step against a real OpenAI-compatible streaming
-server on loopback (a GPT-2 built from the shipped tiny config, random weights, real transformers decoding:
-tests/test_loadgen_openai.py's server) feeding `chipswap plan --bench`; the encoder kit's launch / bench / stop
-with `chipswap compile` + `chipswap serve` (ONNX Runtime here; the Neuron launch runs only on Neuron hosts);
-the command on a bundled example; and its one-line refusals (nothing to trial, an existing kit)."""
+"""`chipswap trial` end to end with real parts: the kit's bench step against a real OpenAI-compatible
+streaming server on loopback (a GPT-2 built from the shipped tiny config, random weights, real transformers
+decoding: tests/test_loadgen_openai.py's server) feeding `chipswap plan --bench`; the encoder kit's launch /
+bench / stop with `chipswap compile` + `chipswap serve` (ONNX Runtime here; the Neuron launch runs only on
+Neuron hosts); the command on a bundled example; and its one-line refusals (nothing to trial, an
+existing kit)."""
 
 from __future__ import annotations
 
@@ -53,26 +54,44 @@ def _workload(tmp_path: Path, name: str, **kw) -> Path:
 
 def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000") -> Path:
     return _workload(
-        tmp_path, "llm", preset="llama-3-8b", task="causal-lm", rps=4, prompt=24, output="output_tokens = 6\n",
-        mode="llm", gpu="g6e.12xlarge", slo=slo, cand="inf2.48xlarge",
+        tmp_path,
+        "llm",
+        preset="llama-3-8b",
+        task="causal-lm",
+        rps=4,
+        prompt=24,
+        output="output_tokens = 6\n",
+        mode="llm",
+        gpu="g6e.12xlarge",
+        slo=slo,
+        cand="inf2.48xlarge",
     )
 
 
 def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, capsys):
-    from tests.test_loadgen_openai import TinyGPT2, make_openai_app
-
     from chipswap.runtime.tokenizer import load_tokenizer
+    from tests.test_loadgen_openai import TinyGPT2, make_openai_app
 
     wl = _llm(tmp_path)
     kit = tmp_path / "kit"
     code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
     assert code == 0, err
-    assert "Trial: " in out and "inf2.48xlarge" in out and (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"
+    assert (
+        "Trial: " in out
+        and "inf2.48xlarge" in out
+        and (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"
+    )
     log: dict = {}
     with run_app(make_openai_app(TinyGPT2(), load_tokenizer("example"), log)) as url:
         env = script_env(URL=url, RATE="4", REPLAY_S="2", SWEEP_RATES="6", SWEEP_S="2", WARMUP_REQUESTS="2")
-        r = subprocess.run(["bash", str(kit / "bench.sh"), "neuron"], env=env, capture_output=True, text=True,
-                           cwd=tmp_path, timeout=300)
+        r = subprocess.run(
+            ["bash", str(kit / "bench.sh"), "neuron"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert not list(tmp_path.glob("PWNED*"))
     runs = sorted(p.name for p in (kit / "results/runs/neuron").glob("*.json"))
@@ -81,39 +100,80 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
         counts = json.loads((kit / "results/runs/neuron" / n).read_text())["counts"]
         assert counts["ok"] == counts["sent"] > 0, (n, counts)
     picked = json.loads((kit / "results/neuron.json").read_text())
-    assert picked["target"]["protocol"] == "openai-completions" and picked["instance"]["name"] == "inf2.48xlarge"
+    assert (
+        picked["target"]["protocol"] == "openai-completions" and picked["instance"]["name"] == "inf2.48xlarge"
+    )
     assert picked["slo"]["ttft_ms"] == 2000 and picked["goodput"]["requests_per_s"] > 0
-    assert all(e["max_tokens"] == 6 for e in log.values())  # the workload's output length, asked of the server
+    assert all(
+        e["max_tokens"] == 6 for e in log.values()
+    )  # the workload's output length, asked of the server
     # the follow-up the README names: the measurement outranks the projection for that instance
-    code, out, err = run_inproc(capsys, "plan", str(wl), "--bench", str(kit / "results/neuron.json"), "--json",
-                                "--out", str(tmp_path / "report"), "--no-aws")
+    code, out, err = run_inproc(
+        capsys,
+        "plan",
+        str(wl),
+        "--bench",
+        str(kit / "results/neuron.json"),
+        "--json",
+        "--out",
+        str(tmp_path / "report"),
+        "--no-aws",
+    )
     assert code == 0, err
     cand = next(c for c in json.loads(out)["candidates"] if c["instance"] == "inf2.48xlarge")
     thr = cand["fleet"]["throughput"]
-    assert thr["source"] == "measured" and thr["value"] == pytest.approx(picked["goodput"]["requests_per_s"], rel=1e-3)
+    assert thr["source"] == "measured" and thr["value"] == pytest.approx(
+        picked["goodput"]["requests_per_s"], rel=1e-3
+    )
 
 
 def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
     wl = _workload(
-        tmp_path, "enc", preset="tiny-bert", task="sequence-classification", rps=50, prompt=16, output="",
-        mode="encoder", gpu="g5.xlarge", slo="p99_ms = 2000", cand="inf2.xlarge",
+        tmp_path,
+        "enc",
+        preset="tiny-bert",
+        task="sequence-classification",
+        rps=50,
+        prompt=16,
+        output="",
+        mode="encoder",
+        gpu="g5.xlarge",
+        slo="p99_ms = 2000",
+        cand="inf2.xlarge",
     )
     kit = tmp_path / "kit"
     code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
     assert code == 0, err
     assert 'SEQ_LEN="${SEQ_LEN:-16}"' in (kit / "launch.sh").read_text()
     port = free_port()
-    env = script_env(BACKEND="onnxruntime", BATCH_SIZES="1", REPLICAS="1", PORT=str(port), READY_TIMEOUT_S="240",
-                     CHIPSWAP_ORT_THREADS="1", URL=f"http://127.0.0.1:{port}", RATE="5", REPLAY_S="2",
-                     SWEEP_RATES="5 10", SWEEP_S="2", WARMUP_REQUESTS="2")
+    env = script_env(
+        BACKEND="onnxruntime",
+        BATCH_SIZES="1",
+        REPLICAS="1",
+        PORT=str(port),
+        READY_TIMEOUT_S="240",
+        CHIPSWAP_ORT_THREADS="1",
+        URL=f"http://127.0.0.1:{port}",
+        RATE="5",
+        REPLAY_S="2",
+        SWEEP_RATES="5 10",
+        SWEEP_S="2",
+        WARMUP_REQUESTS="2",
+    )
     try:
-        r = subprocess.run(["bash", str(kit / "launch.sh")], env=env, capture_output=True, text=True, timeout=400)
+        r = subprocess.run(
+            ["bash", str(kit / "launch.sh")], env=env, capture_output=True, text=True, timeout=400
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:] + _logs(kit)
         assert "launch: ready on" in r.stdout
-        r = subprocess.run(["bash", str(kit / "bench.sh")], env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            ["bash", str(kit / "bench.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     finally:
-        s = subprocess.run(["bash", str(kit / "stop.sh")], env=env, capture_output=True, text=True, timeout=120)
+        s = subprocess.run(
+            ["bash", str(kit / "stop.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
     assert s.returncode == 0 and not list((kit / "run").glob("*.pid"))
     picked = json.loads((kit / "results/neuron.json").read_text())
     assert picked["target"]["protocol"] == "chipswap-predict" and picked["instance"]["name"] == "inf2.xlarge"
@@ -123,7 +183,11 @@ def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
 
 
 def _logs(kit: Path) -> str:
-    return "".join(p.read_text()[-2000:] for p in sorted((kit / "logs").glob("*.log"))) if (kit / "logs").exists() else ""
+    return (
+        "".join(p.read_text()[-2000:] for p in sorted((kit / "logs").glob("*.log")))
+        if (kit / "logs").exists()
+        else ""
+    )
 
 
 def test_trial_on_the_classifier_example_writes_the_whole_kit(tmp_path, capsys):
@@ -131,12 +195,25 @@ def test_trial_on_the_classifier_example_writes_the_whole_kit(tmp_path, capsys):
     code, out, err = run_inproc(capsys, "trial", "--example", "classifier-serving", "--out", str(kit))
     assert code == 0, err
     files = sorted(str(p.relative_to(kit)) for p in kit.rglob("*") if p.is_file())
-    assert files == sorted([
-        "README.md", "bench.sh", "launch.sh", "stop.sh", "traffic.csv", "trial.json", "deploy/sagemaker.json",
-        "deploy/k8s/deployment.yaml", "deploy/k8s/hpa.yaml", "deploy/k8s/prometheus-adapter-rules.yaml",
-        "deploy/k8s/service.yaml"])
+    assert files == sorted(
+        [
+            "README.md",
+            "bench.sh",
+            "launch.sh",
+            "stop.sh",
+            "traffic.csv",
+            "trial.json",
+            "deploy/sagemaker.json",
+            "deploy/k8s/deployment.yaml",
+            "deploy/k8s/hpa.yaml",
+            "deploy/k8s/prometheus-adapter-rules.yaml",
+            "deploy/k8s/service.yaml",
+        ]
+    )
     trial = json.loads((kit / "trial.json").read_text())
-    assert trial["spec"]["neuron"]["instance"] == "inf2.xlarge" and trial["spec"]["verdict"].startswith("move")
+    assert trial["spec"]["neuron"]["instance"] == "inf2.xlarge" and trial["spec"]["verdict"].startswith(
+        "move"
+    )
     assert trial["follow_up"] == "chipswap plan --example classifier-serving --bench results/*.json"
     assert trial["cost"]["line"] in out and "Trial: " in trial["cost"]["line"]
     readme = (kit / "README.md").read_text()
@@ -144,15 +221,23 @@ def test_trial_on_the_classifier_example_writes_the_whole_kit(tmp_path, capsys):
     # a second run without --force: one line, exit 2, the kit untouched
     before = (kit / "README.md").stat().st_mtime_ns
     code, out, err = run_inproc(capsys, "trial", "--example", "classifier-serving", "--out", str(kit))
-    assert code == 2 and err.count("\n") == 1 and "--force" in err and (kit / "README.md").stat().st_mtime_ns == before
+    assert (
+        code == 2
+        and err.count("\n") == 1
+        and "--force" in err
+        and (kit / "README.md").stat().st_mtime_ns == before
+    )
 
 
 def test_nothing_to_trial_is_one_line(tmp_path, capsys):
-    code, out, err = run_inproc(capsys, "trial", str(_llm(tmp_path, "p99_ms = 1")), "--out", str(tmp_path / "k"))
+    code, out, err = run_inproc(
+        capsys, "trial", str(_llm(tmp_path, "p99_ms = 1")), "--out", str(tmp_path / "k")
+    )
     assert code == 2 and err.count("\n") == 1 and "nothing to trial: no Neuron candidate meets the SLO" in err
     assert "unloaded latency" in err and not (tmp_path / "k").exists()
     code, out, err = run_inproc(capsys, "trial", "--example", "finetune", "--out", str(tmp_path / "k"))
     assert code == 2 and "nothing to trial" in err and "'training'" in err and not (tmp_path / "k").exists()
-    code, out, err = run_inproc(capsys, "trial", "--example", "finetune", "--stack", "tnx-2.18", "--out",
-                                str(tmp_path / "k"))
+    code, out, err = run_inproc(
+        capsys, "trial", "--example", "finetune", "--stack", "tnx-2.18", "--out", str(tmp_path / "k")
+    )
     assert code == 2 and err.count("\n") == 1

@@ -76,8 +76,17 @@ def encoder_spec(**kw) -> TrialSpec:
         task="sequence-classification",
         weights_gib=0.01,
         verdict="move serving to Inferentia",
-        neuron=target(instance="inf2.xlarge", tp=1, replicas=2, neuron_cores=2, devices=1, batch_sizes=(1, 4),
-                      max_length=128, count=5, count_high=6),
+        neuron=target(
+            instance="inf2.xlarge",
+            tp=1,
+            replicas=2,
+            neuron_cores=2,
+            devices=1,
+            batch_sizes=(1, 4),
+            max_length=128,
+            count=5,
+            count_high=6,
+        ),
         sequence_buckets=(128,),
         decode_buckets=(),
         slo_ms={"p99_ms": 100.0},
@@ -87,8 +96,17 @@ def encoder_spec(**kw) -> TrialSpec:
 
 
 def with_gpu(spec: TrialSpec, endpoint: str = "http://gpu.internal:8000") -> TrialSpec:
-    gpu = target(instance="g6e.12xlarge", side="gpu", tp=1, replicas=4, count=5, count_high=6, neuron_cores=0,
-                 devices=4, endpoint=endpoint)
+    gpu = target(
+        instance="g6e.12xlarge",
+        side="gpu",
+        tp=1,
+        replicas=4,
+        count=5,
+        count_high=6,
+        neuron_cores=0,
+        devices=4,
+        endpoint=endpoint,
+    )
     return replace(spec, gpu=gpu)
 
 
@@ -114,7 +132,8 @@ while (( $# )); do
   case "$1" in --out) out="$2"; shift ;; --rate) rate="$2"; shift ;; esac
   shift
 done
-frac=$(python3 -c "import sys; print(0.5 if float(sys.argv[1]) > float(sys.argv[2]) else 1.0)" "$rate" "$SAT_RATE")
+frac=$(python3 -c "import sys; print(0.5 if float(sys.argv[1]) > float(sys.argv[2]) else 1.0)" \
+  "$rate" "$SAT_RATE")
 good=$(python3 -c "import sys; print(float(sys.argv[1]) * float(sys.argv[2]))" "$rate" "$frac")
 printf '{"complete": true, "goodput": {"requests_per_s": %s, "fraction_of_sent": %s}, "rates": {}}\n' \
   "$good" "$frac" >"$out"

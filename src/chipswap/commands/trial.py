@@ -17,7 +17,8 @@ import typer
 from chipswap.errors import ChipswapError
 
 HELP = (
-    "Write a trial kit for the plan's best Neuron candidate that meets the SLO (and for the GPU baseline when "
+    "Write a trial kit for the plan's best Neuron candidate that meets the SLO (and for the GPU baseline "
+    "when "
     "the workload names its endpoint, [fleet] endpoint or --gpu-endpoint): launch script for the serving "
     "stack (vLLM Neuron / optimum-neuron TGI for LLMs, chipswap compile + serve for encoders) with the "
     "planned TP, batch, length and buckets; a bench script (warm-up, the busiest-window rate, a sweep to "
@@ -42,7 +43,9 @@ def _model(wl: Any, base: Path) -> tuple[str, str, str | None, str | None]:
     """(name, what chipswap compile takes, the preset's source URL, task)."""
     m = wl.model
     if m is None:
-        raise ChipswapError("the workload has no [model]; a trial needs the model to launch (add [model] preset)")
+        raise ChipswapError(
+            "the workload has no [model]; a trial needs the model to launch (add [model] preset)"
+        )
     if m.preset:
         from chipswap.models import load_preset
 
@@ -55,7 +58,9 @@ def _model(wl: Any, base: Path) -> tuple[str, str, str | None, str | None]:
     return factory.rsplit(":", 1)[-1], factory, None, m.task
 
 
-def _traffic(wl: Any, result: Any, base: Path) -> tuple[str, str | None, str | None, tuple[int | None, int | None]]:
+def _traffic(
+    wl: Any, result: Any, base: Path
+) -> tuple[str, str | None, str | None, tuple[int | None, int | None]]:
     """(source, trace path for the bench, traffic.csv text, steady lengths)."""
     from chipswap.trial.benchscript import traffic_csv
 
@@ -73,7 +78,12 @@ def _traffic(wl: Any, result: Any, base: Path) -> tuple[str, str | None, str | N
         prompts, outs = [int(steady[0])], [int(steady[1] or 1)]
     if not prompts:
         raise ChipswapError("the plan read no request lengths to replay; give traffic.trace or prompt_tokens")
-    return ("steady" if tr.steady_rps is not None else "file-lengths"), None, traffic_csv(prompts, outs), steady
+    return (
+        ("steady" if tr.steady_rps is not None else "file-lengths"),
+        None,
+        traffic_csv(prompts, outs),
+        steady,
+    )
 
 
 def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
@@ -89,7 +99,8 @@ def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
     lines = [f"Instance: 1 x {instance} in {region}: {row.offered_note}."]
     if qc is not None:
         lines.append(
-            f"Quota: {qc.on_demand_name} ({qc.on_demand_code}) must allow {row.vcpus_per_instance} vCPUs more "
+            f"Quota: {qc.on_demand_name} ({qc.on_demand_code}) must allow {row.vcpus_per_instance} vCPUs "
+            "more "
             f"than you use; not read ({found.note}). Check live: `chipswap capacity {instance} --count 1 "
             f"--region {region}`."
         )
@@ -107,7 +118,9 @@ def _trial(
     gpu_endpoint: str | None = typer.Option(
         None, "--gpu-endpoint", metavar="URL", help="Today's GPU endpoint to bench as the baseline."
     ),
-    catalog_file: Path | None = typer.Option(None, "--catalog", metavar="FILE", help="Price with this catalog."),
+    catalog_file: Path | None = typer.Option(
+        None, "--catalog", metavar="FILE", help="Price with this catalog."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print trial.json instead of the summary."),
 ) -> None:
     """Write the trial kit for the plan's best Neuron candidate (see HELP)."""
@@ -146,9 +159,7 @@ def _trial(
     result = run_plan(wl, path, catalog=catalog)
     base = path.parent
     model_name, model_spec, source, task = _model(wl, base)
-    tsource, trace, csv_text, steady = (
-        _traffic(wl, result, base)
-    )
+    tsource, trace, csv_text, steady = _traffic(wl, result, base)
     spec = build_spec(
         result,
         catalog=catalog,
@@ -189,8 +200,12 @@ def _trial(
     typer.echo(one_line(summary["cost"]["line"], 2000))
     for rel in sorted(files):
         typer.echo(f"  {out}/{rel}")
-    typer.echo(one_line(f"Next: cd {out} && ./launch.sh && ./bench.sh neuron && ./stop.sh; then "
-                        f"{summary['follow_up']}", 2000))
+    typer.echo(
+        one_line(
+            f"Next: cd {out} && ./launch.sh && ./bench.sh neuron && ./stop.sh; then {summary['follow_up']}",
+            2000,
+        )
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -55,10 +55,13 @@ class TrialCost:
 def compile_estimate(spec: TrialSpec) -> tuple[float, str]:
     """(minutes, label) of the expected compile time on the Neuron host."""
     if spec.mode == "encoder":
-        shapes = max(len(spec.sequence_buckets), 1) * max(len(spec.neuron.batch_sizes or (1, spec.neuron.max_batch)), 1)
+        shapes = max(len(spec.sequence_buckets), 1) * max(
+            len(spec.neuron.batch_sizes or (1, spec.neuron.max_batch)), 1
+        )
         return (
             shapes * MIN_PER_ENCODER_SHAPE,
-            f"assumption: {shapes} compiled shapes x {MIN_PER_ENCODER_SHAPE:g} min (published 'a few minutes' "
+            f"assumption: {shapes} compiled shapes x {MIN_PER_ENCODER_SHAPE:g} min (published 'a few "
+            "minutes' "
             "per compile: neuronx-cc FAQ, aws-neuron-sdk@81ce03ae compiler/neuronx-cc/faq.rst)",
         )
     gib = spec.weights_gib or 0.0

@@ -1,5 +1,5 @@
-"""The fleet the verdict sizes, as deployable documents: Kubernetes objects (EKS with the Neuron device plugin)
-and the three SageMaker requests (model, endpoint configuration, endpoint).
+"""The fleet the verdict sizes, as deployable documents: Kubernetes objects (EKS with the Neuron device
+plugin) and the three SageMaker requests (model, endpoint configuration, endpoint).
 
 Pure core: TrialSpec in, plain dicts out (the shell dumps them as YAML / JSON; values from the workload only
 ever land in string fields, never in a command). No I/O; may not call AWS (chipswap.trial.sagemaker does).
@@ -26,7 +26,9 @@ from chipswap.trial.spec import TrialSpec
 NEURONCORE = "aws.amazon.com/neuroncore"  # Neuron device plugin: one NeuronCore
 NEURON_DEVICE = "aws.amazon.com/neuron"  # Neuron device plugin: a whole device (all its cores)
 K8S_VERSION = "1.33.0"  # schemas the tests validate against (kubernetes-validate bundles them)
-CHIPSWAP_IMAGE = "REPLACE-WITH-YOUR-REGISTRY/chipswap-neuron:trial"  # build: Neuron DLC + pip install chipswap
+CHIPSWAP_IMAGE = (
+    "REPLACE-WITH-YOUR-REGISTRY/chipswap-neuron:trial"  # build: Neuron DLC + pip install chipswap
+)
 SAGEMAKER_TGI_IMAGE = "REPLACE-WITH-huggingface-pytorch-tgi-inference-neuronx-IMAGE-URI"
 
 

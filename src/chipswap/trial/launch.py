@@ -18,14 +18,25 @@ q = shlex.quote
 # (stack, setting, key the kit writes, where the stack documents it). Sources were read on 2026-12-01 (the
 # shipped reference table ../shared/reference/neuron/shape_bucketing_knobs.csv cites the doc commits).
 DOCUMENTED_KEYS: tuple[tuple[str, str, str, str], ...] = (
-    ("nxdi-vllm", "tensor parallelism", "--tensor-parallel-size", "vLLM serve CLI; NxDI vLLM user guide v1 (SDK 2.28)"),
-    ("nxdi-vllm", "batch (decode slots)", "--max-num-seqs", "vLLM serve CLI; NxDI vLLM user guide v1 (SDK 2.28)"),
+    (
+        "nxdi-vllm",
+        "tensor parallelism",
+        "--tensor-parallel-size",
+        "vLLM serve CLI; NxDI vLLM user guide v1 (SDK 2.28)",
+    ),
+    (
+        "nxdi-vllm",
+        "batch (decode slots)",
+        "--max-num-seqs",
+        "vLLM serve CLI; NxDI vLLM user guide v1 (SDK 2.28)",
+    ),
     ("nxdi-vllm", "maximum length", "--max-model-len", "vLLM serve CLI; NxDI vLLM user guide v1 (SDK 2.28)"),
     (
         "nxdi-vllm",
         "NxDI settings",
         "--additional-config '{\"override_neuron_config\": {...}}'",
-        "shape_bucketing_knobs.csv (vllm@60c43be0 neuron.inc.md; aws-neuron-sdk@81ce03ae vllm-user-guide-v1.rst)",
+        "shape_bucketing_knobs.csv (vllm@60c43be0 neuron.inc.md; aws-neuron-sdk@81ce03ae "
+        "vllm-user-guide-v1.rst)",
     ),
     (
         "nxdi-vllm",
@@ -51,18 +62,43 @@ DOCUMENTED_KEYS: tuple[tuple[str, str, str, str], ...] = (
         "NEURON_COMPILED_ARTIFACTS",
         "compile_cache_facts.csv (vllm@60c43be0 neuron.inc.md)",
     ),
-    ("nxdi-vllm", "health endpoint", "GET /health", "vLLM OpenAI server (docs.vllm.ai, metrics and serve pages)"),
+    (
+        "nxdi-vllm",
+        "health endpoint",
+        "GET /health",
+        "vLLM OpenAI server (docs.vllm.ai, metrics and serve pages)",
+    ),
     (
         "nxdi-vllm",
         "queue depth metric",
         "vllm:num_requests_waiting",
         "docs.vllm.ai Production Metrics; vllm docs/design/metrics.md (read 2026-12-01)",
     ),
-    ("nxdi-tgi", "tensor parallelism", "HF_NUM_CORES", "optimum-neuron text-generation-inference/tgi_env.py @b5d747b7"),
-    ("nxdi-tgi", "dtype", "HF_AUTO_CAST_TYPE", "optimum-neuron text-generation-inference/tgi_env.py @b5d747b7"),
+    (
+        "nxdi-tgi",
+        "tensor parallelism",
+        "HF_NUM_CORES",
+        "optimum-neuron text-generation-inference/tgi_env.py @b5d747b7",
+    ),
+    (
+        "nxdi-tgi",
+        "dtype",
+        "HF_AUTO_CAST_TYPE",
+        "optimum-neuron text-generation-inference/tgi_env.py @b5d747b7",
+    ),
     ("nxdi-tgi", "batch", "--max-batch-size / MAX_BATCH_SIZE", "optimum-neuron tgi_env.py @b5d747b7"),
-    ("nxdi-tgi", "longest prompt", "--max-input-tokens / MAX_INPUT_TOKENS", "optimum-neuron tgi_env.py @b5d747b7"),
-    ("nxdi-tgi", "maximum length", "--max-total-tokens / MAX_TOTAL_TOKENS", "optimum-neuron tgi_env.py @b5d747b7"),
+    (
+        "nxdi-tgi",
+        "longest prompt",
+        "--max-input-tokens / MAX_INPUT_TOKENS",
+        "optimum-neuron tgi_env.py @b5d747b7",
+    ),
+    (
+        "nxdi-tgi",
+        "maximum length",
+        "--max-total-tokens / MAX_TOTAL_TOKENS",
+        "optimum-neuron tgi_env.py @b5d747b7",
+    ),
     (
         "nxdi-tgi",
         "prompt / decode buckets",
@@ -75,8 +111,18 @@ DOCUMENTED_KEYS: tuple[tuple[str, str, str, str], ...] = (
         "ghcr.io/huggingface/text-generation-inference:3.3.5-neuron",
         "huggingface.co/docs/text-generation-inference/backends/neuron (read 2026-12-01)",
     ),
-    ("nxdi-tgi", "health endpoint", "GET /health", "TGI router API (huggingface.co/docs/text-generation-inference)"),
-    ("nxdi-tgi", "queue depth metric", "tgi_queue_size", "TGI metrics (huggingface.co/docs/text-generation-inference)"),
+    (
+        "nxdi-tgi",
+        "health endpoint",
+        "GET /health",
+        "TGI router API (huggingface.co/docs/text-generation-inference)",
+    ),
+    (
+        "nxdi-tgi",
+        "queue depth metric",
+        "tgi_queue_size",
+        "TGI metrics (huggingface.co/docs/text-generation-inference)",
+    ),
     ("encoder", "buckets", "chipswap compile --seq-len / --batch-sizes", "docs/compile.md"),
     ("encoder", "backend", "chipswap compile --backend neuron (torch_neuronx.trace)", "docs/compile.md"),
     ("encoder", "health endpoint", "GET /readyz, /healthz", "docs/serve.md"),
@@ -180,7 +226,10 @@ wait_ready() {{  # PORT PATH: poll until the server answers 200, or give up afte
 }}
 
 balancer() {{  # one nginx in front of the replicas (ports PORT+1..PORT+REPLICAS), SSE streamed unbuffered
-  command -v nginx >/dev/null || {{ echo "launch: REPLICAS=${{REPLICAS}} needs nginx (apt-get install nginx)" >&2; exit 2; }}
+  if ! command -v nginx >/dev/null; then
+    echo "launch: REPLICAS=${{REPLICAS}} needs nginx (apt-get install nginx)" >&2
+    exit 2
+  fi
   {{
     echo "worker_processes 1; pid $PWD/run/nginx.pid; error_log $PWD/logs/nginx-error.log;"
     echo "events {{ worker_connections 4096; }}"
@@ -221,7 +270,8 @@ def _common_vars(n: Target, compile_s: int) -> str:
         f'REPLICAS="${{REPLICAS:-{n.replicas}}}"  # per instance, as planned\n'
         f"TP={n.tp}  # NeuronCores per replica\n"
         f"CORES={n.neuron_cores or n.tp * n.replicas}  # NeuronCores on one {n.instance}\n"
-        f'READY_TIMEOUT_S="${{READY_TIMEOUT_S:-{max(600, compile_s * 3)}}}"  # 3 x the expected compile time\n'
+        f'READY_TIMEOUT_S="${{READY_TIMEOUT_S:-{max(600, compile_s * 3)}}}"  # 3 x the expected compile '
+        "time\n"
     )
 
 
@@ -238,13 +288,12 @@ def launch_script(spec: TrialSpec, compile_s: int) -> str:
     )
     return (
         _HEADER.format(what=what, instance=n.instance)
-        + "# Weights: the preset's Hugging Face id; set MODEL_ID to your fine-tuned weights (id or local path).\n"
+        + "# Weights: the preset's Hugging Face id; set MODEL_ID to your fine-tuned weights (id or local "
+        "path).\n"
         + f'MODEL_ID="${{MODEL_ID:-{spec.model_id}}}"\n'
         + _common_vars(n, compile_s)
-        + f'NEURON_CACHE="${{NEURON_CACHE:-{COMPILE_CACHE}}}"  # the Neuron compile cache (reused on restarts)\n'
-        + body
-        + _WAIT.format()
-        + _replica_loop("start_replica", HEALTH_PATH[server_kind(spec)])
+        + f'NEURON_CACHE="${{NEURON_CACHE:-{COMPILE_CACHE}}}"  # the Neuron compile cache (reused on '
+        "restarts)\n" + body + _WAIT.format() + _replica_loop("start_replica", HEALTH_PATH[server_kind(spec)])
     )
 
 
@@ -279,7 +328,8 @@ start_replica() {{  # INDEX PORT: one TGI container on devices INDEX*DEVICES_PER
   mkdir -p data
   nohup docker run --rm --name "chipswap-trial-$1" -p "127.0.0.1:$2:80" "${{dev[@]}}" \\
     -v "$PWD/data:/data" -v "$NEURON_CACHE:/var/tmp/neuron-compile-cache" \\
-    -e HF_TOKEN -e HF_NUM_CORES -e HF_AUTO_CAST_TYPE -e MAX_BATCH_SIZE -e MAX_TOTAL_TOKENS -e MAX_INPUT_TOKENS \\
+    -e HF_TOKEN -e HF_NUM_CORES -e HF_AUTO_CAST_TYPE \\
+    -e MAX_BATCH_SIZE -e MAX_TOTAL_TOKENS -e MAX_INPUT_TOKENS \\
     "$IMAGE" {argv} </dev/null >"logs/replica-$1.log" 2>&1 &
   echo $! >"run/replica-$1.pid"
 }}
@@ -298,8 +348,12 @@ start_replica() {  # INDEX PORT
 }
 """
     return (
-        _HEADER.format(what="compile the encoder once per bucket and serve it (chipswap compile + serve)", instance=n.instance)
-        + f'MODEL="${{MODEL:-{spec.model_spec}}}"  # a chipswap preset, config.json or package.module:factory\n'
+        _HEADER.format(
+            what="compile the encoder once per bucket and serve it (chipswap compile + serve)",
+            instance=n.instance,
+        )
+        + f'MODEL="${{MODEL:-{spec.model_spec}}}"  # a chipswap preset, config.json or '
+        "package.module:factory\n"
         + 'BACKEND="${BACKEND:-neuron}"  # torch_neuronx.trace on the Neuron host\n'
         + f'SEQ_LEN="${{SEQ_LEN:-{seq}}}"  # the planned sequence buckets\n'
         + f'BATCH_SIZES="${{BATCH_SIZES:-{batches}}}"  # the planned compiled batch sizes\n'
@@ -307,9 +361,8 @@ start_replica() {  # INDEX PORT
         + _common_vars(n, compile_s)
         + _WAIT.format()
         + start
-        + '\nchipswap compile "$MODEL" --seq-len "$SEQ_LEN" --batch-sizes "$BATCH_SIZES" --backend "$BACKEND" '
-        + "--out compiled.json\n"
-        + _replica_loop("start_replica", HEALTH_PATH["encoder"])
+        + '\nchipswap compile "$MODEL" --seq-len "$SEQ_LEN" --batch-sizes "$BATCH_SIZES" --backend '
+        '"$BACKEND" ' + "--out compiled.json\n" + _replica_loop("start_replica", HEALTH_PATH["encoder"])
     )
 
 

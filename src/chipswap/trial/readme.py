@@ -1,7 +1,8 @@
 """The trial kit's README: what is measured and why, what it costs, each step to the follow-up plan.
 
 Pure core: TrialSpec + cost + prerequisites in, Markdown out. Workload text (title, names, paths) goes through
-textsafe.md_text (HTML escaped, Markdown neutralised, one line) and shell commands through shlex.quote. No I/O.
+textsafe.md_text (HTML escaped, Markdown neutralised, one line) and shell commands through shlex.quote.
+No I/O.
 """
 
 from __future__ import annotations
@@ -38,14 +39,17 @@ def plan_command(spec: TrialSpec) -> str:
 def _image(spec: TrialSpec) -> str:
     if spec.mode == "encoder":
         return (
-            "the Neuron PyTorch inference DLC or the Neuron multi-framework DLAMI (torch-neuronx, neuronx-cc), "
+            "the Neuron PyTorch inference DLC or the Neuron multi-framework DLAMI (torch-neuronx, "
+            "neuronx-cc), "
             "with `pip install chipswap`"
         )
     if spec.stack == "nxdi-tgi":
         return f"`{TGI_IMAGE}` (Docker on the Neuron DLAMI)"
     return (
-        f"the vLLM Neuron DLC `{VLLM_IMAGE_REPO}` (tag for an SDK that supports {spec.neuron.instance.split('.')[0]}; "
-        "the 2.33 images are Trn2/Trn3 only) or the Neuron DLAMI's NxD Inference venv with the vllm-neuron plugin"
+        f"the vLLM Neuron DLC `{VLLM_IMAGE_REPO}` (tag for an SDK that supports "
+        f"{spec.neuron.instance.split('.')[0]}; "
+        "the 2.33 images are Trn2/Trn3 only) or the Neuron DLAMI's NxD Inference venv with the vllm-neuron "
+        "plugin"
     )
 
 
@@ -54,7 +58,8 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
     kind = server_kind(spec)
     title = md_text(spec.title)
     cand = (
-        f"{n.count} x {md_text(n.instance)} ({spec.why_this_candidate}): TP {n.tp} x {n.replicas} replica(s) per "
+        f"{n.count} x {md_text(n.instance)} ({spec.why_this_candidate}): TP {n.tp} x {n.replicas} replica(s) "
+        "per "
         f"instance, batch {n.max_batch}, {n.dtype}, longest sequence {n.max_length:,}"
     )
     proj = (
@@ -62,7 +67,9 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         if n.projected_rps
         else "no projected throughput"
     )
-    stack = STACK_WORDS.get(spec.stack, spec.stack) if spec.mode == "llm" else "chipswap compile + chipswap serve"
+    stack = (
+        STACK_WORDS.get(spec.stack, spec.stack) if spec.mode == "llm" else "chipswap compile + chipswap serve"
+    )
     lines = [
         f"# chipswap trial: {title}",
         "",
@@ -72,7 +79,8 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "" if spec.notes else "",
         f"- Candidate measured: {cand}; projected {proj}.",
         f"- Serving stack: {stack}.",
-        f"- Load: the workload's traffic at the busiest window, {spec.traffic.busiest_rps:,.4g} requests/s for the "
+        f"- Load: the workload's traffic at the busiest window, {spec.traffic.busiest_rps:,.4g} requests/s "
+        "for the "
         f"fleet = {fmt_rate(per_instance_rate(spec, n))} requests/s per instance.",
         f"- **Cost and duration**: {cost.line(md_text(n.instance), n.term)}.",
         "",
@@ -92,15 +100,21 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         "## Steps",
         "",
-        f"1. `./launch.sh` — {'compiles the buckets and ' if spec.mode == 'encoder' else ''}starts {n.replicas} "
-        f"replica(s) on NeuronCores 0-{n.tp * n.replicas - 1} and waits for `{HEALTH_PATH[kind]}` on port 8000. "
-        f"Expected compile time: {cost.compile_minutes:.0f} min ({md_text(cost.parts[1].label)}). Compile cache: "
-        f"`{COMPILE_CACHE}`" + ("" if spec.mode == "llm" else " and chipswap's artifact cache `chipswap-cache/`")
+        f"1. `./launch.sh` — {'compiles the buckets and ' if spec.mode == 'encoder' else ''}starts "
+        f"{n.replicas} "
+        f"replica(s) on NeuronCores 0-{n.tp * n.replicas - 1} and waits for `{HEALTH_PATH[kind]}` on port "
+        "8000. "
+        f"Expected compile time: {cost.compile_minutes:.0f} min ({md_text(cost.parts[1].label)}). Compile "
+        "cache: "
+        f"`{COMPILE_CACHE}`"
+        + ("" if spec.mode == "llm" else " and chipswap's artifact cache `chipswap-cache/`")
         + "; a second launch reuses it. Logs: `logs/`.",
         f"2. `./bench.sh neuron` — warm-up ({16} requests), the traffic replayed open-loop at "
         f"{fmt_rate(per_instance_rate(spec, n))} requests/s for {REPLAY_S[spec.mode]} s, then a sweep at "
-        f"{', '.join(fmt_rate(r) for r in sweep_rates(spec, n))} requests/s ({SWEEP_S[spec.mode]} s each) that "
-        "stops at saturation (goodput under 90 % of sent, or errors). Every run is a `chipswap bench` file in "
+        f"{', '.join(fmt_rate(r) for r in sweep_rates(spec, n))} requests/s ({SWEEP_S[spec.mode]} s each) "
+        "that "
+        "stops at saturation (goodput under 90 % of sent, or errors). Every run is a `chipswap bench` file "
+        "in "
         "`results/runs/neuron/`; the run with the highest goodput is copied to `results/neuron.json`.",
     ]
     step = 3
@@ -108,7 +122,8 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         g = spec.gpu
         lines.append(
             f"{step}. `./bench.sh gpu` — the same against today's endpoint {md_text(g.endpoint or '')} "
-            f"({g.count} x {md_text(g.instance)}: {fmt_rate(per_instance_rate(spec, g))} requests/s per instance); "
+            f"({g.count} x {md_text(g.instance)}: {fmt_rate(per_instance_rate(spec, g))} requests/s per "
+            "instance); "
             "writes `results/gpu.json`. Point `GPU_URL` at one instance's server, not the load balancer."
         )
         step += 1
@@ -131,16 +146,21 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         "## The fleet the verdict sizes",
         "",
-        f"- `deploy/k8s/`: a Deployment of {n.count * n.replicas} pods ({n.count} instances x {n.replicas}), each "
+        f"- `deploy/k8s/`: a Deployment of {n.count * n.replicas} pods ({n.count} instances x {n.replicas}), "
+        "each "
         f"requesting `{NEURONCORE}: {n.tp}` from the Neuron device plugin, with startup/readiness/liveness "
         f"probes on the server's health endpoint; a Service; a HorizontalPodAutoscaler from "
-        f"{n.count * n.replicas} to {max(n.count_high, n.count) * n.replicas} pods (the band's upper count) on "
+        f"{n.count * n.replicas} to {max(n.count_high, n.count) * n.replicas} pods (the band's upper count) "
+        "on "
         f"`{metric_name(kind)}` (the server's `{QUEUE_METRIC[kind]}` through the Prometheus adapter rule in "
-        f"`prometheus-adapter-rules.yaml`), target {n.max_batch} waiting requests per pod (one full batch: an "
+        f"`prometheus-adapter-rules.yaml`), target {n.max_batch} waiting requests per pod (one full batch: "
+        "an "
         "assumption to tune). Apply with `kubectl apply -f deploy/k8s/` after installing the Neuron device "
         "plugin (and the Neuron scheduler extension for contiguous cores).",
-        f"- `deploy/sagemaker.json`: model, endpoint configuration ({n.count} x ml.{md_text(n.instance)}) and "
-        "endpoint; `python -m chipswap.trial.sagemaker deploy/sagemaker.json --role-arn ARN --dry-run` prints "
+        f"- `deploy/sagemaker.json`: model, endpoint configuration ({n.count} x ml.{md_text(n.instance)}) "
+        "and "
+        "endpoint; `python -m chipswap.trial.sagemaker deploy/sagemaker.json --role-arn ARN --dry-run` "
+        "prints "
         "the requests, without `--dry-run` it creates them. Replace the image placeholder first.",
         "",
     ]

@@ -55,7 +55,9 @@ def calls(requests: dict[str, Any], role_arn: str) -> list[tuple[str, dict[str, 
     return out
 
 
-def deploy(requests: dict[str, Any], *, role_arn: str, client: Any = None, dry_run: bool = False) -> list[str]:
+def deploy(
+    requests: dict[str, Any], *, role_arn: str, client: Any = None, dry_run: bool = False
+) -> list[str]:
     """Send (or, dry run, print) the three requests; one line per call."""
     lines = []
     for op, body, arn_key in calls(requests, role_arn):
@@ -68,7 +70,9 @@ def deploy(requests: dict[str, Any], *, role_arn: str, client: Any = None, dry_r
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m chipswap.trial.sagemaker", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m chipswap.trial.sagemaker", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("requests", type=Path, help="deploy/sagemaker.json from a chipswap trial kit")
     ap.add_argument("--role-arn", required=True, help="IAM role SageMaker assumes to pull the image")
     ap.add_argument("--region", default="us-east-1")

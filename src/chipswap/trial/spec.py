@@ -58,7 +58,7 @@ class Target:
 
 @dataclass(frozen=True)
 class TrafficPlan:
-    """The traffic the bench replays: where the lengths come from and the busiest-window rate (whole fleet)."""
+    """The traffic the bench replays: where the lengths come from, the busiest-window rate (whole fleet)."""
 
     source: str  # "bundled", "file", "steady", "histogram"
     trace: str | None  # path of the trace file (source "file") as given, resolved by the shell
@@ -177,9 +177,12 @@ def pick_candidate(result: Any) -> Any:
         and getattr(c.fleet, "config", None) is not None
     ]
     if not ok:
-        why = "; ".join(f"{c.instance}: {c.excluded or 'not sized (no projected serving layout)'}" for c in neuron)
+        why = "; ".join(
+            f"{c.instance}: {c.excluded or 'not sized (no projected serving layout)'}" for c in neuron
+        )
         raise NothingToTrial(
-            f"nothing to trial: no Neuron candidate meets the SLO ({why}); relax [slo] or add larger candidates "
+            f"nothing to trial: no Neuron candidate meets the SLO ({why}); relax [slo] or add larger "
+            "candidates "
             "in [targets].candidates"
         )
     best = result.best
@@ -248,7 +251,9 @@ def build_spec(
     t = result.traffic
     busiest = float(t.busiest_rps or t.peak_rps or t.mean_rps or 0.0) if t is not None else 0.0
     if not busiest > 0:
-        raise ChipswapError("the plan found no arrival rate to replay; give traffic.steady_rps or a timed trace")
+        raise ChipswapError(
+            "the plan found no arrival rate to replay; give traffic.steady_rps or a timed trace"
+        )
     sh = result.shapes
     seq = tuple(int(x) for x in (sh.sequence_buckets if sh is not None else ()))
     dec = tuple(int(x) for x in (sh.decode_buckets if sh is not None else ()))
