@@ -27,6 +27,10 @@ def fmt_rate(x: float) -> str:
     return f"{x:.0f}" if x >= 1000 else f"{x:.4g}"
 
 
+def fmt_rate_text(x: float) -> str:
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
+
+
 def per_instance_rate(spec: TrialSpec, t: Target) -> float:
     """The busiest-window arrival rate one instance of the planned fleet carries."""
     return spec.traffic.busiest_rps / max(t.count, 1)

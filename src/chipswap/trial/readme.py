@@ -10,7 +10,14 @@ from __future__ import annotations
 import shlex
 
 from chipswap.textsafe import md_text
-from chipswap.trial.benchscript import REPLAY_S, SWEEP_S, fmt_rate, per_instance_rate, sweep_rates
+from chipswap.trial.benchscript import (
+    REPLAY_S,
+    SWEEP_S,
+    fmt_rate,
+    fmt_rate_text,
+    per_instance_rate,
+    sweep_rates,
+)
 from chipswap.trial.costing import TrialCost
 from chipswap.trial.fleet import NEURONCORE, metric_name
 from chipswap.trial.launch import (
@@ -75,13 +82,11 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         f"Plan verdict: **{md_text(spec.verdict)}** — {md_text(spec.verdict_why)}",
         "",
-        *(f"{md_text(note)}" for note in spec.notes),
-        "" if spec.notes else "",
+        *(x for note in spec.notes for x in (md_text(note), "")),
         f"- Candidate measured: {cand}; projected {proj}.",
         f"- Serving stack: {stack}.",
-        f"- Load: the workload's traffic at the busiest window, {spec.traffic.busiest_rps:,.4g} requests/s "
-        "for the "
-        f"fleet = {fmt_rate(per_instance_rate(spec, n))} requests/s per instance.",
+        f"- Load: the workload's traffic at the busiest window, {fmt_rate_text(spec.traffic.busiest_rps)} "
+        f"requests/s for the fleet = {fmt_rate(per_instance_rate(spec, n))} requests/s per instance.",
         f"- **Cost and duration**: {cost.line(md_text(n.instance), n.term)}.",
         "",
         "The Neuron launch is exercised only on Neuron hosts: chipswap's own tests check these scripts with "
@@ -105,9 +110,12 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         f"replica(s) on NeuronCores 0-{n.tp * n.replicas - 1} and waits for `{HEALTH_PATH[kind]}` on port "
         "8000. "
         f"Expected compile time: {cost.compile_minutes:.0f} min ({md_text(cost.parts[1].label)}). Compile "
-        "cache: "
-        f"`{COMPILE_CACHE}`"
-        + ("" if spec.mode == "llm" else " and chipswap's artifact cache `chipswap-cache/`")
+        + (
+            f"cache: `{COMPILE_CACHE}` (the Neuron cache; vLLM also keeps `neuron-compiled-artifacts/`)"
+            if spec.mode == "llm"
+            else "cache: chipswap's artifact cache `chipswap-cache/` (torch_neuronx.trace graphs are not in "
+            "the Neuron cache)"
+        )
         + "; a second launch reuses it. Logs: `logs/`.",
         f"2. `./bench.sh neuron` — warm-up ({16} requests), the traffic replayed open-loop at "
         f"{fmt_rate(per_instance_rate(spec, n))} requests/s for {REPLAY_S[spec.mode]} s, then a sweep at "
