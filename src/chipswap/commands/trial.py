@@ -100,9 +100,8 @@ def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
     if qc is not None:
         lines.append(
             f"Quota: {qc.on_demand_name} ({qc.on_demand_code}) must allow {row.vcpus_per_instance} vCPUs "
-            "more "
-            f"than you use; not read ({found.note}). Check live: `chipswap capacity {instance} --count 1 "
-            f"--region {region}`."
+            f"more than you use; not read here (chipswap capacity's shipped snapshot, as of {row.as_of}, not "
+            f"checked). Check live: `chipswap capacity {instance} --count 1 --region {region}`."
         )
     return lines
 

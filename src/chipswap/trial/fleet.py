@@ -229,4 +229,11 @@ def sagemaker_requests(spec: TrialSpec) -> dict[str, Any]:
         },
         "endpoint": {"EndpointName": name, "EndpointConfigName": f"{name}-config"[:63]},
         "max_instances": n.count_high,
+        "note": (
+            f"one container per instance serves one replica of TP {n.tp} NeuronCores; the plan runs "
+            f"{n.replicas} replicas per instance: use SageMaker inference components for that density, or "
+            f"raise InitialInstanceCount to {n.count * n.replicas}"
+            if n.replicas > 1
+            else f"one container per instance serves the plan's single replica of TP {n.tp} NeuronCores"
+        ),
     }
