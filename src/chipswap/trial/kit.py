@@ -21,6 +21,13 @@ from chipswap.trial.readme import plan_command, render_readme
 from chipswap.trial.spec import TrialSpec
 
 SCHEMA = "chipswap.trial/1"
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML without anchors/aliases: every manifest reads on its own."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 Files = dict[str, tuple[str, bool]]
 
 
@@ -46,7 +53,7 @@ def render_kit(spec: TrialSpec, prereq: list[str], traffic_csv: str | None = Non
     if traffic_csv is not None:
         files["traffic.csv"] = (traffic_csv, False)
     for name, doc in k8s_manifests(spec).items():
-        files[f"deploy/k8s/{name}"] = (yaml.safe_dump(doc, sort_keys=False, width=1000), False)
+        files[f"deploy/k8s/{name}"] = (yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, width=1000), False)
     files["deploy/sagemaker.json"] = (json.dumps(sagemaker_requests(spec), indent=2) + "\n", False)
     summary = {
         "schema": SCHEMA,
