@@ -28,6 +28,8 @@ class _PlainDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+
 Files = dict[str, tuple[str, bool]]
 
 
@@ -53,7 +55,10 @@ def render_kit(spec: TrialSpec, prereq: list[str], traffic_csv: str | None = Non
     if traffic_csv is not None:
         files["traffic.csv"] = (traffic_csv, False)
     for name, doc in k8s_manifests(spec).items():
-        files[f"deploy/k8s/{name}"] = (yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, width=1000), False)
+        files[f"deploy/k8s/{name}"] = (
+            yaml.dump(doc, Dumper=_PlainDumper, sort_keys=False, width=1000),
+            False,
+        )
     files["deploy/sagemaker.json"] = (json.dumps(sagemaker_requests(spec), indent=2) + "\n", False)
     summary = {
         "schema": SCHEMA,
