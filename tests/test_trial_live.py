@@ -34,7 +34,7 @@ prompt_tokens = {prompt}
 [fleet]
 instance = "{gpu}"
 count = 1
-
+{fleet_extra}
 [slo]
 {slo}
 
@@ -46,16 +46,17 @@ engineer_days = 5
 """
 
 
-def _workload(tmp_path: Path, name: str, **kw) -> Path:
+def _workload(tmp_path: Path, name: str, fleet_extra: str = "", **kw) -> Path:
     p = tmp_path / f"{name}.toml"
-    p.write_text(WORKLOAD.format(**kw))
+    p.write_text(WORKLOAD.format(fleet_extra=fleet_extra, **kw))
     return p
 
 
-def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000") -> Path:
+def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000", fleet_extra: str = "") -> Path:
     return _workload(
         tmp_path,
         "llm",
+        fleet_extra,
         preset="llama-3-8b",
         task="causal-lm",
         rps=4,
@@ -69,62 +70,48 @@ def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000") -> Pat
 
 
 def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, capsys):
+    """The README's flow: bench the Neuron side and the GPU endpoint the workload names (here both are the
+    same real server), then `chipswap plan WORKLOAD --bench results/*.json` uses both as measured."""
     from chipswap.runtime.tokenizer import load_tokenizer
     from tests.test_loadgen_openai import TinyGPT2, make_openai_app
 
-    wl = _llm(tmp_path)
-    kit = tmp_path / "kit"
-    code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
-    assert code == 0, err
-    assert (
-        "Trial: " in out
-        and "inf2.48xlarge" in out
-        and (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"
-    )
     log: dict = {}
+    kit = tmp_path / "kit"
     with run_app(make_openai_app(TinyGPT2(), load_tokenizer("example"), log)) as url:
+        wl = _llm(tmp_path, fleet_extra=f'endpoint = "{url}"\n')
+        code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
+        assert code == 0, err
+        assert f"GPU baseline g6e.12xlarge at {url}" in out
+        assert (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"  # the workload's lengths
         env = script_env(URL=url, RATE="4", REPLAY_S="2", SWEEP_RATES="6", SWEEP_S="2", WARMUP_REQUESTS="2")
-        r = subprocess.run(
-            ["bash", str(kit / "bench.sh"), "neuron"],
-            env=env,
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=300,
-        )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert not list(tmp_path.glob("PWNED*"))
-    runs = sorted(p.name for p in (kit / "results/runs/neuron").glob("*.json"))
-    assert runs == ["replay.json", "sweep-1.json", "warmup.json"]
-    for n in runs:  # every request was sent and answered by the real server
-        counts = json.loads((kit / "results/runs/neuron" / n).read_text())["counts"]
-        assert counts["ok"] == counts["sent"] > 0, (n, counts)
-    picked = json.loads((kit / "results/neuron.json").read_text())
-    assert (
-        picked["target"]["protocol"] == "openai-completions" and picked["instance"]["name"] == "inf2.48xlarge"
-    )
-    assert picked["slo"]["ttft_ms"] == 2000 and picked["goodput"]["requests_per_s"] > 0
-    assert all(
-        e["max_tokens"] == 6 for e in log.values()
-    )  # the workload's output length, asked of the server
-    # the follow-up the README names: the measurement outranks the projection for that instance
-    code, out, err = run_inproc(
-        capsys,
-        "plan",
-        str(wl),
-        "--bench",
-        str(kit / "results/neuron.json"),
-        "--json",
-        "--out",
-        str(tmp_path / "report"),
-        "--no-aws",
-    )
+        for side in ("neuron", "gpu"):  # gpu: the endpoint comes from the workload, not the environment
+            r = subprocess.run(
+                ["bash", str(kit / "bench.sh"), side], env=env, capture_output=True, text=True, timeout=300
+            )
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not list(tmp_path.glob("PWNED*")) and "tiny trial $(touch PWNED)" in r.stdout
+    for side, instance in (("neuron", "inf2.48xlarge"), ("gpu", "g6e.12xlarge")):
+        runs = sorted(p.name for p in (kit / "results/runs" / side).glob("*.json"))
+        assert runs == ["replay.json", "sweep-1.json", "warmup.json"]
+        for n in runs:  # every request was sent and answered by the real server
+            counts = json.loads((kit / "results/runs" / side / n).read_text())["counts"]
+            assert counts["ok"] == counts["sent"] > 0, (n, counts)
+        picked = json.loads((kit / f"results/{side}.json").read_text())
+        assert picked["target"]["protocol"] == "openai-completions" and picked["instance"]["name"] == instance
+        assert picked["slo"]["ttft_ms"] == 2000 and picked["goodput"]["requests_per_s"] > 0
+    assert all(e["max_tokens"] == 6 for e in log.values())  # the workload's output length
+    # the follow-up the README names: measurements outrank the projection on both sides
+    files = sorted(str(p) for p in (kit / "results").glob("*.json"))
+    args = ["plan", str(wl), "--json", "--out", str(tmp_path / "report"), "--no-aws"]
+    code, out, err = run_inproc(capsys, *args, *(x for f in files for x in ("--bench", f)))
     assert code == 0, err
-    cand = next(c for c in json.loads(out)["candidates"] if c["instance"] == "inf2.48xlarge")
-    thr = cand["fleet"]["throughput"]
-    assert thr["source"] == "measured" and thr["value"] == pytest.approx(
-        picked["goodput"]["requests_per_s"], rel=1e-3
-    )
+    result = json.loads(out)
+    neuron = next(c for c in result["candidates"] if c["instance"] == "inf2.48xlarge")["fleet"]["throughput"]
+    gpu = result["gpu_fleet"]["throughput"]
+    for fig, side in ((neuron, "neuron"), (gpu, "gpu")):
+        picked = json.loads((kit / f"results/{side}.json").read_text())
+        assert fig["source"] == "measured"
+        assert fig["value"] == pytest.approx(picked["goodput"]["requests_per_s"], rel=1e-3)
 
 
 def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
@@ -241,3 +228,17 @@ def test_nothing_to_trial_is_one_line(tmp_path, capsys):
         capsys, "trial", "--example", "finetune", "--stack", "tnx-2.18", "--out", str(tmp_path / "k")
     )
     assert code == 2 and err.count("\n") == 1
+
+
+def test_bad_options_are_one_line_before_any_plan_runs(tmp_path, capsys):
+    bad = _llm(tmp_path, fleet_extra='endpoint = "ftp://gpu"\n')
+    for argv, words in (
+        (["--stack", "nxdi-foo"], "unknown Neuron stack 'nxdi-foo'; use one of nxdi-vllm, nxdi-tgi"),
+        (["--stack", "tnx-2.18"], "SDK 2.18 published-tables stack"),
+        (["--gpu-endpoint", "http://user:pw@gpu"], "put no credentials in the URL"),
+        ([str(bad)], "fleet: expected endpoint to be an http(s):// URL"),
+        (["--out", str(bad)], "is a file or a link"),
+    ):
+        code, out, err = run_inproc(capsys, "trial", "--out", str(tmp_path / "k"), *argv)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "k").exists()

@@ -241,10 +241,15 @@ class Fleet(_Model):
     endpoint: str | None = Field(
         None,
         max_length=2048,
-        pattern=r"^https?://[^\s]+$",
         description="Base URL of today's serving endpoint (OpenAI-compatible), e.g. "
         '"http://gpu-llm.internal:8000"; `chipswap trial` then adds a bench of the GPU baseline to the kit.',
     )
+
+    @model_validator(mode="after")
+    def _endpoint_url(self) -> Fleet:
+        if self.endpoint is not None and not re.match(r"^https?://[^\s/]+\S*$", self.endpoint):
+            raise ValueError('expected endpoint to be an http(s):// URL, e.g. "http://gpu-llm.internal:8000"')
+        return self
 
 
 class Slo(_Model):

@@ -128,7 +128,7 @@ def _trial(
     from chipswap.pipeline import run_plan
     from chipswap.textsafe import one_line
     from chipswap.trial.kit import render_kit
-    from chipswap.trial.spec import build_spec
+    from chipswap.trial.spec import build_spec, check_stack
     from chipswap.trial.write import check_out, write_kit
     from chipswap.workload import load_workload
 
@@ -137,6 +137,8 @@ def _trial(
     if workload is not None and workload.is_dir():
         raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
     check_out(out, force)
+    if stack is not None:
+        check_stack(stack)
     name = example or DEFAULT_EXAMPLE
     path = workload if workload is not None else example_path(name)
     catalog = load_catalog(catalog_file)

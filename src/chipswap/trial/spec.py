@@ -158,6 +158,18 @@ def _target(
     )
 
 
+def check_stack(stack: str) -> str:
+    """The stack id if a trial can launch it, else one line naming the ones it can."""
+    if stack in HISTORICAL_STACKS:
+        raise ChipswapError(
+            f"stack {stack!r} is the SDK 2.18 published-tables stack, not one to launch today; pass --stack "
+            f"{' or '.join(NEURON_STACKS)}"
+        )
+    if stack not in NEURON_STACKS:
+        raise ChipswapError(f"unknown Neuron stack {stack!r}; use one of {', '.join(NEURON_STACKS)}")
+    return stack
+
+
 def pick_candidate(result: Any) -> Any:
     """The Neuron candidate to trial: the plan's pick when it is a sized Neuron fleet, else the cheapest
     Neuron candidate that meets the SLO. Raises NothingToTrial with every candidate's reason."""
@@ -218,13 +230,7 @@ def build_spec(
             "nothing to trial: chipswap trial measures a serving workload and this one is kind = "
             f"{result.kind!r}; benchmark training runs with your own job"
         )
-    if stack in HISTORICAL_STACKS:
-        raise ChipswapError(
-            f"stack {stack!r} is the SDK 2.18 published-tables stack, not one to launch today; pass --stack "
-            f"{' or '.join(NEURON_STACKS)}"
-        )
-    if stack not in NEURON_STACKS:
-        raise ChipswapError(f"unknown Neuron stack {stack!r}; use one of {', '.join(NEURON_STACKS)}")
+    check_stack(stack)
     cand = pick_candidate(result)
     neuron = _target(
         "neuron",
