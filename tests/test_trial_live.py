@@ -1,14 +1,20 @@
-"""`chipswap trial` end to end with real parts: the kit's bench step against a real OpenAI-compatible
-streaming server on loopback (a GPT-2 built from the shipped tiny config, random weights, real transformers
-decoding: tests/test_loadgen_openai.py's server) feeding `chipswap plan --bench`; the encoder kit's launch /
+"""`chipswap trial` end to end with real parts: the kit's bench step against real OpenAI-compatible
+streaming servers on loopback, both running a GPT-2 built from the shipped tiny config (random weights, real
+transformers decoding): tests/test_loadgen_openai.py's server as the Neuron side and `transformers serve` as
+the GPU endpoint the workload names, feeding `chipswap plan --bench`; the encoder kit's launch /
 bench / stop with `chipswap compile` + `chipswap serve` (ONNX Runtime here; the Neuron launch runs only on
 Neuron hosts); the command on a bundled example; and its one-line refusals (nothing to trial, an
 existing kit)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,24 +75,87 @@ def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000", fleet_
     )
 
 
+def _tiny_gpt2_dir(root: Path) -> Path:
+    """A Hugging Face model folder: GPT-2 from the shipped tiny-gpt2 config (random weights, seed 0) and the
+    shipped 1k WordPiece tokenizer with no special tokens (so every generated token streams as text)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from chipswap.models import load_preset
+    from chipswap.runtime.tokenizer import example_tokenizer_path
+
+    out = root / "tiny-gpt2-hf"
+    cfg = dict(load_preset("tiny-gpt2")["config"])
+    cfg.pop("model_type")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", **cfg)).save_pretrained(out)
+    tok = json.loads(example_tokenizer_path().read_text())
+    for t in tok.get("added_tokens", []):
+        t["special"] = False
+    (root / "tok.json").write_text(json.dumps(tok))
+    PreTrainedTokenizerFast(tokenizer_file=str(root / "tok.json")).save_pretrained(out)
+    return out
+
+
+@contextlib.contextmanager
+def transformers_serve(model: Path) -> Iterator[str]:
+    """`transformers serve MODEL` on a loopback port (offline); yields its base URL, stops it by its pid."""
+    import httpx
+
+    port = free_port()
+    exe = Path(sys.executable).parent / "transformers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    args = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else "transformers serve exited"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("transformers serve did not answer /health within 180 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, capsys):
-    """The README's flow: bench the Neuron side and the GPU endpoint the workload names (here both are the
-    same real server), then `chipswap plan WORKLOAD --bench results/*.json` uses both as measured."""
+    """The README's flow: bench the Neuron side (the loadgen tests' tiny GPT-2 server) and the GPU endpoint
+    the workload names (`transformers serve`, a third-party OpenAI-compatible server), then
+    `chipswap plan WORKLOAD --bench results/*.json` uses both as measured."""
     from chipswap.runtime.tokenizer import load_tokenizer
     from tests.test_loadgen_openai import TinyGPT2, make_openai_app
 
     log: dict = {}
     kit = tmp_path / "kit"
-    with run_app(make_openai_app(TinyGPT2(), load_tokenizer("example"), log)) as url:
-        wl = _llm(tmp_path, fleet_extra=f'endpoint = "{url}"\n')
+    with (
+        run_app(make_openai_app(TinyGPT2(), load_tokenizer("example"), log)) as url,
+        transformers_serve(_tiny_gpt2_dir(tmp_path)) as gpu_url,
+    ):
+        wl = _llm(tmp_path, fleet_extra=f'endpoint = "{gpu_url}"\n')
         code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
         assert code == 0, err
-        assert f"GPU baseline g6e.12xlarge at {url}" in out
+        assert f"GPU baseline g6e.12xlarge at {gpu_url}" in out
         assert (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"  # the workload's lengths
         env = script_env(URL=url, RATE="4", REPLAY_S="2", SWEEP_RATES="6", SWEEP_S="2", WARMUP_REQUESTS="2")
-        for side in ("neuron", "gpu"):  # gpu: the endpoint comes from the workload, not the environment
+        # gpu: the endpoint comes from the workload, not the environment; EXTRA_BODY= because transformers
+        # serve answers vLLM's ignore_eos (the kit's default for a vLLM endpoint) with HTTP 422
+        for side, extra in (("neuron", {}), ("gpu", {"EXTRA_BODY": ""})):
             r = subprocess.run(
-                ["bash", str(kit / "bench.sh"), side], env=env, capture_output=True, text=True, timeout=300
+                ["bash", str(kit / "bench.sh"), side],
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert not list(tmp_path.glob("PWNED*")) and "tiny trial $(touch PWNED)" in r.stdout
@@ -100,6 +169,8 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
         assert picked["target"]["protocol"] == "openai-completions" and picked["instance"]["name"] == instance
         assert picked["slo"]["ttft_ms"] == 2000 and picked["goodput"]["requests_per_s"] > 0
     assert all(e["max_tokens"] == 6 for e in log.values())  # the workload's output length
+    gpu_run = json.loads((kit / "results/runs/gpu/replay.json").read_text())
+    assert gpu_run["throughput"]["output_tokens_per_s"] > 0  # tokens streamed by transformers serve
     # the follow-up the README names: measurements outrank the projection on both sides
     files = sorted(str(p) for p in (kit / "results").glob("*.json"))
     args = ["plan", str(wl), "--json", "--out", str(tmp_path / "report"), "--no-aws"]

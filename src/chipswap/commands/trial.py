@@ -27,16 +27,19 @@ HELP = (
 )
 
 
+def _field(wl: Any, name: str, default: str) -> str:
+    """A stack field issue 20 adds to the workload (`stack`, `gpu_stack`), read wherever it lands."""
+    for holder in (wl, getattr(wl, "targets", None), getattr(wl, "fleet", None)):
+        value = getattr(holder, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return default
+
+
 def _stack(wl: Any, given: str | None) -> str:
     from chipswap.trial.spec import DEFAULT_STACK
 
-    if given:
-        return given
-    for holder in (wl, getattr(wl, "targets", None)):  # issue 20 adds the field; read it wherever it lands
-        value = getattr(holder, "stack", None)
-        if isinstance(value, str) and value:
-            return value
-    return DEFAULT_STACK
+    return given or _field(wl, "stack", DEFAULT_STACK)
 
 
 def _model(wl: Any, base: Path) -> tuple[str, str, str | None, str | None]:
@@ -177,6 +180,7 @@ def _trial(
         region=wl.targets.region or wl.fleet.region,
         gpu_term=wl.fleet.term,
         gpu_endpoint=endpoint,
+        gpu_stack=_field(wl, "gpu_stack", "vllm"),
         workload_label=str(path) if workload is not None else f"example {name}",
         workload_arg=str(workload) if workload is not None else None,
         example=None if workload is not None else name,

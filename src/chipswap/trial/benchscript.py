@@ -67,7 +67,8 @@ def _target_case(spec: TrialSpec, t: Target) -> str:
     url = "http://127.0.0.1:8000" if t.side == "neuron" else (t.endpoint or "")
     var = "URL" if t.side == "neuron" else "GPU_URL"
     extra = ""
-    if spec.mode == "llm" and (t.side == "gpu" or spec.stack == "nxdi-vllm"):
+    vllm = spec.stack == "nxdi-vllm" if t.side == "neuron" else spec.gpu_stack == "vllm"
+    if spec.mode == "llm" and vllm:
         extra = json.dumps({"ignore_eos": True})  # vLLM: generate the trace's output lengths exactly
     # defaults that come from the workload are assigned quoted, then expanded: they stay text
     return (

@@ -91,6 +91,7 @@ class TrialSpec:
     slo_ms: dict[str, float] = field(default_factory=dict)
     why_this_candidate: str = ""
     notes: tuple[str, ...] = ()
+    gpu_stack: str = "vllm"  # the GPU endpoint's stack (notes/stacks.md): vLLM takes ignore_eos
 
     @property
     def verdict_is_move(self) -> bool:
@@ -220,6 +221,7 @@ def build_spec(
     region: str,
     gpu_term: str,
     gpu_endpoint: str | None,
+    gpu_stack: str = "vllm",
     workload_label: str,
     workload_arg: str | None,
     example: str | None,
@@ -305,4 +307,5 @@ def build_spec(
         slo_ms=dict(result.slo),
         why_this_candidate=why,
         notes=tuple(notes),
+        gpu_stack=gpu_stack,
     )
