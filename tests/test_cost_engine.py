@@ -1,4 +1,4 @@
-"""Cost engine (chipswap.core.cost): exact Decimal math, break-even, serving cost, property tests."""
+"""Cost engine (chipswap.economics.cost): exact Decimal math, break-even, serving cost, property tests."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chipswap.core import cost as C
-from chipswap.core.catalog import ReservedTerm
+from chipswap.economics import cost as C
+from chipswap.economics.catalog import ReservedTerm
 from chipswap.errors import ChipswapError
 
 money = st.decimals(min_value="0.01", max_value="100000", places=2)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chipswap.errors import ChipswapError
-from chipswap.runtime import InputTooLong, Router, choose_batch, choose_bucket, pad_batch
+from chipswap.serve import InputTooLong, Router, choose_batch, choose_bucket, pad_batch
 
 PAD = 7
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.cache import ArtifactCache, KeyParts
-from chipswap.compile import SET_SCHEMA, load_router
+from chipswap.compile.cache import ArtifactCache, KeyParts
+from chipswap.compile.compiler import SET_SCHEMA, load_router
 from chipswap.errors import ChipswapError
 from tests.cli_helpers import run_inproc
 

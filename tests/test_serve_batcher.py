@@ -12,9 +12,9 @@ import time
 import pytest
 
 from chipswap.errors import ChipswapError
-from chipswap.runtime.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
-from chipswap.runtime.metrics import ServeMetrics
-from chipswap.runtime.router import InputTooLong
+from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
+from chipswap.serve.metrics import ServeMetrics
+from chipswap.serve.router import InputTooLong
 
 
 class RecordingModel:

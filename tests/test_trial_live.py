@@ -82,7 +82,7 @@ def _tiny_gpt2_dir(root: Path) -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
     from chipswap.models import load_preset
-    from chipswap.runtime.tokenizer import example_tokenizer_path
+    from chipswap.serve.tokenizer import example_tokenizer_path
 
     out = root / "tiny-gpt2-hf"
     cfg = dict(load_preset("tiny-gpt2")["config"])
@@ -132,7 +132,7 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
     """The README's flow: bench the Neuron side (the loadgen tests' tiny GPT-2 server) and the GPU endpoint
     the workload names (`transformers serve`, a third-party OpenAI-compatible server), then
     `chipswap plan WORKLOAD --bench results/*.json` uses both as measured."""
-    from chipswap.runtime.tokenizer import load_tokenizer
+    from chipswap.serve.tokenizer import load_tokenizer
     from tests.test_loadgen_openai import TinyGPT2, make_openai_app
 
     log: dict = {}

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
-from chipswap.core.capacity import sold_as_capacity_blocks
+from chipswap.economics.capacity import sold_as_capacity_blocks
 from chipswap.trial.benchscript import bench_seconds
 from chipswap.trial.spec import TrialSpec
 

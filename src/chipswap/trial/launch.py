@@ -126,7 +126,7 @@ DOCUMENTED_KEYS: tuple[tuple[str, str, str, str], ...] = (
     ("encoder", "buckets", "chipswap compile --seq-len / --batch-sizes", "docs/compile.md"),
     ("encoder", "backend", "chipswap compile --backend neuron (torch_neuronx.trace)", "docs/compile.md"),
     ("encoder", "health endpoint", "GET /readyz, /healthz", "docs/serve.md"),
-    ("encoder", "queue depth metric", "chipswap_queue_depth", "docs/serve.md (chipswap.runtime.metrics)"),
+    ("encoder", "queue depth metric", "chipswap_queue_depth", "docs/serve.md (chipswap.serve.metrics)"),
     (
         "all Neuron",
         "NeuronCores of one process",
