@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import run_inproc
-from tests.serve_helpers import free_port, run_app
+from tests.serve_helpers import free_port, run_app, stop_process
 from tests.trial_helpers import script_env
 
 pytestmark = pytest.mark.slow
@@ -120,12 +120,7 @@ def transformers_serve(model: Path) -> Iterator[str]:
             raise AssertionError("transformers serve did not answer /health within 180 s")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        stop_process(proc)
 
 
 def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, capsys):
