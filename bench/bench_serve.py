@@ -222,7 +222,7 @@ def _raw_loop(model: Any, doc: dict[str, Any], rounds: int = 5, calls: int = 5) 
     (batch, seq) shapes the server ran. Shapes are timed in ``rounds`` interleaved passes of ``calls`` calls
     each and the median of all of a shape's calls is used: on this shared machine a single pass of a few
     calls per shape moved the raw throughput by up to 1.7x between runs (28.7 to 48.4 req/s, same shapes)."""
-    from chipswap.serve.router import pad_batch
+    from chipswap.compile.padding import pad_batch
 
     router = model.router
     counts: dict[tuple[int, int], float] = {}

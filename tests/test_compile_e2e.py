@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVE = r"""
 import json, sys
 from chipswap.compile.cache import ArtifactCache
-from chipswap.compile.compiler import load_router
+from chipswap.serve.served import load_router
 from chipswap.errors import ChipswapError
 cset, cache_dir, reqs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 router = load_router(cset, ArtifactCache(cache_dir))

@@ -209,7 +209,7 @@ def test_io_json_of_a_cached_artifact_is_strict(tmp_path):
 def test_load_router_refuses_a_bool_batch_before_touching_the_cache(tmp_path):
     """Failed before issue 15: int(True) == 1 made `"batch": true` a batch of one."""
     from chipswap.compile.cache import ArtifactCache
-    from chipswap.compile.compiler import load_router
+    from chipswap.serve.served import load_router
 
     cset = _cset(buckets=[{"batch": True, "seq_len": 8, "key": "0" * 32}])
     with pytest.raises(ChipswapError, match=r"buckets\[0\]\.batch must be an integer, got True"):

@@ -180,10 +180,11 @@ def test_fuzz_plans(box: Sandbox, kind: str) -> None:
 # -------------------------------------------------------------------------------------------- compiled sets
 @pytest.mark.parametrize("kind", _params("compiled_sets", S.ALL_KINDS))
 def test_fuzz_compiled_sets(box: Sandbox, seeded_cache: tuple[Path, str, str], kind: str) -> None:
-    """chipswap.compile.compiler.load_router (what `chipswap serve` loads) against a real cache, then one
+    """chipswap.serve.served.load_router (what `chipswap serve` loads) against a real cache, then one
     request."""
     from chipswap.compile.cache import ArtifactCache
-    from chipswap.compile.compiler import SET_SCHEMA, load_router
+    from chipswap.compile.compiler import SET_SCHEMA
+    from chipswap.serve.served import load_router
 
     template = {
         "schema": SET_SCHEMA, "chipswap": "0.1.0", "model": "fuzz", "backend": "onnxruntime",

@@ -73,7 +73,7 @@ def _compile(
     out: Path | None = typer.Option(
         None,
         "--out",
-        help="Write the compiled set (bucket -> cache key) for chipswap.compile.compiler.load_router.",
+        help="Write the compiled set (bucket -> cache key) for `chipswap serve`.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> int:

@@ -6,10 +6,11 @@ artifact back, run it and eager PyTorch on the same padded input, and report the
 ``atol``.
 
 The result is a *compiled set* (JSON, schema ``chipswap.compiled/1``): the bucket -> cache key table plus what
-the runtime needs (input names, pad token id, the weights entry for AOTInductor). ``load_router(set, cache)``
-rebuilds a Router from it in any process, without the original model. A compiled set may come from someone
-else: ``parse_compiled_set`` checks every field (keys are cache keys, shapes strict integers within the plan
-bounds) before the cache is touched, so no name in it becomes a path unchecked.
+the runtime needs (input names, pad token id, the weights entry for AOTInductor); chipswap.serve.served's
+``load_router(set, cache)`` rebuilds a Router from it in any process, without the original model. A
+compiled set may come from someone else: ``parse_compiled_set`` checks every field (keys are cache keys,
+shapes strict integers within the plan bounds) before the cache is touched, so no name in
+it becomes a path unchecked.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from chipswap.compile.cache import ArtifactCache
-    from chipswap.serve.router import Router
 
 SET_SCHEMA = "chipswap.compiled/1"
 DEFAULT_ATOL = 1e-3
@@ -128,7 +128,7 @@ def padded_inputs(
     right-padded with pad_token_id (mask 0); token_type_ids zeros."""
     import torch
 
-    from chipswap.serve.router import pad_batch
+    from chipswap.compile.padding import pad_batch
 
     gen = torch.Generator().manual_seed(seed + 1000 * batch + seq)
     rows = []
@@ -483,43 +483,3 @@ def read_compiled_set(compiled_set: str | Path | Mapping[str, Any]) -> dict[str,
         return parse_compiled_set(compiled_set)
     data = read_json(compiled_set, "compiled set", max_bytes=MAX_SET_BYTES)
     return parse_compiled_set(data, str(compiled_set))
-
-
-def load_router(
-    compiled_set: str | Path | Mapping[str, Any],
-    cache: ArtifactCache | None = None,
-    *,
-    policy: str = "first_fit",
-    truncate: bool = False,
-) -> Router:
-    """A Router over every bucket of a compiled set, loaded from the cache (verified) in this process."""
-    from chipswap.compile.backends import get_backend
-    from chipswap.compile.backends.aoti import WEIGHTS_FILE, load_weights
-    from chipswap.compile.cache import ArtifactCache
-    from chipswap.serve.router import Router
-
-    cset = read_compiled_set(compiled_set)  # every key and shape checked before the cache is touched
-    cache = cache if cache is not None else ArtifactCache()
-    be = get_backend(cset["backend"])
-
-    def fetch(key: str) -> Path:
-        e = cache.get(key)
-        if e is None or e.state != "ready":
-            raise ChipswapError(
-                f"cache entry {key[:12]} is missing or corrupt in {cache.root}; rerun chipswap compile"
-            )
-        return e.path
-
-    weights = None
-    if cset.get("weights_key"):
-        weights = load_weights(fetch(cset["weights_key"]) / WEIGHTS_FILE)
-    buckets = {}
-    for b in cset["buckets"]:
-        buckets[(b["batch"], b["seq_len"])] = be.load(fetch(b["key"]), weights=weights)
-    return Router(
-        buckets,
-        pad_token_id=cset["pad_token_id"],
-        policy=policy,
-        truncate=truncate,
-        input_names=tuple(cset["input_names"]),
-    )

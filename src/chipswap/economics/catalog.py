@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from chipswap.economics.money import D
 from chipswap.errors import ChipswapError, closest
 
 KINDS = ("gpu", "inferentia", "trainium")
@@ -103,6 +104,11 @@ class ReservedTerm:
         return f"reserved {self.years}yr (upfront ${self.upfront_usd} + ${self.hourly_usd}/h)"
 
 
+def effective_reserved_rate(term: ReservedTerm) -> Decimal:
+    """Effective hourly rate of a reservation: upfront / hours in the term + hourly."""
+    return D(term.upfront_usd, "upfront") / Decimal(term.hours_in_term) + D(term.hourly_usd, "hourly")
+
+
 @dataclass(frozen=True)
 class Catalog:
     instances: tuple[Instance, ...]
@@ -152,8 +158,6 @@ class Catalog:
     def rate(self, instance: str, region: str = "us-east-1", term: str | ReservedTerm = "on-demand") -> Rate:
         inst = self.instance(instance)
         if isinstance(term, ReservedTerm):
-            from chipswap.economics.cost import effective_reserved_rate
-
             return Rate(
                 effective_reserved_rate(term),
                 f"reserved-{term.years}yr",

@@ -10,32 +10,12 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
-from chipswap.economics.catalog import ReservedTerm
+from chipswap.economics.money import D
 from chipswap.errors import ChipswapError
 
 DEFAULT_DAY_RATE_USD = Decimal("800")
 HOURS_PER_MONTH = 730  # AWS's convention: 8760 h / 12
 CENT = Decimal("0.01")
-
-
-def D(value: object, name: str = "value") -> Decimal:
-    """Exact Decimal from int / str / Decimal / float (floats go through their shortest repr)."""
-    if isinstance(value, Decimal):
-        out = value
-    elif isinstance(value, bool):
-        raise ChipswapError(f"{name} must be a number, got {value!r}; pass a number")
-    elif isinstance(value, (int, str)):
-        try:
-            out = Decimal(str(value).strip())
-        except ArithmeticError:
-            raise ChipswapError(f"{name} must be a number, got {value!r}; pass a number like 21.50") from None
-    elif isinstance(value, float):
-        out = Decimal(repr(value))
-    else:
-        raise ChipswapError(f"{name} must be a number, got {value!r}; pass a number")
-    if not out.is_finite():
-        raise ChipswapError(f"{name} must be a finite number, got {value!r}; pass a number")
-    return out
 
 
 def _positive(value: object, name: str) -> Decimal:
@@ -140,11 +120,6 @@ def monthly_cost(
         * _positive(count, "count")
         * _positive(hours_per_month, "hours_per_month")
     )
-
-
-def effective_reserved_rate(term: ReservedTerm) -> Decimal:
-    """Effective hourly rate of a reservation: upfront / hours in the term + hourly."""
-    return D(term.upfront_usd, "upfront") / Decimal(term.hours_in_term) + D(term.hourly_usd, "hourly")
 
 
 def fleet_size(requests_per_s: object, throughput_per_s: object, utilization: object = 1.0) -> int:

@@ -2,12 +2,10 @@
 
 from chipswap.serve.router import (
     POLICIES,
-    InputTooLong,
     Router,
     RouterStats,
     choose_batch,
     choose_bucket,
-    pad_batch,
 )
 
-__all__ = ["POLICIES", "InputTooLong", "Router", "RouterStats", "choose_batch", "choose_bucket", "pad_batch"]
+__all__ = ["POLICIES", "Router", "RouterStats", "choose_batch", "choose_bucket"]

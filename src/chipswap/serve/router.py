@@ -22,24 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from chipswap.compile.padding import InputTooLong, pad_batch
 from chipswap.errors import ChipswapError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 POLICIES = ("first_fit", "second_fit", "max")
-
-
-class InputTooLong(ChipswapError):
-    """A request is longer than every compiled sequence bucket."""
-
-    def __init__(self, length: int, limit: int) -> None:
-        self.length = length
-        self.limit = limit
-        super().__init__(
-            f"input of {length} tokens is longer than the largest compiled bucket ({limit} tokens);"
-            f" compile a bucket of at least {length} (chipswap compile --seq-len) or enable truncation"
-        )
 
 
 def choose_bucket(length: int, buckets: Sequence[int], policy: str = "first_fit") -> int:
@@ -67,38 +56,6 @@ def choose_batch(n: int, batch_sizes: Sequence[int]) -> int:
         if b >= n:
             return b
     return ordered[-1]
-
-
-def pad_batch(
-    token_ids: Sequence[Sequence[int]],
-    seq_len: int,
-    batch: int,
-    pad_token_id: int,
-    *,
-    attention_masks: Sequence[Sequence[int]] | None = None,
-    dtype: Any = None,
-) -> dict[str, torch.Tensor]:
-    """Right-pad each row to ``seq_len`` (ids: pad_token_id, mask: 0); add whole padding rows up to
-    ``batch``."""
-    import torch
-
-    if len(token_ids) > batch:
-        raise ChipswapError(f"{len(token_ids)} requests do not fit a compiled batch of {batch}; split them")
-    dt = dtype or torch.long
-    ids = torch.full((batch, seq_len), int(pad_token_id), dtype=dt)
-    mask = torch.zeros((batch, seq_len), dtype=dt)
-    for i, row in enumerate(token_ids):
-        row_t = torch.as_tensor(list(row) if not hasattr(row, "shape") else row, dtype=dt).reshape(-1)
-        n = int(row_t.numel())
-        if n > seq_len:
-            raise InputTooLong(n, seq_len)
-        ids[i, :n] = row_t
-        if attention_masks is not None:
-            m = torch.as_tensor(attention_masks[i], dtype=dt).reshape(-1)
-            mask[i, : m.numel()] = m
-        else:
-            mask[i, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 @dataclass

@@ -3,7 +3,7 @@
 ``ServedModel`` is the one interface the dynamic batcher needs. Two kinds implement it:
 
 - ``RouterModel``: the product. The compiled buckets of a compiled set (``chipswap compile --out``), loaded
-  from the artifact cache through ``chipswap.compile.compiler.load_router`` after the set file has been
+  from the artifact cache through ``load_router`` (below) after the set file has been
   validated by
   ``chipswap.compile.compiler.read_compiled_set`` (cache keys are hex digests, shapes bounded) and checked
   here for
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from chipswap.compile.padding import InputTooLong
 from chipswap.datafile import strict_int
 from chipswap.errors import ChipswapError
-from chipswap.serve.router import InputTooLong
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -185,6 +185,47 @@ def preset_vocab_size(name: str) -> int | None:
     return int(vocab) if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
 
 
+def load_router(
+    compiled_set: str | Path | Mapping[str, Any],
+    cache: ArtifactCache | None = None,
+    *,
+    policy: str = "first_fit",
+    truncate: bool = False,
+) -> Router:
+    """A Router over every bucket of a compiled set, loaded from the cache (verified) in this process."""
+    from chipswap.compile.backends import get_backend
+    from chipswap.compile.backends.aoti import WEIGHTS_FILE, load_weights
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.compiler import read_compiled_set as read_set
+    from chipswap.serve.router import Router
+
+    cset = read_set(compiled_set)  # every key and shape checked before the cache is touched
+    cache = cache if cache is not None else ArtifactCache()
+    be = get_backend(cset["backend"])
+
+    def fetch(key: str) -> Path:
+        e = cache.get(key)
+        if e is None or e.state != "ready":
+            raise ChipswapError(
+                f"cache entry {key[:12]} is missing or corrupt in {cache.root}; rerun chipswap compile"
+            )
+        return e.path
+
+    weights = None
+    if cset.get("weights_key"):
+        weights = load_weights(fetch(cset["weights_key"]) / WEIGHTS_FILE)
+    buckets = {}
+    for b in cset["buckets"]:
+        buckets[(b["batch"], b["seq_len"])] = be.load(fetch(b["key"]), weights=weights)
+    return Router(
+        buckets,
+        pad_token_id=cset["pad_token_id"],
+        policy=policy,
+        truncate=truncate,
+        input_names=tuple(cset["input_names"]),
+    )
+
+
 def load_compiled_model(
     cset: Mapping[str, Any],
     cache: ArtifactCache | None = None,
@@ -193,8 +234,6 @@ def load_compiled_model(
     truncate: bool = False,
 ) -> RouterModel:
     """Every bucket of a validated compiled set, loaded (and checksum-verified) from the artifact cache."""
-    from chipswap.compile.compiler import load_router
-
     router = load_router(dict(cset), cache, policy=policy, truncate=truncate)
     outputs: tuple[str, ...] = ()
     for art in router.buckets.values():

@@ -39,10 +39,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from chipswap.compile.padding import InputTooLong
 from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
 from chipswap.serve.metrics import ServeMetrics
-from chipswap.serve.router import InputTooLong
 from chipswap.serve.served import ServedModel
 from chipswap.serve.tokenizer import TextTokenizer
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
+from chipswap.traffic.source import TraceSource, locate_text_error, relation
 
 ProgressFn = Callable[[float], None]  # called with the share of the scan done, 0..1
 
@@ -41,8 +42,6 @@ def engine_error(exc: Exception, source: Any) -> ChipswapError:
     at = f": line {line.group(1)}" if line else ""
     structural = ("sniffing", "dialect", "Expected Number of Columns", "Malformed JSON", "unicode", "UTF-8")
     if any(word in text for word in structural) or "CSV Error" in text:
-        from chipswap.traffic.source import locate_text_error
-
         located = locate_text_error(source)
         if located is not None:
             return located
@@ -141,3 +140,10 @@ def stream_sql(con: Any, sql: str, params: list[Any], source: Any, consume: Call
         raise NeedsText(str(exc)) from None
     except duckdb.Error as exc:
         raise engine_error(exc, source) from None
+
+
+def describe(con: Any, source: TraceSource, files: Sequence[str] | None = None) -> dict[str, str]:
+    """Column name -> engine type of the source (or of some of its files)."""
+    sql, params = relation(source, files)
+    rows = run_sql(con, f"DESCRIBE SELECT * FROM {sql}", params, source).fetchall()
+    return {str(r[0]): str(r[1]) for r in rows}

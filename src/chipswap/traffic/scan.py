@@ -22,10 +22,9 @@ from chipswap.errors import ChipswapError
 from chipswap.shapes.buckets import MAX_LENGTH
 from chipswap.textsafe import one_line
 from chipswap.traffic import checks
-from chipswap.traffic.engine import NeedsText, ProgressFn, run_sql, stream_sql
+from chipswap.traffic.engine import NeedsText, ProgressFn, describe, run_sql, stream_sql
 from chipswap.traffic.source import (
     TraceSource,
-    describe,
     ident,
     locate_text_error,
     map_columns,

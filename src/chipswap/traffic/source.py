@@ -293,15 +293,6 @@ def relation(
     return f"{fn}(?{''.join(', ' + o for o in opts)})", [fl]
 
 
-def describe(con: Any, source: TraceSource, files: Sequence[str] | None = None) -> dict[str, str]:
-    """Column name -> engine type of the source (or of some of its files)."""
-    from chipswap.traffic.engine import run_sql
-
-    sql, params = relation(source, files)
-    rows = run_sql(con, f"DESCRIBE SELECT * FROM {sql}", params, source).fetchall()
-    return {str(r[0]): str(r[1]) for r in rows}
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Column mapping
 # ------------------------------------------------------------------------------------------------------------

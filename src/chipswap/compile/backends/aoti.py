@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.compile.backends import (
+from chipswap.compile.backends.base import (
     IO_FILE,
     LoadedArtifact,
     as_tuple,

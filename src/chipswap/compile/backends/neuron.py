@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.compile.backends import (
+from chipswap.compile.backends.base import (
     LoadedArtifact,
     as_tuple,
     check_inputs,

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.compile.backends import (
+from chipswap.compile.backends.base import (
     LoadedArtifact,
     as_tuple,
     check_inputs,
