@@ -101,13 +101,20 @@ def cli_server(*args: str, ready_timeout: float = 180.0) -> Iterator[tuple[Any, 
         proc.log = lines  # type: ignore[attr-defined]
         yield proc, url
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc)
+
+
+def stop_process(proc: Any, grace_s: float = 30.0) -> None:
+    """SIGTERM a child this test started (by its Popen handle), SIGKILL it if it outlives grace_s."""
+    import subprocess
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def rss_bytes(pid: int) -> int:

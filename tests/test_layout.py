@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "bench": 5,
     "plan": 6,
     "report": 6,
+    "trial": 6,  # `chipswap trial`: renders the kit from a PlanResult (read as data, plan/ not imported)
     "cli": 7,
     "__main__": 8,
 }

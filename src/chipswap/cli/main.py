@@ -38,6 +38,7 @@ COMMAND_MODULES = (
     "cache",
     "serve",
     "bench",
+    "trial",
 )
 
 app = typer.Typer(

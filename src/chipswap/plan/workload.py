@@ -23,6 +23,7 @@ workload file (through chipswap.datafile) and the catalog (for did-you-mean).
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
@@ -249,11 +250,23 @@ class Fleet(_Model):
         description="Serving stack the GPU fleet runs: vllm (default), trtllm or tgi; the projection and the "
         "simulator's scheduling policy follow it.",
     )
+    endpoint: str | None = Field(
+        None,
+        max_length=2048,
+        description="Base URL of today's serving endpoint (OpenAI-compatible), e.g. "
+        '"http://gpu-llm.internal:8000"; `chipswap trial` then adds a bench of the GPU baseline to the kit.',
+    )
 
     @field_validator("gpu_stack")
     @classmethod
     def _gpu_stack(cls, v: str) -> str:
         return _check_stack(v, "gpu")
+
+    @model_validator(mode="after")
+    def _endpoint_url(self) -> Fleet:
+        if self.endpoint is not None and not re.match(r"^https?://[^\s/]+\S*$", self.endpoint):
+            raise ValueError('expected endpoint to be an http(s):// URL, e.g. "http://gpu-llm.internal:8000"')
+        return self
 
 
 def _check_stack(name: str, side: str) -> str:

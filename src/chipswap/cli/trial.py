@@ -1,0 +1,206 @@
+"""`chipswap trial [WORKLOAD]`: the folder that takes a projection to a measurement on one rented instance.
+
+Thin shell: runs the plan (no AWS calls), gathers the few facts the kit needs from disk (catalog, the preset's
+source, the capacity snapshot, the workload's lengths), hands them to the pure chipswap.trial core and writes
+the folder atomically. Bad input or nothing to trial: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chipswap.errors import ChipswapError
+
+HELP = (
+    "Write a trial kit for the plan's best Neuron candidate that meets the SLO (and for the GPU baseline "
+    "when "
+    "the workload names its endpoint, [fleet] endpoint or --gpu-endpoint): launch script for the serving "
+    "stack (vLLM Neuron / optimum-neuron TGI for LLMs, chipswap compile + serve for encoders) with the "
+    "planned TP, batch, length and buckets; a bench script (warm-up, the busiest-window rate, a sweep to "
+    "saturation) writing chipswap bench files; cost and duration; prerequisites; Kubernetes manifests and a "
+    "SageMaker alternative for the fleet; a README ending in `chipswap plan WORKLOAD --bench results/*.json`."
+)
+
+
+def _stack(wl: Any, given: str | None) -> str:
+    return given or wl.targets.stack
+
+
+def _model(wl: Any, base: Path) -> tuple[str, str, str | None, str | None]:
+    """(name, what chipswap compile takes, the preset's source URL, task)."""
+    m = wl.model
+    if m is None:
+        raise ChipswapError(
+            "the workload has no [model]; a trial needs the model to launch (add [model] preset)"
+        )
+    if m.preset:
+        from chipswap.models import load_preset
+
+        return m.preset, m.preset, str(load_preset(m.preset).get("source", "")), m.task
+    if m.config:
+        path = Path(m.config)
+        path = path if path.is_absolute() else base / path
+        return path.parent.name or path.stem, str(path.resolve()), None, m.task
+    factory = str(m.factory)
+    return factory.rsplit(":", 1)[-1], factory, None, m.task
+
+
+def _traffic(
+    wl: Any, result: Any, base: Path
+) -> tuple[str, str | None, str | None, tuple[int | None, int | None]]:
+    """(source, trace path for the bench, traffic.csv text, steady lengths)."""
+    from chipswap.trial.benchscript import traffic_csv
+
+    tr = wl.traffic
+    steady = (getattr(tr, "prompt_tokens", None), getattr(tr, "output_tokens", None))
+    if tr.trace == "bundled":
+        return "bundled", None, None, steady
+    if tr.trace is not None and tr.columns is None:
+        p = Path(tr.trace)
+        return "file", str((p if p.is_absolute() else base / p).resolve()), None, steady
+    t = result.traffic
+    prompts = [int(x) for x in getattr(t, "prompt_tokens", ())]
+    outs = [int(x) for x in getattr(t, "output_tokens", ())] or None
+    if not prompts and steady[0] is not None:
+        prompts, outs = [int(steady[0])], [int(steady[1] or 1)]
+    if not prompts:
+        raise ChipswapError("the plan read no request lengths to replay; give traffic.trace or prompt_tokens")
+    return (
+        ("steady" if tr.steady_rps is not None else "file-lengths"),
+        None,
+        traffic_csv(prompts, outs),
+        steady,
+    )
+
+
+def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
+    """Quota and offering from `chipswap capacity`'s shipped snapshot (never a live AWS call here)."""
+    from chipswap.economics.aws.capacity import gather_capacity
+    from chipswap.economics.capacity import quota_class
+
+    found = gather_capacity(
+        catalog, instance, [region], 1, access=None, today=date.today().isoformat(), extras=False
+    )
+    row = found.rows[0]
+    qc = quota_class(instance)
+    lines = [f"Instance: 1 x {instance} in {region}: {row.offered_note}."]
+    if qc is not None:
+        lines.append(
+            f"Quota: {qc.on_demand_name} ({qc.on_demand_code}) must allow {row.vcpus_per_instance} vCPUs "
+            f"more than you use; not read here (chipswap capacity's shipped snapshot, as of {row.as_of}, not "
+            f"checked). Check live: `chipswap capacity {instance} --count 1 --region {region}`."
+        )
+    return lines
+
+
+def _trial(
+    workload: Path | None = typer.Argument(None, help="Workload TOML (default: the bundled Llama example)."),
+    example: str | None = typer.Option(None, "--example", help="A bundled example instead of a file."),
+    out: Path = typer.Option(Path("chipswap-trial"), "--out", help="Folder to write the kit into."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    stack: str | None = typer.Option(
+        None, "--stack", help="Neuron serving stack: nxdi-vllm (default) or nxdi-tgi (LLMs only)."
+    ),
+    gpu_endpoint: str | None = typer.Option(
+        None, "--gpu-endpoint", metavar="URL", help="Today's GPU endpoint to bench as the baseline."
+    ),
+    catalog_file: Path | None = typer.Option(
+        None, "--catalog", metavar="FILE", help="Price with this catalog."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print trial.json instead of the summary."),
+) -> None:
+    """Write the trial kit for the plan's best Neuron candidate (see HELP)."""
+    from chipswap.cli.plan import DEFAULT_EXAMPLE, example_path
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.plan import run_plan
+    from chipswap.plan.workload import load_workload
+    from chipswap.textsafe import one_line
+    from chipswap.trial.kit import render_kit
+    from chipswap.trial.spec import build_spec, check_stack
+    from chipswap.trial.write import check_out, write_kit
+
+    if workload is not None and example is not None:
+        raise ChipswapError("give a workload file or --example, not both; drop one of them")
+    if workload is not None and workload.is_dir():
+        raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
+    check_out(out, force)
+    if stack is not None:
+        check_stack(stack)
+    name = example or DEFAULT_EXAMPLE
+    path = workload if workload is not None else example_path(name)
+    catalog = load_catalog(catalog_file)
+    wl = load_workload(path, catalog)
+    endpoint = gpu_endpoint or getattr(wl.fleet, "endpoint", None)
+    if endpoint is not None:
+        from chipswap.bench.job import check_url
+
+        endpoint = check_url(endpoint)
+    if wl.kind != "serving":
+        from chipswap.trial.spec import NothingToTrial
+
+        raise NothingToTrial(
+            f"nothing to trial: chipswap trial measures a serving workload and {path} is kind = {wl.kind!r}; "
+            "benchmark training runs with your own job"
+        )
+    if wl.traffic is None:
+        raise ChipswapError(f"{path}: a serving workload needs [traffic] for the trial's load")
+    result = run_plan(wl, path, catalog=catalog)
+    base = path.parent
+    model_name, model_spec, source, task = _model(wl, base)
+    tsource, trace, csv_text, steady = _traffic(wl, result, base)
+    spec = build_spec(
+        result,
+        catalog=catalog,
+        stack=_stack(wl, stack),
+        model_name=model_name,
+        model_spec=model_spec,
+        model_source=source,
+        task=task,
+        traffic_source=tsource,
+        trace=trace,
+        steady_lengths=steady,
+        mode=wl.traffic.mode,
+        pricing_term=wl.pricing.term,
+        region=wl.targets.region or wl.fleet.region,
+        gpu_term=wl.fleet.term,
+        gpu_endpoint=endpoint,
+        gpu_stack=wl.fleet.gpu_stack,
+        workload_label=str(path) if workload is not None else f"example {name}",
+        workload_arg=str(workload) if workload is not None else None,
+        example=None if workload is not None else name,
+    )
+    files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)
+    write_kit(out, files, force=force)
+    if as_json:
+        typer.echo(files["trial.json"][0], nl=False)
+        return
+    summary = json.loads(files["trial.json"][0])
+    typer.echo(one_line(f"chipswap trial: {spec.title} -> {out}/", 2000))
+    typer.echo(one_line(f"Plan verdict: {spec.verdict} — {spec.verdict_why}", 2000))
+    n = spec.neuron
+    typer.echo(
+        one_line(
+            f"Measures: {n.instance} ({spec.why_this_candidate}), TP {n.tp} x {n.replicas} replica(s), batch "
+            f"{n.max_batch}, stack {spec.stack if spec.mode == 'llm' else 'chipswap compile + serve'}"
+            + (f"; GPU baseline {spec.gpu.instance} at {spec.gpu.endpoint}" if spec.gpu else ""),
+            2000,
+        )
+    )
+    typer.echo(one_line(summary["cost"]["line"], 2000))
+    for rel in sorted(files):
+        typer.echo(f"  {out}/{rel}")
+    typer.echo(
+        one_line(
+            f"Next: cd {out} && ./launch.sh && ./bench.sh neuron && ./stop.sh; then {summary['follow_up']}",
+            2000,
+        )
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("trial", help=HELP)(_trial)

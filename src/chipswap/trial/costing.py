@@ -1,0 +1,108 @@
+"""How long the trial takes and what it costs: instance hours x the catalog price, compile time included.
+
+Pure core: TrialSpec in, labelled figures out (each `published` with its source, `stated` by this kit, or an
+`assumption`). No I/O; may not price anything the catalog did not (a Capacity Block's price is live-only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from chipswap.economics.capacity import sold_as_capacity_blocks
+from chipswap.trial.benchscript import bench_seconds
+from chipswap.trial.spec import TrialSpec
+
+LLM_SMALL_GIB = 16.0  # up to here: the published ~15 min for a ~15 GB LLM applies
+SETUP_H = 0.5  # launch the instance, pull the image, download the weights
+MIN_PER_ENCODER_SHAPE = 3.0  # "a few minutes" per compile, taken as 3
+
+
+@dataclass(frozen=True)
+class Part:
+    what: str
+    hours: float
+    label: str  # "published: ...", "stated: ...", "assumption: ..."
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    parts: tuple[Part, ...]
+    hours: float
+    usd: Decimal | None  # on-demand (or the plan's term) for the Neuron instance, None without a price
+    rate_usd_h: Decimal | None
+    rate_source: str
+    capacity_block: bool
+    compile_minutes: float
+
+    def line(self, instance: str, term: str) -> str:
+        price = (
+            f"${self.usd:,.2f} {term} (${self.rate_usd_h}/h, {self.rate_source})"
+            if self.usd is not None
+            else f"no {term} price in the catalog for {instance}"
+        )
+        block = (
+            f"; or one Capacity Block (whole days, 24 h minimum; price from `chipswap capacity {instance} "
+            "--count 1 --block-days 1` with AWS credentials)"
+            if self.capacity_block
+            else ""
+        )
+        parts = ", ".join(f"{p.what} {p.hours:.2f} h ({p.label.split(':')[0]})" for p in self.parts)
+        return f"Trial: {self.hours:.2f} h on 1 x {instance} = {price} -- {parts}{block}"
+
+
+def compile_estimate(spec: TrialSpec) -> tuple[float, str]:
+    """(minutes, label) of the expected compile time on the Neuron host."""
+    if spec.mode == "encoder":
+        shapes = max(len(spec.sequence_buckets), 1) * max(
+            len(spec.neuron.batch_sizes or (1, spec.neuron.max_batch)), 1
+        )
+        return (
+            shapes * MIN_PER_ENCODER_SHAPE,
+            f"assumption: {shapes} compiled shapes x {MIN_PER_ENCODER_SHAPE:g} min (published 'a few "
+            "minutes' "
+            "per compile: neuronx-cc FAQ, aws-neuron-sdk@81ce03ae compiler/neuronx-cc/faq.rst)",
+        )
+    gib = spec.weights_gib or 0.0
+    if gib <= LLM_SMALL_GIB:
+        return (
+            15.0,
+            "published: ~15 minutes for a ~15 GB LLM, trace + compile at server start (NxDI vLLM user guide "
+            "v1, aws-neuron-sdk@81ce03ae vllm-user-guide-v1.rst)",
+        )
+    return (
+        60.0,
+        "published: 30-60 minutes for 70B+ models, upper end taken (aws-neuron-sdk@81ce03ae "
+        "autoport-tutorial.rst)",
+    )
+
+
+def trial_cost(spec: TrialSpec) -> TrialCost:
+    n = spec.neuron
+    minutes, clabel = compile_estimate(spec)
+    bench_h = bench_seconds(spec, n) / 3600.0
+    parts = (
+        Part("setup", SETUP_H, "assumption: launch, pull the image, download the weights"),
+        Part("compile", minutes / 60.0, clabel),
+        Part("bench", bench_h, "stated: this kit's bench.sh, every sweep step run (upper bound)"),
+    )
+    hours = sum(p.hours for p in parts)
+    usd = None
+    if n.rate_usd_h is not None:
+        usd = (Decimal(str(round(hours, 4))) * Decimal(n.rate_usd_h)).quantize(
+            Decimal("0.01"), rounding=ROUND_HALF_UP
+        )
+    return TrialCost(
+        parts=parts,
+        hours=hours,
+        usd=usd,
+        rate_usd_h=n.rate_usd_h,
+        rate_source=n.rate_source,
+        capacity_block=sold_as_capacity_blocks(n.instance),
+        compile_minutes=minutes,
+    )
+
+
+def gpu_bench_hours(spec: TrialSpec) -> float | None:
+    return None if spec.gpu is None else math.ceil(bench_seconds(spec, spec.gpu) / 36.0) / 100.0

@@ -1,0 +1,310 @@
+"""`chipswap trial` end to end with real parts: the kit's bench step against real OpenAI-compatible
+streaming servers on loopback, both running a GPT-2 built from the shipped tiny config (random weights, real
+transformers decoding): tests/test_loadgen_openai.py's server as the Neuron side and `transformers serve` as
+the GPU endpoint the workload names, feeding `chipswap plan --bench`; the encoder kit's launch /
+bench / stop with `chipswap compile` + `chipswap serve` (ONNX Runtime here; the Neuron launch runs only on
+Neuron hosts); the command on a bundled example; and its one-line refusals (nothing to trial, an
+existing kit)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import run_inproc
+from tests.serve_helpers import free_port, run_app, stop_process
+from tests.trial_helpers import script_env
+
+pytestmark = pytest.mark.slow
+
+WORKLOAD = """title = "tiny trial $(touch PWNED)"
+kind = "serving"
+
+[model]
+preset = "{preset}"
+task = "{task}"
+
+[traffic]
+steady_rps = {rps}
+prompt_tokens = {prompt}
+{output}mode = "{mode}"
+
+[fleet]
+instance = "{gpu}"
+count = 1
+{fleet_extra}
+[slo]
+{slo}
+
+[targets]
+candidates = ["{cand}"]
+
+[porting]
+engineer_days = 5
+"""
+
+
+def _workload(tmp_path: Path, name: str, fleet_extra: str = "", **kw) -> Path:
+    p = tmp_path / f"{name}.toml"
+    p.write_text(WORKLOAD.format(fleet_extra=fleet_extra, **kw))
+    return p
+
+
+def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000", fleet_extra: str = "") -> Path:
+    return _workload(
+        tmp_path,
+        "llm",
+        fleet_extra,
+        preset="llama-3-8b",
+        task="causal-lm",
+        rps=4,
+        prompt=24,
+        output="output_tokens = 6\n",
+        mode="llm",
+        gpu="g6e.12xlarge",
+        slo=slo,
+        cand="inf2.48xlarge",
+    )
+
+
+def _tiny_gpt2_dir(root: Path) -> Path:
+    """A Hugging Face model folder: GPT-2 from the shipped tiny-gpt2 config (random weights, seed 0) and the
+    shipped 1k WordPiece tokenizer with no special tokens (so every generated token streams as text)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from chipswap.models import load_preset
+    from chipswap.serve.tokenizer import example_tokenizer_path
+
+    out = root / "tiny-gpt2-hf"
+    cfg = dict(load_preset("tiny-gpt2")["config"])
+    cfg.pop("model_type")
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", **cfg)).save_pretrained(out)
+    tok = json.loads(example_tokenizer_path().read_text())
+    for t in tok.get("added_tokens", []):
+        t["special"] = False
+    (root / "tok.json").write_text(json.dumps(tok))
+    PreTrainedTokenizerFast(tokenizer_file=str(root / "tok.json")).save_pretrained(out)
+    return out
+
+
+@contextlib.contextmanager
+def transformers_serve(model: Path) -> Iterator[str]:
+    """`transformers serve MODEL` on a loopback port (offline); yields its base URL, stops it by its pid."""
+    import httpx
+
+    port = free_port()
+    exe = Path(sys.executable).parent / "transformers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    args = [str(exe), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else "transformers serve exited"
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("transformers serve did not answer /health within 180 s")
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, capsys):
+    """The README's flow: bench the Neuron side (the loadgen tests' tiny GPT-2 server) and the GPU endpoint
+    the workload names (`transformers serve`, a third-party OpenAI-compatible server), then
+    `chipswap plan WORKLOAD --bench results/*.json` uses both as measured."""
+    from chipswap.serve.tokenizer import load_tokenizer
+    from tests.test_loadgen_openai import TinyGPT2, make_openai_app
+
+    log: dict = {}
+    kit = tmp_path / "kit"
+    with (
+        run_app(make_openai_app(TinyGPT2(), load_tokenizer("example"), log)) as url,
+        transformers_serve(_tiny_gpt2_dir(tmp_path)) as gpu_url,
+    ):
+        wl = _llm(tmp_path, fleet_extra=f'endpoint = "{gpu_url}"\n')
+        code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
+        assert code == 0, err
+        assert f"GPU baseline g6e.12xlarge at {gpu_url}" in out
+        assert (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"  # the workload's lengths
+        env = script_env(URL=url, RATE="4", REPLAY_S="2", SWEEP_RATES="6", SWEEP_S="2", WARMUP_REQUESTS="2")
+        # gpu: the endpoint comes from the workload, not the environment; EXTRA_BODY= because transformers
+        # serve answers vLLM's ignore_eos (the kit's default for a vLLM endpoint) with HTTP 422
+        for side, extra in (("neuron", {}), ("gpu", {"EXTRA_BODY": ""})):
+            r = subprocess.run(
+                ["bash", str(kit / "bench.sh"), side],
+                env={**env, **extra},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert not list(tmp_path.glob("PWNED*")) and "tiny trial $(touch PWNED)" in r.stdout
+    for side, instance in (("neuron", "inf2.48xlarge"), ("gpu", "g6e.12xlarge")):
+        runs = sorted(p.name for p in (kit / "results/runs" / side).glob("*.json"))
+        assert runs == ["replay.json", "sweep-1.json", "warmup.json"]
+        for n in runs:  # every request was sent and answered by the real server
+            counts = json.loads((kit / "results/runs" / side / n).read_text())["counts"]
+            assert counts["ok"] == counts["sent"] > 0, (n, counts)
+        picked = json.loads((kit / f"results/{side}.json").read_text())
+        assert picked["target"]["protocol"] == "openai-completions" and picked["instance"]["name"] == instance
+        assert picked["slo"]["ttft_ms"] == 2000 and picked["goodput"]["requests_per_s"] > 0
+    assert all(e["max_tokens"] == 6 for e in log.values())  # the workload's output length
+    gpu_run = json.loads((kit / "results/runs/gpu/replay.json").read_text())
+    assert gpu_run["throughput"]["output_tokens_per_s"] > 0  # tokens streamed by transformers serve
+    # the follow-up the README names: measurements outrank the projection on both sides
+    files = sorted(str(p) for p in (kit / "results").glob("*.json"))
+    args = ["plan", str(wl), "--json", "--out", str(tmp_path / "report"), "--no-aws"]
+    code, out, err = run_inproc(capsys, *args, *(x for f in files for x in ("--bench", f)))
+    assert code == 0, err
+    result = json.loads(out)
+    neuron = next(c for c in result["candidates"] if c["instance"] == "inf2.48xlarge")["fleet"]["throughput"]
+    gpu = result["gpu_fleet"]["throughput"]
+    for fig, side in ((neuron, "neuron"), (gpu, "gpu")):
+        picked = json.loads((kit / f"results/{side}.json").read_text())
+        assert fig["source"] == "measured"
+        assert fig["value"] == pytest.approx(picked["goodput"]["requests_per_s"], rel=1e-3)
+
+
+def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
+    wl = _workload(
+        tmp_path,
+        "enc",
+        preset="tiny-bert",
+        task="sequence-classification",
+        rps=50,
+        prompt=16,
+        output="",
+        mode="encoder",
+        gpu="g5.xlarge",
+        slo="p99_ms = 2000",
+        cand="inf2.xlarge",
+    )
+    kit = tmp_path / "kit"
+    code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
+    assert code == 0, err
+    assert 'SEQ_LEN="${SEQ_LEN:-16}"' in (kit / "launch.sh").read_text()
+    port = free_port()
+    env = script_env(
+        BACKEND="onnxruntime",
+        BATCH_SIZES="1",
+        REPLICAS="1",
+        PORT=str(port),
+        READY_TIMEOUT_S="240",
+        CHIPSWAP_ORT_THREADS="1",
+        URL=f"http://127.0.0.1:{port}",
+        RATE="5",
+        REPLAY_S="2",
+        SWEEP_RATES="5 10",
+        SWEEP_S="2",
+        WARMUP_REQUESTS="2",
+    )
+    try:
+        r = subprocess.run(
+            ["bash", str(kit / "launch.sh")], env=env, capture_output=True, text=True, timeout=400
+        )
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:] + _logs(kit)
+        assert "launch: ready on" in r.stdout
+        r = subprocess.run(
+            ["bash", str(kit / "bench.sh")], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    finally:
+        s = subprocess.run(
+            ["bash", str(kit / "stop.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
+    assert s.returncode == 0 and not list((kit / "run").glob("*.pid"))
+    picked = json.loads((kit / "results/neuron.json").read_text())
+    assert picked["target"]["protocol"] == "chipswap-predict" and picked["instance"]["name"] == "inf2.xlarge"
+    assert picked["counts"]["ok"] > 0 and picked["buckets"][0]["seq_len"] == 16
+    compiled = json.loads((kit / "compiled.json").read_text())
+    assert "tiny-bert" in json.dumps(compiled)
+
+
+def _logs(kit: Path) -> str:
+    return (
+        "".join(p.read_text()[-2000:] for p in sorted((kit / "logs").glob("*.log")))
+        if (kit / "logs").exists()
+        else ""
+    )
+
+
+def test_trial_on_the_classifier_example_writes_the_whole_kit(tmp_path, capsys):
+    kit = tmp_path / "kit"
+    code, out, err = run_inproc(capsys, "trial", "--example", "classifier-serving", "--out", str(kit))
+    assert code == 0, err
+    files = sorted(str(p.relative_to(kit)) for p in kit.rglob("*") if p.is_file())
+    assert files == sorted(
+        [
+            "README.md",
+            "bench.sh",
+            "launch.sh",
+            "stop.sh",
+            "traffic.csv",
+            "trial.json",
+            "deploy/sagemaker.json",
+            "deploy/k8s/deployment.yaml",
+            "deploy/k8s/hpa.yaml",
+            "deploy/k8s/prometheus-adapter-rules.yaml",
+            "deploy/k8s/service.yaml",
+        ]
+    )
+    trial = json.loads((kit / "trial.json").read_text())
+    assert trial["spec"]["neuron"]["instance"] == "inf2.xlarge" and trial["spec"]["verdict"].startswith(
+        "move"
+    )
+    assert trial["follow_up"] == "chipswap plan --example classifier-serving --bench results/*.json"
+    assert trial["cost"]["line"] in out and "Trial: " in trial["cost"]["line"]
+    readme = (kit / "README.md").read_text()
+    assert "exercised only on Neuron hosts" in readme and trial["follow_up"] in readme
+    # a second run without --force: one line, exit 2, the kit untouched
+    before = (kit / "README.md").stat().st_mtime_ns
+    code, out, err = run_inproc(capsys, "trial", "--example", "classifier-serving", "--out", str(kit))
+    assert (
+        code == 2
+        and err.count("\n") == 1
+        and "--force" in err
+        and (kit / "README.md").stat().st_mtime_ns == before
+    )
+
+
+def test_nothing_to_trial_is_one_line(tmp_path, capsys):
+    code, out, err = run_inproc(
+        capsys, "trial", str(_llm(tmp_path, "p99_ms = 1")), "--out", str(tmp_path / "k")
+    )
+    assert code == 2 and err.count("\n") == 1 and "nothing to trial: no Neuron candidate meets the SLO" in err
+    assert "unloaded latency" in err and not (tmp_path / "k").exists()
+    code, out, err = run_inproc(capsys, "trial", "--example", "finetune", "--out", str(tmp_path / "k"))
+    assert code == 2 and "nothing to trial" in err and "'training'" in err and not (tmp_path / "k").exists()
+    code, out, err = run_inproc(
+        capsys, "trial", "--example", "finetune", "--stack", "tnx-2.18", "--out", str(tmp_path / "k")
+    )
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_bad_options_are_one_line_before_any_plan_runs(tmp_path, capsys):
+    bad = _llm(tmp_path, fleet_extra='endpoint = "ftp://gpu"\n')
+    for argv, words in (
+        (["--stack", "nxdi-foo"], "unknown Neuron stack 'nxdi-foo'; use one of nxdi-vllm, nxdi-tgi"),
+        (["--stack", "tnx-2.18"], "SDK 2.18 published-tables stack"),
+        (["--gpu-endpoint", "http://user:pw@gpu"], "put no credentials in the URL"),
+        ([str(bad)], "fleet: expected endpoint to be an http(s):// URL"),
+        (["--out", str(bad)], "is a file or a link"),
+    ):
+        code, out, err = run_inproc(capsys, "trial", "--out", str(tmp_path / "k"), *argv)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "k").exists()
