@@ -15,7 +15,7 @@ from typing import Any
 
 from chipswap.errors import ChipswapError
 
-# Serving-stack ids shared with issues 20-22 (notes/stacks.md); the trial launches the Neuron ones.
+# The Neuron serving stacks of projection/stacks.py a trial can launch today.
 NEURON_STACKS = ("nxdi-vllm", "nxdi-tgi")
 HISTORICAL_STACKS = ("tnx-2.18",)  # the SDK 2.18 published tables: not a stack to start a trial on today
 NEURON_KINDS = ("inferentia", "trainium")
