@@ -29,11 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _results import write_section  # noqa: E402
+from _results import (
+    ROOT,  # noqa: E402  (first: it puts src/ on the path)
+    write_section,  # noqa: E402
+)
 
 SEED = 20240611
 ROWS_10M = 10_000_000

@@ -27,7 +27,6 @@ from tests.aws_helpers import (
     fake_aws,
     fake_credentials,
     json_error,
-    moto_server,
     offline_env,
     quota_response,
     routed_factory,
@@ -38,12 +37,6 @@ from tests.aws_helpers import (
 from tests.cli_helpers import run_inproc
 
 TODAY = "2026-11-30"
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[Moto]:
-    with moto_server() as server:
-        yield server
 
 
 @pytest.fixture

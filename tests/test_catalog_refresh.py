@@ -26,7 +26,6 @@ from tests.aws_helpers import (
     fake_aws,
     fake_credentials,
     json_error,
-    moto_server,
     routed_factory,
     sealed,
 )
@@ -150,12 +149,6 @@ def stub_trn1_prices(stubs: Stubs) -> None:
         },
         expected_request("trn1.32xlarge", "page-2"),
     )
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[Moto]:
-    with moto_server() as server:
-        yield server
 
 
 @pytest.fixture

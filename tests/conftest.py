@@ -1,0 +1,30 @@
+"""Test-suite settings shared by every test.
+
+Hypothesis runs derandomized by default (profile "ci": the same examples on every run and every machine, so
+`make test` and CI never fail on a new draw and a failure reproduces exactly); `make test-random` selects the
+"random" profile to explore new examples. HYPOTHESIS_PROFILE=<name> picks one explicitly. Neither profile has
+a deadline: a busy machine must not turn a slow example into a failure. The `moto` fixture (one fake-AWS
+server per module) is shared by the AWS tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("random", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[Any]:
+    """One moto server (real AWS HTTP on loopback, tests.aws_helpers) per test module that asks for it."""
+    from tests.aws_helpers import moto_server
+
+    with moto_server() as server:
+        yield server
