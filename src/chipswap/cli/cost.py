@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from chipswap.cli.catalog import CATALOG_HELP, check_region, console
-from chipswap.cli.fit import print_table
 from chipswap.cli.common import (
     flag_count,
     flag_number,
@@ -17,6 +16,7 @@ from chipswap.cli.common import (
     flag_term,
     optional_number,
 )
+from chipswap.cli.fit import print_table
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.economics.catalog_io import load_catalog
