@@ -469,6 +469,7 @@ def run_check(
     full_model: bool = False,
     trust_pickle: bool = False,
     factory_dirs: Sequence[str | Path] = (),
+    trust_native: bool = False,
 ) -> ReadinessReport:
     """Check one model against the Neuron rules for ``sdk`` and ``target``.
 
@@ -477,7 +478,7 @@ def run_check(
     training: also check the backward pass and an AdamW step (ops that exist only when training).
     full_model: export every layer of a config with many identical layers (default: a 2-layer copy, which has
     the same operators, dtypes and findings).
-    trust_pickle / factory_dirs: see chipswap.models.resolve_model.
+    trust_pickle / trust_native / factory_dirs: see chipswap.models.resolve_model.
 
     Any failure that is not a readiness finding raises ChipswapError (one line; the CLI exits 2).
     """
@@ -503,6 +504,7 @@ def run_check(
             full_model=full_model,
             trust_pickle=trust_pickle,
             factory_dirs=tuple(factory_dirs),
+            trust_native=trust_native,
         )
     except (ChipswapError, KeyboardInterrupt):
         raise
@@ -538,6 +540,7 @@ def _run(
     full_model: bool,
     trust_pickle: bool,
     factory_dirs: tuple[Any, ...],
+    trust_native: bool = False,
 ) -> ReadinessReport:
     from chipswap import models
     from chipswap.capture import capture_exported
@@ -546,11 +549,17 @@ def _run(
         ref = spec_or_ref
         if trust_pickle and not ref.trust_pickle:
             ref = replace(ref, trust_pickle=True)
+        if trust_native and not ref.trust_native:
+            ref = replace(ref, trust_native=True)
         if factory_dirs and not ref.factory_dirs:
             ref = replace(ref, factory_dirs=tuple(str(Path(d).resolve()) for d in factory_dirs))
     else:
         ref = models.resolve_model(
-            str(spec_or_ref), task=task, trust_pickle=trust_pickle, factory_dirs=factory_dirs
+            str(spec_or_ref),
+            task=task,
+            trust_pickle=trust_pickle,
+            factory_dirs=factory_dirs,
+            trust_native=trust_native,
         )
     task = task or ref.task
 

@@ -224,6 +224,7 @@ class ModelRef:
     source: str = ""  # where the spec came from (preset source URL, file path, factory path)
     path: str | None = None  # config.json / .pt2 path, or "module:attr" / "file.py:attr" for factories
     trust_pickle: bool = False  # a .pt2 may unpickle objects (only with --trust-pickle)
+    trust_native: bool = False  # a .pt2 may load its AOTInductor shared objects (only with --trust-native)
     factory_dirs: tuple[str, ...] = ()  # extra folders a factory may be imported from (--factory-path)
 
     @property
@@ -431,6 +432,7 @@ def resolve_model(
     kind: str | None = None,
     trust_pickle: bool = False,
     factory_dirs: Sequence[str | Path] = (),
+    trust_native: bool = False,
 ) -> ModelRef:
     """Turn a user's model spec into a ModelRef (no torch import for presets).
 
@@ -462,6 +464,7 @@ def resolve_model(
             source=str(p),
             path=str(p),
             trust_pickle=trust_pickle,
+            trust_native=trust_native,
         )
     if kind == "config" or (
         kind is None and (spec.endswith(".json") or (":" not in spec and (p.is_file() or p.is_dir())))
@@ -761,16 +764,25 @@ def _weights_only() -> Iterator[None]:
 
 
 def load_exported(ref: ModelRef):
-    """Load a .pt2; without ref.trust_pickle nothing in it is unpickled (a payload is refused, not run)."""
+    """Load a .pt2; without ref.trust_pickle nothing in it is unpickled (a payload is refused, not run), and
+    without ref.trust_native no shared object in it is loaded (chipswap.nativeguard)."""
     import torch
 
+    from chipswap.nativeguard import NativeCodeRefused, no_aoti_load, quiet_torch_export, refuse_native
+
     where = one_line(ref.path or ref.source)
+    if not ref.trust_native:
+        refuse_native(ref.path or ref.source)
+    guard = quiet_torch_export() if ref.trust_native else no_aoti_load(f"exported program {where}")
     try:
-        if ref.trust_pickle:
-            with _quiet_transformers():
+        with guard:
+            if ref.trust_pickle:
+                with _quiet_transformers():
+                    return torch.export.load(ref.path)
+            with _weights_only():
                 return torch.export.load(ref.path)
-        with _weights_only():
-            return torch.export.load(ref.path)
+    except NativeCodeRefused:
+        raise
     except _NeedsPickle as exc:
         raise ChipswapError(
             f"exported program {where} needs unpickling ({one_line(str(exc), 120)}); chipswap loads .pt2 "
@@ -779,8 +791,11 @@ def load_exported(ref: ModelRef):
             "--trust-pickle if you trust whoever made the file"
         ) from None
     except Exception as exc:  # noqa: BLE001 - a corrupt or foreign archive is bad input
+        why = _short(exc)
+        if "warnings above" in why:  # torch's own message points at the traceback chipswap keeps quiet
+            why = "a record torch needs is missing or damaged"
         raise ChipswapError(
-            f"cannot load exported program {where}: {_short(exc)}; save it with torch.export.save"
+            f"cannot load exported program {where}: {why}; save it with torch.export.save"
         ) from None
 
 

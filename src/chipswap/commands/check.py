@@ -58,6 +58,12 @@ def check(
         "loading; "
         "a file that needs unpickling is refused.",
     ),
+    trust_native: bool = typer.Option(
+        False,
+        "--trust-native",
+        help="Let a .pt2 file load the AOTInductor shared objects it carries (runs native code from the "
+        "file). Default: an archive with native code is refused.",
+    ),
     factory_path: list[Path] = typer.Option(
         None,
         "--factory-path",
@@ -93,6 +99,7 @@ def check(
             training=training,
             full_model=full_model,
             trust_pickle=trust_pickle,
+            trust_native=trust_native,
             factory_dirs=tuple(factory_path or ()),
         )
     if out:
