@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
         fail("interrupted", 130)
     except BrokenPipeError:
         os._exit(0)
+    except OSError as exc:  # a path the OS refuses (ENAMETOOLONG, ELOOP, EACCES...) anywhere: one line
+        where = exc.filename if exc.filename is not None else "a path"
+        fail(f"{where}: {exc.strerror or exc}; use a shorter or accessible path", 2)
     if isinstance(rv, int):
         raise SystemExit(rv)
 
