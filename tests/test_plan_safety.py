@@ -203,6 +203,9 @@ def test_report_md_escapes_the_title(hostile_run: tuple[str, Path]) -> None:
     )
     html = (rep / "report.html").read_text()
     assert "<script>alert" not in html
+    # issue 19: raw terminal escapes and BEL from the title never reach the page (shown as \x1b)
+    assert "\x1b" not in html and "\x07" not in html
+    assert "\\x1b[31m" in html
 
 
 # --------------------------------------------------------------------- the report set, published as one
