@@ -76,3 +76,24 @@ def test_security_doc_states_the_exit_codes_as_they_are():
     codes = text.split("Exit codes everywhere", 1)[1].split("\n\n", 1)[0]
     assert AwsUnavailableError.exit_code == 3
     assert "**3**" in codes and "catalog refresh" in codes.split("**3**", 1)[1][:200]
+
+
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["shapes", "--max-buckets", "1000000000"], "--max-buckets must be from 1 to 256"),
+        (["shapes", "-k", "100000"], "-k/--k must be from 1 to 256"),
+        (["shapes", "--max-batch", "99999999"], "--max-batch must be from 1 to 4,096"),
+        (["shapes", "--align", "0"], "--align must be from 1 to 65,536"),
+        (["project", "tiny-bert", "-i", "inf2.xlarge", "--nodes", "999999999"], "--nodes 1..100000"),
+        (["serve", "tiny-bert", "--eager", "--max-queue", "999999999999"], "queue limits must be 1..100,000"),
+        (["serve", "tiny-bert", "--eager", "--max-body-bytes", "99999999999999"], "--max-body-bytes must be"),
+    ],
+)
+def test_every_count_flag_is_bounded(capsys, argv, msg):
+    """Issue 19: --max-buckets 1000000000 was accepted (118 s, 1.46 GB); serve's queue and body limits took
+    any size."""
+    from tests.cli_helpers import run_inproc
+
+    code, _out, err = run_inproc(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1 and msg in err, err

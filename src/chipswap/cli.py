@@ -89,6 +89,11 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from chipswap.traces.source import FOLLOW_LINKS
+
+    FOLLOW_LINKS.set(
+        False
+    )  # each run starts refusing symlinks out of a trace folder (shapes --follow-symlinks)
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:

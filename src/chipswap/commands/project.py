@@ -206,6 +206,11 @@ def register(app: typer.Typer) -> None:
             raise ChipswapError(
                 f"--bucket must be 1..1048576 tokens, got {bucket}; give compiled prompt lengths"
             )
+        if not 1 <= seq_len <= 1 << 20 or not 1 <= nodes <= 100_000:
+            raise ChipswapError(
+                f"--seq-len must be 1..1048576 and --nodes 1..100000, got {seq_len:,} and {nodes:,}; give "
+                "values in those ranges"
+            )
         catalog = load_catalog()
         insts = [catalog.instance(n) for n in instance]  # unknown names fail before any work
         work = model_work(model, task=task)

@@ -14,9 +14,9 @@ Cleanup: run folders and temp links left by killed runs (their process is gone) 
 and so is the previous run's folder once the new one is current. May write only inside OUT.
 
 Ownership (issue 19): a report file is replaced only when chipswap wrote it: a symlink into
-`.chipswap-current` (this scheme), or, where symlinks are not possible, a regular file whose sha256 is listed in
-`OUT/.chipswap-owned.json` (written with it). A `report.html` the user wrote (or an older chipswap's plain
-file) is never replaced: one error line names it.
+`.chipswap-current` (this scheme), or, where symlinks are not possible, a regular file whose sha256 is
+listed in `OUT/.chipswap-owned.json` (written with it). A `report.html` the user wrote (or an older
+chipswap's plain file) is never replaced: one error line names it.
 """
 
 from __future__ import annotations

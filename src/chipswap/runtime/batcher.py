@@ -53,8 +53,11 @@ class BatcherConfig:
             raise ChipswapError(
                 f"max batch delay must be 0..10000 ms, got {self.max_batch_delay_s * 1000:g} ms"
             )
-        if self.max_queue < 1 or self.max_queue_total < 1:
-            raise ChipswapError(f"queue limits must be >= 1, got {self.max_queue}/{self.max_queue_total}")
+        if not (1 <= self.max_queue <= 100_000 and 1 <= self.max_queue_total <= 1_000_000):
+            raise ChipswapError(
+                f"queue limits must be 1..100,000 per bucket and 1..1,000,000 in all, got "
+                f"{self.max_queue:,}/{self.max_queue_total:,}"
+            )
         if not 0 < self.request_timeout_s <= 3600:
             raise ChipswapError(f"request timeout must be in (0, 3600] s, got {self.request_timeout_s}")
         if not 0 < self.max_queue_wait_s <= 3600:

@@ -69,8 +69,10 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ChipswapError(f"--port must be 0..65535, got {self.port}; 0 picks a free port")
-        if self.max_body_bytes < 64:
-            raise ChipswapError(f"--max-body-bytes must be >= 64, got {self.max_body_bytes}")
+        if not 64 <= self.max_body_bytes <= 1 << 30:
+            raise ChipswapError(f"--max-body-bytes must be 64..1 GiB, got {self.max_body_bytes:,}")
+        if not 1 <= self.max_text_chars <= 1 << 30:
+            raise ChipswapError(f"max text chars must be 1..2^30, got {self.max_text_chars:,}")
         if self.token is not None and not self.token.strip():
             raise ChipswapError("the bearer token is empty; set a non-empty token or none")
 
