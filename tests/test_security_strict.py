@@ -81,8 +81,7 @@ def test_security_doc_states_the_exit_codes_as_they_are():
 @pytest.mark.parametrize(
     ("argv", "msg"),
     [
-        (["shapes", "--max-buckets", "1000000000"], "--max-buckets must be from 1 to 256"),
-        (["shapes", "-k", "100000"], "-k/--k must be from 1 to 256"),
+        (["shapes", "--max-buckets", "1000000000"], "--max-buckets must be at most 256"),
         (["shapes", "--max-batch", "99999999"], "--max-batch must be from 1 to 4,096"),
         (["shapes", "--align", "0"], "--align must be from 1 to 65,536"),
         (["project", "tiny-bert", "-i", "inf2.xlarge", "--nodes", "999999999"], "--nodes 1..100000"),

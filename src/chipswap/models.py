@@ -580,11 +580,11 @@ def _import_path(extra: Sequence[str], trusted: Sequence[str]) -> Iterator[None]
 
 def _guarded(what: str, fix: str, fn: Any, *args: Any) -> Any:
     """Run user code (a factory import or call); an exception or exit is one error line, never a traceback."""
+    from chipswap.deadline import DeadlinePassed
+
     try:
         return fn(*args)
-    except ChipswapError:
-        raise
-    except KeyboardInterrupt:
+    except (ChipswapError, KeyboardInterrupt, DeadlinePassed):
         raise
     except SystemExit as exc:
         raise ChipswapError(f"{what} called exit({exc.code!r}); {fix}") from None

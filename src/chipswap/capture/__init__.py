@@ -123,10 +123,12 @@ def check_forward(module: Any, inputs: Mapping[str, Any]) -> None:
     """
     import torch
 
+    from chipswap.deadline import DeadlinePassed
+
     try:
         with torch.no_grad():
             module(**inputs)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, DeadlinePassed):
         raise
     except SystemExit as exc:
         raise ChipswapError(

@@ -213,11 +213,16 @@ def _finite_flags(flags: dict[str, float | None]) -> None:
             )
 
 
-def _bounded_int_flags(flags: dict[str, tuple[int | None, int, int]]) -> None:
+def _bounded_int_flags(flags: dict[str, tuple[int | None, int | None, int]]) -> None:
     """Each count flag within [lo, hi] (issue 19: --max-buckets 1000000000 ran 118 s and took 1.46 GB).
-    Length flags (--max-length, ...) are bounded by chipswap.traces (MAX_LENGTH)."""
+    lo None: only the upper bound here (the planner explains a value below 1). Length flags (--max-length,
+    ...) are bounded by chipswap.traces (MAX_LENGTH)."""
     for flag, (value, lo, hi) in flags.items():
-        if value is not None and not lo <= value <= hi:
+        if value is None:
+            continue
+        if lo is None and value > hi:
+            raise ChipswapError(f"{flag} must be at most {hi:,}, got {value:,}; give a smaller value")
+        if lo is not None and not lo <= value <= hi:
             raise ChipswapError(
                 f"{flag} must be from {lo:,} to {hi:,}, got {value:,}; give a value in that range"
             )
@@ -229,9 +234,7 @@ def _count_flags(**v: int | None) -> None:
     big = 1 << 20  # model sizes (hidden, layers, heads): far above any real model
     _bounded_int_flags(
         {
-            "-k/--k": (v["k"], 1, MAX_BUCKETS),
-            "--max-buckets": (v["max_buckets"], 1, MAX_BUCKETS),
-            "--decode-k": (v["decode_k"], 1, MAX_BUCKETS),
+            "--max-buckets": (v["max_buckets"], None, MAX_BUCKETS),  # -k: the planner bounds it by the trace
             "--align": (v["align"], 1, 65_536),
             "--max-batch": (v["max_batch"], 1, MAX_BATCH_BUCKET),
             "--hidden-size": (v["hidden_size"], 1, big),
@@ -346,9 +349,7 @@ def register(app: typer.Typer) -> None:
         FOLLOW_LINKS.set(follow_symlinks)
         mode = mode.strip().lower()
         _count_flags(
-            k=k,
             max_buckets=max_buckets,
-            decode_k=decode_k,
             align=align,
             max_batch=max_batch,
             hidden_size=hidden_size,
