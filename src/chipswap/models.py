@@ -162,6 +162,11 @@ CONFIG_LIST_BOUNDS: dict[str, int] = {
     "conv_stride": 4096,
     "conv_kernel": 4096,
     "layer_types": 1,  # entries are strings; only the length is bounded
+    # per-stage lists of hierarchical vision models (segformer, levit, pvt, swin-like; issue 19)
+    **dict.fromkeys(
+        ("sr_ratios", "patch_sizes", "strides", "mlp_ratios", "key_dim", "attention_ratio"), 4096
+    ),
+    "mlp_ratio": 4096,
 }
 MAX_LIST = 1024
 # weight memory above this many parameters: build on the meta device (no weights, no eager run)
@@ -356,6 +361,14 @@ def check_config_bounds(cfg: Mapping[str, Any], where: str, _depth: int = 0) -> 
             if isinstance(value, (list, tuple)) and key in ("image_size", "patch_size"):
                 if len(value) > 3:
                     raise ChipswapError(f"config {where}: {key} must be a number or [height, width]; fix it")
+                for i, v in enumerate(value):
+                    _bounded_number(v, f"{key}[{i}]", hi_, where)
+            elif isinstance(value, (list, tuple)):  # a per-stage list (num_attention_heads = [1, 2, 5, 8])
+                if len(value) > MAX_LIST:
+                    raise ChipswapError(
+                        f"config {where}: {key} has {len(value):,} entries, over the limit of {MAX_LIST}; "
+                        "fix the config"
+                    )
                 for i, v in enumerate(value):
                     _bounded_number(v, f"{key}[{i}]", hi_, where)
             else:
@@ -822,7 +835,11 @@ def _head_class(ref: ModelRef, task: str, cfg: Any) -> Any:
     if mapping is None:
         return cls
     try:
-        return mapping[type(cfg)]
+        found = mapping[type(cfg)]
+        if isinstance(found, (tuple, list)):  # several heads for one config (deit: with/without teacher)
+            archs = set(getattr(cfg, "architectures", None) or ())
+            return next((c for c in found if c.__name__ in archs), found[0])  # as transformers picks it
+        return found
     except KeyError:
         ok = [t for t in TASKS if t != "encoder" and _has_head(t, cfg)]
         raise ChipswapError(
@@ -1066,7 +1083,11 @@ def build_model(
         cfg._experts_implementation = experts_implementation
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
-    _head_class(ref, "base" if t == "encoder" and ref.model_type not in ("t5", "mt5", "umt5") else t, cfg)
+    head = _head_class(
+        ref, "base" if t == "encoder" and ref.model_type not in ("t5", "mt5", "umt5") else t, cfg
+    )
+    if not getattr(cfg, "architectures", None) and isinstance(head, type):
+        cfg.architectures = [head.__name__]  # transformers needs it where one config has several heads (deit)
     cls = _auto_class(ref, t)
     torch.manual_seed(0)
     make = cls.from_config if hasattr(cls, "from_config") else cls._from_config
