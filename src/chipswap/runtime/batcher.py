@@ -183,11 +183,10 @@ class DynamicBatcher:
                 raise Draining("server is shutting down")
             q = self._queues.get(bucket)
             depth = len(q) if q else 0
-            wait = self._total * self._per_request_s
             if (
                 depth >= self.config.max_queue
                 or self._total >= self.config.max_queue_total
-                or wait > self.config.max_queue_wait_s
+                or self._too_long_locked()
             ):
                 if self.metrics:
                     self.metrics.rejected("queue_full")
@@ -210,10 +209,18 @@ class DynamicBatcher:
         """Retry-After seconds when any new request would be refused now (whatever its bucket), else None:
         lets the HTTP layer shed load before it reads and parses a body."""
         with self._cond:
-            full = self._total >= self.config.max_queue_total
-            if full or self._total * self._per_request_s > self.config.max_queue_wait_s:
+            if self._total >= self.config.max_queue_total or self._too_long_locked():
                 return self._retry_after_locked()
         return None
+
+    def _too_long_locked(self) -> bool:
+        """Would a new request wait too long? Its expected start (queued x recent time per request) over
+        max_queue_wait_s, or -- behind anyone -- its expected answer over half the request timeout (the rest
+        is slack for the HTTP layer and a slow batch; issue 19). An empty queue always admits."""
+        per = self._per_request_s
+        if self._total * per > self.config.max_queue_wait_s:
+            return True
+        return self._total > 0 and (self._total + 1) * per > 0.5 * self.config.request_timeout_s
 
     def depth(self) -> dict[int, int]:
         with self._cond:
