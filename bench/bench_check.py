@@ -32,7 +32,7 @@ t0 = time.perf_counter()
 import torch, transformers
 import transformers.models.llama.modeling_llama
 t_imp = time.perf_counter() - t0
-from chipswap.check import run_check
+from chipswap.readiness.check import run_check
 shape = ["input_ids=1x128:int64", "attention_mask=1x128:int64"]
 r = run_check(sys.argv[1], shape, sdk="2.32", target="inf2", full_model=sys.argv[2] == "full")
 wall = time.perf_counter() - t0

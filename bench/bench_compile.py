@@ -1,7 +1,8 @@
 """N AOTInductor buckets of one model hold ONE copy of the weights: resident memory measured, not assumed.
 
 Compiles the distilbert-base preset (random weights, ~66M parameters, fp32) at N sequence buckets with
-``chipswap.compile`` (AOTInductor, weights not embedded) and, for comparison, the same buckets with the
+``chipswap.compile.compiler`` (AOTInductor, weights not embedded) and, for comparison, the same buckets with
+the
 weights embedded in each package. Then, each in a fresh process, loads all N buckets, runs each once and reads
 the process's resident memory (VmRSS, split into anonymous and file-backed) against the same process before
 loading:
@@ -33,7 +34,7 @@ MEASURE = r"""
 import json, os, sys
 os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
 import torch, torch._inductor
-from chipswap.backends.aoti import AOTInductorBackend, load_weights
+from chipswap.compile.backends.aoti import AOTInductorBackend, load_weights
 def rss():
     out = {}
     for line in open("/proc/self/status"):
@@ -75,8 +76,8 @@ def main() -> None:
     ap.add_argument("--no-embedded", action="store_true", help="skip the embedded-weights compiles (slow)")
     args = ap.parse_args()
     from _results import write_section
-    from chipswap.cache import ArtifactCache
-    from chipswap.compile import compile_plan, plan_from_args, target_from_spec
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.compiler import compile_plan, plan_from_args, target_from_spec
 
     seqs = [int(x) for x in args.buckets.split(",")]
     cache = ArtifactCache(os.environ.get("CHIPSWAP_BENCH_CACHE", "/tmp/chipswap-bench-cache"))

@@ -54,7 +54,7 @@ def day_trace(folder: Path) -> Path:
     """The bundled hour, 24 times back to back, as a CSV (timestamps in seconds)."""
     import numpy as np
 
-    from chipswap.traces import bundled_trace_path, read_trace
+    from chipswap.traffic import bundled_trace_path, read_trace
 
     hour = read_trace(bundled_trace_path())
     t = np.asarray(hour.timestamps_s, dtype=float)
@@ -96,7 +96,7 @@ def main() -> None:
         day = day_trace(folder)
         wl_day = folder / "day.toml"
         wl_day.write_text(WORKLOAD.format(what="a day of traffic", trace=day.name))
-        from chipswap.traces import bundled_trace_path
+        from chipswap.traffic import bundled_trace_path
 
         wl_hour = folder / "hour.toml"
         wl_hour.write_text(WORKLOAD.format(what="one hour", trace=str(bundled_trace_path())))

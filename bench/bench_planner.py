@@ -2,7 +2,8 @@
 
 1. Speed: 10,000,000 (prompt, output) pairs resampled (seeded) from the bundled Azure LLM code trace; median
 wall
-   time of chipswap.shapeplan.plan_shapes (histogram + exact DP + every baseline) in encoder mode (prompt
+   time of chipswap.shapes.shapeplan.plan_shapes (histogram + exact DP + every baseline) in encoder mode
+   (prompt
    lengths)
    and in llm mode (prefill + decode over the running total length). Target: <= 1 s.
 2. Waste: on the real Azure code trace (8,819 requests), for K = 4..8, padding waste of the optimal plan vs
@@ -27,9 +28,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _results import write_section  # noqa: E402
-from chipswap.core import buckets as B  # noqa: E402
-from chipswap.shapeplan import DEFAULT_ATTENTION_DIMS, plan_shapes  # noqa: E402
-from chipswap.traces import Trace, bundled_trace_path, read_trace  # noqa: E402
+from chipswap.shapes import buckets as B  # noqa: E402
+from chipswap.shapes.shapeplan import DEFAULT_ATTENTION_DIMS, plan_shapes  # noqa: E402
+from chipswap.traffic import Trace, bundled_trace_path, read_trace  # noqa: E402
 
 N_REQUESTS = 10_000_000
 SEED = 20231116

@@ -2,7 +2,8 @@
 Llama 3 8B / 70B table on the issue's five instances at the bundled trace's lengths, the seed's fine-tune,
 and speed (projection at plan time vs counting the 70B graph; a service-time call vs recomputing it).
 
-1. Accuracy: `chipswap.calibration.calibrate` fits every group and re-fits once per held-out model /
+1. Accuracy: `chipswap.projection.calibration.calibrate` fits every group and re-fits once per held-out model
+/
    architecture / platform / GPU; medians of |predicted/published - 1| side by side with the roofline's.
    Targets (issue 9, Neuron decoder rows, leave-one-model-out and inf2<->trn1): <= 15 % on output throughput
    and TPOT, <= 35 % on TTFT.
@@ -25,11 +26,11 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _results import write_section  # noqa: E402
-from chipswap import calibration as C  # noqa: E402
-from chipswap.catalog_io import load_catalog  # noqa: E402
-from chipswap.core.platform import llm_poly  # noqa: E402
-from chipswap.projection import model_work, platform_of, project_serving, project_training  # noqa: E402
-from chipswap.traces import bundled_trace_path, read_trace  # noqa: E402
+from chipswap.economics.catalog_io import load_catalog  # noqa: E402
+from chipswap.projection import calibration as C  # noqa: E402
+from chipswap.projection.api import model_work, platform_of, project_serving, project_training  # noqa: E402
+from chipswap.projection.platform import llm_poly  # noqa: E402
+from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
 
 REPEATS = 5
 INSTANCES = ("g6e.12xlarge", "inf2.xlarge", "inf2.48xlarge", "trn1.32xlarge", "p5.48xlarge")
@@ -230,7 +231,7 @@ def speed() -> list[str]:
 
     t_plan = _median_time(plan_path)
     from chipswap import models
-    from chipswap.capture.flops import graph_flops
+    from chipswap.projection.flops import graph_flops
 
     ref = models.resolve_model("llama-3-70b")
     graph_flops(ref, 1, 64, task="causal-lm")  # warm the transformers import

@@ -10,7 +10,8 @@ load; the trace's own bursts would make a short probe's p99 depend on where the 
 Servers, each a `chipswap serve` child process with the same thread count, all up at once and measured in turn
 (interleaved repetitions):
 
-- chipswap:     the planned buckets (`chipswap.shapeplan`, K sequence buckets for these lengths) x batch
+- chipswap:     the planned buckets (`chipswap.shapes.shapeplan`, K sequence buckets for these lengths) x
+batch
                 sizes, per-bucket dynamic batching;
 - naive static: one bucket, batch 1 at the max shape (512): every request padded to the single static export,
                 one request per call;
@@ -81,11 +82,11 @@ def _plan_and_compile(
     """The planned compiled set, and the naive static one (1 x 512), through the cache."""
     import numpy as np
 
-    from chipswap.cache import ArtifactCache
-    from chipswap.compile import compile_plan, plan_from_args, save_compiled_set, target_from_spec
-    from chipswap.loadgen.schedule import map_lengths
-    from chipswap.shapeplan import plan_shapes
-    from chipswap.traces import bundled_trace_path, read_trace
+    from chipswap.bench.schedule import map_lengths
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.compiler import compile_plan, plan_from_args, save_compiled_set, target_from_spec
+    from chipswap.shapes.shapeplan import plan_shapes
+    from chipswap.traffic import bundled_trace_path, read_trace
 
     trace = read_trace(bundled_trace_path())
     mapped = map_lengths(trace.prompt_tokens, MAX_LEN, "scale")
@@ -116,9 +117,9 @@ def _unloaded(url: str, n: int = 15, seed: int = 5) -> dict[str, Any]:
 
     import httpx
 
-    from chipswap.loadgen.schedule import map_lengths
-    from chipswap.loadgen.stats import percentiles_ms
-    from chipswap.traces import bundled_trace_path, read_trace
+    from chipswap.bench.schedule import map_lengths
+    from chipswap.bench.stats import percentiles_ms
+    from chipswap.traffic import bundled_trace_path, read_trace
 
     lengths = map_lengths(read_trace(bundled_trace_path()).prompt_tokens, MAX_LEN, "scale")
     rng = random.Random(seed)
@@ -135,7 +136,7 @@ def _unloaded(url: str, n: int = 15, seed: int = 5) -> dict[str, Any]:
 
 
 def _bench(url: str, rate: float, seconds: float, seed: int, **kw: Any) -> dict[str, Any]:
-    from chipswap.loadgen.job import BenchOptions, run_bench
+    from chipswap.bench.job import BenchOptions, run_bench
 
     opts = BenchOptions(
         url=url,
@@ -206,8 +207,8 @@ def _load_compiled(cset_path: Path, cache_dir: Path, threads: int) -> Any:
     """The compiled buckets in this process, with the servers' thread count."""
     import torch
 
-    from chipswap.cache import ArtifactCache
-    from chipswap.runtime.served import load_compiled_model, read_compiled_set
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.serve.served import load_compiled_model, read_compiled_set
 
     os.environ["CHIPSWAP_ORT_THREADS"] = str(threads)
     torch.set_num_threads(threads)
@@ -221,7 +222,7 @@ def _raw_loop(model: Any, doc: dict[str, Any], rounds: int = 5, calls: int = 5) 
     (batch, seq) shapes the server ran. Shapes are timed in ``rounds`` interleaved passes of ``calls`` calls
     each and the median of all of a shape's calls is used: on this shared machine a single pass of a few
     calls per shape moved the raw throughput by up to 1.7x between runs (28.7 to 48.4 req/s, same shapes)."""
-    from chipswap.runtime.router import pad_batch
+    from chipswap.compile.padding import pad_batch
 
     router = model.router
     counts: dict[tuple[int, int], float] = {}
@@ -264,8 +265,8 @@ def _saturate(url: str, concurrency: int, seconds: float, seed: int) -> dict[str
 
     import httpx
 
-    from chipswap.loadgen.schedule import map_lengths
-    from chipswap.traces import bundled_trace_path, read_trace
+    from chipswap.bench.schedule import map_lengths
+    from chipswap.traffic import bundled_trace_path, read_trace
 
     lengths = map_lengths(read_trace(bundled_trace_path()).prompt_tokens, MAX_LEN, "scale")
     records: list[dict[str, int]] = []
@@ -489,7 +490,8 @@ def _report(args, built, low, p99_ms, results, eff, over, elapsed, load_start) -
         "",
         f"Traffic: the bundled Azure code trace's prompt lengths scaled into 1..{MAX_LEN} (mean"
         f" {built['mean_len']:.0f} tokens), Poisson arrivals at each offered rate. chipswap: buckets"
-        f" from `chipswap.shapeplan` (K={args.k}) {built['seqs']} x batch sizes {args.batch_sizes}, max"
+        f" from `chipswap.shapes.shapeplan` (K={args.k}) {built['seqs']} x batch sizes {args.batch_sizes},"
+        " max"
         f" batch delay {args.delay_ms:g} ms. Naive static: one {MAX_LEN}-token bucket, batch 1. Eager:"
         " PyTorch at each request's exact length, batch 1.",
         "",

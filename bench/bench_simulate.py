@@ -32,12 +32,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # tests.simulate_reference
+
+from tests.simulate_reference import simulate_reference  # noqa: E402
 
 from _results import write_section  # noqa: E402
-from chipswap.core import fleet as F  # noqa: E402
-from chipswap.core import simulate as S  # noqa: E402
-from chipswap.core.simulate_reference import simulate_reference  # noqa: E402
-from chipswap.traces import bundled_trace_path, read_trace  # noqa: E402
+from chipswap.simulation import fleet as F  # noqa: E402
+from chipswap.simulation import simulate as S  # noqa: E402
+from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
 
 SEED = 20231116
 N_REQUESTS = 1_000_000

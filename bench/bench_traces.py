@@ -128,9 +128,9 @@ def side_by_side(label: str, chipswap: list[str], plain: list[str], repeats: int
 
 
 def planning_step(parquet: Path, repeats: int) -> dict[str, float]:
-    from chipswap.core import buckets as B
-    from chipswap.shapeplan import plan_shapes
-    from chipswap.traces import aggregate_trace
+    from chipswap.shapes import buckets as B
+    from chipswap.shapes.shapeplan import plan_shapes
+    from chipswap.traffic import aggregate_trace
 
     hists = aggregate_trace(parquet, mode="llm")
     times, cpus = [], []

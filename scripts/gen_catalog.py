@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from chipswap.catalog_io import price_groups_toml, toml_value  # noqa: E402  (the TOML writer is shared)
+from chipswap.economics.catalog_io import price_groups_toml, toml_value  # noqa: E402  (the TOML writer is shared)
 
 FAMILIES = (
     "trn1",

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from chipswap.cli import main
+from chipswap.cli.main import main
 
 
 def run_inproc(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -35,8 +35,8 @@ def compiled_tiny(root: Path) -> tuple[Path, Path]:
     """(compiled set file, cache dir) of tiny-distilbert at SEQ_BUCKETS x BATCH_SIZES, ONNX Runtime.
 
     Compiled once per test session: a second call finds every bucket in the cache (checksums only)."""
-    from chipswap.cache import ArtifactCache
-    from chipswap.compile import compile_plan, plan_from_args, save_compiled_set, target_from_spec
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.compiler import compile_plan, plan_from_args, save_compiled_set, target_from_spec
 
     cache_dir = root / "serve-cache"
     out = root / "serve-compiled.json"

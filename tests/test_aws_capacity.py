@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chipswap.aws import access as aws_access
-from chipswap.aws.access import AwsAccess
-from chipswap.aws.capacity import capacity_for_plan, gather_capacity
-from chipswap.catalog_io import load_catalog
-from chipswap.core.capacity import qualify_verdict
-from chipswap.core.verdict import MOVE_TRN
+from chipswap.economics.aws import access as aws_access
+from chipswap.economics.aws.access import AwsAccess
+from chipswap.economics.aws.capacity import capacity_for_plan, gather_capacity
+from chipswap.economics.capacity import qualify_verdict
+from chipswap.economics.catalog_io import load_catalog
+from chipswap.verdict.rules import MOVE_TRN
 from tests.aws_helpers import (
     STS_IDENTITY,
     Moto,
@@ -213,7 +213,7 @@ def test_access_denied_on_one_api_leaves_that_field_unknown(aws) -> None:
     assert row.offered is True and row.quota is not None and row.quota.usage_vcpus == 0  # the rest still read
     assert row.quota.limit_vcpus is None
     assert "access denied to service-quotas:GetServiceQuota (AccessDeniedException)" in row.quota.limit_note
-    from chipswap.core.capacity import screen_capacity
+    from chipswap.economics.capacity import screen_capacity
 
     s = screen_capacity(row, 2)
     assert s.outcome == "unknown" and "check quota before committing" in s.text
@@ -376,9 +376,9 @@ def test_only_read_only_operations_are_ever_called(aws) -> None:
 def test_the_plans_clear_move_gets_the_quota_increase_line(aws, tmp_path) -> None:
     """Must show, end to end: the plan's own clear 'move' for the seed's fine-tuning run on 8 instances, then
     the capacity rule with facts from moto (offerings, usage) and Service Quotas (Stubber)."""
-    from chipswap import pipeline
-    from chipswap.commands.plan import example_path
-    from chipswap.workload import load_workload
+    from chipswap import plan as pipeline
+    from chipswap.cli.plan import example_path
+    from chipswap.plan.workload import load_workload
 
     moto, stubs = aws
     text = example_path("finetune").read_text().replace("count = 1", "count = 8")

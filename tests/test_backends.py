@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from chipswap.backends import BACKEND_NAMES, Backend, get_backend
+from chipswap.compile.backends import BACKEND_NAMES, Backend, get_backend
 from chipswap.errors import ChipswapError
 
 HAS_NEURON = importlib.util.find_spec("torch_neuronx") is not None
@@ -75,7 +75,7 @@ def test_onnxruntime_roundtrip_and_shape_check(tmp_path):
 
 @pytest.mark.slow
 def test_aotinductor_buckets_share_one_copy_of_weights(tmp_path):
-    from chipswap.backends.aoti import AOTInductorBackend, model_weights
+    from chipswap.compile.backends.aoti import AOTInductorBackend, model_weights
 
     be = AOTInductorBackend()
     m = MLP().eval()
@@ -117,9 +117,9 @@ def test_aotinductor_buckets_share_one_copy_of_weights(tmp_path):
     # the raw package with a wrong shape raises (AOTI_RUNTIME_CHECK_INPUTS=1) instead of aborting the process
     code = (
         "import os, sys, torch\n"
-        "from chipswap.backends.aoti import AOTInductorBackend\n"
+        "from chipswap.compile.backends.aoti import AOTInductorBackend\n"
         "from tests.test_backends import MLP\n"
-        "from chipswap.backends.aoti import model_weights\n"
+        "from chipswap.compile.backends.aoti import model_weights\n"
         f"art = AOTInductorBackend().load(r'{dirs[1]}', weights=model_weights(MLP().eval()),"
         " trust_native=True)\n"
         "pkg = art.extra['package']\n"

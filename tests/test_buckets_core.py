@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chipswap.core import buckets as B
 from chipswap.errors import ChipswapError
+from chipswap.shapes import buckets as B
 
 
 @st.composite

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import chipswap.cache as cachemod
-from chipswap.cache import ArtifactCache, CompileFailed, KeyParts, graph_digest, weights_digest
+import chipswap.compile.cache as cachemod
+from chipswap.compile.cache import ArtifactCache, CompileFailed, KeyParts, graph_digest, weights_digest
 from chipswap.errors import ChipswapError
 
 
@@ -234,7 +234,7 @@ def test_default_dir_env(tmp_path, monkeypatch):
 
 
 def _cli(argv, capsys):
-    from chipswap.cli import main
+    from chipswap.cli.main import main
 
     try:
         code = main(argv)

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.cache import ArtifactCache
+from chipswap.compile.cache import ArtifactCache
 
 pytestmark = pytest.mark.slow
 
 ZYGOTE = r"""
 import json, os, sys, time, traceback
 import torch, onnx, onnxruntime  # preloaded once; workers are forked from here
-from chipswap.cache import ArtifactCache, KeyParts
-from chipswap.backends.ort import OnnxRuntimeBackend
+from chipswap.compile.cache import ArtifactCache, KeyParts
+from chipswap.compile.backends.ort import OnnxRuntimeBackend
 
 class MLP(torch.nn.Module):
     def __init__(self, seed):

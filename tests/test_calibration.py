@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from chipswap import calibration as C
 from chipswap.errors import ChipswapError
-from chipswap.fitting import held_out, median_error
+from chipswap.projection import calibration as C
+from chipswap.projection.fitting import held_out, median_error
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 pytestmark = [

@@ -1,4 +1,5 @@
-"""The pure capacity screening rule (chipswap.core.capacity): offered / not offered / quota too low / unknown,
+"""The pure capacity screening rule (chipswap.economics.capacity): offered / not offered / quota too low /
+unknown,
 the vCPU increase to request, the region recommendation, and the verdict wording the plan shows."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from chipswap.core.capacity import (
+from chipswap.economics.capacity import (
     CHECK_QUOTA,
     QUOTA_CLASSES,
     Quota,
@@ -20,7 +21,7 @@ from chipswap.core.capacity import (
     screen_capacity,
     sold_as_capacity_blocks,
 )
-from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY, decide
+from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY, decide
 from tests.test_verdict import clean
 
 TRN = QUOTA_CLASSES[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
+from chipswap.economics.catalog_io import load_catalog
 from tests.cli_helpers import run_inproc
 
 run = run_inproc

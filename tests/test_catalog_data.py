@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
-from chipswap.core.catalog import TERMS, validate
+from chipswap.economics.catalog import TERMS, validate
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 
 PRICE = """

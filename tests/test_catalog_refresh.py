@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.aws import access as aws_access
-from chipswap.aws.access import AwsAccess
-from chipswap.aws.capacity import spot_median
-from chipswap.aws.prices import PRODUCT_FILTERS, RefreshResult, parse_products, render_refresh
-from chipswap.catalog_io import load_catalog, parse_catalog
-from chipswap.core.catalog import Rate, diff_rates
+from chipswap.economics.aws import access as aws_access
+from chipswap.economics.aws.access import AwsAccess
+from chipswap.economics.aws.capacity import spot_median
+from chipswap.economics.aws.prices import PRODUCT_FILTERS, RefreshResult, parse_products, render_refresh
+from chipswap.economics.catalog import Rate, diff_rates
+from chipswap.economics.catalog_io import load_catalog, parse_catalog
 from tests.aws_helpers import (
     STS_IDENTITY,
     Moto,
@@ -219,9 +219,9 @@ def test_the_plan_accepts_the_refreshed_catalog(aws, tmp_path, capsys, monkeypat
     stub_trn1_prices(stubs)
     out = tmp_path / "fresh.toml"
     assert refresh(capsys, out)[0] == 0
-    from chipswap import pipeline
-    from chipswap.commands.plan import example_path
-    from chipswap.workload import load_workload
+    from chipswap import plan as pipeline
+    from chipswap.cli.plan import example_path
+    from chipswap.plan.workload import load_workload
 
     path = example_path("finetune")
     result = pipeline.run_plan(load_workload(path), path, catalog=load_catalog(out))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chipswap.catalog_io import load_catalog
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from tests.cli_helpers import run_inproc
 from tests.test_cost_cli import WORKED_EXAMPLE
@@ -134,7 +134,7 @@ def test_non_utf8_and_folder_are_one_line_errors(tmp_path) -> None:
 
 
 def test_prices_inside_the_bounds_load_exactly(tmp_path) -> None:
-    from chipswap.catalog_io import NUMBER_BOUNDS, parse_catalog
+    from chipswap.economics.catalog_io import NUMBER_BOUNDS, parse_catalog
 
     lo, hi = NUMBER_BOUNDS["usd_per_hour"]
     for value in (lo, hi, Decimal("21.123456789012345678")):
@@ -155,7 +155,7 @@ _values = st.one_of(
 @given(value=_values)
 def test_fuzzed_prices_load_or_give_one_clean_error(value: str) -> None:
     """Seeded fuzz: any value either loads (and is inside the bounds) or is a one-line ChipswapError."""
-    from chipswap.catalog_io import NUMBER_BOUNDS, parse_catalog
+    from chipswap.economics.catalog_io import NUMBER_BOUNDS, parse_catalog
 
     lo, hi = NUMBER_BOUNDS["usd_per_hour"]
     for template in (PRICE, GROUPED):

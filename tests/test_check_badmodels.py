@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chipswap.check import run_check
 from chipswap.errors import ChipswapError
+from chipswap.readiness.check import run_check
 from tests import badmodels
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from chipswap.cli import main
+from chipswap.cli.main import main
 from tests import badmodels
 
 
@@ -138,7 +138,7 @@ def test_plan_file_read_by_content_and_no_symbolic_bookkeeping_findings(tmp_path
 def test_bookkeeping_nodes_and_torch_frames_are_not_locations(tmp_path):
     import os
 
-    from chipswap.capture import graph
+    from chipswap.readiness.capture import graph
 
     assert graph.is_bookkeeping("aten::sym_size", None)
     assert graph.is_bookkeeping("aten::sym_constrain_range_for_size", None)

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("jax")
 
-from chipswap.capture import jaxhlo  # noqa: E402
-from chipswap.check import load_ruleset, run_check  # noqa: E402
-from chipswap.core import rules as R  # noqa: E402
 from chipswap.errors import ChipswapError  # noqa: E402
+from chipswap.readiness import rules as R  # noqa: E402
+from chipswap.readiness.capture import jaxhlo  # noqa: E402
+from chipswap.readiness.check import load_ruleset, run_check  # noqa: E402
 from tests import jaxmodels  # noqa: E402
 from tests.cli_helpers import run_inproc  # noqa: E402
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.check import run_check
+from chipswap.readiness.check import run_check
 from tests.zoo_configs import CONFIGS, FAMILY, MOE_EXPERTS, PRESETS
 
 SNAP = Path(__file__).parent / "snapshots" / "check_zoo_ops.json"
@@ -191,7 +191,7 @@ def test_symbolic_export_covers_all_buckets_with_same_ops():
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-t5"])
 def test_fast_meta_decomposition_matches_run_decompositions(preset):
     from chipswap import models
-    from chipswap.capture import CaptureOptions, capture_module, make_inputs  # noqa: F401
+    from chipswap.readiness.capture import CaptureOptions, capture_module, make_inputs  # noqa: F401
 
     fast = run_check(preset, ["input_ids=1x16:int64", "attention_mask=1x16:int64"], weightless=True)
     assert fast.weightless and "once per distinct op" in fast.inventory.method
@@ -204,7 +204,7 @@ def test_fast_meta_decomposition_matches_run_decompositions(preset):
     import torch
 
     ep = torch.export.export(module, (), make_inputs(spec, vocab_size=100), strict=False)
-    from chipswap.capture import inventory_ops
+    from chipswap.readiness.capture import inventory_ops
 
     reference = inventory_ops(ep, strip="model.")  # run_decompositions, the full re-trace
     count = lambda ops: Counter(o.kind for o in ops if not o.kind.startswith("python::"))  # noqa: E731

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chipswap import __version__
-from chipswap.cli import main
+from chipswap.cli.main import main
 from chipswap.errors import ChipswapError, closest
 from tests.cli_helpers import run_cli
 
@@ -33,7 +33,7 @@ def test_unknown_command_is_one_line_exit_2() -> None:
 def test_chipswap_error_becomes_exit_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import chipswap.cli as cli
+    import chipswap.cli.main as cli
 
     def boom(*_a: object, **_k: object) -> None:
         raise ChipswapError("bad thing:\n  value 7; use 8")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import chipswap.cache as cachemod
-from chipswap.cache import ArtifactCache
-from chipswap.compile import (
+import chipswap.compile.cache as cachemod
+from chipswap.compile.cache import ArtifactCache
+from chipswap.compile.compiler import (
     BucketPlan,
     check_model_against_plan,
     compile_plan,
@@ -102,7 +102,7 @@ def test_compile_plan_checks_every_bucket_and_reuses_the_cache(tmp_path, monkeyp
     r2 = compile_plan(target_from_spec("tiny-distilbert"), plan, cache=cache, flags=flags, progress=False)
     assert all(b.cached for b in r2.buckets) and [b.key for b in r2.buckets] == [b.key for b in r1.buckets]
     # the threshold is enforced: an artifact that is off by 0.01 fails the default --atol 1e-3
-    import chipswap.backends as backends_mod
+    import chipswap.compile.backends as backends_mod
 
     real_get = backends_mod.get_backend
 
@@ -177,7 +177,7 @@ def test_cli_bad_inputs_exit_2_and_write_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_cli_full_disk_during_publish(tmp_path, monkeypatch, capsys):
-    from chipswap.cli import main as cli_main
+    from chipswap.cli.main import main as cli_main
 
     class _Code:
         def __init__(self, code):
@@ -258,8 +258,8 @@ def test_cli_full_disk_during_publish(tmp_path, monkeypatch, capsys):
 def test_failed_compile_is_recorded_with_log_and_not_retried(tmp_path):
     import torch
 
-    from chipswap.cache import CompileFailed
-    from chipswap.compile import CompileTarget
+    from chipswap.compile.cache import CompileFailed
+    from chipswap.compile.compiler import CompileTarget
 
     class Unexportable(torch.nn.Module):
         def __init__(self):
@@ -293,7 +293,7 @@ def test_failed_compile_is_recorded_with_log_and_not_retried(tmp_path):
 
 
 def _cli(argv, capsys):
-    from chipswap.cli import main as cli_main
+    from chipswap.cli.main import main as cli_main
 
     try:
         code = cli_main(argv)
@@ -304,7 +304,7 @@ def _cli(argv, capsys):
 
 
 def test_out_path_is_checked_before_any_compile(tmp_path, capsys, monkeypatch):
-    import chipswap.compile as comp
+    import chipswap.compile.compiler as comp
 
     def boom(*a, **k):
         raise AssertionError("compile_plan must not run when --out is bad")
@@ -346,7 +346,7 @@ def test_seq_len_longer_than_model_names_the_flag():
 
 
 def test_llm_plan_decode_buckets_get_a_note(tmp_path, capsys, monkeypatch):
-    import chipswap.compile as comp
+    import chipswap.compile.compiler as comp
 
     def stop(*a, **k):
         raise ChipswapError("stopped before compiling")

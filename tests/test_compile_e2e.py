@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SERVE = r"""
 import json, sys
-from chipswap.cache import ArtifactCache
-from chipswap.compile import load_router
+from chipswap.compile.cache import ArtifactCache
+from chipswap.serve.served import load_router
 from chipswap.errors import ChipswapError
 cset, cache_dir, reqs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 router = load_router(cset, ArtifactCache(cache_dir))
@@ -34,7 +34,7 @@ print(json.dumps({"logits": logits, "too_long": too_long, "stats": router.stats.
 
 
 def test_distilbert_seq128_fresh_process_same_logits(tmp_path):
-    from chipswap.cache import weights_digest
+    from chipswap.compile.cache import weights_digest
     from chipswap.models import build_model, resolve_model
 
     cache, cset = tmp_path / "cache", tmp_path / "distilbert-128.json"

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
+from chipswap.economics.catalog_io import load_catalog
 from tests.cli_helpers import run_cli, run_inproc
 
 WORKED_EXAMPLE = [

@@ -1,4 +1,4 @@
-"""Cost engine (chipswap.core.cost): exact Decimal math, break-even, serving cost, property tests."""
+"""Cost engine (chipswap.economics.cost): exact Decimal math, break-even, serving cost, property tests."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chipswap.core import cost as C
-from chipswap.core.catalog import ReservedTerm
+from chipswap.economics import cost as C
+from chipswap.economics.catalog import ReservedTerm, effective_reserved_rate
 from chipswap.errors import ChipswapError
 
 money = st.decimals(min_value="0.01", max_value="100000", places=2)
@@ -88,9 +88,9 @@ def test_monthly_cost_and_fleet_size() -> None:
 
 def test_effective_reserved_rate() -> None:
     term = ReservedTerm(Decimal("8760"), Decimal("1.5"), 1)
-    assert C.effective_reserved_rate(term) == Decimal("2.5")
+    assert effective_reserved_rate(term) == Decimal("2.5")
     term3 = ReservedTerm(Decimal("26280"), Decimal("0"), 3)
-    assert C.effective_reserved_rate(term3) == Decimal(1)
+    assert effective_reserved_rate(term3) == Decimal(1)
     with pytest.raises(ChipswapError, match="1 or 3"):
         ReservedTerm(Decimal(0), Decimal(1), 2)
 

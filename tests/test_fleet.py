@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chipswap.core import fleet as F
-from chipswap.core import simulate as S
 from chipswap.errors import ChipswapError
+from chipswap.simulation import fleet as F
+from chipswap.simulation import simulate as S
 from tests.sim_services import GpuLike, TokenLinear
 
 SETUP = S.ReplicaSetup(max_batch=8, max_length=8192)

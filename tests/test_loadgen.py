@@ -10,18 +10,18 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from chipswap.errors import ChipswapError
-from chipswap.loadgen import (
+from chipswap.bench import (
     SCHEMA,
     bucket_latency_table,
     measured_serving,
     parse_bench_results,
     read_bench_results,
 )
-from chipswap.loadgen.job import check_url, parse_extra_body
-from chipswap.loadgen.results import build_results
-from chipswap.loadgen.schedule import build_schedule, map_lengths
-from chipswap.loadgen.stats import Record, Slo, summarize
+from chipswap.bench.job import check_url, parse_extra_body
+from chipswap.bench.results import build_results
+from chipswap.bench.schedule import build_schedule, map_lengths
+from chipswap.bench.stats import Record, Slo, summarize
+from chipswap.errors import ChipswapError
 
 TS = np.array([0.0, 0.5, 0.7, 2.0, 2.1, 4.0])
 PROMPTS = np.array([10, 400, 30, 1000, 5, 200])
@@ -226,7 +226,7 @@ def test_results_round_trip_and_measured_figures(tmp_path):
 
 
 def test_bucket_latency_table_feeds_the_planner_measured_cost_model():
-    from chipswap.shapeplan import build_cost_models
+    from chipswap.shapes.shapeplan import build_cost_models
 
     res = parse_bench_results(_doc(), "mem")
     table = bucket_latency_table(res)

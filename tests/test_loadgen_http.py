@@ -14,12 +14,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from chipswap.loadgen import read_bench_results
-from chipswap.loadgen.job import BenchOptions, run_bench
-from chipswap.loadgen.stats import Slo
-from chipswap.runtime.batcher import BatcherConfig
-from chipswap.runtime.served import load_compiled_model, read_compiled_set
-from chipswap.runtime.server import ServeConfig, ServingEngine, start_background
+from chipswap.bench import read_bench_results
+from chipswap.bench.job import BenchOptions, run_bench
+from chipswap.bench.stats import Slo
+from chipswap.serve.batcher import BatcherConfig
+from chipswap.serve.served import load_compiled_model, read_compiled_set
+from chipswap.serve.server import ServeConfig, ServingEngine, start_background
 from tests.cli_helpers import run_inproc
 from tests.serve_helpers import cli_server, compiled_tiny, free_port, ort_threads, rss_bytes, run_app
 
@@ -32,7 +32,7 @@ def compiled(tmp_path_factory):
 
 
 def _compiled_engine(compiled, **batch) -> ServingEngine:
-    from chipswap.cache import ArtifactCache
+    from chipswap.compile.cache import ArtifactCache
 
     path, cache_dir = compiled
     cset = read_compiled_set(path)

@@ -20,12 +20,12 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
-from chipswap.loadgen.clients import OpenAIClient
-from chipswap.loadgen.job import BenchOptions, run_bench
-from chipswap.loadgen.runner import RunLimits, run_load
-from chipswap.loadgen.schedule import build_schedule
-from chipswap.loadgen.stats import Slo
-from chipswap.runtime.tokenizer import load_tokenizer
+from chipswap.bench.clients import OpenAIClient
+from chipswap.bench.job import BenchOptions, run_bench
+from chipswap.bench.runner import RunLimits, run_load
+from chipswap.bench.schedule import build_schedule
+from chipswap.bench.stats import Slo
+from chipswap.serve.tokenizer import load_tokenizer
 from tests.serve_helpers import run_app
 
 pytestmark = pytest.mark.slow  # a real model generating tokens
@@ -141,7 +141,7 @@ def _trace(tmp_path, n=10):
 
 
 def test_ttft_itl_and_counts_match_the_servers_own_timings(gpt, tokenizer, tmp_path):
-    from chipswap.traces import read_trace
+    from chipswap.traffic import read_trace
 
     trace = read_trace(_trace(tmp_path))
     sched = build_schedule(

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from chipswap import plan as pipeline
-from chipswap.catalog_io import load_catalog
-from chipswap.commands.plan import example_path
-from chipswap.core import cost
-from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY
+from chipswap.cli.plan import example_path
+from chipswap.economics import cost
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.pipeline import ReadinessSummary, run_plan
+from chipswap.plan import ReadinessSummary, run_plan
 from chipswap.plan import readiness as readiness_stage
 from chipswap.plan import shapes as shapes_stage
 from chipswap.plan import traffic as traffic_stage
-from chipswap.workload import load_workload, parse_workload
+from chipswap.plan.workload import load_workload, parse_workload
+from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY
 
 CAT = load_catalog()
 
@@ -241,8 +241,8 @@ def test_representative_check_keeps_two_layers_only_when_layers_are_alike() -> N
 
 @pytest.mark.slow
 def test_two_layer_copy_finds_what_the_full_model_finds() -> None:
-    from chipswap.check import run_check
     from chipswap.models import resolve_model
+    from chipswap.readiness.check import run_check
 
     ref = resolve_model("gpt2")
     from chipswap.models import representative

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from chipswap.core.verdict import STAY
 from chipswap.plan import run_plan
-from chipswap.workload import parse_workload
+from chipswap.plan.workload import parse_workload
+from chipswap.verdict.rules import STAY
 
-pytest.importorskip("chipswap.core.simulate")
+pytest.importorskip("chipswap.simulation.simulate")
 
 
 @pytest.fixture(autouse=True)

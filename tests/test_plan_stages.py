@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from chipswap.catalog_io import load_catalog
-from chipswap.core import cost
-from chipswap.core.verdict import CLOSE, MOVE_INF, MOVE_TRN, STAY
+from chipswap.economics import cost
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.plan import run_plan
 from chipswap.plan.economics import Scenario, economics
 from chipswap.plan.figures import Figure, pick, source_kind
 from chipswap.plan.sizing import CurveSizer, RateSizer
-from chipswap.workload import parse_workload
+from chipswap.plan.workload import parse_workload
+from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY
 
 CAT = load_catalog()
 
@@ -313,8 +313,8 @@ def _bench_file(tmp_path: Any, instance: str, e2e_s: float) -> Any:
     """A chipswap.bench/1 file as `chipswap bench` writes it (summarize + build_results over records)."""
     import json
 
-    from chipswap.loadgen.results import build_results
-    from chipswap.loadgen.stats import Record, Slo, summarize
+    from chipswap.bench.results import build_results
+    from chipswap.bench.stats import Record, Slo, summarize
 
     recs = []
     for i in range(200):
@@ -370,7 +370,7 @@ def test_histogram_file_with_a_stated_rate(tmp_path: Any) -> None:
     planning the raw trace, and a fleet sized for the stated rate."""
     import csv
 
-    from chipswap.traces import bundled_trace_path
+    from chipswap.traffic import bundled_trace_path
 
     counts: dict[tuple[int, int], int] = {}
     with bundled_trace_path().open() as fh:

@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from chipswap import models
-from chipswap.capture.flops import closed_form, graph_flops, model_work
 from chipswap.errors import ChipswapError
+from chipswap.projection.flops import closed_form, graph_flops, model_work
 
 pytestmark = pytest.mark.slow  # builds transformers models (meta device): seconds each
 
@@ -31,7 +31,7 @@ CASES = [
 def test_closed_form_matches_the_graph_count(name, task, layers):
     ref = models.resolve_model(name)
     if layers is not None:
-        from chipswap.capture.flops import _ref_with_layers
+        from chipswap.projection.flops import _ref_with_layers
 
         ref = _ref_with_layers(ref, layers)
     work = closed_form(ref, task=task)
@@ -48,7 +48,7 @@ def test_closed_form_matches_the_graph_count(name, task, layers):
 
 def test_graph_count_scales_with_depth_so_a_shallow_build_stands_for_the_full_model():
     ref = models.resolve_model("llama-3-8b")
-    from chipswap.capture.flops import _ref_with_layers
+    from chipswap.projection.flops import _ref_with_layers
 
     one, _ = graph_flops(_ref_with_layers(ref, 1), 1, 32, task="causal-lm")
     two, _ = graph_flops(_ref_with_layers(ref, 2), 1, 32, task="causal-lm")

@@ -1,4 +1,4 @@
-"""chipswap.projection: configuration search under the memory rules, projected service times honouring the
+"""chipswap.projection.api: configuration search under the memory rules, projected service times honouring the
 ServiceTimes seam, bands, training projections, and the one-line errors for what chipswap cannot project."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from chipswap.catalog_io import load_catalog
-from chipswap.core.platform import llm_poly
-from chipswap.core.projection import Lengths, ProjectedServiceTimes
-from chipswap.core.servicetime import ScaledServiceTimes, ServiceTimes, ServingConfig
+from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection import model_work, platform_of, project_serving, project_training
+from chipswap.projection.api import model_work, platform_of, project_serving, project_training
+from chipswap.projection.platform import llm_poly
+from chipswap.projection.predict import Lengths, ProjectedServiceTimes
+from chipswap.simulation.servicetime import ScaledServiceTimes, ServiceTimes, ServingConfig
 
 CAT = load_catalog()
 W8 = model_work("llama-3-8b")
@@ -203,7 +203,7 @@ def test_projected_service_times_from_polys_directly():
 
 
 def test_a_forced_tp_degree_is_searched_alone_and_a_bad_one_is_a_reason_not_a_crash() -> None:
-    from chipswap.projection import model_work, project_serving, tp_options
+    from chipswap.projection.api import model_work, project_serving, tp_options
 
     work = model_work("llama-3-8b")
     valid = tp_options(work, "inf2.48xlarge")

@@ -1,13 +1,14 @@
-"""chipswap.core.work: closed-form parameters, weight / KV bytes and FLOPs of dense transformers, and the
+"""chipswap.projection.work: closed-form parameters, weight / KV bytes and FLOPs of dense transformers, and
+the
 one-line errors for configs it cannot size."""
 
 from __future__ import annotations
 
 import pytest
 
-from chipswap.core.work import dims_from_config, dtype_bytes, work_from_config
 from chipswap.errors import ChipswapError
 from chipswap.models import load_preset
+from chipswap.projection.work import dims_from_config, dtype_bytes, work_from_config
 
 
 def preset_work(name: str, task: str | None = None):

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 
 from chipswap import models
-from chipswap.check import load_ruleset, run_check
-from chipswap.core.rules import Inventory, OpUse, evaluate
+from chipswap.readiness.check import load_ruleset, run_check
+from chipswap.readiness.rules import Inventory, OpUse, evaluate
 
 SDKS = ("2.26", "2.27", "2.32")
 

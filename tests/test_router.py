@@ -7,8 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chipswap.compile.padding import InputTooLong, pad_batch
 from chipswap.errors import ChipswapError
-from chipswap.runtime import InputTooLong, Router, choose_batch, choose_bucket, pad_batch
+from chipswap.serve import Router, choose_batch, choose_bucket
 
 PAD = 7
 

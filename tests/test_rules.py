@@ -1,4 +1,5 @@
-"""chipswap.core.rules: op statuses and findings from hand-built inventories and the shipped rule tables."""
+"""chipswap.readiness.rules: op statuses and findings from hand-built inventories and the shipped rule
+tables."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.check import load_ruleset, sdk_versions
-from chipswap.core import rules as R
-from chipswap.core.rules import CaptureIssue, Inventory, OpUse
+from chipswap.readiness import rules as R
+from chipswap.readiness.check import load_ruleset, sdk_versions
+from chipswap.readiness.rules import CaptureIssue, Inventory, OpUse
 
 
 def op(kind, *, ins=("float32",), outs=("float32",), loc="m.py:1", **kw):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.compile import SET_SCHEMA, parse_compiled_set, plan_from_args
+from chipswap.compile.compiler import SET_SCHEMA, parse_compiled_set, plan_from_args
 from chipswap.errors import ChipswapError
-from chipswap.planfile import (
+from chipswap.shapes.planfile import (
     MAX_BATCH_BUCKET,
     MAX_BUCKET_TOKENS,
     MAX_BUCKETS,
@@ -75,7 +75,7 @@ def test_plan_with_a_billion_row_batch_bucket_is_refused_before_anything_is_buil
 def test_compile_flags_are_bounded_and_finite(tmp_path, capsys, monkeypatch, argv, msg):
     """--atol nan failed before issue 15 (it compiled, then every bucket 'failed': exit 1); --batch-sizes
     100000000 allocated a 10^8-row input."""
-    import chipswap.compile as comp
+    import chipswap.compile.compiler as comp
 
     def never(*a, **k):
         raise AssertionError("must be refused before the model is built")
@@ -132,7 +132,7 @@ def test_plan_given_as_a_folder_is_one_line(tmp_path):
 
 
 def test_check_reads_plans_through_the_same_bounds(tmp_path):
-    from chipswap.check import load_plan as check_load_plan
+    from chipswap.readiness.check import load_plan as check_load_plan
 
     with pytest.raises(ChipswapError, match="over the limit of 4,096"):
         check_load_plan(_write(tmp_path, _plan(batch_buckets=[10**9])))
@@ -179,7 +179,7 @@ def test_compiled_set_fields_are_strict(over, msg):
 
 
 def test_compiled_set_file_errors_are_one_line(tmp_path):
-    from chipswap.compile import read_compiled_set
+    from chipswap.compile.compiler import read_compiled_set
 
     for content, msg in ((b"\xff", "not UTF-8"), (b'{"a": NaN}', "NaN"), (b"[" * 1000, "nested deeper")):
         f = tmp_path / "set.json"
@@ -191,7 +191,7 @@ def test_compiled_set_file_errors_are_one_line(tmp_path):
 
 
 def test_io_json_of_a_cached_artifact_is_strict(tmp_path):
-    from chipswap.backends import read_io
+    from chipswap.compile.backends import read_io
 
     for doc in (
         {"inputs": [{"name": "x", "shape": [True, 8], "dtype": "int64"}], "outputs": []},
@@ -208,8 +208,8 @@ def test_io_json_of_a_cached_artifact_is_strict(tmp_path):
 
 def test_load_router_refuses_a_bool_batch_before_touching_the_cache(tmp_path):
     """Failed before issue 15: int(True) == 1 made `"batch": true` a batch of one."""
-    from chipswap.cache import ArtifactCache
-    from chipswap.compile import load_router
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.serve.served import load_router
 
     cset = _cset(buckets=[{"batch": True, "seq_len": 8, "key": "0" * 32}])
     with pytest.raises(ChipswapError, match=r"buckets\[0\]\.batch must be an integer, got True"):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.cache import ArtifactCache, KeyParts
-from chipswap.compile import SET_SCHEMA, load_router
+from chipswap.compile.cache import ArtifactCache, KeyParts
+from chipswap.compile.compiler import SET_SCHEMA
 from chipswap.errors import ChipswapError
+from chipswap.serve.served import load_router
 from tests.cli_helpers import run_inproc
 
 

@@ -21,8 +21,9 @@ import pytest
 import torch
 
 from chipswap import models
+from chipswap.compile.trust import require_cache_entry
 from chipswap.errors import ChipswapError
-from chipswap.nativeguard import native_members, require_cache_entry
+from chipswap.nativeguard import native_members
 from tests.cli_helpers import run_cli_many
 from tests.test_check_security import _payload_pt2
 
@@ -127,8 +128,8 @@ def test_archive_scan_finds_native_members(tmp_path):
 
 
 def test_compiled_packages_load_only_from_a_verified_cache_entry(tmp_path):
-    from chipswap.backends.aoti import AOTInductorBackend
-    from chipswap.cache import ArtifactCache
+    from chipswap.compile.backends.aoti import AOTInductorBackend
+    from chipswap.compile.cache import ArtifactCache
 
     loose = tmp_path / "somewhere"
     loose.mkdir()

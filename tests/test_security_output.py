@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from chipswap.atomic import atomic_write_text, clean_stale_temps
-from chipswap.compile import check_out_path
+from chipswap.compile.compiler import check_out_path
 from chipswap.errors import ChipswapError
 
 

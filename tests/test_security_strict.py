@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from chipswap.bench.results import parse_bench_results
 from chipswap.errors import ChipswapError
-from chipswap.loadgen.results import parse_bench_results
-from chipswap.planfile import load_plan, parse_plan
+from chipswap.shapes.planfile import load_plan, parse_plan
 from tests.test_loadgen import _doc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,7 +70,7 @@ def test_plan_file_without_a_schema_is_refused(tmp_path):
 
 
 def test_security_doc_states_the_exit_codes_as_they_are():
-    from chipswap.aws.access import AwsUnavailableError
+    from chipswap.economics.aws.access import AwsUnavailableError
 
     text = (ROOT / "docs" / "security.md").read_text()
     codes = text.split("Exit codes everywhere", 1)[1].split("\n\n", 1)[0]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from chipswap.commands.check import DEFAULT_CHECK_TIMEOUT_S
+from chipswap.cli.check import DEFAULT_CHECK_TIMEOUT_S
 from tests.cli_helpers import run_inproc
 
 HANG = """

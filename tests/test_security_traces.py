@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from chipswap.errors import ChipswapError
-from chipswap.traces import bounds
-from chipswap.traces.source import resolve_source
+from chipswap.traffic import bounds
+from chipswap.traffic.source import resolve_source
 from tests.cli_helpers import run_inproc
 
 HEADER = b"prompt_tokens,output_tokens\n"
@@ -60,7 +60,7 @@ def test_the_line_naming_reader_never_holds_a_whole_long_line(tmp_path):
     f.write_bytes(HEADER + b"10,5\n" + b"7" * (40 << 20) + b",1\n")
     code = (
         "import resource, sys\n"
-        "from chipswap.traces.source import TraceSource, locate_text_error\n"
+        "from chipswap.traffic.source import TraceSource, locate_text_error\n"
         f"err = locate_text_error(TraceSource({str(f)!r}, ({str(f)!r},), 'csv'))\n"
         "print(err)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"

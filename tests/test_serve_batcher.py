@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from chipswap.compile.padding import InputTooLong
 from chipswap.errors import ChipswapError
-from chipswap.runtime.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
-from chipswap.runtime.metrics import ServeMetrics
-from chipswap.runtime.router import InputTooLong
+from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
+from chipswap.serve.metrics import ServeMetrics
 
 
 class RecordingModel:

@@ -13,10 +13,10 @@ import httpx
 import pytest
 import torch
 
-from chipswap.runtime.batcher import BatcherConfig
-from chipswap.runtime.served import load_compiled_model, read_compiled_set
-from chipswap.runtime.server import ServeConfig, ServingEngine, start_background
-from chipswap.runtime.tokenizer import load_tokenizer
+from chipswap.serve.batcher import BatcherConfig
+from chipswap.serve.served import load_compiled_model, read_compiled_set
+from chipswap.serve.server import ServeConfig, ServingEngine, start_background
+from chipswap.serve.tokenizer import load_tokenizer
 from tests.serve_helpers import compiled_tiny, ort_threads
 
 pytestmark = pytest.mark.slow  # compiles tiny-distilbert buckets once per session (~10-25 s here)
@@ -37,7 +37,7 @@ def _engine(compiled, *, gate: threading.Event | None = None, **cfg) -> ServingE
     def loader():
         if gate is not None:
             gate.wait(30)
-        from chipswap.cache import ArtifactCache
+        from chipswap.compile.cache import ArtifactCache
 
         with ort_threads(1):
             return load_compiled_model(cset, ArtifactCache(cache_dir))

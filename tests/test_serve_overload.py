@@ -20,9 +20,9 @@ import time
 import httpx
 import pytest
 
-from chipswap.runtime.batcher import BatcherConfig, DynamicBatcher, QueueFull
-from chipswap.runtime.metrics import ServeMetrics
-from chipswap.runtime.server import ServeConfig, ServingEngine, start_background
+from chipswap.serve.batcher import BatcherConfig, DynamicBatcher, QueueFull
+from chipswap.serve.metrics import ServeMetrics
+from chipswap.serve.server import ServeConfig, ServingEngine, start_background
 from tests.test_serve_batcher import RecordingModel
 
 
@@ -52,7 +52,7 @@ def test_admission_bounded_by_the_expected_wait_vs_the_timeout():
 
 
 def test_loop_lag_sheds_predict_and_probes_still_answer(monkeypatch):
-    from chipswap.runtime.shedding import LoopLag
+    from chipswap.serve.shedding import LoopLag
 
     model = RecordingModel()
     with start_background(_engine(model)) as srv:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chipswap.errors import ChipswapError
-from chipswap.runtime.tokenizer import SPECIAL_TOKENS, build_wordpiece, example_tokenizer_path, load_tokenizer
+from chipswap.serve.tokenizer import SPECIAL_TOKENS, build_wordpiece, example_tokenizer_path, load_tokenizer
 
 
 def test_shipped_example_fits_tiny_distilbert():

@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from chipswap.core import buckets as B
 from chipswap.errors import ChipswapError
 from chipswap.report.shapes_plot import histogram_svg
-from chipswap.shapeplan import ShapePlan, batch_buckets_for_rate, load_plan, plan_shapes
-from chipswap.traces import Trace, bundled_trace_path, read_trace
+from chipswap.shapes import buckets as B
+from chipswap.shapes.shapeplan import ShapePlan, batch_buckets_for_rate, load_plan, plan_shapes
+from chipswap.traffic import Trace, bundled_trace_path, read_trace
 
 
 def _trace(prompt, output=None, ts=None):

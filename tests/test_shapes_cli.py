@@ -1,4 +1,4 @@
-"""`chipswap shapes` end to end through chipswap.cli.main: tables, --json, --out, --plot, exit 2."""
+"""`chipswap shapes` end to end through chipswap.cli.main.main: tables, --json, --out, --plot, exit 2."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from chipswap.cli import main
-from chipswap.shapeplan import load_plan
-from chipswap.traces import bundled_trace_path
+from chipswap.cli.main import main
+from chipswap.shapes.shapeplan import load_plan
+from chipswap.traffic import bundled_trace_path
 
 
 def run(argv, capsys):
@@ -120,7 +120,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, needle):
 
 
 def test_baselines_with_another_k_show_no_saving(capsys):
-    from chipswap.commands.shapes import saving_cell
+    from chipswap.cli.shapes import saving_cell
 
     code, out, err = run(
         ["shapes", str(bundled_trace_path()), "-k", "4", "--mode", "encoder", "--json"], capsys

@@ -1,4 +1,4 @@
-"""The fast simulator against the naive per-call reference (chipswap.core.simulate_reference): the same
+"""The fast simulator against the naive per-call reference (tests.simulate_reference): the same
 requests under the same serving rules must get the same replica and the same times, request by request.
 
 With dyadic service times and arrival times (multiples of 2**-10) every sum is exact in float64, so the two
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chipswap.core import simulate as S
-from chipswap.core.simulate_reference import simulate_reference
+from chipswap.simulation import simulate as S
 from tests.sim_services import GpuLike, TokenLinear
+from tests.simulate_reference import simulate_reference
 
 GPU = S.ReplicaSetup(max_batch=8, max_length=4096)
 NEURON = S.ReplicaSetup(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chipswap.core import simulate as S
+from chipswap.simulation import simulate as S
 from tests.sim_services import Constant, TokenLinear
 
 N = 100_000

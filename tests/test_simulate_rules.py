@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chipswap.core import simulate as S
-from chipswap.core.servicetime import ServingConfig
 from chipswap.errors import ChipswapError
+from chipswap.simulation import simulate as S
+from chipswap.simulation.servicetime import ServingConfig
 from tests.sim_services import Constant, GpuLike, TokenLinear
 
 NEURON = S.ReplicaSetup(max_batch=4, batch_sizes=(4,), prefill_buckets=(16, 64), decode_buckets=(32, 80))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from chipswap.core import simulate as S
 from chipswap.errors import ChipswapError
+from chipswap.simulation import simulate as S
 from tests.sim_services import Constant
 
 

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from chipswap.errors import ChipswapError
-from chipswap.traces import arrival_counts, bundled_trace_path, read_requests, read_trace
+from chipswap.traffic import arrival_counts, bundled_trace_path, read_requests, read_trace
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chipswap.shapeplan import max_length_for_reading, plan_shapes
-from chipswap.traces import Trace, aggregate_trace, bundled_trace_path, read_histogram, read_trace
+from chipswap.shapes.shapeplan import max_length_for_reading, plan_shapes
+from chipswap.traffic import Trace, aggregate_trace, bundled_trace_path, read_histogram, read_trace
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "shapes.md"
 

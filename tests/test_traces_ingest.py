@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from chipswap.core import buckets as B
 from chipswap.errors import ChipswapError
-from chipswap.traces import aggregate_trace, read_histogram, read_trace
+from chipswap.shapes import buckets as B
+from chipswap.traffic import aggregate_trace, read_histogram, read_trace
 
 RNG = np.random.default_rng(7)
 N = 400
@@ -279,7 +279,7 @@ def test_progress_is_reported_while_the_engine_scans(tmp_path):
 
 
 def test_parquet_statistics_prove_validity_only_when_they_can(tmp_path, monkeypatch):
-    from chipswap.traces import aggregate as A
+    from chipswap.traffic import aggregate as A
 
     seen: list[bool] = []
     real = A._proven_valid

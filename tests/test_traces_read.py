@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from chipswap.errors import ChipswapError
-from chipswap.traces import bundled_trace_path, read_trace
+from chipswap.traffic import bundled_trace_path, read_trace
 
 
 def _write_csv(path, header, rows):

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from chipswap.core.verdict import (
+from chipswap.verdict.rules import (
     CLOSE,
     DECISION_TABLE,
     MOVE_INF,
@@ -157,7 +157,7 @@ def test_screening_failure_wins_over_a_big_saving() -> None:
 def test_decision_table_ends_with_a_catch_all() -> None:
     name, test, _verdict, _why = DECISION_TABLE[-1]
     assert name == "clear-win"
-    from chipswap.core.verdict import _Assessment
+    from chipswap.verdict.rules import _Assessment
 
     assert test(_Assessment(clean(), TH, screen(clean(), TH)))
 
@@ -182,7 +182,7 @@ def test_unknown_slo_is_never_a_move() -> None:
 
 
 def test_failed_caution_is_a_close_call_not_a_stay() -> None:
-    from chipswap.core.verdict import Reason
+    from chipswap.verdict.rules import Reason
 
     bad = Reason("overflow", "fail", "gpu", "77% of requests overflow", "overflow share (%)", 77.0, "<= 1%")
     v = decide(clean(cautions=(bad,)), TH)
@@ -221,7 +221,7 @@ def test_no_candidate_says_why() -> None:
 
 def test_every_decision_row_is_reachable() -> None:
     """One Facts per row of the decision table, each giving that row's verdict (the rows are data)."""
-    from chipswap.core.verdict import Reason
+    from chipswap.verdict.rules import Reason
 
     fail = Reason("overflow", "fail", "gpu", "3% overflow", "overflow share (%)", 3.0, "<= 1%")
     cases = {
@@ -238,7 +238,7 @@ def test_every_decision_row_is_reachable() -> None:
         "clear-win": clean(),
     }
     assert set(cases) == {row[0] for row in DECISION_TABLE}
-    from chipswap.core.verdict import _Assessment
+    from chipswap.verdict.rules import _Assessment
 
     for name, facts in cases.items():
         a = _Assessment(facts, TH, screen(facts, TH))

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from chipswap.commands.plan import EXAMPLES, example_path
+from chipswap.cli.plan import EXAMPLES, example_path
 from chipswap.errors import ChipswapError
-from chipswap.workload import Workload, load_workload, parse_workload, schema_help
+from chipswap.plan.workload import Workload, load_workload, parse_workload, schema_help
 
 
 def example_dict(name: str = "llama-serving") -> dict[str, Any]:
@@ -237,7 +237,7 @@ def test_non_finite_from_toml_file(tmp_path: Path) -> None:
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    from chipswap.cli import main
+    from chipswap.cli.main import main
 
     with pytest.raises(SystemExit) as ei:
         main(argv)
@@ -298,7 +298,7 @@ def test_print_example_unknown_name(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_trace_column_hint_points_at_the_workload_table() -> None:
-    from chipswap.commands.plan import workload_trace_hint
+    from chipswap.cli.plan import workload_trace_hint
 
     msg = (
         "t.csv: no prompt_tokens column found among a, b; "
@@ -323,7 +323,7 @@ def test_plan_with_a_trace_missing_columns(tmp_path: Path, capsys: pytest.Captur
 def test_trace_without_timestamps_is_an_error() -> None:
     from types import SimpleNamespace
 
-    from chipswap.commands.plan import _require_arrival_rates
+    from chipswap.cli.plan import _require_arrival_rates
 
     wl = load_workload(example_path("llama-serving"))
     no_ts = SimpleNamespace(traffic=SimpleNamespace(mean_rps=None))
@@ -339,7 +339,7 @@ def test_trace_without_timestamps_is_an_error() -> None:
 def _fake_result(**extra: Any) -> Any:
     from types import SimpleNamespace
 
-    from chipswap.core.verdict import Reason, Verdict
+    from chipswap.verdict.rules import Reason, Verdict
 
     reasons = (
         Reason("stable", "pass", "neuron", "stable model", "changes", 0.0, "<= 1"),
@@ -363,7 +363,7 @@ def _fake_result(**extra: Any) -> Any:
 
 
 def test_terminal_summary_shows_every_reason_and_note() -> None:
-    from chipswap.commands.plan import summary_lines
+    from chipswap.cli.plan import summary_lines
 
     r = _fake_result()
     text = "\n".join(summary_lines(r))

@@ -10,7 +10,7 @@ torch's ``.pt2`` loader (``torch.export.load``) dlopens every AOTInductor shared
   scan did not foresee still never reaches dlopen.
 
 AOTInductor packages chipswap compiled itself load only from its own cache, after the entry's sha256 manifest
-matched (``require_cache_entry``, used by ``chipswap.backends.aoti``).
+matched (``chipswap.compile.trust.require_cache_entry``, used by ``chipswap.compile.backends``).
 
 May not touch: the network, any file it is not given; it imports torch only inside ``no_aoti_load``.
 """
@@ -109,23 +109,3 @@ def quiet_torch_export() -> Iterator[None]:
     finally:
         for lg, lvl in zip(loggers, saved, strict=True):
             lg.setLevel(lvl)
-
-
-def require_cache_entry(artifact_dir: str | Path) -> None:
-    """An AOTInductor package loads only from a ready entry of a chipswap cache whose files match its sha256
-    manifest: ``artifact_dir`` must be ``<root>/entries/<key>`` and verify now."""
-    from chipswap.cache import ArtifactCache, is_key
-
-    d = Path(artifact_dir)
-    if not (is_key(d.name) and d.parent.name == "entries" and not d.is_symlink()):
-        raise NativeCodeRefused(
-            f"compiled package {one_line(str(d), 120)} is not an entry of a chipswap cache; chipswap loads "
-            "compiled packages (native code) only from its own cache, by content hash: use chipswap compile"
-        )
-    cache = ArtifactCache(d.parent.parent)
-    entry = cache.get(d.name)
-    if entry is None or entry.state != "ready" or Path(entry.path).resolve() != d.resolve():
-        raise NativeCodeRefused(
-            f"compiled package {one_line(str(d), 120)} does not match its cache manifest (missing, failed "
-            "or corrupt); rerun chipswap compile"
-        )

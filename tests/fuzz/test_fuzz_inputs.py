@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
-from chipswap.cli import main as cli_main
+from chipswap.cli.main import main as cli_main
 from tests.fuzz import strategies as S
 from tests.fuzz.harness import (
     FILE_NODE_CEILING_BYTES,
@@ -112,8 +112,8 @@ def seeded_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, s
     import onnx
     from onnx import TensorProto, helper
 
-    from chipswap.backends import write_io
-    from chipswap.cache import ArtifactCache, KeyParts
+    from chipswap.compile.backends import write_io
+    from chipswap.compile.cache import ArtifactCache, KeyParts
 
     root = tmp_path_factory.mktemp("seed") / "cache"
     c = ArtifactCache(root)
@@ -161,7 +161,7 @@ PLAN = {
 @pytest.mark.parametrize("kind", _params("plans", S.ALL_KINDS))
 def test_fuzz_plans(box: Sandbox, kind: str) -> None:
     """compile --plan (stopped before compiling by the neuron backend's SDK check) and check's plan reader."""
-    from chipswap.check import load_plan as check_load_plan
+    from chipswap.readiness.check import load_plan as check_load_plan
 
     _within_budget()
 
@@ -180,9 +180,11 @@ def test_fuzz_plans(box: Sandbox, kind: str) -> None:
 # -------------------------------------------------------------------------------------------- compiled sets
 @pytest.mark.parametrize("kind", _params("compiled_sets", S.ALL_KINDS))
 def test_fuzz_compiled_sets(box: Sandbox, seeded_cache: tuple[Path, str, str], kind: str) -> None:
-    """chipswap.compile.load_router (what `chipswap serve` loads) against a real cache, then one request."""
-    from chipswap.cache import ArtifactCache
-    from chipswap.compile import SET_SCHEMA, load_router
+    """chipswap.serve.served.load_router (what `chipswap serve` loads) against a real cache, then one
+    request."""
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.compiler import SET_SCHEMA
+    from chipswap.serve.served import load_router
 
     template = {
         "schema": SET_SCHEMA, "chipswap": "0.1.0", "model": "fuzz", "backend": "onnxruntime",
@@ -511,8 +513,8 @@ BENCH = {
 @pytest.mark.parametrize("kind", _params("bench", S.ALL_KINDS))
 def test_fuzz_bench_results(box: Sandbox, kind: str) -> None:
     """The measured-results file of `chipswap bench` (issue 12), read the way `plan` reads it; runs once
-    chipswap.loadgen is on the branch."""
-    loadgen = pytest.importorskip("chipswap.loadgen")
+    chipswap.bench is on the branch."""
+    loadgen = pytest.importorskip("chipswap.bench")
     _within_budget()
 
     @_settings("bench", kind, 3)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.cli import main as cli_main
+from chipswap.cli.main import main as cli_main
 from tests.fuzz.harness import (
     FILE_NODE_CEILING_BYTES,
     FILE_NODE_TIMEOUT_S,
@@ -129,7 +129,7 @@ def test_F15_08_catalog_source_control_characters_never_reach_the_terminal(box):
 
 
 # F15-19 (found by CI's derandomized draw): an invalid region name was quoted raw in the error line. Fixed for
-# every message at once: chipswap.cli.fail escapes control characters.
+# every message at once: chipswap.cli.main.fail escapes control characters.
 def test_F15_19_catalog_region_control_characters_never_reach_the_terminal(box):
     hostile = '"\\u001b[31mRED\\u001b]0;owned\\u0007"'
     text = PRICE.format(price="3.1", source="x").replace('"us-east-1"', hostile)

@@ -28,10 +28,9 @@ from chipswap.plan.result import (
     ShapeSummary,
     TrafficSummary,
 )
-from chipswap.workload import Workload
+from chipswap.plan.workload import Workload
 
 if TYPE_CHECKING:
-    from chipswap.core.sensitivity import Flip
     from chipswap.plan.fleets import FleetsStage
     from chipswap.plan.projection import ProjectionStage
     from chipswap.plan.setup import PlanSetup
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from chipswap.plan.simulation import SimulationStage
     from chipswap.plan.traffic import TrafficStage
     from chipswap.plan.verdict import VerdictStage
+    from chipswap.verdict.sensitivity import Flip
 
 P = ParamSpec("P")
 R = TypeVar("R")

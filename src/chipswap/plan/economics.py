@@ -3,7 +3,7 @@
 A Scenario holds every number the money depends on, including the knobs the sensitivity and the error band
 turn (traffic factor, each side's speed, porting, price terms); `economics` re-sizes BOTH fleets with their
 sizers for the scenario's traffic and speeds, so every variation is like for like. Pure: Decimal money through
-chipswap.core.cost; no I/O.
+chipswap.economics.cost; no I/O.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from chipswap.core import cost
-from chipswap.core.verdict import Facts, Reason, Thresholds, Verdict, decide
+from chipswap.economics import cost
 from chipswap.plan.sizing import Sizer
+from chipswap.verdict.rules import Facts, Reason, Thresholds, Verdict, decide
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ class Money:
 
 
 def economics(s: Scenario) -> Money:
-    """Monthly cost now and after, saving and payback for one scenario (cost engine of chipswap.core.cost)."""
+    """Monthly cost now and after, saving and payback for one scenario (cost engine of
+    chipswap.economics.cost)."""
     run = None
     gpu_count = None
     if s.kind == "serving":

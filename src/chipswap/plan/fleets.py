@@ -18,7 +18,7 @@ from chipswap.plan.setup import PlanSetup
 from chipswap.plan.simulation import InstanceSim, SimulationStage
 from chipswap.plan.sizing import FixedSizer, RateSizer, Sizer
 from chipswap.plan.traffic import TrafficStage
-from chipswap.workload import FIGURE_UNITS, FigureIn
+from chipswap.plan.workload import FIGURE_UNITS, FigureIn
 
 RPS = "requests/s per instance"
 HOURS = "hours per run"

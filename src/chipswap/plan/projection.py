@@ -23,7 +23,7 @@ from chipswap.plan.traffic import Load
 
 @dataclass(frozen=True)
 class InstanceProjection:
-    """The projection for one instance type. times: a chipswap.core.servicetime.ServiceTimes (serving);
+    """The projection for one instance type. times: a chipswap.simulation.servicetime.ServiceTimes (serving);
     config: its ServingConfig; requests_per_s: the projected steady throughput of one instance (serving);
     tokens_per_s: training throughput per instance; excluded: why the model cannot run there (memory, no
     calibration), None when it can or when nothing was projected."""
@@ -52,9 +52,9 @@ class ProjectionStage:
 
 
 def _engine() -> Any:
-    """The projection engine (chipswap.projection), or None where it is not installed."""
+    """The projection engine (chipswap.projection.api), or None where it is not installed."""
     try:
-        from chipswap import projection as engine
+        from chipswap.projection import api as engine
     except ImportError:
         return None
     return engine

@@ -52,7 +52,7 @@ def _input_names(ref: Any, task: str | None) -> list[str]:
 def run_check(
     ref: Any, shapes: list[str] | None, target: str, task: str | None, full: bool, training: bool
 ) -> Any:
-    from chipswap.check import run_check as check
+    from chipswap.readiness.check import run_check as check
 
     return check(ref, shapes, target=target, task=task, full_model=full, training=training)
 
@@ -95,7 +95,7 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
     findings = tuple(report.findings_json())
     n_block = len(report.blockers)
     by_target = {target: (n_block, _float_or_none(report.support_percentage), findings)}
-    from chipswap.core.rules import evaluate as judge
+    from chipswap.readiness.rules import evaluate as judge
 
     for other in others:
         a = judge(report.inventory, report.ruleset, other)

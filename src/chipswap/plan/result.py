@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from chipswap.core.sensitivity import Flip
-from chipswap.core.verdict import Thresholds, Verdict
 from chipswap.plan.figures import Figure
+from chipswap.verdict.rules import Thresholds, Verdict
+from chipswap.verdict.sensitivity import Flip
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class FleetPlan:
     meets_slo: bool | None = None
     slo_floor_ms: float | None = None  # unloaded latency: no fleet size goes below it
     curve: tuple[tuple[float, int | None], ...] = ()
-    config: Any = None  # chipswap.core.servicetime.ServingConfig when projected
+    config: Any = None  # chipswap.simulation.servicetime.ServingConfig when projected
     overridden: tuple[Figure, ...] = ()  # figures outranked by `throughput` (shown, not used)
     stated: tuple[Figure, ...] = ()  # stated/seed figures kept for the report beside a projection
     latency: LatencySample = field(default_factory=LatencySample, compare=False)

@@ -3,20 +3,20 @@
 Traffic re-sizes BOTH fleets (each with its own sizer); a price term is applied to BOTH sides; the Neuron and
 the
 GPU throughput are varied separately. Input: PlanSetup and the VerdictStage. Output: the Flip rows. The search
-itself is chipswap.core.sensitivity (pure); every evaluation here is a pure re-run of economics + verdict.
+itself is chipswap.verdict.sensitivity (pure); every evaluation here is a pure re-run of economics + verdict.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from chipswap.core import cost
-from chipswap.core.sensitivity import Choice, Flip, Knob, sensitivity
+from chipswap.economics import cost
 from chipswap.plan.economics import Scenario, evaluate
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.sizing import RateSizer
 from chipswap.plan.verdict import VerdictStage, rate
-from chipswap.workload import TERMS
+from chipswap.plan.workload import TERMS
+from chipswap.verdict.sensitivity import Choice, Flip, Knob, sensitivity
 
 
 def _with_utilization(scn: Scenario, u: float) -> Scenario:

@@ -13,9 +13,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from chipswap.core.verdict import Thresholds
 from chipswap.errors import ChipswapError
-from chipswap.workload import Workload
+from chipswap.plan.workload import Workload
+from chipswap.verdict.rules import Thresholds
 
 _TARGET_OF_FAMILY = {"inf1": "inf1", "inf2": "inf2", "trn1": "trn1", "trn1n": "trn1", "trn2": "trn2"}
 
@@ -41,7 +41,7 @@ class PlanSetup:
     candidates: tuple[Any, ...]
     region: str
     model: Any = None
-    measured: dict[str, Any] = field(default_factory=dict)  # instance -> chipswap.loadgen MeasuredServing
+    measured: dict[str, Any] = field(default_factory=dict)  # instance -> chipswap.bench MeasuredServing
 
     @property
     def kind(self) -> str:
@@ -62,7 +62,7 @@ def thresholds(wl: Workload, close_margin_pct: Decimal | None = None) -> Thresho
 
 
 def load_catalog() -> Any:
-    from chipswap.catalog_io import load_catalog as load
+    from chipswap.economics.catalog_io import load_catalog as load
 
     return load()
 
@@ -99,7 +99,7 @@ def read_measured(paths: list[Path], wpath: Path, names: list[str]) -> dict[str,
     """Measured serving figures from `chipswap bench` result files, by instance (one line per bad file)."""
     if not paths:
         return {}
-    from chipswap.loadgen.results import measured_serving, read_bench_results
+    from chipswap.bench.results import measured_serving, read_bench_results
 
     out: dict[str, Any] = {}
     for p in paths:

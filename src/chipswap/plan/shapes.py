@@ -35,7 +35,7 @@ def _float_or_none(v: Any) -> float | None:
 
 def plan_shapes(trace: Any, mode: str, max_buckets: int, max_length: int | None) -> ShapeSummary:
     """The shape planner's buckets and padding overhead (and its fixed-rule baselines) for `trace`."""
-    from chipswap.shapeplan import plan_shapes as planner
+    from chipswap.shapes.shapeplan import plan_shapes as planner
 
     plan = planner(trace, mode=mode, max_buckets=max_buckets, max_length=max_length)
     requests = len(trace)

@@ -6,8 +6,9 @@ the
 layout (tensor-parallel degree x replicas) that needs the fewest instances, that count, the capacity per
 instance within the SLO at the projection's value and at the edges of its error band (a CurveSizer the
 economics and sensitivity stages re-size with), simulated latency percentiles and distributions at that size,
-and the unloaded floor when no size meets the SLO. The simulator is reached through chipswap.core.simulate and
-chipswap.core.fleet (size_fleet, check_fleet) only.
+and the unloaded floor when no size meets the SLO. The simulator is reached through
+chipswap.simulation.simulate and
+chipswap.simulation.fleet (size_fleet, check_fleet) only.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class SimulationStage:
 
 def _simulator() -> Any:
     try:
-        from chipswap.core import fleet, simulate
+        from chipswap.simulation import fleet, simulate
     except ImportError:
         return None
     return simulate, fleet
@@ -93,7 +94,7 @@ class _Fleet:
         self.sizing: Any = None
 
     def size(self, cap: int) -> Any:
-        """chipswap.core.fleet.size_fleet on the busiest window, up to `cap` instances."""
+        """chipswap.simulation.fleet.size_fleet on the busiest window, up to `cap` instances."""
         ld = self.load
         self.sizing = self.fleet.size_fleet(
             ld.traffic,
@@ -112,7 +113,7 @@ class _Fleet:
 
     def meets(self, n: int, g: float, speed: float) -> bool:
         """Do `n` instances meet the SLO with traffic scaled by `g` and every call `speed` times as fast?"""
-        from chipswap.core.servicetime import ScaledServiceTimes
+        from chipswap.simulation.servicetime import ScaledServiceTimes
 
         g = round(g, 4)
         if g not in self._scaled:

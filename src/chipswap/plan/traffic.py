@@ -3,9 +3,10 @@ out the load both fleets are sized for: the busiest `burst_window_s` window with
 cool-down after, at the workload's scale.
 
 Input: PlanSetup. Output: TrafficStage (summary for the report and verdict, the trace or histogram for the
-shape planner, and the Load the simulator replays). Trace files are read through `chipswap.traces` only;
-arrivals are built, scaled and windowed with the simulator's own helpers (chipswap.core.simulate /
-chipswap.core.fleet). Bad traffic (an empty trace, every arrival at one instant, a window longer than the
+shape planner, and the Load the simulator replays). Trace files are read through `chipswap.traffic` only;
+arrivals are built, scaled and windowed with the simulator's own helpers (chipswap.simulation.simulate /
+chipswap.simulation.fleet). Bad traffic (an empty trace, every arrival at one instant, a window longer than
+the
 trace, no timestamps) is one ChipswapError line naming the key and the fix.
 """
 
@@ -33,7 +34,8 @@ HISTOGRAM_SAMPLE = 20_000  # lengths drawn from a histogram file for the project
 
 @dataclass(frozen=True)
 class Load:
-    """What a fleet must serve: `traffic` (chipswap.core.simulate.Traffic: the window with its warm-up and
+    """What a fleet must serve: `traffic` (chipswap.simulation.simulate.Traffic: the window with its warm-up
+    and
     cool-down, at scale), the `window` measured within it (start, end seconds), its arrival rate after scale,
     and where it comes from. all_*_tokens: every request's lengths (for the configuration search)."""
 
@@ -66,7 +68,7 @@ class Load:
 @dataclass(frozen=True)
 class TrafficStage:
     summary: TrafficSummary
-    trace: Any  # chipswap.traces.Trace or TraceHistograms (for the shape planner); None for a steady rate
+    trace: Any  # chipswap.traffic.Trace or TraceHistograms (for the shape planner); None for a steady rate
     load: Load
     notes: tuple[str, ...] = ()
 
@@ -97,7 +99,7 @@ def _shrink(window_s: float, rate_rps: float) -> float:
 
 def _stated_rate(s: PlanSetup, prompt: np.ndarray, out: np.ndarray, what: str) -> Load:
     """Poisson arrivals at the stated rate over warm-up + window + cool-down, lengths given per request."""
-    from chipswap.core.simulate import make_traffic, poisson_arrivals
+    from chipswap.simulation.simulate import make_traffic, poisson_arrivals
 
     tr = s.workload.traffic
     assert tr is not None and tr.steady_rps is not None
@@ -158,7 +160,7 @@ def _steady(s: PlanSetup) -> TrafficStage:
 
 def _from_histogram(s: PlanSetup) -> TrafficStage:
     """Poisson arrivals at the stated rate, each request's lengths drawn from a histogram file."""
-    from chipswap.traces import read_histogram
+    from chipswap.traffic import read_histogram
 
     tr = s.workload.traffic
     assert tr is not None and tr.histogram is not None and tr.steady_rps is not None
@@ -194,20 +196,20 @@ def _from_histogram(s: PlanSetup) -> TrafficStage:
 
 
 def read_trace(path: Path, columns: dict[str, str] | None) -> Any:
-    from chipswap.traces import read_trace as read
+    from chipswap.traffic import read_trace as read
 
     return read(path, columns=columns) if columns else read(path)
 
 
 def bundled_trace() -> Path:
-    from chipswap.traces import bundled_trace_path
+    from chipswap.traffic import bundled_trace_path
 
     return Path(bundled_trace_path())
 
 
 def _from_trace(s: PlanSetup) -> TrafficStage:
-    from chipswap.core.fleet import window_traffic
-    from chipswap.core.simulate import make_traffic, scale_traffic
+    from chipswap.simulation.fleet import window_traffic
+    from chipswap.simulation.simulate import make_traffic, scale_traffic
 
     tr = s.workload.traffic
     wpath = s.path

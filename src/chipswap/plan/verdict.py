@@ -4,7 +4,7 @@ account.
 Input: PlanSetup, the traffic summary, shapes, readiness and FleetsStage. Output: VerdictStage (every
 candidate's
 money, the pick, the Verdict and the Scenario/Facts the sensitivity stage varies). The decision itself is the
-pure table in chipswap.core.verdict; this stage only assembles its Facts, including `band_flip`: when the
+pure table in chipswap.verdict.rules; this stage only assembles its Facts, including `band_flip`: when the
 move's
 saving flips somewhere inside the error band of the throughput figures it rests on, the verdict is a close
 call
@@ -17,14 +17,14 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
-from chipswap.core import cost
-from chipswap.core.verdict import MOVES, Facts, Verdict, decide
+from chipswap.economics import cost
 from chipswap.errors import ChipswapError
 from chipswap.plan.economics import Money, Scenario, economics, evaluate
 from chipswap.plan.figures import Figure
 from chipswap.plan.fleets import FleetsStage
 from chipswap.plan.result import CandidateResult, FleetPlan, ReadinessSummary, ShapeSummary, TrafficSummary
 from chipswap.plan.setup import PlanSetup, rules_target
+from chipswap.verdict.rules import MOVES, Facts, Verdict, decide
 
 
 @dataclass(frozen=True)

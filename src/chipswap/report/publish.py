@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from chipswap.atomic import _fsync_dir, atomic_write_text
-from chipswap.cache import _pid_alive, _write_file
+from chipswap.compile.cache import _pid_alive, _write_file
 from chipswap.errors import ChipswapError
 
 RUNS = ".chipswap-runs"

@@ -1,0 +1,590 @@
+"""`chipswap cost job` (job cost, saving, break-even run); `chipswap cost serve` ($/1M, fleet)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal, InvalidOperation
+
+import typer
+from rich.table import Table
+
+from chipswap.cli.catalog import CATALOG_HELP, check_region, console
+from chipswap.economics import cost as C
+from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
+from chipswap.economics.catalog_io import load_catalog
+from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
+
+cost_app = typer.Typer(
+    help="Price a move: total cost to finish a job and its break-even run, or serving cost per 1M requests.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+TERM_HELP = f"Price term: {', '.join(TERMS)}."
+RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 3), e.g. 10000,5.50,1."
+RESERVED_EXAMPLE = "10000,5.50,1"
+MAX_HOURS_PER_MONTH = 744  # 31 days x 24 h
+DEFAULT_PORTING_DAYS = "3"  # the seed's worked example; always printed as an assumption
+DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; default 800)."
+
+
+# --- flag parsing -------------------------------------------------------------------------------------------
+MAX_FLAG_VALUE = Decimal(10) ** 12
+
+
+def _flag_num(
+    value: str | float | None,
+    flag: str,
+    *,
+    positive: bool = True,
+    allow_zero: bool = False,
+    example: str | None = None,
+) -> Decimal:
+    example = example or f"{flag} 20"
+    try:
+        d = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise ChipswapError(f"{flag} must be a number, got {value!r}; pass e.g. {example}") from None
+    if not d.is_finite():
+        raise ChipswapError(f"{flag} must be a finite number, got {value!r}; pass e.g. {example}")
+    if abs(d) > MAX_FLAG_VALUE:  # money, hours, rates: beyond this the Decimal context overflows when priced
+        raise ChipswapError(f"{flag} is {value}, over the {MAX_FLAG_VALUE:,} limit; pass e.g. {example}")
+    if positive and (d < 0 or (d == 0 and not allow_zero)):
+        need = "0 or more" if allow_zero else "greater than 0"
+        raise ChipswapError(
+            f"{flag} must be {need}, got {value}; pass a {'non-negative' if allow_zero else 'positive'}"
+            " number"
+        )
+    return d
+
+
+def _opt_num(value: str | None, flag: str, **kw) -> Decimal | None:
+    return None if value is None else _flag_num(value, flag, **kw)
+
+
+def _count(value: int | str, flag: str) -> int:
+    text = str(value).strip()
+    try:
+        n = int(text)
+    except ValueError:
+        raise ChipswapError(
+            f"{flag} must be a whole number of instances, got {text!r}; pass e.g. {flag} 2"
+        ) from None
+    if n < 1:
+        raise ChipswapError(
+            f"{flag} must be at least 1, got {n}; pass the number of instances, e.g. {flag} 2"
+        )
+    return n
+
+
+def _reserved(text: str | None, flag: str) -> ReservedTerm | None:
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise ChipswapError(
+            f"{flag} must be UPFRONT,HOURLY,YEARS (upfront USD, hourly USD, 1 or 3 years), got {text!r};"
+            f" e.g. {flag} {RESERVED_EXAMPLE}"
+        )
+    ex = f"{flag} {RESERVED_EXAMPLE} (upfront USD, hourly USD, years)"
+    up = _flag_num(parts[0], f"{flag} upfront", allow_zero=True, example=ex)
+    hourly = _flag_num(parts[1], f"{flag} hourly", allow_zero=True, example=ex)
+    if parts[2] not in ("1", "3"):
+        raise ChipswapError(f"{flag} years must be 1 or 3, got {parts[2]!r}; e.g. {ex}")
+    return ReservedTerm(up, hourly, int(parts[2]))
+
+
+def _term(term: str, flag: str) -> str:
+    t = term.strip().lower()
+    aliases = {"ondemand": "on-demand", "od": "on-demand", "1y": "1yr", "3y": "3yr", "ri": "ri-effective"}
+    t = aliases.get(t, t)
+    if t not in TERMS:
+        raise ChipswapError(f"unknown {flag}: {term!r}; use one of {', '.join(TERMS)}")
+    return t
+
+
+def _user_rate(instance: str, region: str, usd: Decimal, flag: str) -> Rate:
+    return Rate(usd, "custom", region, f"user {flag}", "user input", instance, f"rate given with {flag}")
+
+
+# --- output helpers -----------------------------------------------------------------------------------------
+def money(d: Decimal) -> str:
+    q = C.usd(d)
+    sign = "-" if q < 0 else ""
+    return f"{sign}${abs(q):,.2f}"
+
+
+def rate_text(d: Decimal) -> str:
+    """An hourly rate: at least cents, up to the 5 decimals AWS publishes (21.5 -> $21.50, 1.96786 stays)."""
+    d = d.quantize(Decimal("0.00001"), rounding="ROUND_HALF_UP").normalize()
+    places = max(2, -d.as_tuple().exponent)
+    return f"${d:,.{places}f}"
+
+
+def pct(d: Decimal) -> str:
+    return f"{d.quantize(Decimal('0.1'), rounding='ROUND_HALF_UP')} %"
+
+
+def _n(d: Decimal | None, places: str = "0.01") -> float | None:
+    return None if d is None else float(d.quantize(Decimal(places), rounding="ROUND_HALF_UP"))
+
+
+def _payback(be: C.BreakEven | None) -> str:
+    if be is None:
+        return "-"
+    return "never" if be.period is None else str(be.period)
+
+
+def _as_of(r: Rate) -> str:
+    return r.as_of if r.as_of in ("undated", "user input") else f"as of {r.as_of}"
+
+
+def _rate_json(r: Rate) -> dict:
+    return {
+        "term": r.term,
+        "region": r.region,
+        "usd_per_hour": float(r.usd_per_hour),
+        "source": r.source,
+        "as_of": r.as_of,
+        "note": r.note or None,
+    }
+
+
+# --- cost job -----------------------------------------------------------------------------------------------
+@cost_app.command("job")
+def cost_job(
+    baseline: str = typer.Option(
+        ..., "--baseline", metavar="INSTANCE", help="Instance the job runs on today, e.g. p5.48xlarge."
+    ),
+    baseline_hours: str = typer.Option(
+        ..., "--baseline-hours", metavar="HOURS", help="Wall-clock hours the job takes there."
+    ),
+    candidate: str = typer.Option(
+        ..., "--candidate", metavar="INSTANCE", help="Instance to move to, e.g. trn1.32xlarge."
+    ),
+    candidate_hours: str = typer.Option(
+        ..., "--candidate-hours", metavar="HOURS", help="Wall-clock hours the job takes there."
+    ),
+    region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for both prices."),
+    baseline_count: str = typer.Option(
+        "1", "--baseline-count", metavar="N", help="Baseline instances used by the job."
+    ),
+    candidate_count: str = typer.Option(
+        "1", "--candidate-count", metavar="N", help="Candidate instances used by the job."
+    ),
+    baseline_term: str = typer.Option("on-demand", "--baseline-term", metavar="TERM", help=TERM_HELP),
+    candidate_term: list[str] = typer.Option(
+        [],
+        "--candidate-term",
+        metavar="TERM",
+        help=TERM_HELP + " Repeat for several; default: every term with a price.",
+    ),
+    baseline_rate: str | None = typer.Option(
+        None, "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h (overrides)."
+    ),
+    candidate_rate: str | None = typer.Option(
+        None, "--candidate-rate", metavar="USD_PER_H", help="Your own candidate $/h (adds a row)."
+    ),
+    reserved: str | None = typer.Option(
+        None, "--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP + " Adds a candidate row."
+    ),
+    porting_days: str | None = typer.Option(
+        None,
+        "--porting-days",
+        metavar="DAYS",
+        help="Engineer-days to port and validate on Neuron (an assumption; default 3).",
+    ),
+    day_rate: str | None = typer.Option(None, "--day-rate", metavar="USD", help=DAY_RATE_HELP),
+    runs_per_month: str | None = typer.Option(
+        None,
+        "--runs-per-month",
+        metavar="N",
+        help="Identical runs per month; adds the month the move pays back.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+) -> None:
+    """Total cost to finish one job on baseline vs candidate, the saving, and the run porting pays back."""
+    b_hours = _flag_num(baseline_hours, "--baseline-hours")
+    c_hours = _flag_num(candidate_hours, "--candidate-hours")
+    baseline_count = _count(baseline_count, "--baseline-count")
+    candidate_count = _count(candidate_count, "--candidate-count")
+    days = _flag_num(porting_days or DEFAULT_PORTING_DAYS, "--porting-days", allow_zero=True)
+    rate = _flag_num(day_rate or str(C.DEFAULT_DAY_RATE_USD), "--day-rate", allow_zero=True)
+    rpm = _opt_num(runs_per_month, "--runs-per-month")
+    b_rate_user = _opt_num(baseline_rate, "--baseline-rate", allow_zero=True)
+    c_rate_user = _opt_num(candidate_rate, "--candidate-rate", allow_zero=True)
+    res = _reserved(reserved, "--reserved")
+    b_term = _term(baseline_term, "--baseline-term")
+    c_terms = [_term(t, "--candidate-term") for t in candidate_term]
+
+    catalog = load_catalog(catalog_file)
+    check_region(catalog, region)
+    b_inst = catalog.instance(baseline)
+    c_inst = catalog.instance(candidate)
+    b_rate = (
+        _user_rate(b_inst.name, region, b_rate_user, "--baseline-rate")
+        if b_rate_user is not None
+        else catalog.rate(b_inst.name, region, b_term)
+    )
+    c_rates = _candidate_rates(catalog, c_inst.name, region, c_terms, c_rate_user, res)
+
+    base = C.job_option(b_rate.term, b_inst.name, b_hours, b_rate.usd_per_hour, baseline_count)
+    options = [C.job_option(r.term, c_inst.name, c_hours, r.usd_per_hour, candidate_count) for r in c_rates]
+    result = C.compare_jobs(base, options, days, rate, rpm)
+    assumptions = _job_assumptions(result, days, porting_days, rate, day_rate, [b_rate, *c_rates], catalog)
+
+    if as_json:
+        typer.echo(json.dumps(_job_json(result, region, b_rate, c_rates, assumptions), indent=2))
+        return
+    out = console()
+    table = Table(title=f"Total cost to finish the job ({region}); porting pays back on run N")
+    cols = ["", "instance", "term", "$/h", "hours", "job cost", "saving/run", "saving", "pays back (run)"]
+    if rpm is not None:
+        cols.append("pays back (month)")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("", "instance", "term") else "right")
+    table.add_row(
+        "baseline",
+        f"{base.count} x {base.instance}",
+        base.label,
+        rate_text(base.usd_per_hour),
+        f"{base.hours.normalize():f}",
+        money(base.cost_usd),
+        "-",
+        "-",
+        "-",
+        *(["-"] if rpm is not None else []),
+    )
+    for line in result.lines:
+        o = line.option
+        row = [
+            "candidate",
+            f"{o.count} x {o.instance}",
+            o.label,
+            rate_text(o.usd_per_hour),
+            f"{o.hours.normalize():f}",
+            money(o.cost_usd),
+            money(line.comparison.saving_usd),
+            pct(line.comparison.saving_pct),
+            _payback(line.per_run),
+        ]
+        if rpm is not None:
+            row.append(_payback(line.per_month))
+        table.add_row(*row)
+    out.print(table)
+    for a in assumptions:
+        out.print(f"- {a}", markup=False, highlight=False)
+
+
+def _candidate_rates(
+    catalog: Catalog, name: str, region: str, terms: list[str], user: Decimal | None, res: ReservedTerm | None
+) -> list[Rate]:
+    rates: list[Rate] = []
+    if terms:
+        rates = [catalog.rate(name, region, t) for t in dict.fromkeys(terms)]
+    elif user is None and res is None:
+        have = {r.term: r for r in catalog.rates_for(name, region)}
+        rates = [have[t] for t in TERMS if t in have]
+        if not rates:
+            catalog.rate(name, region, "on-demand")  # raises, naming regions that have a price
+    if res is not None:
+        rates.append(catalog.rate(name, region, res))
+    if user is not None:
+        rates.append(_user_rate(name, region, user, "--candidate-rate"))
+    return rates
+
+
+def _job_assumptions(
+    result: C.JobComparison,
+    days: Decimal,
+    days_raw: str | None,
+    rate: Decimal,
+    rate_raw: str | None,
+    rates: list[Rate],
+    catalog: Catalog,
+) -> list[str]:
+    default_days = days_raw is None
+    default_rate = rate_raw is None
+    out = [
+        f"porting cost {money(result.porting_usd)} = {days.normalize():f} engineer-days"
+        f"{' (default)' if default_days else ''} x ${rate.normalize():,f}/day"
+        f"{' (default day rate)' if default_rate else ''}"
+        "; change with --porting-days / --day-rate",
+        "saving = baseline job cost - candidate job cost; pays back on the first run whose cumulative saving "
+        "covers the porting cost ('never' if it never does)",
+    ]
+    seen = set()
+    for r in rates:
+        key = (r.source, r.term)
+        if key in seen:
+            continue
+        seen.add(key)
+        text = f"{r.term} price: {one_line(r.source)} ({one_line(_as_of(r))})"
+        if r.note and r.term in ("1yr", "3yr", "ri-effective", "spot") or r.term.startswith("reserved"):
+            text += f"; {r.note}"
+        out.append(text)
+    return out
+
+
+def _job_json(
+    result: C.JobComparison, region: str, b_rate: Rate, c_rates: list[Rate], assumptions: list[str]
+) -> dict:
+    b = result.baseline
+    return {
+        "region": region,
+        "baseline": {
+            "instance": b.instance,
+            "count": b.count,
+            "hours": float(b.hours),
+            **_rate_json(b_rate),
+            "cost_usd": _n(b.cost_usd),
+        },
+        "candidates": [
+            {
+                "instance": line.option.instance,
+                "count": line.option.count,
+                "hours": float(line.option.hours),
+                **_rate_json(r),
+                "cost_usd": _n(line.option.cost_usd),
+                "saving_usd": _n(line.comparison.saving_usd),
+                "saving_pct": _n(line.comparison.saving_pct, "0.1"),
+                "pays_back_run": line.per_run.period,
+                "pays_back_month": line.per_month.period if line.per_month else None,
+            }
+            for line, r in zip(result.lines, c_rates, strict=True)
+        ],
+        "porting": {
+            "engineer_days": float(result.engineer_days),
+            "day_rate_usd": float(result.day_rate_usd),
+            "cost_usd": _n(result.porting_usd),
+        },
+        "runs_per_month": float(result.runs_per_month) if result.runs_per_month is not None else None,
+        "assumptions": assumptions,
+    }
+
+
+# --- cost serve ---------------------------------------------------------------------------------------------
+@cost_app.command("serve")
+def cost_serve(
+    instance: str = typer.Option(
+        ..., "--instance", metavar="INSTANCE", help="Instance that serves, e.g. inf2.xlarge."
+    ),
+    throughput: str = typer.Option(
+        ..., "--throughput", metavar="REQ_PER_S", help="Requests per second one instance sustains."
+    ),
+    region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for prices."),
+    term: str = typer.Option("on-demand", "--term", metavar="TERM", help=TERM_HELP),
+    rate_usd: str | None = typer.Option(
+        None, "--rate", metavar="USD_PER_H", help="Your own $/h for --instance (overrides --term)."
+    ),
+    reserved: str | None = typer.Option(
+        None, "--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP
+    ),
+    utilization: str = typer.Option(
+        "1.0", "--utilization", metavar="FRACTION", help="Average busy fraction, in (0, 1]."
+    ),
+    count: str = typer.Option("1", "--count", metavar="N", help="Fleet size (ignored when --rps is given)."),
+    rps: str | None = typer.Option(
+        None, "--rps", metavar="REQ_PER_S", help="Average request rate; sizes each fleet to carry it."
+    ),
+    hours_per_month: str = typer.Option(
+        "730", "--hours-per-month", metavar="HOURS", help="Hours billed per month, at most 744."
+    ),
+    baseline: str | None = typer.Option(
+        None, "--baseline", metavar="INSTANCE", help="Instance serving today, e.g. g5.xlarge."
+    ),
+    baseline_throughput: str | None = typer.Option(
+        None, "--baseline-throughput", metavar="REQ_PER_S", help="Its requests/s."
+    ),
+    baseline_term: str = typer.Option("on-demand", "--baseline-term", metavar="TERM", help=TERM_HELP),
+    baseline_rate: str | None = typer.Option(
+        None, "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h."
+    ),
+    baseline_count: str = typer.Option(
+        "1", "--baseline-count", metavar="N", help="Baseline fleet size (ignored with --rps)."
+    ),
+    porting_days: str = typer.Option(
+        DEFAULT_PORTING_DAYS,
+        "--porting-days",
+        metavar="DAYS",
+        help="Engineer-days to port (an assumption).",
+    ),
+    day_rate: str = typer.Option(
+        str(C.DEFAULT_DAY_RATE_USD),
+        "--day-rate",
+        metavar="USD",
+        help="Engineer day rate in USD for the porting cost (an assumption).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+) -> None:
+    """Serving cost: $/1M requests = 1e6 / throughput x $/h / 3600 / utilization, and the monthly bill."""
+    tput = _flag_num(throughput, "--throughput")
+    util = _flag_num(utilization, "--utilization")
+    if util > 1:
+        raise ChipswapError(f"--utilization must be in (0, 1], got {utilization}; pass e.g. 0.6 for 60 %")
+    hpm = _flag_num(hours_per_month, "--hours-per-month", example="--hours-per-month 730")
+    if hpm > MAX_HOURS_PER_MONTH:
+        raise ChipswapError(
+            f"--hours-per-month must be at most {MAX_HOURS_PER_MONTH} (31 days x 24 h),"
+            f" got {hours_per_month};"
+            " pass e.g. --hours-per-month 730"
+        )
+    req = _opt_num(rps, "--rps")
+    count = _count(count, "--count")
+    baseline_count = _count(baseline_count, "--baseline-count")
+    user_rate = _opt_num(rate_usd, "--rate", allow_zero=True)
+    res = _reserved(reserved, "--reserved")
+    t = _term(term, "--term")
+    days = _flag_num(porting_days, "--porting-days", allow_zero=True)
+    day = _flag_num(day_rate, "--day-rate", allow_zero=True)
+    if baseline is not None and baseline_throughput is None:
+        raise ChipswapError("--baseline needs --baseline-throughput; pass the baseline's requests per second")
+    if baseline is None and baseline_throughput is not None:
+        raise ChipswapError("--baseline-throughput needs --baseline; pass the instance serving today")
+    b_tput = _opt_num(baseline_throughput, "--baseline-throughput")
+    b_user = _opt_num(baseline_rate, "--baseline-rate", allow_zero=True)
+    b_term = _term(baseline_term, "--baseline-term")
+
+    catalog = load_catalog(catalog_file)
+    check_region(catalog, region)
+    inst = catalog.instance(instance)
+    if user_rate is not None:
+        r = _user_rate(inst.name, region, user_rate, "--rate")
+    elif res is not None:
+        r = catalog.rate(inst.name, region, res)
+    else:
+        r = catalog.rate(inst.name, region, t)
+    sides = [("candidate" if baseline else "serve", inst.name, r, tput, count)]
+    if baseline is not None:
+        b_inst = catalog.instance(baseline)
+        br = (
+            _user_rate(b_inst.name, region, b_user, "--baseline-rate")
+            if b_user is not None
+            else catalog.rate(b_inst.name, region, b_term)
+        )
+        sides.insert(0, ("baseline", b_inst.name, br, b_tput, baseline_count))
+
+    rows = []
+    for label, name, rate, tp, n in sides:
+        fleet = C.fleet_size(req, tp, util) if req is not None else n
+        rows.append(
+            {
+                "role": label,
+                "instance": name,
+                "rate": rate,
+                "throughput": tp,
+                "count": fleet,
+                "per_million": C.cost_per_million(tp, rate.usd_per_hour, util),
+                "monthly": C.monthly_cost(rate.usd_per_hour, fleet, hpm),
+            }
+        )
+    summary = None
+    if baseline is not None:
+        b, c = rows
+        cmp = C.compare(b["monthly"], c["monthly"]) if b["monthly"] > 0 else None
+        one_time = C.porting_cost(days, day)
+        be = C.break_even(one_time, b["monthly"] - c["monthly"], max_periods=120)
+        summary = {
+            "comparison": cmp,
+            "per_million_saving_pct": C.compare(b["per_million"], c["per_million"]).saving_pct
+            if b["per_million"] > 0
+            else None,
+            "porting": one_time,
+            "break_even": be,
+        }
+    assumptions = [
+        f"utilization {util.normalize():f} (busy fraction; $/1M is divided by it); "
+        f"{hpm.normalize():f} billed h/month",
+        "fleet sized from --rps: ceil(rps / (throughput x utilization))"
+        if req is not None
+        else "fleet size from --count/--baseline-count (pass --rps to size both fleets for the same traffic)",
+    ]
+    if summary:
+        assumptions.append(
+            f"porting cost {money(summary['porting'])} = {days.normalize():f} engineer-days x "
+            f"${day.normalize():,f}/day (assumption); pays back in the first month whose cumulative "
+            "saving covers it (checked up to 120 months)"
+        )
+    for row in rows:
+        rr = row["rate"]
+        assumptions.append(
+            f"{row['instance']} {rr.term} price: {one_line(rr.source)} ({one_line(_as_of(rr))})"
+            + (f"; {rr.note}" if rr.note and rr.term != "on-demand" else "")
+        )
+    if as_json:
+        typer.echo(json.dumps(_serve_json(rows, summary, region, util, req, hpm, assumptions), indent=2))
+        return
+    out = console()
+    table = Table(title=f"Serving cost ({region})")
+    for col in ("", "instance", "term", "$/h", "req/s each", "$ per 1M req", "instances", "per month"):
+        table.add_column(col, justify="left" if col in ("", "instance", "term") else "right")
+    for row in rows:
+        table.add_row(
+            row["role"],
+            row["instance"],
+            row["rate"].term,
+            rate_text(row["rate"].usd_per_hour),
+            f"{row['throughput'].normalize():f}",
+            f"${row['per_million'].quantize(Decimal('0.0001')):,}",
+            str(row["count"]),
+            money(row["monthly"]),
+        )
+    out.print(table)
+    if summary:
+        cmp, be = summary["comparison"], summary["break_even"]
+        saving = rows[0]["monthly"] - rows[1]["monthly"]
+        text = f"saving per month: {money(saving)}"
+        if cmp is not None:
+            text += f" ({pct(cmp.saving_pct)})"
+        if summary["per_million_saving_pct"] is not None:
+            text += f"; per 1M requests: {pct(summary['per_million_saving_pct'])}"
+        text += "; porting pays back in " + (
+            "month " + str(be.period) if be.period else "never (within 120 months)"
+        )
+        out.print(text, markup=False, highlight=False)
+    for a in assumptions:
+        out.print(f"- {a}", markup=False, highlight=False)
+
+
+def _serve_json(
+    rows: list[dict],
+    summary: dict | None,
+    region: str,
+    util: Decimal,
+    req: Decimal | None,
+    hpm: Decimal,
+    assumptions: list[str],
+) -> dict:
+    out: dict = {
+        "region": region,
+        "utilization": float(util),
+        "rps": float(req) if req is not None else None,
+        "hours_per_month": float(hpm),
+        "fleets": [
+            {
+                "role": r["role"],
+                "instance": r["instance"],
+                **_rate_json(r["rate"]),
+                "throughput_per_s": float(r["throughput"]),
+                "count": r["count"],
+                "usd_per_million": _n(r["per_million"], "0.0001"),
+                "monthly_usd": _n(r["monthly"]),
+            }
+            for r in rows
+        ],
+        "assumptions": assumptions,
+    }
+    if summary:
+        be = summary["break_even"]
+        out["saving_per_month_usd"] = _n(rows[0]["monthly"] - rows[1]["monthly"])
+        out["saving_pct"] = _n(summary["comparison"].saving_pct, "0.1") if summary["comparison"] else None
+        out["porting_usd"] = _n(summary["porting"])
+        out["pays_back_month"] = be.period
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cost_app, name="cost")

@@ -1,0 +1,354 @@
+"""`chipswap plan`: the migration verdict for one workload file, with an HTML / JSON / Markdown report.
+
+`chipswap plan` with no argument runs the bundled Llama serving example. `chipswap workload-help` (or
+`chipswap plan --explain`) prints the documented workload schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from chipswap.errors import ChipswapError, closest
+
+EXAMPLES = {
+    "llama-serving": "llama-serving.toml",
+    "classifier-serving": "classifier-serving.toml",
+    "finetune": "finetune.toml",
+}
+DEFAULT_EXAMPLE = "llama-serving"
+
+
+def example_path(name: str) -> Path:
+    if name not in EXAMPLES:
+        near = closest(name, EXAMPLES)
+        hint = f"did you mean {', '.join(near)}?" if near else f"use one of {', '.join(EXAMPLES)}"
+        raise ChipswapError(f"unknown example: {name!r}; {hint}")
+    return Path(str(resources.files("chipswap.data").joinpath("examples", EXAMPLES[name])))
+
+
+_COL_FLAG = re.compile(r"name it with --(prompt|output|timestamp)-col COLUMN")
+
+
+def workload_trace_hint(message: str, path: Path) -> str:
+    """A trace error read via a workload: the fix is [traffic.columns], not the `shapes` command's flags."""
+
+    def repl(m: re.Match[str]) -> str:
+        field = m.group(1) if m.group(1) == "timestamp" else f"{m.group(1)}_tokens"
+        return f'name it in {path} with [traffic.columns] {field} = "COLUMN"'
+
+    return _COL_FLAG.sub(repl, message)
+
+
+def _require_arrival_rates(result: object, wl: object, path: Path) -> None:
+    """A serving trace without timestamps has no arrival rate, so no fleet size: say so, not a verdict."""
+    traffic = getattr(result, "traffic", None)
+    tr = getattr(wl, "traffic", None)
+    if (
+        getattr(wl, "kind", None) == "serving"
+        and tr is not None
+        and getattr(tr, "trace", None) is not None
+        and traffic is not None
+        and getattr(traffic, "mean_rps", 0) is None
+    ):
+        raise ChipswapError(
+            f"{path}: traffic.trace has no timestamp column, so arrival rates and the fleet size can't be "
+            'computed; add [traffic.columns] timestamp = "COLUMN" or give traffic.steady_rps instead'
+        )
+
+
+def _money(v: Decimal | None) -> str:
+    return "unknown" if v is None else f"${v.quantize(Decimal('0.01')):,}"
+
+
+def _pct1(v: Decimal | None) -> str:
+    return "?" if v is None else f"{v.quantize(Decimal('0.1'))}%"
+
+
+def figure_line(fleet: object) -> str:
+    """One fleet's figures: throughput, latency, size and serving configuration, each with its source."""
+    parts = []
+    thr = getattr(fleet, "throughput", None)
+    if thr is not None:
+        parts.append(f"{float(thr.value):,.4g} {thr.unit} ({thr.label})")
+    for name in ("e2e_p99", "ttft_p99"):
+        fig = getattr(fleet, name, None)
+        if fig is not None:
+            parts.append(
+                f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms "
+                f"({fig.label})"
+            )
+    count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
+    if count is None and getattr(fleet, "sizing", ""):
+        floor = getattr(fleet, "slo_floor_ms", None)
+        parts.append(fleet.sizing + (f" (unloaded {floor:,.0f} ms)" if floor else ""))  # type: ignore[attr-defined]
+    if count is not None:
+        band = ""
+        if lo is not None and hi is not None and lo != hi:
+            band = f" ({lo}-{hi} across the error band)"
+        elif lo is not None and hi is None:
+            band = f" ({lo} or more across the error band; none meets the SLO at its slow edge)"
+        parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")
+    cfg = getattr(fleet, "config", None)
+    if cfg is not None:
+        parts.append(
+            f"TP {cfg.tp_degree} x {cfg.replicas} replica{'s' if cfg.replicas != 1 else ''}, batch "
+            f"{cfg.max_batch}, {cfg.weight_dtype}"
+        )
+    lost = getattr(fleet, "overridden", ())
+    if lost:
+        parts.append("not used: " + ", ".join(f"{float(o.value):,.4g} {o.unit} ({o.label})" for o in lost))
+    return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
+
+
+def summary_lines(result: object) -> list[str]:
+    """The lines printed on the terminal (also the tail of the Markdown summary). Every line goes through
+    textsafe.one_line: a title or name from a file cannot recolour the terminal or add a line."""
+    from chipswap.textsafe import one_line
+
+    r = result  # PlanResult
+    v = r.verdict  # type: ignore[attr-defined]
+    lines = [f"Verdict: {getattr(v, 'headline', v.verdict)} — {v.why}"]
+    today = getattr(r, "monthly_today", None)
+    now = r.monthly_now.value  # type: ignore[attr-defined]
+    fleet = f"{r.fleet_count} x {r.fleet_instance}"  # type: ignore[attr-defined]
+    gpu = getattr(r, "gpu_fleet", None)
+    needed = getattr(gpu, "count", None) if getattr(r, "kind", "serving") == "serving" else None
+    if today is not None and needed is not None and needed != r.fleet_count:  # type: ignore[attr-defined]
+        lines.append(
+            f"  now:   {fleet} today {_money(today.value)}/month; sized like the candidates: {needed} x "
+            f"{r.fleet_instance} {_money(now)}/month"  # type: ignore[attr-defined]
+        )
+    else:
+        lines.append(f"  now:   {fleet}  {_money(now)}/month")
+    b = r.best  # type: ignore[attr-defined]
+    if b is not None and b.monthly_usd is not None:
+        pay = f"pays back in month {b.payback_month}" if b.payback_month else "never pays back"
+        lo, hi = getattr(b, "saving_pct_range", (None, None))
+        band = f", {_pct1(lo)} to {_pct1(hi)} across the error band" if lo is not None and lo != hi else ""
+        lines.append(
+            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month ({_pct1(b.saving_pct)} saving"
+            f"{band}; porting {_money(r.porting.value)}, {pay})"  # type: ignore[attr-defined]
+        )
+        if b.payback_run:
+            lines[-1] += f"; per run: pays back on run {b.payback_run}"
+    fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in getattr(r, "candidates", ()))) if f]
+    if fleets:
+        lines.append("Figures:")
+        lines.extend(f"  {figure_line(f)}" for f in fleets)
+    from chipswap.report.html import reason_rows, report_notes
+
+    lines.append("Reasons:")
+    for reason in reason_rows(v):
+        lines.append(f"  {reason.line()}")
+    notes = report_notes(r)
+    if notes:
+        lines.append("Notes:")
+        lines.extend(f"  {n}" for n in notes)
+    flips = [f for f in r.flips if f.value is not None]  # type: ignore[attr-defined]
+    if flips:
+        lines.append("What would flip it:")
+        lines.extend(f"  {f.text}" for f in flips)
+    return [one_line(line, 2000) for line in lines]
+
+
+def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | None, str], tuple[Any, str]]:
+    """The capacity screen of the pick: AWS read-only (or the shipped snapshot when offline / --no-aws)."""
+    from datetime import date
+
+    from chipswap.economics.aws import access as aws_access
+    from chipswap.economics.aws.capacity import capacity_for_plan
+    from chipswap.economics.catalog_io import load_catalog
+
+    cat = catalog if catalog is not None else load_catalog()
+    access = aws_access.access_from_environment(no_aws)
+    today = date.today().isoformat()
+
+    def check(instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
+        return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
+
+    return check
+
+
+def _plan(
+    workload: Path | None = typer.Argument(
+        None,
+        help="Workload TOML file (see `chipswap workload-help`). Default: the bundled Llama serving example.",
+    ),
+    example: str | None = typer.Option(
+        None, "--example", help=f"Run a bundled example instead: {', '.join(EXAMPLES)}."
+    ),
+    out: Path = typer.Option(
+        Path("chipswap-report"), "--out", help="Folder for report.html, report.json, report.md."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the full result as JSON instead of the summary."
+    ),
+    close_margin: str | None = typer.Option(
+        None,
+        "--close-margin",
+        metavar="PERCENT",
+        show_default=False,
+        help="Saving (percent of today's monthly cost) under which the answer is a close call, and so a no, "
+        "e.g. 20 or 12.5%. Overrides [verdict].close_margin_pct (default 20).",
+    ),
+    bench: list[Path] = typer.Option(
+        [],
+        "--bench",
+        metavar="FILE",
+        help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
+        "the projection. Repeat for several instances; adds to the workload's bench_results.",
+    ),
+    catalog_file: Path | None = typer.Option(
+        None,
+        "--catalog",
+        metavar="FILE",
+        help="Price with this catalog (e.g. written by `chipswap catalog refresh --out FILE`) instead of the "
+        "shipped one.",
+    ),
+    no_aws: bool = typer.Option(
+        False,
+        "--no-aws",
+        help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked).",
+    ),
+    explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
+    print_example: str | None = typer.Option(
+        None,
+        "--print-example",
+        metavar="NAME",
+        help=f"Print a bundled example workload TOML ({', '.join(EXAMPLES)}) to start from, and exit.",
+    ),
+) -> None:
+    """The verdict: stay on GPU, move serving to Inferentia, move to Trainium, or close call — stay."""
+    from chipswap.plan.workload import load_workload, schema_help
+
+    if explain:
+        typer.echo(schema_help())
+        return
+    if print_example is not None:
+        typer.echo(example_path(print_example).read_text(encoding="utf-8"), nl=False)
+        return
+    if workload is not None and workload.is_dir():
+        raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
+    try:
+        out_is_file = out.exists() and not out.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES: before anything runs
+        from chipswap.textsafe import one_line
+
+        raise ChipswapError(
+            f"--out {one_line(str(out), 120)}: {exc.strerror or exc}; pass a shorter, accessible folder path"
+        ) from None
+    if out_is_file:
+        raise ChipswapError(f"--out {out} is a file; pass a folder (it is created if missing)")
+    if workload is not None and example is not None:
+        raise ChipswapError("give a workload file or --example, not both; drop one of them")
+    margin = None
+    if close_margin is not None:
+        try:
+            margin = Decimal(close_margin.rstrip("%"))
+        except InvalidOperation:
+            raise ChipswapError(
+                f"--close-margin must be a percentage, got {close_margin!r}; pass e.g. 20"
+            ) from None
+        if not margin.is_finite() or margin < 0 or margin > 100:
+            raise ChipswapError(
+                f"--close-margin must be 0 to 100 (percent), got {close_margin!r}; pass e.g. 20"
+            )
+    path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
+    label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
+    catalog = None
+    if catalog_file is not None:
+        from chipswap.economics.catalog_io import load_catalog
+
+        catalog = load_catalog(catalog_file)
+    wl = load_workload(path, catalog)
+
+    from chipswap.plan import run_plan
+    from chipswap.report.html import render_html
+    from chipswap.report.markdown import render_markdown
+
+    tty = sys.stderr.isatty()
+
+    def progress(msg: str) -> None:
+        if tty:
+            sys.stderr.write(f"\r\033[K{msg}...")
+            sys.stderr.flush()
+
+    try:
+        result = run_plan(
+            wl,
+            path,
+            close_margin_pct=margin,
+            progress=progress,
+            bench=tuple(bench),
+            catalog=catalog,
+            capacity_check=_capacity_check(catalog, no_aws),
+        )
+    except ChipswapError as exc:
+        raise ChipswapError(workload_trace_hint(str(exc), path)) from None
+    finally:
+        if tty:
+            sys.stderr.write("\r\033[K")
+    _require_arrival_rates(result, wl, path)
+    from chipswap.report.publish import publish_report_set
+    from chipswap.textsafe import one_line
+
+    data = result.to_json()
+    data["workload_label"] = label
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    publish_report_set(
+        out,
+        {
+            "report.json": text,
+            "report.md": render_markdown(result, summary_lines(result)),
+            "report.html": render_html(result),
+        },
+    )
+    if as_json:
+        typer.echo(text, nl=False)
+        return
+    typer.echo(one_line(f"chipswap plan: {result.title} ({label})", 2000))
+    for line in summary_lines(result):
+        typer.echo(line)
+    typer.echo(
+        one_line(
+            f"Report: {out / 'report.html'} (also report.json, report.md) — {result.seconds:.1f} s", 2000
+        )
+    )
+
+
+def _workload_help(
+    as_json: bool = typer.Option(
+        False, "--json", help="Print the workload file's JSON schema (every key, type, default, meaning)."
+    ),
+    example: str | None = typer.Option(
+        None,
+        "--example",
+        metavar="NAME",
+        help=f"Print a bundled example workload TOML to start from ({', '.join(EXAMPLES)}), e.g. "
+        "`chipswap workload-help --example llama-serving > my.toml`.",
+    ),
+) -> None:
+    """Print the documented workload file schema (every key, its type, default and meaning)."""
+    from chipswap.plan.workload import Workload, schema_help
+
+    if example is not None:
+        typer.echo(example_path(example).read_text(encoding="utf-8"), nl=False)
+        return
+    if as_json:
+        typer.echo(json.dumps(Workload.model_json_schema(), indent=2, default=str))
+        return
+    typer.echo(schema_help())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(_plan)
+    app.command("workload-help")(_workload_help)

@@ -1,0 +1,289 @@
+"""`chipswap project MODEL --instance NAME ...`: predicted throughput and latency of a model on instances.
+
+Parses flags, reads the trace (chipswap.traffic), calls chipswap.projection.api and prints tables (rich) or
+JSON.
+No projection logic here. Every figure printed is a projection with its error band.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
+
+HELP = (
+    "Predict throughput and latency of MODEL (a preset, a config.json, or module:factory) on each "
+    "--instance, "
+    "from its work per request shape and a roofline calibrated on published benchmarks (GPU and Neuron). "
+    "Searches tensor-parallel degree, replicas, batch and weight dtype under the memory rules, and prints "
+    "the "
+    "chosen configuration, why the others lost, and every figure as projected +- its held-out error band. "
+    "Lengths come from --trace (default: the bundled Azure code trace) or --prompt-tokens/--output-tokens. "
+    "--train-tokens projects a training run instead. A measured figure of your own always beats these."
+)
+MAX_INSTANCES = 32
+
+
+def _fmt_s(x: float) -> str:
+    return f"{x * 1e3:,.0f} ms" if x < 10 else f"{x:,.1f} s"
+
+
+def _pm(fig: Any, fmt: Any = None) -> str:
+    text = fmt(fig.value) if fmt else f"{fig.value:,.2f}"
+    return f"{text} ±{fig.band * 100:.0f}%"
+
+
+def _lengths(trace: Path | None, prompt: int | None, output: int | None, mode: str) -> tuple[Any, Any, str]:
+    if trace is not None and prompt is not None:
+        raise ChipswapError(
+            f"both --trace and --prompt-tokens given: {trace}, {prompt}; pass one way to give lengths"
+        )
+    if prompt is not None:
+        if prompt < 1:
+            raise ChipswapError(
+                f"--prompt-tokens must be >= 1, got {prompt}; give the prompt length in tokens"
+            )
+        if output is not None and output < 0:
+            raise ChipswapError(f"--output-tokens must be >= 0, got {output}; give the output length")
+        from chipswap.shapes.buckets import MAX_LENGTH
+
+        for flag, value in (("--prompt-tokens", prompt), ("--output-tokens", output)):
+            if value is not None and value > MAX_LENGTH:
+                raise ChipswapError(
+                    f"{flag} is {value:,}, over the {MAX_LENGTH:,}-token limit per request; give a real one"
+                )
+        if mode == "llm" and output is None:
+            raise ChipswapError("--output-tokens is missing; an LLM projection needs the output length too")
+        return prompt, output or 0, f"{prompt} prompt + {output or 0} output tokens"
+    if output is not None:
+        raise ChipswapError(f"--output-tokens given without --prompt-tokens: {output}; pass both")
+    from chipswap.traffic import bundled_trace_path, read_trace
+
+    tr = read_trace(trace or bundled_trace_path())
+    where = "bundled Azure code trace" if trace is None else str(trace)
+    outputs = tr.output_tokens
+    if mode == "llm" and outputs is None:
+        raise ChipswapError(
+            f"trace {trace} has no output-token column; an LLM projection needs output lengths"
+        )
+    return tr.prompt_tokens, outputs, f"{len(tr):,} requests from {where}"
+
+
+def _serving_table(console: Console, p: Any) -> None:
+    cfg = p.config
+    title = f"{p.model} on {p.instance} ({p.family}, {p.mode})"
+    if cfg is None:
+        console.print(f"[bold]{one_line(title)}[/bold]: does not fit: {one_line(p.reason)}")
+        return
+    console.print(
+        f"[bold]{one_line(title)}[/bold]: TP{cfg.tp_degree} x {cfg.replicas} replicas, batch up to "
+        f"{cfg.max_batch}, {cfg.weight_dtype} weights; {one_line(cfg.why)}"
+    )
+    if p.mode == "llm":
+        console.print(
+            f"  instance throughput: {_pm(p.requests_per_s)} requests/s, "
+            f"{_pm(p.output_tokens_per_s, lambda v: f'{v:,.0f}')} "
+            "output tokens/s (projected)"
+        )
+        t = Table(show_edge=False)
+        for col in (
+            "shape",
+            "prompt",
+            "output",
+            "TTFT (batch 1)",
+            f"TPOT (batch {cfg.max_batch})",
+            "end to end",
+        ):
+            t.add_column(col, justify="right")
+        for s in p.shapes:
+            t.add_row(
+                s.shape.label,
+                f"{s.shape.prompt:,}"
+                + (f" ({s.padded_prompt:,})" if s.padded_prompt != s.shape.prompt else ""),
+                f"{s.shape.output:,}",
+                _pm(s.ttft, _fmt_s),
+                _pm(s.tpot, _fmt_s),
+                _pm(s.e2e, _fmt_s),
+            )
+        console.print(t)
+        b = Table(show_edge=False, title="per batch size, mean request, whole instance")
+        for col in ("batch", "TPOT", "end to end", "requests/s", "output tok/s"):
+            b.add_column(col, justify="right")
+        for x in p.batches:
+            b.add_row(
+                str(x.batch),
+                _pm(x.tpot, _fmt_s),
+                _pm(x.e2e, _fmt_s),
+                _pm(x.requests_per_s),
+                _pm(x.output_tokens_per_s, lambda v: f"{v:,.0f}"),
+            )
+        console.print(b)
+    else:
+        console.print(
+            f"  instance throughput: {_pm(p.requests_per_s, lambda v: f'{v:,.0f}')} inferences/s (projected)"
+        )
+        t = Table(show_edge=False)
+        for col in ("length", "batch", "latency", "inferences/s"):
+            t.add_column(col, justify="right")
+        for x in p.buckets:
+            t.add_row(
+                str(x.length),
+                str(x.batch),
+                _pm(x.latency, _fmt_s),
+                _pm(x.inferences_per_s, lambda v: f"{v:,.0f}"),
+            )
+        console.print(t)
+
+
+def _print_rejected(console: Console, p: Any, limit: int = 8) -> None:
+    if p.rejected:
+        console.print(f"  configurations not chosen ({len(p.rejected)}):")
+        for c, why in p.rejected[:limit]:
+            console.print(f"    - {one_line(c)}: {one_line(why)}")
+        if len(p.rejected) > limit:
+            console.print(f"    ... {len(p.rejected) - limit} more (--json lists all)")
+    for n in p.notes:
+        console.print(f"  note: {one_line(n)}")
+    if p.stacks:
+        console.print(f"  calibrated on: {one_line('; '.join(p.stacks))}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("project", help=HELP)
+    def project(
+        model: str = typer.Argument(..., help="preset name, config.json path, or package.module:factory"),
+        instance: list[str] = typer.Option(
+            ...,
+            "--instance",
+            "-i",
+            help="instance type to project on (repeat for several), e.g. inf2.48xlarge",
+        ),
+        trace: Path | None = typer.Option(
+            None, "--trace", help="trace file (.csv/.jsonl/.parquet) for lengths"
+        ),
+        prompt_tokens: int | None = typer.Option(
+            None, "--prompt-tokens", help="one prompt length instead of a trace"
+        ),
+        output_tokens: int | None = typer.Option(
+            None, "--output-tokens", help="output length with --prompt-tokens"
+        ),
+        mode: str | None = typer.Option(
+            None, "--mode", help="llm or encoder (default: from the model's task)"
+        ),
+        task: str | None = typer.Option(
+            None, "--task", help="model task (e.g. causal-lm, sequence-classification)"
+        ),
+        dtype: str = typer.Option(
+            "bf16",
+            "--dtype",
+            help="bf16 (16-bit weights only), any (8-bit may win, labelled), or int8/fp8/...",
+        ),
+        bucket: list[int] = typer.Option(
+            [], "--bucket", help="compiled prompt length on Neuron (repeat); default powers of two from 128"
+        ),
+        train_tokens: float | None = typer.Option(
+            None, "--train-tokens", help="project a training run of this many tokens instead of serving"
+        ),
+        seq_len: int = typer.Option(4096, "--seq-len", help="training sequence length (with --train-tokens)"),
+        train_dtype: str | None = typer.Option(
+            None, "--train-dtype", help="training matmul dtype (default: the calibrated one per platform)"
+        ),
+        nodes: int = typer.Option(1, "--nodes", help="training nodes (throughput scaled linearly; stated)"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    ) -> None:
+        from chipswap.economics.catalog_io import load_catalog
+        from chipswap.projection.api import model_work, project_serving, project_training
+
+        if len(instance) > MAX_INSTANCES:
+            raise ChipswapError(f"too many --instance options: {len(instance)}; give at most {MAX_INSTANCES}")
+        if any(b < 1 or b > 1 << 20 for b in bucket):
+            raise ChipswapError(
+                f"--bucket must be 1..1048576 tokens, got {bucket}; give compiled prompt lengths"
+            )
+        if not 1 <= seq_len <= 1 << 20 or not 1 <= nodes <= 100_000:
+            raise ChipswapError(
+                f"--seq-len must be 1..1048576 and --nodes 1..100000, got {seq_len:,} and {nodes:,}; give "
+                "values in those ranges"
+            )
+        catalog = load_catalog()
+        insts = [catalog.instance(n) for n in instance]  # unknown names fail before any work
+        work = model_work(model, task=task)
+        console = Console() if Console().is_terminal else Console(width=160)
+        if train_tokens is not None:
+            results = [
+                project_training(
+                    work,
+                    i,
+                    tokens=train_tokens,
+                    seq_len=seq_len,
+                    dtype=train_dtype,
+                    nodes=nodes,
+                    catalog=catalog,
+                )
+                for i in insts
+            ]
+            if as_json:
+                typer.echo(
+                    json.dumps({"model": work.name, "training": [r.as_dict() for r in results]}, indent=2)
+                )
+                return
+            t = Table(title=f"training {work.name}: {train_tokens:,.0f} tokens at sequence length {seq_len}")
+            for col in ("instance", "dtype", "tokens/s per node", "hours", "fits one node"):
+                t.add_column(col, justify="right")
+            for r in results:
+                t.add_row(
+                    r.instance,
+                    r.dtype,
+                    _pm(r.tokens_per_s_per_node, lambda v: f"{v:,.0f}"),
+                    _pm(r.hours, lambda v: f"{v:,.1f}"),
+                    "yes" if r.fits_one_node else f"no (>= {r.nodes_for_memory})",
+                )
+            console.print(t)
+            for r in results:
+                for n in r.notes:
+                    console.print(f"  {r.instance}: {one_line(n)}")
+            return
+        use_mode = (mode or ("llm" if work.kind == "decoder" else "encoder")).lower()
+        if use_mode not in ("llm", "encoder"):
+            raise ChipswapError(f"unknown --mode: {mode!r}; use llm or encoder")
+        prompts, outputs, what = _lengths(trace, prompt_tokens, output_tokens, use_mode)
+        results = [
+            project_serving(
+                work,
+                i,
+                prompt_tokens=prompts,
+                output_tokens=outputs,
+                mode=use_mode,
+                dtype=dtype,
+                buckets=bucket or None,
+                catalog=catalog,
+            )
+            for i in insts
+        ]
+        if as_json:
+            typer.echo(
+                json.dumps(
+                    {
+                        "model": work.name,
+                        "lengths": what,
+                        "work_source": work.source,
+                        "projections": [r.as_dict() for r in results],
+                    },
+                    indent=2,
+                )
+            )
+            return
+        console.print(
+            f"{one_line(work.name)}: {work.params / 1e9:,.2f} B parameters ({work.source}); lengths: {what}"
+        )
+        for r in results:
+            console.print()
+            _serving_table(console, r)
+            _print_rejected(console, r)

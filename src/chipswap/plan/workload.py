@@ -1,0 +1,956 @@
+"""The workload file (TOML) that `chipswap plan` reads, as pydantic v2 models.
+
+Every field carries a description; that text *is* the documentation: `chipswap plan --explain` and `chipswap
+workload-help` print it (see `schema_help`). Unknown keys are rejected (extra="forbid"), and every validation
+error becomes one line naming the file, the key and the expected form (`load_workload`).
+
+Figures that drive money carry a `source` so the report can say where each number came from. By default
+chipswap
+projects throughput and latency from the model (`chipswap.plan.projection`) and sizes both fleets by
+simulation;
+a figure you give in `[figures."<instance>"]` (value + unit + source) takes part in one precedence rule,
+measured > projected > published > stated > assumption (`chipswap.plan.figures.pick`). The older
+`[throughput]`
+and `[job]` figures map into the same rule; a `speed_factor` is always an "assumption".
+
+Numbers are strict: true/false and quoted numbers are not numbers, NaN/inf are refused, and every number has
+an
+upper bound (it may size an allocation or a Decimal), each error naming the key. May not read anything but the
+workload file (through chipswap.datafile) and the catalog (for did-you-mean).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
+
+from chipswap.errors import ChipswapError, closest
+
+Source = Literal["stated", "assumption", "seed example", "published benchmark", "projected", "measured"]
+Term = Literal["on-demand", "spot", "1yr", "3yr", "ri-effective"]
+TERMS: tuple[str, ...] = get_args(Term)
+
+# Upper bounds: every number here may size an allocation (lengths, rates, counts) or a Decimal that is later
+# rounded to the cent, so each has a documented ceiling far above any real workload.
+MAX_TOKENS = 1_048_576  # longest prompt / output / sequence, tokens
+MAX_RPS = 1_000_000.0  # requests per second
+MAX_USD = Decimal("10000000000")  # any amount of money (USD)
+MAX_MS = 3_600_000.0  # any latency (one hour)
+MAX_COUNT = 100_000  # instances in a fleet
+MAX_SCALE = 10_000.0  # traffic scale factor
+MAX_JOB_TOKENS = 1e16  # tokens in one training run
+
+
+# ---------------------------------------------------------------------------------------- strict numbers
+
+
+def _number(v: Any, what: str = "a number") -> Any:
+    """Refuse what pydantic's lax mode would coerce: true/false and quoted numbers are not numbers."""
+    if isinstance(v, bool):
+        raise ValueError(f"expected {what}, not {str(v).lower()}")
+    if isinstance(v, str):
+        raise ValueError(f"expected {what} without quotes")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ValueError("expected a finite number")
+    return v
+
+
+def _whole(v: Any) -> Any:
+    v = _number(v, "an integer")
+    if isinstance(v, float):
+        raise ValueError("expected an integer (a whole number, no decimal point)")
+    return v
+
+
+def _money(v: Any) -> Any:
+    v = _number(v)
+    return Decimal(repr(v)) if isinstance(v, float) else v
+
+
+Real = Annotated[float, BeforeValidator(_number)]
+Whole = Annotated[int, BeforeValidator(_whole)]
+Money = Annotated[Decimal, BeforeValidator(_money)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class ModelSpec(_Model):
+    """Which model is being moved. Give exactly one of preset, config, factory."""
+
+    preset: str | None = Field(
+        None,
+        max_length=200,
+        description='A shipped model preset, e.g. "llama-3-8b", "distilbert-base" (see `chipswap check '
+        "--help`).",
+    )
+    config: str | None = Field(
+        None,
+        max_length=4096,
+        description="Path to a Hugging Face config.json (relative to the workload file); checked without "
+        "weights.",
+    )
+    factory: str | None = Field(
+        None,
+        max_length=500,
+        description='A Python factory "package.module:make_model" returning a torch.nn.Module.',
+    )
+    task: str | None = Field(
+        None,
+        max_length=100,
+        description='The task the model serves, e.g. "causal-lm", "sequence-classification"; preset default.',
+    )
+
+    full_check: StrictBool = Field(
+        False,
+        description="Export every layer in the readiness check. By default a transformer whose layers are "
+        "all alike is checked as a 2-layer copy: the same operators and dtypes in a fraction of the time.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSpec:
+        given = [k for k in ("preset", "config", "factory") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("expected exactly one of preset, config, factory")
+        return self
+
+
+class ColumnMap(_Model):
+    """Column names in the trace file (default: the Azure LLM trace schema, recognised without this)."""
+
+    timestamp: str | None = Field(None, description="Column holding the arrival time of each request.")
+    prompt_tokens: str | None = Field(None, description="Column holding the prompt (input) length in tokens.")
+    output_tokens: str | None = Field(
+        None, description="Column holding the generated (output) length in tokens."
+    )
+
+
+class Traffic(_Model):
+    """What the model serves: a trace of real requests, or a steady rate with fixed lengths."""
+
+    trace: str | None = Field(
+        None,
+        max_length=4096,
+        description='Trace file (CSV, JSONL, Parquet) relative to the workload file, or "bundled" for '
+        "the Azure LLM "
+        "code trace shipped with chipswap (CC-BY 4.0, Patel et al., Splitwise, ISCA 2024).",
+    )
+    histogram: str | None = Field(
+        None,
+        max_length=4096,
+        description="Instead of a trace: a pre-aggregated length histogram file (prompt length, output "
+        "length "
+        "in llm mode, and a count per row; CSV/Parquet/JSONL, relative to the workload file). It has no "
+        "arrival times: give steady_rps for the rate.",
+    )
+    columns: ColumnMap | None = Field(
+        None, description="Column mapping when the trace is not in the Azure schema."
+    )
+    scale: Real = Field(
+        1.0,
+        gt=0,
+        le=MAX_SCALE,
+        description="Multiply the trace's arrival rate by this (the trace is a sample of your traffic); "
+        "lengths are "
+        "kept as they are.",
+    )
+    steady_rps: Real | None = Field(
+        None,
+        gt=0,
+        le=MAX_RPS,
+        description="Instead of a trace: a steady arrival rate in requests per second.",
+    )
+    prompt_tokens: Whole | None = Field(
+        None,
+        gt=0,
+        le=MAX_TOKENS,
+        description="With steady_rps: the prompt length in tokens of every request.",
+    )
+    output_tokens: Whole | None = Field(
+        None,
+        ge=0,
+        le=MAX_TOKENS,
+        description="With steady_rps: the generated length in tokens of every request.",
+    )
+    mode: Literal["llm", "encoder"] = Field(
+        "llm", description='"llm" (prefill + decode buckets) or "encoder" (one length per request).'
+    )
+    max_buckets: Whole = Field(
+        6, ge=1, le=64, description="Most fixed shapes to compile (each is one Neuron graph)."
+    )
+    max_length: Whole | None = Field(
+        None,
+        gt=0,
+        le=MAX_TOKENS,
+        description="Longest sequence the model accepts; longer requests are reported (rejected).",
+    )
+    burst_window_s: Real = Field(
+        300.0,
+        gt=0,
+        le=604_800,
+        description="Window (seconds) over which arrivals are counted to judge burstiness: peak (95th "
+        "percentile "
+        "window) over mean. Five minutes is the scale at which an autoscaler reacts. Fleets are sized "
+        "for the busiest such window.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Traffic:
+        if (self.trace is None) == (self.steady_rps is None):
+            raise ValueError("expected exactly one of trace, steady_rps")
+        if self.histogram is not None and self.trace is not None:
+            raise ValueError("expected a trace or a histogram, not both (a histogram takes steady_rps)")
+        if self.steady_rps is not None and self.prompt_tokens is None and self.histogram is None:
+            raise ValueError("expected prompt_tokens (or a histogram of lengths) with steady_rps")
+        if self.histogram is not None and self.prompt_tokens is not None:
+            raise ValueError("expected prompt_tokens or a histogram, not both")
+        return self
+
+
+class Fleet(_Model):
+    """The GPU fleet today: instance type and count (priced from the catalog) or the monthly bill."""
+
+    instance: str = Field(
+        max_length=100,
+        description='EC2 instance type of the current fleet, e.g. "g6e.12xlarge", "p5.48xlarge".',
+    )
+    count: Whole = Field(
+        1, ge=1, le=MAX_COUNT, description="How many instances run (average over the month)."
+    )
+    hours_per_month: Real = Field(
+        730.0, gt=0, le=744, description="Hours each instance runs per month (730 = always on)."
+    )
+    monthly_bill_usd: Money | None = Field(
+        None,
+        gt=0,
+        le=MAX_USD,
+        description="What the fleet costs per month, if you know it; overrides count x rate x hours.",
+    )
+    region: str = Field(
+        "us-east-1", max_length=100, description="AWS region the fleet runs in (prices are per region)."
+    )
+    term: Term = Field(
+        "on-demand", description="Pricing term the fleet is bought on today: on-demand, spot, 1yr, 3yr."
+    )
+
+
+class Slo(_Model):
+    """Latency objectives the serving fleet must meet. Both fleets (GPU and every candidate) are sized by
+    simulation so that the busiest traffic window meets every objective given here."""
+
+    p99_ms: Real | None = Field(
+        None,
+        gt=0,
+        le=MAX_MS,
+        description="99th-percentile end-to-end latency objective (arrival to last token), milliseconds.",
+    )
+    ttft_p99_ms: Real | None = Field(
+        None,
+        gt=0,
+        le=MAX_MS,
+        description="99th-percentile time-to-first-token objective (LLM serving), milliseconds.",
+    )
+    p50_ms: Real | None = Field(
+        None, gt=0, le=MAX_MS, description="Median end-to-end latency objective, milliseconds."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Slo:
+        if self.p50_ms is not None and self.p99_ms is not None and self.p50_ms > self.p99_ms:
+            raise ValueError("expected p50_ms <= p99_ms (a median above the 99th percentile is impossible)")
+        return self
+
+    @property
+    def any(self) -> bool:
+        return self.p99_ms is not None or self.ttft_p99_ms is not None or self.p50_ms is not None
+
+
+class Targets(_Model):
+    """Which Neuron instances to consider."""
+
+    candidates: list[Annotated[str, Field(max_length=100)]] = Field(
+        min_length=1,
+        max_length=64,
+        description='Candidate instance types, e.g. ["inf2.48xlarge", "trn1.32xlarge"].',
+    )
+    region: str | None = Field(
+        None, max_length=100, description="Region to price candidates in (default: the fleet's region)."
+    )
+
+
+class Pricing(_Model):
+    """How the candidate capacity would be bought."""
+
+    term: Term = Field(
+        "on-demand",
+        description="Pricing term for the candidates: on-demand, spot, 1yr, 3yr, ri-effective "
+        "(as priced in the catalog).",
+    )
+
+
+class Porting(_Model):
+    """One-time engineering cost of moving the model to Neuron."""
+
+    engineer_days: Real = Field(
+        ge=0, le=100_000, description="Engineer-days to port and validate the model on Neuron."
+    )
+    day_rate_usd: Money = Field(
+        Decimal("800"),
+        gt=0,
+        le=Decimal(1_000_000),
+        description="Cost of one engineer-day in USD (assumption).",
+    )
+
+
+class Stability(_Model):
+    """How much the model moves: the seed's reasons to stay on GPU."""
+
+    model_changes_per_month: Real = Field(
+        0.0,
+        ge=0,
+        le=10_000,
+        description="How often the model architecture or shapes change per month (retrains keep it).",
+    )
+    custom_cuda_kernels: StrictBool = Field(
+        False, description="The model depends on hand-written CUDA / Triton kernels (no Neuron equivalent)."
+    )
+    research_churn: StrictBool = Field(
+        False,
+        description="Research work: the model shape changes weekly and uses operators the day they ship.",
+    )
+
+
+# Units a figure may be given in, per quantity, and the factor to the unit chipswap computes in. Data, not
+# code.
+FIGURE_UNITS: dict[str, tuple[str, dict[str, float]]] = {
+    "throughput": (
+        "requests/s",
+        {"requests/s": 1.0, "req/s": 1.0, "requests/min": 1 / 60, "requests/h": 1 / 3600},
+    ),
+    "ttft_p99": ("ms", {"ms": 1.0, "s": 1000.0}),
+    "e2e_p99": ("ms", {"ms": 1.0, "s": 1000.0}),
+    "tokens_per_s": ("tokens/s", {"tokens/s": 1.0, "tokens/min": 1 / 60, "tokens/h": 1 / 3600}),
+    "run_hours": ("h", {"h": 1.0, "hours": 1.0, "min": 1 / 60, "s": 1 / 3600}),
+}
+
+
+class FigureIn(_Model):
+    """One figure you know for an instance: value, unit and where it comes from (e.g. your load test)."""
+
+    value: Real | None = Field(None, gt=0, le=1e12, description="The number.")
+    unit: str | None = Field(
+        None, max_length=40, description='Its unit, e.g. "requests/s", "ms", "tokens/s", "h".'
+    )
+    source: Source = Field(
+        "stated",
+        description='"measured" (you measured it: it outranks every projection), "published benchmark", '
+        '"stated", "assumption".',
+    )
+    band_pct: Real | None = Field(
+        None, ge=0, le=1000, description="Its uncertainty in percent (e.g. 5 for a load test's spread)."
+    )
+    note: str | None = Field(None, max_length=500, description="How it was obtained (shown beside it).")
+
+    @model_validator(mode="after")
+    def _complete(self) -> FigureIn:
+        example = '{ value = 12.5, unit = "requests/s", source = "measured" }'
+        if self.value is None:
+            raise ValueError(
+                f"value: expected a number (missing); a {self.source} figure needs a value and a unit, "
+                f"e.g. {example}"
+            )
+        if self.unit is None:
+            raise ValueError(
+                f"unit: expected a unit (missing); a {self.source} figure needs a value and a unit, "
+                f"e.g. {example}"
+            )
+        return self
+
+
+class InstanceFigures(_Model):
+    """Figures you know for one instance type (the GPU fleet's or a candidate's); each overrides the
+    projection
+    when its source ranks higher (measured > projected > published > stated > assumption)."""
+
+    throughput: FigureIn | None = Field(
+        None, description="Requests per second one instance sustains while meeting the SLO (serving)."
+    )
+    ttft_p99: FigureIn | None = Field(None, description="99th-percentile time to first token at that load.")
+    e2e_p99: FigureIn | None = Field(None, description="99th-percentile end-to-end latency at that load.")
+    tokens_per_s: FigureIn | None = Field(None, description="Training tokens per second per instance.")
+    run_hours: FigureIn | None = Field(None, description="Wall-clock hours of one training run (training).")
+
+    @model_validator(mode="after")
+    def _units(self) -> InstanceFigures:
+        for name, (_base, units) in FIGURE_UNITS.items():
+            f = getattr(self, name)
+            if f is not None and f.unit not in units:
+                raise ValueError(f"{name}.unit: expected one of {', '.join(units)} (got {f.unit!r})")
+        return self
+
+
+class CandidateThroughput(_Model):
+    """Serving throughput of one candidate instance: a stated figure or a speed factor relative to the GPU
+    (a speed factor is always an assumption)."""
+
+    requests_per_s: Real | None = Field(
+        None, gt=0, le=1e9, description="Requests per second one instance sustains at the SLO."
+    )
+    speed_factor: Real | None = Field(
+        None,
+        gt=0,
+        le=10_000,
+        description="Throughput relative to one instance of the current GPU fleet (0.8 = 20% slower); "
+        "always labelled an assumption.",
+    )
+    p99_ms: Real | None = Field(
+        None,
+        gt=0,
+        le=MAX_MS,
+        description="99th-percentile end-to-end latency at that throughput, if known (an assumption unless "
+        'source = "measured").',
+    )
+    source: Source = Field("stated", description="Where the figure comes from.")
+    note: str | None = Field(
+        None, max_length=500, description="Free text shown next to the figure (how it was obtained)."
+    )
+
+    @model_validator(mode="after")
+    def _one(self) -> CandidateThroughput:
+        if (self.requests_per_s is None) == (self.speed_factor is None):
+            raise ValueError("expected exactly one of requests_per_s, speed_factor")
+        return self
+
+
+class Throughput(_Model):
+    """Serving throughput you state for the GPU fleet and the candidates. Optional: with a [model], chipswap
+    projects them; these figures take part in the same precedence rule as [figures]."""
+
+    gpu_requests_per_s: Real | None = Field(
+        None,
+        gt=0,
+        le=1e9,
+        description="Requests per second one instance of the current fleet sustains at the SLO.",
+    )
+    gpu_p99_ms: Real | None = Field(
+        None, gt=0, le=MAX_MS, description="99th-percentile latency of the GPU fleet at that load."
+    )
+    gpu_source: Source = Field("stated", description="Where the GPU figure comes from.")
+    gpu_note: str | None = Field(None, max_length=500, description="Free text shown next to the GPU figure.")
+    target_utilization: Real = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="Fraction of a stated throughput the fleets are planned to run at (headroom). Used only "
+        "where a fleet is sized from a requests/s figure; simulated fleets are sized for the SLO.",
+    )
+    candidates: dict[str, CandidateThroughput] = Field(
+        default_factory=dict,
+        description="Per candidate instance type: its throughput (see the fields below).",
+    )
+
+
+class CandidateJob(_Model):
+    """How long one training run takes on a candidate: stated hours or a speed factor relative to the GPU."""
+
+    hours: Real | None = Field(
+        None, gt=0, le=1e6, description="Wall-clock hours of one run on one candidate instance."
+    )
+    speed_factor: Real | None = Field(
+        None,
+        gt=0,
+        le=10_000,
+        description="Speed relative to the GPU instance (20 h on GPU, 26 h here = 0.769); an assumption.",
+    )
+    source: Source = Field("stated", description="Where the figure comes from.")
+    note: str | None = Field(None, max_length=500, description="Free text shown next to the figure.")
+
+    @model_validator(mode="after")
+    def _one(self) -> CandidateJob:
+        if (self.hours is None) == (self.speed_factor is None):
+            raise ValueError("expected exactly one of hours, speed_factor")
+        return self
+
+
+class Job(_Model):
+    """A recurring training / fine-tuning run (instead of a serving fleet). Give its size (tokens, or epochs x
+    dataset_tokens) and chipswap projects the hours on every instance; stated hours rank below a projection
+    unless their source is "measured"."""
+
+    gpu_hours: Real | None = Field(
+        None, gt=0, le=1e6, description="Wall-clock hours of one run on the fleet (all its instances)."
+    )
+    gpu_source: Source = Field("stated", description="Where the GPU hours come from.")
+    tokens: Real | None = Field(
+        None, gt=0, le=MAX_JOB_TOKENS, description="Tokens processed by one run (sequence tokens x steps)."
+    )
+    epochs: Real | None = Field(None, gt=0, le=10_000, description="Epochs per run (with dataset_tokens).")
+    dataset_tokens: Real | None = Field(
+        None, gt=0, le=MAX_JOB_TOKENS, description="Tokens in the training set (with epochs)."
+    )
+    sequence_length: Whole | None = Field(
+        None, gt=0, le=MAX_TOKENS, description="Training sequence length in tokens (default: the model's)."
+    )
+    runs_per_month: Real = Field(gt=0, le=100_000, description="How many identical runs happen per month.")
+    candidates: dict[str, CandidateJob] = Field(
+        default_factory=dict, description="Per candidate instance type: its run time (see the fields below)."
+    )
+
+    @model_validator(mode="after")
+    def _size(self) -> Job:
+        if (self.epochs is None) != (self.dataset_tokens is None):
+            raise ValueError(
+                "expected epochs and dataset_tokens together (run size = epochs x dataset_tokens)"
+            )
+        if self.tokens is not None and self.epochs is not None:
+            raise ValueError("expected tokens or epochs x dataset_tokens, not both")
+        if self.job_tokens is not None and self.job_tokens > MAX_JOB_TOKENS:
+            raise ValueError(f"epochs: epochs x dataset_tokens is over {MAX_JOB_TOKENS:g} tokens")
+        return self
+
+    @property
+    def job_tokens(self) -> float | None:
+        """Tokens one run processes: `tokens`, or epochs x dataset_tokens; None when the size is not given."""
+        if self.tokens is not None:
+            return self.tokens
+        if self.epochs is not None and self.dataset_tokens is not None:
+            return self.epochs * self.dataset_tokens
+        return None
+
+
+class VerdictSettings(_Model):
+    """Thresholds of the screening rules and the close-call margin (defaults documented in docs/plan.md)."""
+
+    close_margin_pct: Money = Field(
+        Decimal("20"),
+        ge=0,
+        le=100,
+        description="A monthly saving below this percent of today's cost is a close call, and a close "
+        "call is a no.",
+    )
+    close_payback_months: Whole = Field(
+        6,
+        ge=1,
+        le=1200,
+        description="A payback later than this many months is a close call, and a close call is a no.",
+    )
+    bursty_peak_to_mean: Real = Field(
+        2.0,
+        gt=1,
+        le=1e6,
+        description="Traffic whose peak-window rate exceeds this multiple of its mean is bursty (stay on "
+        "GPU).",
+    )
+    low_traffic_rps: Real = Field(
+        1.0,
+        gt=0,
+        le=MAX_RPS,
+        description="Below this mean rate (requests/s) traffic is too low for a port to pay (stay on GPU).",
+    )
+    min_monthly_bill_usd: Money = Field(
+        Decimal("2000"),
+        ge=0,
+        le=MAX_USD,
+        description="Below this monthly spend the bill is too small to matter (stay on GPU).",
+    )
+    max_model_changes_per_month: Real = Field(
+        1.0,
+        ge=0,
+        le=10_000,
+        description="Above this many architecture changes per month the model is not stable (stay on GPU).",
+    )
+    min_horizon_months: Real = Field(
+        6.0, ge=0, le=1200, description="Work that lives fewer months than this is short-lived (stay on GPU)."
+    )
+
+
+class Workload(_Model):
+    """A workload file: one model, its traffic or job, today's GPU fleet, and the Neuron candidates."""
+
+    title: str = Field("workload", max_length=300, description="A name for the report.")
+    kind: Literal["serving", "training"] = Field(
+        "serving", description='"serving" (a fleet answering traffic) or "training" (a recurring job).'
+    )
+    horizon_months: Whole = Field(
+        12, ge=1, le=120, description="How many months the decision should pay off over."
+    )
+    model: ModelSpec | None = Field(
+        None, description="The model (needed for the readiness check and the projection)."
+    )
+    traffic: Traffic | None = Field(None, description="Traffic for a serving workload.")
+    fleet: Fleet = Field(description="The current GPU fleet.")
+    slo: Slo = Field(default_factory=Slo, description="Latency objective (serving).")
+    targets: Targets = Field(description="Neuron candidates.")
+    pricing: Pricing = Field(default_factory=Pricing, description="Pricing term for the candidates.")
+    porting: Porting = Field(description="One-time porting estimate.")
+    stability: Stability = Field(default_factory=Stability, description="How much the model changes.")
+    figures: dict[str, InstanceFigures] = Field(
+        default_factory=dict,
+        description="Per instance type (the fleet's or a candidate's): figures you know, e.g. measured "
+        "throughput; each outranks a projection only when its source ranks higher.",
+    )
+    bench_results: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="`chipswap bench` result files (JSON, relative to the workload file): each gives its "
+        "instance measured throughput (goodput at the SLO) and latency, which outrank every projection.",
+    )
+    throughput: Throughput | None = Field(
+        None, description="Stated serving throughput figures (optional with a [model]: it is projected)."
+    )
+    job: Job | None = Field(None, description="Training run figures (kind = training).")
+    verdict: VerdictSettings = Field(default_factory=VerdictSettings, description="Verdict thresholds.")
+
+    @property
+    def utilization(self) -> float:
+        return self.throughput.target_utilization if self.throughput else 0.7
+
+    @model_validator(mode="after")
+    def _kind_sections(self) -> Workload:
+        names = [self.fleet.instance, *self.targets.candidates]
+        for name in self.figures:
+            if name not in names:
+                near = closest(name, names, n=1)
+                fix = f"did you mean {near[0]}?" if near else "use the fleet's instance or a candidate"
+                raise ValueError(f'figures."{name}": expected the fleet instance or a candidate; {fix}')
+        has_model = self.model is not None
+        tables = {"throughput.candidates": self.throughput.candidates if self.throughput else {}}
+        tables["job.candidates"] = self.job.candidates if self.job else {}
+        for key, table in tables.items():
+            for name in table:
+                if name not in self.targets.candidates:
+                    near = closest(name, self.targets.candidates, n=1)
+                    want = near[0] if near else self.targets.candidates[0]
+                    raise ValueError(
+                        f'{key}: expected a table [{key}."{want}"] for a candidate; the table for {name!r} '
+                        "names "
+                        "no candidate (see targets.candidates)"
+                    )
+        if self.kind == "serving":
+            if self.traffic is None:
+                raise ValueError('traffic: expected a [traffic] table for kind = "serving"')
+            tp = self.throughput
+            given = set(tp.candidates) if tp else set()
+            given |= {n for n, f in self.figures.items() if f.throughput is not None}
+            missing = [c for c in self.targets.candidates if c not in given]
+            if missing and not has_model and not self.bench_results:
+                raise ValueError(
+                    f'throughput.candidates: expected a table [throughput.candidates."{missing[0]}"] with '
+                    f"requests_per_s or speed_factor, or a [model] to project it"
+                    f"{_table_hint(missing[0], tp.candidates if tp else {})}"
+                )
+            needs_gpu = tp is not None and any(t.speed_factor is not None for t in tp.candidates.values())
+            gpu_given = (tp is not None and tp.gpu_requests_per_s is not None) or (
+                self.fleet.instance in self.figures
+                and self.figures[self.fleet.instance].throughput is not None
+            )
+            if needs_gpu and not gpu_given and not has_model:
+                raise ValueError(
+                    "throughput.gpu_requests_per_s: expected a number when a candidate uses speed_factor"
+                )
+        else:
+            if self.job is None:
+                raise ValueError('job: expected a [job] table for kind = "training"')
+            sized = self.job.job_tokens is not None and has_model
+            if not sized:
+                if self.job.gpu_hours is None and not _has_figure(
+                    self.figures, self.fleet.instance, "run_hours"
+                ):
+                    raise ValueError(
+                        "job.gpu_hours: expected the hours of one run, or the run's size (job.tokens, or "
+                        "job.epochs x job.dataset_tokens) with a [model] to project it"
+                    )
+                missing = [
+                    c
+                    for c in self.targets.candidates
+                    if c not in self.job.candidates and not _has_figure(self.figures, c, "run_hours")
+                ]
+                if missing:
+                    raise ValueError(
+                        f'job.candidates: expected a table [job.candidates."{missing[0]}"] with hours or '
+                        f"speed_factor, or the run's size (job.tokens) with a [model] to project it"
+                        f"{_table_hint(missing[0], self.job.candidates)}"
+                    )
+        return self
+
+
+def _has_figure(figures: dict[str, InstanceFigures], instance: str, name: str) -> bool:
+    return instance in figures and getattr(figures[instance], name) is not None
+
+
+def _table_hint(name: str, tables: dict[str, Any]) -> str:
+    """' (the tables given are ...)' when a candidate's table is missing but others exist (a typo)."""
+    near = closest(name, tables, n=1)
+    if near:
+        return f"; a table for {near[0]!r} is given: if that is a typo, use the same name in both places"
+    return ""
+
+
+# --------------------------------------------------------------------------------------------------- loading
+
+
+def _bound(v: Any) -> str:
+    """A bound as the user would write it: 0, 0.5, 100000 (not Decimal('1E+10') or 0.0)."""
+    if isinstance(v, str):  # pydantic hands Decimal bounds over as their repr
+        v = re.sub(r"^Decimal\('(.*)'\)$", r"\1", v)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    return f"{f:.0f}" if f.is_integer() and abs(f) >= 1e5 else f"{f:g}"
+
+
+def _expected_form(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    forms = {
+        "int_parsing": "an integer",
+        "int_type": "an integer",
+        "int_from_float": "a whole number",
+        "float_parsing": "a number",
+        "float_type": "a number",
+        "decimal_parsing": "a number",
+        "decimal_type": "a number",
+        "bool_parsing": "true or false",
+        "bool_type": "true or false",
+        "string_type": "a string in quotes",
+        "list_type": 'a list, e.g. ["a", "b"]',
+        "dict_type": "a table",
+        "model_type": "a table",
+        "model_attributes_type": "a table",
+        "greater_than": f"a number > {_bound(ctx.get('gt'))}",
+        "greater_than_equal": f"a number >= {_bound(ctx.get('ge'))}",
+        "less_than_equal": f"a number <= {_bound(ctx.get('le'))}",
+        "less_than": f"a number < {_bound(ctx.get('lt'))}",
+        "too_short": "a non-empty list",
+        "finite_number": "a finite number",
+        "literal_error": f"one of {ctx.get('expected', '')}",
+    }
+    if kind in forms:
+        return forms[kind]
+    msg = str(err.get("msg", "invalid value"))
+    return msg.removeprefix("Value error, ")
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif "." in str(p) or " " in str(p):
+            parts.append(f'."{p}"' if parts else f'"{p}"')
+        else:
+            parts.append(f".{p}" if parts else str(p))
+    return "".join(parts) or "(top level)"
+
+
+def _first_error(errors: list[Any]) -> Any:
+    """The error to report: an unknown key first (a typo'd key also makes its real key look missing)."""
+    for kind in ("extra_forbidden",):
+        for err in errors:
+            if err.get("type") == kind:
+                return err
+    return errors[0]
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at the table holding `loc` (for did-you-mean on an unknown key)."""
+    model: type[BaseModel] | None = Workload
+    skip_next = False
+    for part in loc[:-1]:
+        if skip_next:  # the instance name under a table of tables
+            skip_next = False
+            continue
+        if model is None:
+            return []
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return []
+        model = _submodel(field.annotation)
+        if get_origin(field.annotation) is dict:
+            skip_next = True
+    return list(model.model_fields) if model is not None else []
+
+
+def format_validation_error(path: str | Path, exc: ValidationError) -> str:
+    """One line: file, key, expected form (an unknown key first, else the first error; count of others)."""
+    errors = exc.errors(include_url=False)
+    err = _first_error(errors)
+    raw_loc = tuple(p for p in err.get("loc", ()) if p not in ("function-after",))
+    loc = raw_loc
+    msg = _expected_form(err)
+    key = _key(loc)
+    m = re.match(r"^([A-Za-z_][\w.\"\-]*): (.*)$", msg)
+    if m and err.get("type") == "value_error":
+        sub_key = m.group(1)
+        key = sub_key if key == "(top level)" or sub_key.startswith(f"{key}.") else f"{key}.{sub_key}"
+        msg = m.group(2)
+    got = err.get("input")
+    shown = ""
+    if (
+        err.get("type") not in ("missing", "extra_forbidden")
+        and not isinstance(got, dict)
+        and got is not None
+    ):
+        shown = f" (got {got!r})"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    if err.get("type") == "missing":
+        return f"{path}: {key}: missing; this key is required (see `chipswap workload-help`){more}"
+    if err.get("type") == "extra_forbidden":
+        near = closest(str(loc[-1]), _known_keys(loc), n=1) if loc else []
+        fix = (
+            f"did you mean {', '.join(near)}?"
+            if near
+            else "remove it or check its spelling (see `chipswap workload-help`)"
+        )
+        return f"{path}: unknown key {key}; {fix}{more}"
+    if not msg.startswith("expected "):
+        msg = f"expected {msg}"
+    return f"{path}: {key}: {msg}{shown}{more}"
+
+
+def _catalog_problem(data: dict[str, Any], catalog: Any = None) -> str | None:
+    """A region or instance name the catalog does not know, as 'key: problem; did you mean ...?'."""
+    if catalog is None:
+        try:
+            from chipswap.economics.catalog_io import load_catalog
+
+            catalog = load_catalog()
+        except ChipswapError:
+            return None
+    regions = list(catalog.regions)
+    names = [i.name for i in catalog.instances]
+
+    def table(name: str) -> dict[str, Any]:
+        t = data.get(name)
+        return t if isinstance(t, dict) else {}
+
+    def hint(value: str, choices: list[str], what: str, n: int = 3) -> str:
+        near = closest(value, choices, n=n)
+        return f"did you mean {', '.join(near)}?" if near else f"see `chipswap catalog --help` for the {what}"
+
+    for sect in ("fleet", "targets"):
+        region = table(sect).get("region")
+        if isinstance(region, str) and region not in regions:
+            return f"{sect}.region: unknown region {region!r}; {hint(region, regions, 'regions', 1)}"
+    inst = table("fleet").get("instance")
+    if isinstance(inst, str) and inst not in names:
+        return f"fleet.instance: unknown instance type {inst!r}; {hint(inst, names, 'instance types')}"
+    cands = table("targets").get("candidates")
+    if isinstance(cands, list):
+        for i, c in enumerate(cands):
+            if isinstance(c, str) and c not in names:
+                fix = hint(c, names, "instance types")
+                return f"targets.candidates[{i}]: unknown instance type {c!r}; {fix}"
+    return None
+
+
+def parse_workload(data: dict[str, Any], path: str | Path = "<workload>", catalog: Any = None) -> Workload:
+    """Validate a parsed workload against `catalog` (default: the shipped one); every problem is one
+    terminal-safe line naming the file and the key."""
+    from chipswap.textsafe import one_line
+
+    try:
+        wl = Workload.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if not any(e.get("type") == "extra_forbidden" for e in errors):
+            problem = _catalog_problem(data, catalog)
+            if problem:
+                raise ChipswapError(one_line(f"{path}: {problem}", 1000)) from None
+        raise ChipswapError(one_line(format_validation_error(path, exc), 1000)) from None
+    problem = _catalog_problem(data, catalog)
+    if problem:
+        raise ChipswapError(one_line(f"{path}: {problem}", 1000))
+    return wl
+
+
+MAX_WORKLOAD_BYTES = 1024 * 1024  # a workload file is a few KB; a megabyte is not a workload
+
+
+def load_workload(path: str | Path, catalog: Any = None) -> Workload:
+    """Read and validate a workload TOML file; any problem is one ChipswapError line naming file and key
+    (missing, a folder, too big, not UTF-8, not TOML, nested too deep: chipswap.datafile)."""
+    from chipswap.datafile import read_toml
+
+    p = Path(path)
+    if not p.exists():
+        raise ChipswapError(f"workload file not found: {p}; pass a TOML file or use --example")
+    data = read_toml(p, "workload file", max_bytes=MAX_WORKLOAD_BYTES)
+    return parse_workload(data, p, catalog)
+
+
+# ------------------------------------------------------------------------------------------------------ help
+
+
+def _type_name(annotation: Any) -> str:
+    origin = get_origin(annotation)
+    if origin is Literal:
+        return " | ".join(f'"{a}"' for a in get_args(annotation))
+    if origin is Annotated:
+        return _type_name(get_args(annotation)[0])
+    if origin in (list,):
+        return f"list of {_type_name(get_args(annotation)[0])}"
+    if origin in (dict,):
+        return f"table of {_type_name(get_args(annotation)[1])}"
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if args:
+        return " | ".join(_type_name(a) for a in args)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "table"
+    return {str: "string", int: "integer", float: "number", bool: "true/false", Decimal: "number"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation))
+    )
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    candidates = [annotation, *get_args(annotation)]
+    for a in candidates:
+        if isinstance(a, type) and issubclass(a, BaseModel):
+            return a
+        for b in get_args(a):
+            if isinstance(b, type) and issubclass(b, BaseModel):
+                return b
+    return None
+
+
+def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
+    """The documented schema, built from the field descriptions (the single source of the help text)."""
+    lines: list[str] = []
+    if not prefix:
+        lines.append(f"Workload file (TOML). {Workload.__doc__}")
+        lines.append("")
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = _submodel(field.annotation)
+        dict_of = get_origin(field.annotation) is dict
+        if sub is not None:
+            header = f'[{prefix}{name}."<instance>"]' if dict_of else f"[{key}]"
+            lines.append(f"{header}  {field.description or ''}")
+            if sub.__doc__ and not dict_of:
+                lines.append(f"    {' '.join(sub.__doc__.split())}")
+            child_prefix = f'{prefix}{name}."<instance>".' if dict_of else f"{key}."
+            lines.append(schema_help(sub, child_prefix))
+            continue
+        default = ""
+        if not field.is_required():
+            d = field.get_default(call_default_factory=True)
+            shown = f'"{d}"' if isinstance(d, str) else str(d).lower() if isinstance(d, bool) else str(d)
+            default = f" (default {shown})" if d is not None else " (optional)"
+        lines.append(f"  {key} = {_type_name(field.annotation)}{default}")
+        lines.append(f"      {field.description or ''}")
+    return "\n".join(line for line in lines if line != "")

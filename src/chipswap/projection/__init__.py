@@ -1,0 +1,14 @@
+"""Projection: the user's model on an instance -> serving configuration, service times, throughput and
+latency with error bands (or training tokens/s), and the calibration that fits the platform models.
+
+Pure core (no I/O, no torch, no clock):
+- work.py        a model's parameters, bytes and FLOPs in closed form (ModelWork);
+- platform.py    a chip family's spec sheet + fitted coefficients -> seconds for a model's work;
+- predict.py     the projection itself (ServingProjection, TrainingProjection);
+- fitting.py     least-squares fit of platform coefficients and held-out validation.
+Shell:
+- api.py         the projection API for callers: loads the catalog and platform files, calls predict.py;
+- platforms.py   loads data/platforms/*.toml (the projection's only I/O edge for platform data);
+- flops.py       FLOPs counted on the real torch graph (validates work.py; a factory model's work);
+- calibration.py reads the published benchmark tables and writes data/platforms/<family>.toml.
+"""

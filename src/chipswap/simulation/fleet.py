@@ -1,0 +1,380 @@
+"""Fleet sizing for a latency SLO: the smallest number of instances whose simulated tail latency meets the
+objectives at the traffic's busiest window, for any ServiceTimes (today's GPUs or a Neuron candidate, like for
+like), and whether a given fleet meets them.
+
+The search: a lower bound from the work the window carries (no fleet can be busier than 100%), doubling until
+a size meets the SLO, then bisection; every probe is a deterministic simulation of the same requests, and the
+answer must also hold one size up (so a lucky dip in a noisy tail cannot pick it). If the SLO is below the
+latency requests have alone on an idle replica (the floor), no size can meet it: that is the verdict, with the
+floor, not a long search. (The floor is exact when a decode step never gets cheaper by adding a request to the
+batch, which holds when its time grows with the batch's total context, as in memory-bound decoding.) The
+search never goes past `max_instances`.
+
+Pure: numpy and the standard library. No files, clock or printing. Bad input raises ChipswapError.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from chipswap.errors import ChipswapError
+from chipswap.simulation.servicetime import ServiceTimes
+from chipswap.simulation.simulate import (
+    DEFAULT_DISPATCH,
+    MAX_REPLICAS,
+    ReplicaSetup,
+    SimResult,
+    Traffic,
+    Window,
+    busiest_window,
+    request_work,
+    simulate,
+)
+
+DEFAULT_WINDOW_S = 300.0
+DEFAULT_WARMUP_S = 120.0  # traffic simulated before the window so it does not start on an empty fleet
+DEFAULT_COOLDOWN_S = 60.0  # traffic after it, so requests at the window's end still share their replicas
+DEFAULT_MAX_INSTANCES = 1000
+
+VERDICTS = ("meets", "below_floor", "over_cap", "rejects")
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency objectives at a percentile (default p99). Give at least one; a request rejected as too long
+    counts as missing every objective."""
+
+    ttft_s: float | None = None  # time to first token (LLM) or to the result (encoder)
+    e2e_s: float | None = None  # arrival to the last token
+    percentile: float = 99.0
+
+    def __post_init__(self) -> None:
+        if self.ttft_s is None and self.e2e_s is None:
+            raise ChipswapError("the SLO has no objective; give a TTFT and/or an end-to-end latency target")
+        for name, v in (("TTFT", self.ttft_s), ("end-to-end", self.e2e_s)):
+            if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise ChipswapError(f"{name} SLO must be a positive number of seconds, got {v!r}; e.g. 2.5")
+        p = self.percentile
+        if not (isinstance(p, int | float) and 0 < p < 100):
+            raise ChipswapError(f"SLO percentile must be between 0 and 100, got {p!r}; e.g. 99")
+
+    def describe(self) -> str:
+        parts = []
+        if self.ttft_s is not None:
+            parts.append(f"TTFT p{self.percentile:g} <= {self.ttft_s * 1000:,.0f} ms")
+        if self.e2e_s is not None:
+            parts.append(f"end-to-end p{self.percentile:g} <= {self.e2e_s * 1000:,.0f} ms")
+        return " and ".join(parts)
+
+
+@dataclass(frozen=True)
+class FleetCheck:
+    """One fleet size simulated against the SLO. Latencies are at the SLO's percentile over the measured
+    requests, rejected ones counting as infinitely late (NaN when the SLO has no such objective)."""
+
+    instances: int
+    replicas_per_instance: int
+    meets: bool
+    ttft_s: float
+    e2e_s: float
+    why: str  # one line: the margin, or which objective is missed and by how much
+    result: SimResult
+
+    @property
+    def replicas(self) -> int:
+        return self.instances * self.replicas_per_instance
+
+
+@dataclass(frozen=True)
+class FleetSizing:
+    """The smallest fleet meeting the SLO at the busiest window, or why there is none.
+
+    verdict: "meets" (instances is the answer), "below_floor" (the SLO is tighter than the latency requests
+    have alone on an idle replica), "over_cap" (not met even at max_instances), "rejects" (more requests are
+    too long for this setup than the percentile allows)."""
+
+    verdict: str
+    instances: int | None
+    replicas_per_instance: int
+    slo: Slo
+    window: Window
+    floor_ttft_s: float  # the SLO percentile of the alone latencies (NaN without that objective)
+    floor_e2e_s: float
+    lower_bound: int  # instances needed to carry the window's work at 100% busy
+    max_instances: int
+    check: FleetCheck | None  # the simulation at the answer (or at the cap when over it)
+    probes: tuple[
+        tuple[int, float, float, bool], ...
+    ]  # (instances, TTFT, end-to-end, meets), in search order
+    message: str  # one line for reports
+
+    @property
+    def replicas(self) -> int | None:
+        return None if self.instances is None else self.instances * self.replicas_per_instance
+
+
+def _count(value: object, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= int(value) <= high:
+        raise ChipswapError(f"{what} must be a whole number {low} .. {high:,}, got {value!r}")
+    return int(value)
+
+
+def _tail(values: np.ndarray, rejected: np.ndarray, percentile: float) -> float:
+    """The percentile with rejected requests counted as infinitely late (an observed value, or inf)."""
+    v = np.where(rejected, np.inf, values)
+    return float(np.percentile(v, percentile, method="higher")) if v.size else float("nan")
+
+
+def window_traffic(
+    traffic: Traffic,
+    window_s: float = DEFAULT_WINDOW_S,
+    *,
+    warmup_s: float = DEFAULT_WARMUP_S,
+    cooldown_s: float = DEFAULT_COOLDOWN_S,
+    by: str = "tokens",
+) -> tuple[Traffic, Window]:
+    """The busiest window and the traffic to simulate for it (the window plus warm-up before and cool-down
+    after, where the trace has them). Measure only the window: `measure=(window.start_s, window.end_s)`."""
+    for name, v in (("warm-up", warmup_s), ("cool-down", cooldown_s)):
+        if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+            raise ChipswapError(f"{name} must be >= 0 seconds, got {v!r}")
+    window = busiest_window(traffic, window_s, by=by)
+    part = traffic.between(window.start_s - warmup_s, window.end_s + cooldown_s)
+    return part, window
+
+
+def check_fleet(
+    traffic: Traffic,
+    service: ServiceTimes,
+    setup: ReplicaSetup,
+    instances: int,
+    replicas_per_instance: int,
+    slo: Slo,
+    *,
+    mode: str = "llm",
+    dispatch: str = DEFAULT_DISPATCH,
+    measure: tuple[float, float] | None = None,
+    report_buckets: Sequence[int] = (),
+) -> FleetCheck:
+    """Simulate `instances` x `replicas_per_instance` replicas on `traffic` and compare the tail with the SLO
+    (e.g. today's GPU fleet: does it meet the SLO?)."""
+    n_inst = _count(instances, "instance count", 1, MAX_REPLICAS)
+    rpi = _count(replicas_per_instance, "replicas per instance", 1, MAX_REPLICAS)
+    if n_inst * rpi > MAX_REPLICAS:
+        raise ChipswapError(f"{n_inst} x {rpi} replicas is more than {MAX_REPLICAS:,}; use a smaller fleet")
+    res = simulate(
+        traffic,
+        service,
+        setup,
+        n_inst * rpi,
+        mode=mode,
+        dispatch=dispatch,
+        measure=measure,
+        report_buckets=report_buckets,
+    )
+    rejected = np.isnan(res.e2e_s[res.measured])
+    ttft = _tail(res.ttft_s[res.measured], rejected, slo.percentile) if slo.ttft_s is not None else math.nan
+    e2e = _tail(res.e2e_s[res.measured], rejected, slo.percentile) if slo.e2e_s is not None else math.nan
+    misses = []
+    margins = []
+    for name, got, target in (("TTFT", ttft, slo.ttft_s), ("end-to-end", e2e, slo.e2e_s)):
+        if target is None:
+            continue
+        if got > target:
+            misses.append(f"{name} p{slo.percentile:g} {_ms(got)} > {_ms(target)}")
+        else:
+            margins.append(f"{name} p{slo.percentile:g} {_ms(got)} <= {_ms(target)}")
+    why = "; ".join(misses) if misses else "; ".join(margins)
+    return FleetCheck(n_inst, rpi, not misses, ttft, e2e, why, res)
+
+
+def _ms(seconds: float) -> str:
+    return "inf (rejected requests)" if math.isinf(seconds) else f"{seconds * 1000:,.0f} ms"
+
+
+def size_fleet(
+    traffic: Traffic,
+    service: ServiceTimes,
+    setup: ReplicaSetup,
+    replicas_per_instance: int,
+    slo: Slo,
+    *,
+    mode: str = "llm",
+    dispatch: str = DEFAULT_DISPATCH,
+    window_s: float = DEFAULT_WINDOW_S,
+    warmup_s: float = DEFAULT_WARMUP_S,
+    cooldown_s: float = DEFAULT_COOLDOWN_S,
+    max_instances: int = DEFAULT_MAX_INSTANCES,
+    min_instances: int = 1,
+    report_buckets: Sequence[int] = (),
+) -> FleetSizing:
+    """The smallest number of instances (each `replicas_per_instance` replicas of `setup`) whose simulated
+    tail latency meets `slo` for the busiest `window_s` of `traffic`; never below `min_instances` (e.g. the
+    answer for less traffic, see `size_fleet_sweep`)."""
+    rpi = _count(replicas_per_instance, "replicas per instance", 1, MAX_REPLICAS)
+    cap = _count(max_instances, "max instances", 1, MAX_REPLICAS // rpi)
+    least = _count(min_instances, "min instances", 1, cap)
+    part, window = window_traffic(traffic, window_s, warmup_s=warmup_s, cooldown_s=cooldown_s)
+    measure = (window.start_s, window.end_s)
+    in_window = (part.arrivals_s >= window.start_s) & (part.arrivals_s < window.end_s)
+    alone_ttft, alone_e2e, work = request_work(part, service, setup, mode)
+    rejected = np.isnan(alone_e2e[in_window])
+    floor_ttft = (
+        _tail(alone_ttft[in_window], rejected, slo.percentile) if slo.ttft_s is not None else math.nan
+    )
+    floor_e2e = _tail(alone_e2e[in_window], rejected, slo.percentile) if slo.e2e_s is not None else math.nan
+    replicas_lb = float(np.nansum(work[in_window])) / (window.end_s - window.start_s)
+    lower = max(least, min(cap, math.ceil(replicas_lb / rpi - 1e-9)))
+
+    probes: list[tuple[int, float, float, bool]] = []
+    checks: dict[int, FleetCheck] = {}
+
+    def probe(n: int) -> FleetCheck:
+        if n not in checks:
+            c = check_fleet(
+                part,
+                service,
+                setup,
+                n,
+                rpi,
+                slo,
+                mode=mode,
+                dispatch=dispatch,
+                measure=measure,
+                report_buckets=report_buckets,
+            )
+            checks[n] = c
+            probes.append((n, c.ttft_s, c.e2e_s, c.meets))
+        return checks[n]
+
+    def verdict(kind: str, n: int | None, check: FleetCheck | None, message: str) -> FleetSizing:
+        return FleetSizing(
+            kind, n, rpi, slo, window, floor_ttft, floor_e2e, lower, cap, check, tuple(probes), message
+        )
+
+    if rejected.mean() * 100 > 100 - slo.percentile:
+        share = 100 * rejected.mean()
+        return verdict(
+            "rejects",
+            None,
+            None,
+            f"{share:.1f}% of the window's requests are too long for this setup (more than the "
+            f"{100 - slo.percentile:g}% the p{slo.percentile:g} allows); "
+            f"no fleet size can meet {slo.describe()}",
+        )
+    below = [
+        f"{name} p{slo.percentile:g} alone is {_ms(floor)} > {_ms(target)}"
+        for name, floor, target in (("TTFT", floor_ttft, slo.ttft_s), ("end-to-end", floor_e2e, slo.e2e_s))
+        if target is not None and floor > target
+    ]
+    if below:
+        return verdict(
+            "below_floor",
+            None,
+            None,
+            f"no fleet size can meet {slo.describe()}: {'; '.join(below)} (a request alone on an idle "
+            "replica); relax the SLO or choose a faster setup",
+        )
+
+    def first_meeting_above(bad: int) -> int | None:
+        """Doubling from a size that fails until one meets; None if not even the cap does."""
+        while bad < cap:
+            bad = n = min(cap, 2 * bad)
+            if probe(n).meets:
+                return n
+        return None
+
+    def over_cap() -> FleetSizing:
+        at_cap = probe(cap)
+        return verdict(
+            "over_cap",
+            None,
+            at_cap,
+            f"{slo.describe()} is not met steadily by up to {cap:,} instances ({at_cap.why}); raise "
+            "max_instances or choose a faster setup",
+        )
+
+    # bracket the answer: `bad` fails (least - 1: below the search), `good` meets
+    if probe(lower).meets:
+        bad, good = least - 1, lower
+        while bad == least - 1 and good > least:
+            half = max(least, good // 2)
+            if probe(half).meets:
+                good = half
+            else:
+                bad = half
+    else:
+        found = first_meeting_above(lower)
+        if found is None:
+            return over_cap()
+        bad, good = lower, found
+    while True:
+        while good - bad > 1:
+            mid = (bad + good) // 2
+            if probe(mid).meets:
+                good = mid
+            else:
+                bad = mid
+        # one size up must meet too, so the answer is not a dip in a noisy tail
+        if good >= cap or probe(good + 1).meets:
+            break
+        found = first_meeting_above(good + 1)
+        if found is None:
+            return over_cap()
+        bad, good = good + 1, found
+    best = probe(good)
+    return verdict(
+        "meets",
+        good,
+        best,
+        f"{good:,} x {rpi} replicas meet {slo.describe()} at the busiest {window_s:g} s "
+        f"({window.requests:,} requests, {window.rate_rps:.2f}/s): {best.why}",
+    )
+
+
+def size_fleet_sweep(
+    traffics: Sequence[Traffic],
+    service: ServiceTimes,
+    setup: ReplicaSetup,
+    replicas_per_instance: int,
+    slo: Slo,
+    *,
+    max_instances: int = DEFAULT_MAX_INSTANCES,
+    **options: Any,
+) -> tuple[FleetSizing, ...]:
+    """`size_fleet` for increasing traffic (e.g. the same trace at growing scales), for "fleet size vs
+    traffic". More traffic never needs fewer instances: each level's search starts at the previous level's
+    answer (a tail percentile over a finite window is noisy near the SLO, and a dip would otherwise read as
+    "more traffic is cheaper"), and once a level cannot be served (over the cap, below the floor, too many
+    rejects) neither can the ones after it. Other options are passed to `size_fleet`."""
+    results: list[FleetSizing] = []
+    least = 1
+    for traffic in traffics:
+        before = results[-1] if results else None
+        blocked = before is not None and before.verdict != "meets"
+        sizing = size_fleet(
+            traffic,
+            service,
+            setup,
+            replicas_per_instance,
+            slo,
+            max_instances=max_instances,
+            min_instances=max_instances if blocked else least,
+            **options,
+        )
+        if before is not None and blocked and sizing.verdict == "meets":
+            sizing = replace(
+                sizing,
+                verdict=before.verdict,
+                instances=None,
+                message=f"less traffic could not be served ({before.message}); nor can this",
+            )
+        if sizing.instances is not None:
+            least = sizing.instances
+        results.append(sizing)
+    return tuple(results)

@@ -1,0 +1,91 @@
+"""Service times: the seam between where a speed comes from (projection, measurement) and the simulator.
+
+Pure: no I/O, no torch, no clock. The projection engine (`chipswap.projection.predict`) builds objects that
+satisfy `ServiceTimes` from a model's work and a calibrated platform model; a user's measurement can build one
+too; the fleet simulator (`chipswap.simulation.simulate`) only ever calls these methods. Nothing here knows
+about
+instances, prices or traces.
+
+Conventions (both sides rely on them):
+- times are seconds of wall clock for ONE replica (one tensor-parallel group) doing one call;
+- `length`/`context` are the token counts the call actually computes on: on Neuron that is the padded bucket
+  length, on a GPU the real (unpadded) length; callers do the padding, implementations never round up;
+- `band` is the relative half-width of the error band (0.15 means the true value is expected within x/1.15 ..
+  x*1.15), taken from held-out calibration error; a measured figure has its own (usually small) band;
+- `source` is one of "measured", "projected", "published", "stated", "assumption" (see DESIGN.md, Figures).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class ServiceTimes(Protocol):
+    """How long one replica takes for each kind of call. Implementations must be cheap to call (the simulator
+    may call them millions of times; cache or precompute inside if needed) and monotone non-decreasing in each
+    argument."""
+
+    @property
+    def band(self) -> float: ...
+
+    @property
+    def source(self) -> str: ...
+
+    def prefill_s(self, batch: int, length: int) -> float:
+        """One prefill (context-encoding) call: `batch` sequences of `length` tokens each."""
+        ...
+
+    def decode_step_s(self, batch: int, context: int) -> float:
+        """One decode step: one token for each of `batch` sequences whose KV context is `context`."""
+        ...
+
+    def encoder_s(self, batch: int, length: int) -> float:
+        """One encoder forward of `batch` sequences of `length` tokens."""
+        ...
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """How a model is laid out on one instance, as chosen by the configuration search (or stated).
+
+    `replicas` x `tp_degree` devices (NeuronCores or GPUs) are used; every number the simulator produces for
+    this instance is for this layout, and reports print it next to the figures."""
+
+    instance: str
+    tp_degree: int  # devices per replica (NeuronCores on Neuron, GPUs on NVIDIA)
+    replicas: int  # replicas per instance
+    max_batch: int  # largest batch one replica runs (continuous batching slots, or largest compiled batch)
+    weight_dtype: str  # "bf16", "fp16", "int8", "fp8", ...
+    max_length: int  # longest prompt + output one replica accepts
+    batch_sizes: tuple[int, ...] = ()  # compiled batch sizes (Neuron encoders); () = any 1..max_batch
+    padded: bool = False  # True on Neuron: requests are padded to buckets; False on GPUs
+    why: str = ""  # one line: why this configuration won
+    rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, why it lost)
+
+
+@dataclass(frozen=True)
+class ScaledServiceTimes:
+    """Another ServiceTimes slowed down (factor > 1) or sped up (factor < 1): the edges of an error band,
+    and sensitivity ("a 1.3x slower Neuron would flip it")."""
+
+    inner: ServiceTimes
+    factor: float
+
+    @property
+    def band(self) -> float:
+        return self.inner.band
+
+    @property
+    def source(self) -> str:
+        return self.inner.source
+
+    def prefill_s(self, batch: int, length: int) -> float:
+        return self.inner.prefill_s(batch, length) * self.factor
+
+    def decode_step_s(self, batch: int, context: int) -> float:
+        return self.inner.decode_step_s(batch, context) * self.factor
+
+    def encoder_s(self, batch: int, length: int) -> float:
+        return self.inner.encoder_s(batch, length) * self.factor
