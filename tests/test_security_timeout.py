@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch  # noqa: F401 - imported before any 1 s limit: a timer must not interrupt torch's own import
 
 from chipswap.cli.check import DEFAULT_CHECK_TIMEOUT_S
 from tests.cli_helpers import run_inproc
