@@ -30,7 +30,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 _MANY = r"""
 import json, os, sys, tempfile
-from chipswap.cli import main
+from chipswap.cli.main import main
 res = []
 for args in json.loads(sys.argv[1]):
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from chipswap.cli import main as cli_main
+from chipswap.cli.main import main as cli_main
 from tests.fuzz.harness import Sandbox, echoed_controls, run
 from tests.fuzz.test_fuzz_inputs import REPO, _check, _params, _settings, _within_budget
 
