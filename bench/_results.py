@@ -13,6 +13,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "benchmarks.md"
+# Every benchmark imports this module first: it puts the source tree (and the repository root, for the tests'
+# reference simulator) on the path, so `python bench/bench_<area>.py` runs from a checkout without an install.
+for _path in (ROOT, ROOT / "src"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 HEADER = (
     "# Benchmarks\n\n"
     "Each section is written by the script that produced it (`make bench` runs them all;\n"
@@ -32,7 +37,6 @@ def machine_line() -> str:
 
 def write_section(name: str, title: str, command: str, body: str) -> None:
     """Replace (or append) the section `name` in docs/benchmarks.md."""
-    sys.path.insert(0, str(ROOT / "src"))
     from chipswap.atomic import atomic_write_text
 
     text = DOC.read_text() if DOC.exists() else HEADER

@@ -24,11 +24,8 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+from _results import ROOT  # noqa: E402  (first: it puts src/ on the path)
 
 MEASURE = r"""
 import json, os, sys

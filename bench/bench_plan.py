@@ -23,9 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+from _results import ROOT  # noqa: E402  (first: it puts src/ on the path)
 
 WORKLOAD = """
 title = "Llama 3 70B serving, {what}"

@@ -17,18 +17,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
 from _results import write_section  # noqa: E402
-from chipswap.shapes import buckets as B  # noqa: E402
+from chipswap import shapes as B  # noqa: E402
 from chipswap.shapes.shapeplan import DEFAULT_ATTENTION_DIMS, plan_shapes  # noqa: E402
 from chipswap.traffic import Trace, bundled_trace_path, read_trace  # noqa: E402
 

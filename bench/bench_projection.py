@@ -15,15 +15,9 @@ Writes its section of docs/benchmarks.md via bench/_results.write_section("proje
 from __future__ import annotations
 
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from _results import write_section  # noqa: E402
 from chipswap.economics.catalog_io import load_catalog  # noqa: E402

@@ -45,11 +45,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT))
-
 MAX_LEN = 512
 BERT_MINI = {  # Turc et al. 2019, BERT-Mini: L=4, H=256, A=4 (FFN 4H)
     "model_type": "bert",

@@ -22,19 +22,10 @@ import argparse
 import os
 import resource
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT))  # tests.simulate_reference
-
-from tests.simulate_reference import simulate_reference  # noqa: E402
 
 from _results import write_section  # noqa: E402
 from chipswap.simulation import fleet as F  # noqa: E402
@@ -125,6 +116,8 @@ def main() -> None:
         )
         lines.append(_row(f"fast, {dispatch}, {N_REQUESTS:,} requests", times, TARGET_S, extra))
         print(lines[-1], flush=True)
+    from tests.simulate_reference import simulate_reference  # the naive oracle lives with the tests
+
     small = big.between(-1.0, float(big.arrivals_s[NAIVE_REQUESTS - 1]) + 1e-9)
     for dispatch in ("round_robin", "least_loaded"):
         fast_t, fast = _timed(

@@ -29,11 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from _results import write_section  # noqa: E402
+from _results import (
+    ROOT,  # noqa: E402  (first: it puts src/ on the path)
+    write_section,  # noqa: E402
+)
 
 SEED = 20240611
 ROWS_10M = 10_000_000
@@ -128,7 +127,8 @@ def side_by_side(label: str, chipswap: list[str], plain: list[str], repeats: int
 
 
 def planning_step(parquet: Path, repeats: int) -> dict[str, float]:
-    from chipswap.shapes import buckets as B
+    from chipswap import shapes as B
+    from chipswap.shapes import buckets as dp
     from chipswap.shapes.shapeplan import plan_shapes
     from chipswap.traffic import aggregate_trace
 
@@ -145,10 +145,10 @@ def planning_step(parquet: Path, repeats: int) -> dict[str, float]:
     # the previous planner's DP (pure-Python integer hull) on the same decode histogram, for reference
     cands = B.candidate_edges(dhist, B.tokens_cost(), max_length=dhist.max_length, policy="reject")
     t0 = time.perf_counter()
-    B._dp_layers_hull(cands.prefix.tolist(), cands.costs.tolist(), None, 6)
+    dp._dp_layers_hull(cands.prefix.tolist(), cands.costs.tolist(), None, 6)
     hull_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    B._dp_layers(cands.prefix, cands.costs, None, 6)
+    dp._dp_layers(cands.prefix, cands.costs, None, 6)
     dc_s = time.perf_counter() - t0
     out = {
         "t": statistics.median(times),

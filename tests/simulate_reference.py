@@ -58,12 +58,7 @@ def _choose(loads: list[int], last: int, least_loaded: bool) -> int:
 
 
 def simulate_reference(
-    traffic: Traffic,
-    service: ServiceTimes,
-    setup: ReplicaSetup,
-    replicas: int,
-    *,
-    mode: str = "llm",
+    traffic: Traffic, service: ServiceTimes, setup: ReplicaSetup, replicas: int, *, mode: str = "llm",
     dispatch: str = "least_loaded",
 ) -> ReferenceRun:
     n = len(traffic)

@@ -27,7 +27,6 @@ from tests.aws_helpers import (
     fake_aws,
     fake_credentials,
     json_error,
-    moto_server,
     offline_env,
     quota_response,
     routed_factory,
@@ -38,12 +37,6 @@ from tests.aws_helpers import (
 from tests.cli_helpers import run_inproc
 
 TODAY = "2026-11-30"
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[Moto]:
-    with moto_server() as server:
-        yield server
 
 
 @pytest.fixture
@@ -378,7 +371,7 @@ def test_the_plans_clear_move_gets_the_quota_increase_line(aws, tmp_path) -> Non
     the capacity rule with facts from moto (offerings, usage) and Service Quotas (Stubber)."""
     from chipswap import plan as pipeline
     from chipswap.cli.plan import example_path
-    from chipswap.plan.workload import load_workload
+    from chipswap.plan.workload_file import load_workload
 
     moto, stubs = aws
     text = example_path("finetune").read_text().replace("count = 1", "count = 8")

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
-from chipswap.shapes import buckets as B
+from chipswap.shapes import buckets as dp
 
 
 @st.composite
@@ -273,11 +274,11 @@ def test_vectorised_dp_equals_python_integer_hull_on_larger_histograms():
         for model in models:
             c = B.candidate_edges(h, model, max_length=top, policy=policy, align=align)
             kmax = min(8, c.edges.size)
-            _, fast = B._dp_layers(c.prefix, c.costs, None, kmax)
-            _, ref = B._dp_layers_hull(c.prefix.tolist(), c.costs.tolist(), None, kmax)
+            _, fast = dp._dp_layers(c.prefix, c.costs, None, kmax)
+            _, ref = dp._dp_layers_hull(c.prefix.tolist(), c.costs.tolist(), None, kmax)
             for k in range(1, kmax + 1):
-                got = [int(c.edges[j]) for j in B._backtrack(fast, k, c.edges.size)]
-                want = [int(c.edges[j]) for j in B._backtrack(ref, k, c.edges.size)]
+                got = [int(c.edges[j]) for j in dp._backtrack(fast, k, c.edges.size)]
+                want = [int(c.edges[j]) for j in dp._backtrack(ref, k, c.edges.size)]
                 a = B.evaluate(h, got, model, policy=policy).padded_total
                 b = B.evaluate(h, want, model, policy=policy).padded_total
                 assert a == pytest.approx(b, rel=1e-12), (trial, model.kind, k)
@@ -289,7 +290,7 @@ def test_costs_beyond_int64_fall_back_to_exact_integers():
     h = B.histogram_from_pairs(lengths, rng.integers(1, 10**7, 12))
     model = B.attention_cost(10**12 + 1, 7)  # no common factor: the reduced costs stay ~1e15, weights ~1e8
     c = B.candidate_edges(h, model, max_length=h.max_length, policy="reject")
-    assert B._int64_form(c.prefix, c.costs) is None  # so the Python-integer DP runs
+    assert dp._int64_form(c.prefix, c.costs) is None  # so the Python-integer DP runs
     for k in (2, 3, 4):
         plan = B.plan_optimal(h, model, k=k, max_buckets=None)
         _, brute = B.brute_force_edges(h, k, model, max_length=h.max_length)
@@ -341,5 +342,5 @@ def test_decode_histogram_from_events_equals_per_request_difference_array():
 def test_dp_table_is_bounded():
     h = B.histogram_from_lengths(np.arange(1, 3001))
     with pytest.raises(ChipswapError, match="table bound"):
-        B._dp_layers(np.arange(1, 3001), np.arange(1, 3001), None, B.MAX_DP_CELLS // 3000 + 1)
+        dp._dp_layers(np.arange(1, 3001), np.arange(1, 3001), None, B.MAX_DP_CELLS // 3000 + 1)
     assert B.plan_optimal(h, B.tokens_cost(), k=6).k == 6

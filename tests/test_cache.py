@@ -11,8 +11,10 @@ import pytest
 import torch
 
 import chipswap.compile.cache as cachemod
-from chipswap.compile.cache import ArtifactCache, CompileFailed, KeyParts, graph_digest, weights_digest
+from chipswap.compile.cache import ArtifactCache, CompileFailed
+from chipswap.compile.keys import KeyParts, graph_digest, weights_digest
 from chipswap.errors import ChipswapError
+from tests.cli_helpers import run_inproc
 
 
 def _parts(**over):
@@ -233,16 +235,6 @@ def test_default_dir_env(tmp_path, monkeypatch):
     assert ArtifactCache().root.name == "artifacts" and "chipswap" in str(ArtifactCache().root)
 
 
-def _cli(argv, capsys):
-    from chipswap.cli.main import main
-
-    try:
-        code = main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code or 0, out, err
-
 
 @pytest.mark.parametrize(
     "flag,value",
@@ -259,7 +251,7 @@ def _cli(argv, capsys):
 def test_prune_rejects_bad_limits_and_removes_nothing(tmp_path, capsys, flag, value):
     c = ArtifactCache(tmp_path / "c")
     good, _ = c.get_or_build(_parts(), _write())
-    code, out, err = _cli(["cache", "prune", "--cache-dir", str(c.root), flag, value], capsys)
+    code, out, err = run_inproc(capsys, "cache", "prune", "--cache-dir", str(c.root), flag, value)
     assert code == 2 and out == ""
     assert err.startswith("chipswap: error: ") and err.count("\n") == 1 and flag in err
     assert [e.key for e in c.list()] == [good.key]
@@ -273,6 +265,6 @@ def test_prune_rejects_bad_limits_and_removes_nothing(tmp_path, capsys, flag, va
 def test_rm_json(tmp_path, capsys):
     c = ArtifactCache(tmp_path / "c")
     good, _ = c.get_or_build(_parts(), _write())
-    code, out, _ = _cli(["cache", "rm", good.key[:10], "--cache-dir", str(c.root), "--json"], capsys)
+    code, out, _ = run_inproc(capsys, "cache", "rm", good.key[:10], "--cache-dir", str(c.root), "--json")
     assert code == 0
     assert json.loads(out)["removed"] == good.key and c.list() == []

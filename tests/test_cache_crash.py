@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 ZYGOTE = r"""
 import json, os, sys, time, traceback
 import torch, onnx, onnxruntime  # preloaded once; workers are forked from here
-from chipswap.compile.cache import ArtifactCache, KeyParts
+from chipswap.compile.cache import ArtifactCache
+from chipswap.compile.keys import KeyParts
 from chipswap.compile.backends.ort import OnnxRuntimeBackend
 
 class MLP(torch.nn.Module):

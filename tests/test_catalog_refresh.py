@@ -26,7 +26,6 @@ from tests.aws_helpers import (
     fake_aws,
     fake_credentials,
     json_error,
-    moto_server,
     routed_factory,
     sealed,
 )
@@ -152,12 +151,6 @@ def stub_trn1_prices(stubs: Stubs) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def moto() -> Iterator[Moto]:
-    with moto_server() as server:
-        yield server
-
-
 @pytest.fixture
 def aws(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Moto, Stubs]]:
     stubs = sealed(monkeypatch)
@@ -221,7 +214,7 @@ def test_the_plan_accepts_the_refreshed_catalog(aws, tmp_path, capsys, monkeypat
     assert refresh(capsys, out)[0] == 0
     from chipswap import plan as pipeline
     from chipswap.cli.plan import example_path
-    from chipswap.plan.workload import load_workload
+    from chipswap.plan.workload_file import load_workload
 
     path = example_path("finetune")
     result = pipeline.run_plan(load_workload(path), path, catalog=load_catalog(out))

@@ -22,6 +22,7 @@ from chipswap.compile.compiler import (
     target_from_spec,
 )
 from chipswap.errors import ChipswapError
+from tests.cli_helpers import run_inproc
 
 ROOT = Path(__file__).resolve().parents[1]
 CHIPSWAP = [sys.executable, "-m", "chipswap"]
@@ -292,16 +293,6 @@ def test_failed_compile_is_recorded_with_log_and_not_retried(tmp_path):
     assert m.attempts == 2
 
 
-def _cli(argv, capsys):
-    from chipswap.cli.main import main as cli_main
-
-    try:
-        code = cli_main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code or 0, out, err
-
 
 def test_out_path_is_checked_before_any_compile(tmp_path, capsys, monkeypatch):
     import chipswap.compile.compiler as comp
@@ -315,9 +306,9 @@ def test_out_path_is_checked_before_any_compile(tmp_path, capsys, monkeypatch):
         (tmp_path, "is a directory"),
         (tmp_path / "missing" / "set.json", "does not exist"),
     ):
-        code, _, err = _cli(
-            ["compile", "tiny-distilbert", "--seq-len", "16", "--cache-dir", str(cache), "--out", str(out)],
-            capsys,
+        code, _, err = run_inproc(
+            capsys, "compile", "tiny-distilbert", "--seq-len", "16", "--cache-dir", str(cache), "--out",
+            str(out),
         )
         assert code == 2 and err.startswith("chipswap: error: --out") and err.count("\n") == 1, err
         assert msg in err
@@ -332,7 +323,7 @@ def test_out_path_is_checked_before_any_compile(tmp_path, capsys, monkeypatch):
     ],
 )
 def test_flag_examples_are_valid(argv, msg, capsys):
-    code, _, err = _cli(["compile", "tiny-distilbert", *argv], capsys)
+    code, _, err = run_inproc(capsys, "compile", "tiny-distilbert", *argv)
     assert code == 2 and msg in err and err.count("\n") == 1
 
 
@@ -354,8 +345,7 @@ def test_llm_plan_decode_buckets_get_a_note(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(comp, "compile_plan", stop)
     p = tmp_path / "llm.json"
     p.write_text(json.dumps(_plan(mode="llm", decode_buckets=[64, 256])))
-    code, _, err = _cli(
-        ["compile", "tiny-distilbert", "--plan", str(p), "--cache-dir", str(tmp_path / "c")], capsys
-    )
+    args = ("--plan", str(p), "--cache-dir", str(tmp_path / "c"))
+    code, _, err = run_inproc(capsys, "compile", "tiny-distilbert", *args)
     notes = [ln for ln in err.splitlines() if ln.startswith("note:")]
     assert len(notes) == 1 and "decode_buckets [64, 256]" in notes[0] and "not the decode buckets" in notes[0]

@@ -34,7 +34,7 @@ print(json.dumps({"logits": logits, "too_long": too_long, "stats": router.stats.
 
 
 def test_distilbert_seq128_fresh_process_same_logits(tmp_path):
-    from chipswap.compile.cache import weights_digest
+    from chipswap.compile.keys import weights_digest
     from chipswap.models import build_model, resolve_model
 
     cache, cset = tmp_path / "cache", tmp_path / "distilbert-128.json"

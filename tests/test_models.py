@@ -9,6 +9,7 @@ import torch
 
 from chipswap import models
 from chipswap.errors import ChipswapError
+from chipswap.models.inputs import _audio_samples
 from tests.zoo_configs import CONFIGS
 
 REAL = [
@@ -209,7 +210,7 @@ def test_wav2vec2_sample_count_gives_the_requested_frames():
     from types import SimpleNamespace
 
     cfg = SimpleNamespace(conv_kernel=[10, 3, 3], conv_stride=[5, 2, 2])
-    n = models._audio_samples(cfg, 7)
+    n = _audio_samples(cfg, 7)
     frames = n
     for k, s in zip(cfg.conv_kernel, cfg.conv_stride, strict=True):
         frames = (frames - k) // s + 1

@@ -23,7 +23,7 @@ from chipswap.plan import ReadinessSummary, run_plan
 from chipswap.plan import readiness as readiness_stage
 from chipswap.plan import shapes as shapes_stage
 from chipswap.plan import traffic as traffic_stage
-from chipswap.plan.workload import load_workload, parse_workload
+from chipswap.plan.workload_file import load_workload, parse_workload
 from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY
 
 CAT = load_catalog()
@@ -558,27 +558,27 @@ def _inside(flip: Any, base: float, eps: float = 1e-6) -> float:
     return float(flip.edge) * (1 + eps if flip.edge < base else 1 - eps)
 
 
-def test_traffic_and_throughput_flips_match_a_real_rerun(readiness) -> None:
+def _traffic(d: dict[str, Any], x: float) -> None:
+    d["traffic"]["steady_rps"] = 20.0 * x
+
+
+def _neuron_speed(d: dict[str, Any], x: float) -> None:
+    d["throughput"]["candidates"]["inf2.xlarge"]["requests_per_s"] = 1.8 * x
+
+
+@pytest.mark.parametrize(("knob", "apply"), [("traffic", _traffic), ("throughput ratio", _neuron_speed)])
+def test_traffic_and_throughput_flips_match_a_real_rerun(readiness, knob: str, apply: Any) -> None:
     readiness(0)
     r = plan(serving())
-    t = next(f for f in r.flips if f.knob == "traffic")
-    assert t.value is not None and t.verdict is not None
+    f = next(f for f in r.flips if f.knob == knob)
+    assert f.value is not None and f.verdict is not None
     for x, want in (
-        (float(t.value), t.verdict),
-        (_beyond(t, 1.0), t.verdict),
-        (_inside(t, 1.0), r.verdict.verdict),
-    ):
-        d = serving(traffic={"steady_rps": 20.0 * x})
-        assert plan(d).verdict.verdict == want, x
-    m = next(f for f in r.flips if f.knob == "throughput ratio")
-    assert m.value is not None and m.verdict is not None
-    for x, want in (
-        (float(m.value), m.verdict),
-        (_beyond(m, 1.0), m.verdict),
-        (_inside(m, 1.0), r.verdict.verdict),
+        (float(f.value), f.verdict),
+        (_beyond(f, 1.0), f.verdict),
+        (_inside(f, 1.0), r.verdict.verdict),
     ):
         d = serving()
-        d["throughput"]["candidates"]["inf2.xlarge"]["requests_per_s"] = 1.8 * x
+        apply(d, x)
         assert plan(d).verdict.verdict == want, x
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from chipswap.plan import run_plan
-from chipswap.plan.workload import parse_workload
+from chipswap.plan.workload_file import parse_workload
 from chipswap.verdict.rules import STAY
 
 pytest.importorskip("chipswap.simulation.simulate")

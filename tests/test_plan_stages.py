@@ -18,7 +18,7 @@ from chipswap.plan import run_plan
 from chipswap.plan.economics import Scenario, economics
 from chipswap.plan.figures import Figure, pick, source_kind
 from chipswap.plan.sizing import CurveSizer, RateSizer
-from chipswap.plan.workload import parse_workload
+from chipswap.plan.workload_file import parse_workload
 from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY
 
 CAT = load_catalog()

@@ -76,6 +76,9 @@ def test_project_encoder_mode(capsys):
     assert "inferences/s" in out and "Inferentia2, encoder" in out
 
 
+ONE_REQUEST = ["llama-3-8b", "-i", "inf2.xlarge", "--prompt-tokens", "9", "--output-tokens", "1"]
+
+
 @pytest.mark.parametrize(
     "args,words",
     [
@@ -88,31 +91,11 @@ def test_project_encoder_mode(capsys):
         (["llama-3-8b", "-i", "inf2.xlarge", "--output-tokens", "10"], "without --prompt-tokens"),
         (["llama-3-8b", "-i", "inf2.xlarge", "--prompt-tokens", "0", "--output-tokens", "1"], "must be >= 1"),
         (
-            [
-                "llama-3-8b",
-                "-i",
-                "inf2.xlarge",
-                "--prompt-tokens",
-                "9",
-                "--output-tokens",
-                "1",
-                "--mode",
-                "x",
-            ],
+            [*ONE_REQUEST, "--mode", "x"],
             "unknown --mode",
         ),
         (
-            [
-                "llama-3-8b",
-                "-i",
-                "inf2.xlarge",
-                "--prompt-tokens",
-                "9",
-                "--output-tokens",
-                "1",
-                "--dtype",
-                "fp4",
-            ],
+            [*ONE_REQUEST, "--dtype", "fp4"],
             "not served",
         ),
         (

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.compile.cache import ArtifactCache, KeyParts
+from chipswap.compile.cache import ArtifactCache
 from chipswap.compile.compiler import SET_SCHEMA
+from chipswap.compile.keys import KeyParts
 from chipswap.errors import ChipswapError
 from chipswap.serve.served import load_router
 from tests.cli_helpers import run_inproc

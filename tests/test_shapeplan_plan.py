@@ -8,9 +8,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
 from chipswap.report.shapes_plot import histogram_svg
-from chipswap.shapes import buckets as B
 from chipswap.shapes.shapeplan import ShapePlan, batch_buckets_for_rate, load_plan, plan_shapes
 from chipswap.traffic import Trace, bundled_trace_path, read_trace
 

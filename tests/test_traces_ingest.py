@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
-from chipswap.shapes import buckets as B
 from chipswap.traffic import aggregate_trace, read_histogram, read_trace
 
 RNG = np.random.default_rng(7)

@@ -11,7 +11,8 @@ from pydantic import BaseModel
 
 from chipswap.cli.plan import EXAMPLES, example_path
 from chipswap.errors import ChipswapError
-from chipswap.plan.workload import Workload, load_workload, parse_workload, schema_help
+from chipswap.plan.workload import Workload
+from chipswap.plan.workload_file import load_workload, parse_workload, schema_help
 
 
 def example_dict(name: str = "llama-serving") -> dict[str, Any]:

@@ -113,7 +113,8 @@ def seeded_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, s
     from onnx import TensorProto, helper
 
     from chipswap.compile.backends import write_io
-    from chipswap.compile.cache import ArtifactCache, KeyParts
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.keys import KeyParts
 
     root = tmp_path_factory.mktemp("seed") / "cache"
     c = ArtifactCache(root)

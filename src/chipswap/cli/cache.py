@@ -14,6 +14,8 @@ from pathlib import Path
 
 import typer
 
+from chipswap.cli.common import flag_limit
+
 cache_app = typer.Typer(
     help=(
         "The compiled-artifact cache: one entry per (model graph, weights, input shapes, backend + version, "
@@ -144,16 +146,6 @@ def _error(msg: str):
     return ChipswapError(msg)
 
 
-def _check_limit(flag: str, value: float | None, example: str) -> None:
-    """Reject negative, NaN and infinite limits before the cache is touched."""
-    import math
-
-    if value is None:
-        return
-    if math.isnan(value) or math.isinf(value) or value < 0:
-        raise _error(f"{flag} must be a finite number >= 0, got {value!r}; pass {example}")
-
-
 @cache_app.command("prune")
 def _prune(
     cache_dir: Path | None = CACHE_DIR,
@@ -168,8 +160,8 @@ def _prune(
     as_json: bool = JSON,
 ) -> None:
     """Remove failed and corrupt entries, leftovers of killed compiles, and optionally old entries."""
-    _check_limit("--older-than", older_than, "DAYS, e.g. --older-than 30")
-    _check_limit("--max-size", max_size, "GiB, e.g. --max-size 20")
+    flag_limit("--older-than", older_than, "DAYS, e.g. --older-than 30")
+    flag_limit("--max-size", max_size, "GiB, e.g. --max-size 20")
     if max_size is not None and max_size * 2**30 > 2**62:
         raise _error(f"--max-size {max_size:g} GiB is too large; pass a size in GiB, e.g. --max-size 20")
     c = _cache(cache_dir)

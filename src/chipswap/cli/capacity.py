@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
 
@@ -20,6 +19,7 @@ import typer
 from rich.table import Table
 
 from chipswap.cli.catalog import CATALOG_HELP, console
+from chipswap.cli.common import step_progress
 from chipswap.economics.aws import access as aws_access
 from chipswap.economics.aws.capacity import CapacityLookup, gather_capacity
 from chipswap.economics.capacity import (
@@ -90,10 +90,7 @@ class _Notes:
 def _row_json(r: RegionCapacity, s: CapacityScreen) -> dict:
     q = r.quota
     return {
-        "region": r.region,
-        "checked": r.checked,
-        "as_of": r.as_of,
-        "offered": r.offered,
+        **{k: getattr(r, k) for k in ("region", "checked", "as_of", "offered")},
         "zones": list(r.zones),
         "offered_note": r.offered_note or None,
         "quota": (
@@ -179,23 +176,6 @@ def _table(found: CapacityLookup, screens: list[CapacityScreen]) -> tuple[Table,
     return table, notes
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A rich progress bar on a terminal (one step per region); silent otherwise."""
-    if not enabled:
-        yield lambda _m: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task("asking AWS", total=None)
-
-        def step(message: str) -> None:
-            bar.update(task, advance=1, description=f"asking AWS: {message}")
-
-        yield step
-
-
 def run_capacity(
     instance: str,
     count: int,
@@ -253,7 +233,7 @@ def capacity_command(
     placement score, Capacity Blocks. Live from AWS (read-only) when credentials work; else the shipped
     snapshot, labelled "snapshot, not checked"."""
     out = console()
-    with _progress(out.is_terminal and not as_json) as step:
+    with step_progress(out.is_terminal and not as_json, "asking AWS") as step:
         found, screens = run_capacity(
             instance,
             count,

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chipswap.cli.common import step_progress
 from chipswap.economics.catalog import TERMS, Catalog, Chip, Instance, PriceChange, Rate, diff_rates
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
@@ -451,7 +450,7 @@ def catalog_refresh(
             f"offline: {off.reason}; catalog refresh needs AWS; {stays}"
         ) from None
     out = console()
-    with _refresh_progress(out.is_terminal and not as_json) as step:
+    with step_progress(out.is_terminal and not as_json, "reading prices") as step:
         result = refresh_prices(
             snapshot,
             AwsPriceSource(access),
@@ -493,18 +492,6 @@ def catalog_refresh(
         )
         return
     _print_refresh(out, out_path, result, changes, missing)
-
-
-@contextmanager
-def _refresh_progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    if not enabled:
-        yield lambda _m: None
-        return
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task("reading prices", total=None)
-        yield lambda m: bar.update(task, advance=1, description=f"reading prices: {m}")
 
 
 def _print_refresh(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 
+from chipswap.cli.common import flag_ints
 from chipswap.errors import ChipswapError
 
 HELP = (
@@ -23,33 +24,6 @@ HELP = (
     "name (e.g. distilbert-base), a config.json, a package.module:factory or a .pt2 file. Buckets come from "
     "--plan (written by chipswap shapes --out) or from --seq-len/--batch-sizes."
 )
-
-
-_EXAMPLES = {"--seq-len": "128,256", "--batch-sizes": "1,4"}
-
-
-def _ints(text: str, flag: str) -> list[int]:
-    """Comma-separated integers; their bounds are checked by chipswap.shapes.planfile before anything is
-    built."""
-    from chipswap.shapes.planfile import MAX_BUCKETS
-
-    items = [x for x in text.replace(" ", "").split(",") if x]
-    if len(items) > MAX_BUCKETS:
-        raise ChipswapError(
-            f"{flag} lists {len(items):,} values, over the limit of {MAX_BUCKETS};"
-            f" e.g. {flag} {_EXAMPLES[flag]}"
-        )
-    try:
-        vals = [int(x) for x in items]
-    except ValueError:
-        raise ChipswapError(
-            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} {_EXAMPLES[flag]}"
-        ) from None
-    if not vals or any(v < 1 for v in vals):
-        raise ChipswapError(
-            f"{flag} must list positive integers, got {text!r}; e.g. {flag} {_EXAMPLES[flag]}"
-        )
-    return vals
 
 
 def _compile(
@@ -121,11 +95,11 @@ def _compile(
             from chipswap.compile.compiler import BucketPlan
             from chipswap.shapes.planfile import _int_list, check_shapes
 
-            batch = _int_list(_ints(batch_sizes, "--batch-sizes"), "--batch-sizes", "arguments")
+            batch = _int_list(flag_ints(batch_sizes, "--batch-sizes"), "--batch-sizes", "arguments")
             check_shapes(bp.sequence_buckets, batch, "arguments")
             bp = BucketPlan(bp.sequence_buckets, batch, bp.max_length, bp.extra)
     elif seq_len is not None:
-        bp = plan_from_args(_ints(seq_len, "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
+        bp = plan_from_args(flag_ints(seq_len, "--seq-len"), flag_ints(batch_sizes or "1", "--batch-sizes"))
     else:
         raise ChipswapError(
             "no buckets given; pass --plan plan.json (from chipswap shapes --out) or --seq-len 128"

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import typer
 from rich.table import Table
 
 from chipswap.cli.catalog import CATALOG_HELP, check_region, console
+from chipswap.cli.common import (
+    flag_count,
+    flag_number,
+    flag_reserved,
+    flag_term,
+    optional_number,
+)
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.economics.catalog_io import load_catalog
@@ -23,85 +30,9 @@ cost_app = typer.Typer(
 
 TERM_HELP = f"Price term: {', '.join(TERMS)}."
 RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 3), e.g. 10000,5.50,1."
-RESERVED_EXAMPLE = "10000,5.50,1"
 MAX_HOURS_PER_MONTH = 744  # 31 days x 24 h
 DEFAULT_PORTING_DAYS = "3"  # the seed's worked example; always printed as an assumption
 DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; default 800)."
-
-
-# --- flag parsing -------------------------------------------------------------------------------------------
-MAX_FLAG_VALUE = Decimal(10) ** 12
-
-
-def _flag_num(
-    value: str | float | None,
-    flag: str,
-    *,
-    positive: bool = True,
-    allow_zero: bool = False,
-    example: str | None = None,
-) -> Decimal:
-    example = example or f"{flag} 20"
-    try:
-        d = Decimal(str(value).strip())
-    except (InvalidOperation, ValueError):
-        raise ChipswapError(f"{flag} must be a number, got {value!r}; pass e.g. {example}") from None
-    if not d.is_finite():
-        raise ChipswapError(f"{flag} must be a finite number, got {value!r}; pass e.g. {example}")
-    if abs(d) > MAX_FLAG_VALUE:  # money, hours, rates: beyond this the Decimal context overflows when priced
-        raise ChipswapError(f"{flag} is {value}, over the {MAX_FLAG_VALUE:,} limit; pass e.g. {example}")
-    if positive and (d < 0 or (d == 0 and not allow_zero)):
-        need = "0 or more" if allow_zero else "greater than 0"
-        raise ChipswapError(
-            f"{flag} must be {need}, got {value}; pass a {'non-negative' if allow_zero else 'positive'}"
-            " number"
-        )
-    return d
-
-
-def _opt_num(value: str | None, flag: str, **kw) -> Decimal | None:
-    return None if value is None else _flag_num(value, flag, **kw)
-
-
-def _count(value: int | str, flag: str) -> int:
-    text = str(value).strip()
-    try:
-        n = int(text)
-    except ValueError:
-        raise ChipswapError(
-            f"{flag} must be a whole number of instances, got {text!r}; pass e.g. {flag} 2"
-        ) from None
-    if n < 1:
-        raise ChipswapError(
-            f"{flag} must be at least 1, got {n}; pass the number of instances, e.g. {flag} 2"
-        )
-    return n
-
-
-def _reserved(text: str | None, flag: str) -> ReservedTerm | None:
-    if text is None:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    if len(parts) != 3:
-        raise ChipswapError(
-            f"{flag} must be UPFRONT,HOURLY,YEARS (upfront USD, hourly USD, 1 or 3 years), got {text!r};"
-            f" e.g. {flag} {RESERVED_EXAMPLE}"
-        )
-    ex = f"{flag} {RESERVED_EXAMPLE} (upfront USD, hourly USD, years)"
-    up = _flag_num(parts[0], f"{flag} upfront", allow_zero=True, example=ex)
-    hourly = _flag_num(parts[1], f"{flag} hourly", allow_zero=True, example=ex)
-    if parts[2] not in ("1", "3"):
-        raise ChipswapError(f"{flag} years must be 1 or 3, got {parts[2]!r}; e.g. {ex}")
-    return ReservedTerm(up, hourly, int(parts[2]))
-
-
-def _term(term: str, flag: str) -> str:
-    t = term.strip().lower()
-    aliases = {"ondemand": "on-demand", "od": "on-demand", "1y": "1yr", "3y": "3yr", "ri": "ri-effective"}
-    t = aliases.get(t, t)
-    if t not in TERMS:
-        raise ChipswapError(f"unknown {flag}: {term!r}; use one of {', '.join(TERMS)}")
-    return t
 
 
 def _user_rate(instance: str, region: str, usd: Decimal, flag: str) -> Rate:
@@ -206,18 +137,18 @@ def cost_job(
     catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
 ) -> None:
     """Total cost to finish one job on baseline vs candidate, the saving, and the run porting pays back."""
-    b_hours = _flag_num(baseline_hours, "--baseline-hours")
-    c_hours = _flag_num(candidate_hours, "--candidate-hours")
-    baseline_count = _count(baseline_count, "--baseline-count")
-    candidate_count = _count(candidate_count, "--candidate-count")
-    days = _flag_num(porting_days or DEFAULT_PORTING_DAYS, "--porting-days", allow_zero=True)
-    rate = _flag_num(day_rate or str(C.DEFAULT_DAY_RATE_USD), "--day-rate", allow_zero=True)
-    rpm = _opt_num(runs_per_month, "--runs-per-month")
-    b_rate_user = _opt_num(baseline_rate, "--baseline-rate", allow_zero=True)
-    c_rate_user = _opt_num(candidate_rate, "--candidate-rate", allow_zero=True)
-    res = _reserved(reserved, "--reserved")
-    b_term = _term(baseline_term, "--baseline-term")
-    c_terms = [_term(t, "--candidate-term") for t in candidate_term]
+    b_hours = flag_number(baseline_hours, "--baseline-hours")
+    c_hours = flag_number(candidate_hours, "--candidate-hours")
+    baseline_count = flag_count(baseline_count, "--baseline-count")
+    candidate_count = flag_count(candidate_count, "--candidate-count")
+    days = flag_number(porting_days or DEFAULT_PORTING_DAYS, "--porting-days", allow_zero=True)
+    rate = flag_number(day_rate or str(C.DEFAULT_DAY_RATE_USD), "--day-rate", allow_zero=True)
+    rpm = optional_number(runs_per_month, "--runs-per-month")
+    b_rate_user = optional_number(baseline_rate, "--baseline-rate", allow_zero=True)
+    c_rate_user = optional_number(candidate_rate, "--candidate-rate", allow_zero=True)
+    res = flag_reserved(reserved, "--reserved")
+    b_term = flag_term(baseline_term, "--baseline-term")
+    c_terms = [flag_term(t, "--candidate-term") for t in candidate_term]
 
     catalog = load_catalog(catalog_file)
     check_region(catalog, region)
@@ -421,32 +352,32 @@ def cost_serve(
     catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
 ) -> None:
     """Serving cost: $/1M requests = 1e6 / throughput x $/h / 3600 / utilization, and the monthly bill."""
-    tput = _flag_num(throughput, "--throughput")
-    util = _flag_num(utilization, "--utilization")
+    tput = flag_number(throughput, "--throughput")
+    util = flag_number(utilization, "--utilization")
     if util > 1:
         raise ChipswapError(f"--utilization must be in (0, 1], got {utilization}; pass e.g. 0.6 for 60 %")
-    hpm = _flag_num(hours_per_month, "--hours-per-month", example="--hours-per-month 730")
+    hpm = flag_number(hours_per_month, "--hours-per-month", example="--hours-per-month 730")
     if hpm > MAX_HOURS_PER_MONTH:
         raise ChipswapError(
             f"--hours-per-month must be at most {MAX_HOURS_PER_MONTH} (31 days x 24 h),"
             f" got {hours_per_month};"
             " pass e.g. --hours-per-month 730"
         )
-    req = _opt_num(rps, "--rps")
-    count = _count(count, "--count")
-    baseline_count = _count(baseline_count, "--baseline-count")
-    user_rate = _opt_num(rate_usd, "--rate", allow_zero=True)
-    res = _reserved(reserved, "--reserved")
-    t = _term(term, "--term")
-    days = _flag_num(porting_days, "--porting-days", allow_zero=True)
-    day = _flag_num(day_rate, "--day-rate", allow_zero=True)
+    req = optional_number(rps, "--rps")
+    count = flag_count(count, "--count")
+    baseline_count = flag_count(baseline_count, "--baseline-count")
+    user_rate = optional_number(rate_usd, "--rate", allow_zero=True)
+    res = flag_reserved(reserved, "--reserved")
+    t = flag_term(term, "--term")
+    days = flag_number(porting_days, "--porting-days", allow_zero=True)
+    day = flag_number(day_rate, "--day-rate", allow_zero=True)
     if baseline is not None and baseline_throughput is None:
         raise ChipswapError("--baseline needs --baseline-throughput; pass the baseline's requests per second")
     if baseline is None and baseline_throughput is not None:
         raise ChipswapError("--baseline-throughput needs --baseline; pass the instance serving today")
-    b_tput = _opt_num(baseline_throughput, "--baseline-throughput")
-    b_user = _opt_num(baseline_rate, "--baseline-rate", allow_zero=True)
-    b_term = _term(baseline_term, "--baseline-term")
+    b_tput = optional_number(baseline_throughput, "--baseline-throughput")
+    b_user = optional_number(baseline_rate, "--baseline-rate", allow_zero=True)
+    b_term = flag_term(baseline_term, "--baseline-term")
 
     catalog = load_catalog(catalog_file)
     check_region(catalog, region)

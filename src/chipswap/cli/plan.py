@@ -228,7 +228,7 @@ def _plan(
     ),
 ) -> None:
     """The verdict: stay on GPU, move serving to Inferentia, move to Trainium, or close call — stay."""
-    from chipswap.plan.workload import load_workload, schema_help
+    from chipswap.plan.workload_file import load_workload, schema_help
 
     if explain:
         typer.echo(schema_help())
@@ -338,7 +338,8 @@ def _workload_help(
     ),
 ) -> None:
     """Print the documented workload file schema (every key, its type, default and meaning)."""
-    from chipswap.plan.workload import Workload, schema_help
+    from chipswap.plan.workload import Workload
+    from chipswap.plan.workload_file import schema_help
 
     if example is not None:
         typer.echo(example_path(example).read_text(encoding="utf-8"), nl=False)

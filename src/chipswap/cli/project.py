@@ -52,7 +52,7 @@ def _lengths(trace: Path | None, prompt: int | None, output: int | None, mode: s
             )
         if output is not None and output < 0:
             raise ChipswapError(f"--output-tokens must be >= 0, got {output}; give the output length")
-        from chipswap.shapes.buckets import MAX_LENGTH
+        from chipswap.shapes.histogram import MAX_LENGTH
 
         for flag, value in (("--prompt-tokens", prompt), ("--output-tokens", output)):
             if value is not None and value > MAX_LENGTH:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from chipswap.cli.compile import _ints  # the same --seq-len / --batch-sizes parsing as compile
+from chipswap.cli.common import flag_ints  # the same --seq-len / --batch-sizes parsing as compile
 from chipswap.errors import ChipswapError
 
 TOKEN_ENV = "CHIPSWAP_SERVE_TOKEN"
@@ -207,10 +207,11 @@ def _loader(
     if plan is not None:
         bp = load_plan(plan)
         if batch_sizes:  # --batch-sizes overrides the plan's
-            sizes = tuple(sorted(set(_ints(batch_sizes, "--batch-sizes"))))
+            sizes = tuple(sorted(set(flag_ints(batch_sizes, "--batch-sizes"))))
             bp = dataclasses.replace(bp, batch_buckets=sizes)
     else:
-        bp = plan_from_args(_ints(seq_len or "", "--seq-len"), _ints(batch_sizes or "1", "--batch-sizes"))
+        seqs, sizes = flag_ints(seq_len or "", "--seq-len"), flag_ints(batch_sizes or "1", "--batch-sizes")
+        bp = plan_from_args(seqs, sizes)
     target = target_from_spec(source)
     check_model_against_plan(target.config, bp, target.name, seq_flag=plan is None)
     cache = ArtifactCache(cache_dir)

@@ -64,7 +64,7 @@ def _read_latency_table(path: Path) -> dict[int, float]:
     Read through chipswap.datafile (size-capped, UTF-8, no NaN); shapes are integers in 1..MAX_LENGTH and
     latencies finite numbers >= 0, so nothing sized by the table can grow beyond those bounds."""
     from chipswap.datafile import parse_json, read_text, strict_int, strict_number
-    from chipswap.shapes.buckets import MAX_LENGTH
+    from chipswap.shapes.histogram import MAX_LENGTH
 
     what = "latency table"
     if not path.exists():

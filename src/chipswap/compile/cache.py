@@ -10,9 +10,9 @@ Layout under the cache root (default: the user's cache dir, ``--cache-dir`` or `
     trash/                      entries being deleted (rename first, then remove)
     verified/<key>.json         stat fingerprint of an entry's files when their checksums last matched
 
-The key hashes the graph/architecture digest, the weights digest, input names/shapes/dtypes, backend and its
-version, compiler flags and the chipswap version -- never a path, so a moved project or a copied cache still
-hits.
+The key (chipswap.compile.keys) hashes the graph/architecture digest, the weights digest, input
+names/shapes/dtypes, backend and its version, compiler flags and the chipswap version -- never a path, so a
+moved project or a copied cache still hits.
 
 States: *locked* (a process holds the key's lock and no ready entry exists), *ready*, *failed* (the compile
 raised; its log is kept and the key is not retried unless ``retry_failed``). Crash safety: an entry appears in
@@ -45,25 +45,24 @@ import socket
 import stat
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap import __version__
+from chipswap.compile.keys import KEY_LEN, KeyParts, canonical_json
 from chipswap.datafile import inside, parse_json, read_json
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
+    pass
 
 SCHEMA = "chipswap.cache/1"
 ENTRY_FILE = "entry.json"
 LOG_FILE = "compile.log"
 ENV_VAR = "CHIPSWAP_CACHE_DIR"
-KEY_LEN = 32
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 _KEY = re.compile(rf"[0-9a-f]{{{KEY_LEN}}}")
 _KEY_PREFIX = re.compile(rf"[0-9a-f]{{4,{KEY_LEN}}}")
@@ -98,140 +97,6 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("chipswap")) / "artifacts"
-
-
-# ------------------------------------------------------------------------------------------------- keys
-def _canon(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
-
-
-@dataclass(frozen=True)
-class KeyParts:
-    """Everything that changes a compiled artifact. ``key`` is the sha256 of their canonical JSON."""
-
-    graph: str
-    weights: str
-    inputs: tuple[tuple[str, tuple[int, ...], str], ...]
-    backend: str
-    backend_version: str
-    flags: tuple[tuple[str, str], ...] = ()
-    chipswap: str = __version__
-    kind: str = "artifact"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "graph": self.graph,
-            "weights": self.weights,
-            "inputs": [[n, list(s), d] for n, s, d in self.inputs],
-            "backend": self.backend,
-            "backend_version": self.backend_version,
-            "flags": dict(self.flags),
-            "chipswap": self.chipswap,
-        }
-
-    @property
-    def key(self) -> str:
-        return hashlib.sha256(_canon(self.to_json())).hexdigest()[:KEY_LEN]
-
-    @staticmethod
-    def make(
-        *,
-        graph: str,
-        weights: str,
-        inputs: Mapping[str, Any] | Sequence[tuple[str, Sequence[int], str]],
-        backend: str,
-        backend_version: str,
-        flags: Mapping[str, str] | None = None,
-        kind: str = "artifact",
-    ) -> KeyParts:
-        if isinstance(inputs, Mapping):
-            specs = tuple(
-                (str(n), tuple(int(x) for x in t.shape), str(t.dtype).removeprefix("torch."))
-                for n, t in inputs.items()
-            )
-        else:
-            specs = tuple((str(n), tuple(int(x) for x in s), str(d)) for n, s, d in inputs)
-        return KeyParts(
-            graph=graph,
-            weights=weights,
-            inputs=specs,
-            backend=backend,
-            backend_version=backend_version,
-            flags=tuple(sorted((str(k), str(v)) for k, v in (flags or {}).items())),
-            kind=kind,
-        )
-
-
-_DROP_CONFIG_KEYS = {"_name_or_path", "name_or_path", "_commit_hash", "transformers_version"}
-
-
-def graph_digest(model: torch.nn.Module) -> str:
-    """Architecture digest: module tree (classes + extra_repr), parameter names/shapes/dtypes/ties, config,
-    the source of each class's forward, and the versions of the libraries those classes come from. No
-    paths."""
-    import inspect
-    import sys
-
-    h = hashlib.sha256()
-    classes: dict[str, type] = {}
-    for name, mod in model.named_modules(remove_duplicate=False):
-        cls = type(mod)
-        qn = f"{cls.__module__}.{cls.__qualname__}"
-        classes[qn] = cls
-        try:
-            extra = mod.extra_repr()
-        except Exception:  # some third-party extra_repr need state we do not have
-            extra = ""
-        h.update(_canon([name, qn, extra, bool(mod.training)]))
-    ptr_ids: dict[int, int] = {}
-    tensors = list(model.named_parameters(remove_duplicate=False)) + list(
-        model.named_buffers(remove_duplicate=False)
-    )
-    for name, t in tensors:
-        tie = ptr_ids.setdefault(id(t), len(ptr_ids))
-        h.update(_canon([name, list(t.shape), str(t.dtype), t.device.type, tie]))
-    for qn in sorted(classes):
-        cls = classes[qn]
-        try:
-            src = inspect.getsource(cls.forward)
-        except (OSError, TypeError):
-            src = ""
-        top = cls.__module__.split(".")[0]
-        ver = getattr(sys.modules.get(top), "__version__", "")
-        h.update(_canon([qn, hashlib.sha256(src.encode()).hexdigest(), top, ver]))
-    cfg = getattr(model, "config", None)
-    if cfg is None:
-        for mod in model.modules():
-            cfg = getattr(mod, "config", None)
-            if cfg is not None:
-                break
-    if cfg is not None:
-        d = cfg.to_dict() if hasattr(cfg, "to_dict") else (dict(cfg) if isinstance(cfg, Mapping) else {})
-        h.update(_canon({k: v for k, v in d.items() if k not in _DROP_CONFIG_KEYS}))
-    return h.hexdigest()
-
-
-def weights_digest(model: torch.nn.Module) -> str:
-    """sha256 over every parameter and buffer (name, dtype, shape, bytes), in name order."""
-    h = hashlib.sha256()
-    seen: dict[str, Any] = {}
-    for n, t in model.named_parameters(remove_duplicate=False):
-        seen[n] = t
-    for n, t in model.named_buffers(remove_duplicate=False):
-        seen[n] = t
-    for n in sorted(seen):
-        t = seen[n].detach()
-        h.update(_canon([n, str(t.dtype), list(t.shape)]))
-        if t.device.type == "meta":
-            h.update(b"meta")
-            continue
-        flat = t.contiguous().cpu().reshape(-1)
-        if flat.numel():
-            import torch
-
-            h.update(flat.view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- entries
@@ -607,7 +472,7 @@ class ArtifactCache:
                             f" chipswap cache rm {key[:12]}"
                         ) from None
                     time.sleep(0.05)
-            info = _canon({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+            info = canonical_json({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, info, 0)

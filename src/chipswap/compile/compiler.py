@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -202,16 +202,8 @@ class BucketResult:
     size_bytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "batch": self.batch,
-            "seq_len": self.seq,
-            "key": self.key,
-            "cached": self.cached,
-            "compile_s": round(self.compile_s, 3),
-            "max_abs_diff": self.max_abs_diff,
-            "ok": self.ok,
-            "size_bytes": self.size_bytes,
-        }
+        fields = {("seq_len" if k == "seq" else k): v for k, v in asdict(self).items()}
+        return {**fields, "compile_s": round(self.compile_s, 3)}
 
 
 @dataclass
@@ -297,7 +289,7 @@ def _weights_entry(cache: ArtifactCache, target: CompileTarget, gd: str, wd: str
     import torch
 
     from chipswap.compile.backends.aoti import WEIGHTS_FILE, save_weights
-    from chipswap.compile.cache import KeyParts
+    from chipswap.compile.keys import KeyParts
 
     parts = KeyParts.make(
         graph=gd,
@@ -329,7 +321,8 @@ def compile_plan(
 
     from chipswap.compile.backends import get_backend
     from chipswap.compile.backends.aoti import WEIGHTS_FILE, load_weights
-    from chipswap.compile.cache import ArtifactCache, KeyParts, graph_digest, weights_digest
+    from chipswap.compile.cache import ArtifactCache
+    from chipswap.compile.keys import KeyParts, graph_digest, weights_digest
 
     be = get_backend(backend)
     be.check_available()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
@@ -196,12 +196,16 @@ def _str(doc: _Doc, entry: dict, key: str, where: str, line: int | None, *, opti
     return value
 
 
+def _named_entries(doc: _Doc, table: str) -> Iterator[tuple[dict, str, int | None]]:
+    """Each [[table]] entry with the words that place it in errors ("[[chip]] Trainium2") and its line."""
+    for n, e in enumerate(_tables(doc, table)):
+        name = e.get("name") if isinstance(e.get("name"), str) else f"#{n + 1}"
+        yield e, f"[[{table}]] {name}", doc.table_line(table, n)
+
+
 def _instances(doc: _Doc) -> list[Instance]:
     out = []
-    for n, e in enumerate(_tables(doc, "instance")):
-        line = doc.table_line("instance", n)
-        name = e.get("name") if isinstance(e.get("name"), str) else f"#{n + 1}"
-        where = f"[[instance]] {name}"
+    for e, where, line in _named_entries(doc, "instance"):
         kind = _str(doc, e, "kind", where, line)
         if kind not in KINDS:
             raise ChipswapError(
@@ -234,10 +238,7 @@ def _instances(doc: _Doc) -> list[Instance]:
 
 def _chips(doc: _Doc) -> list[Chip]:
     out = []
-    for n, e in enumerate(_tables(doc, "chip")):
-        line = doc.table_line("chip", n)
-        name = e.get("name") if isinstance(e.get("name"), str) else f"#{n + 1}"
-        where = f"[[chip]] {name}"
+    for e, where, line in _named_entries(doc, "chip"):
         tflops = _need(doc, e, "tflops_dense", dict, where, line)
         pairs = []
         for dtype, value in tflops.items():

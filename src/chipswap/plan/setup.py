@@ -8,7 +8,7 @@ I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -49,16 +49,11 @@ class PlanSetup:
 
 
 def thresholds(wl: Workload, close_margin_pct: Decimal | None = None) -> Thresholds:
-    vs = wl.verdict
-    return Thresholds(
-        close_margin_pct=close_margin_pct if close_margin_pct is not None else vs.close_margin_pct,
-        close_payback_months=vs.close_payback_months,
-        bursty_peak_to_mean=vs.bursty_peak_to_mean,
-        low_traffic_rps=vs.low_traffic_rps,
-        min_monthly_bill_usd=vs.min_monthly_bill_usd,
-        max_model_changes_per_month=vs.max_model_changes_per_month,
-        min_horizon_months=vs.min_horizon_months,
-    )
+    """The workload's [verdict] settings (same names as Thresholds' fields), with --close-margin on top."""
+    given = {f.name: getattr(wl.verdict, f.name) for f in fields(Thresholds)}
+    if close_margin_pct is not None:
+        given["close_margin_pct"] = close_margin_pct
+    return Thresholds(**given)
 
 
 def load_catalog() -> Any:

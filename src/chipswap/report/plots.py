@@ -166,22 +166,13 @@ def arrivals_svg(
     fig, ax = _figure()
     for i, patch in enumerate(ax.bar(np.arange(rates.size), rates, color=NAVY, width=0.85)):
         patch.set_gid(f"window-{i}")
-    if peak is not None:
-        ax.axhline(
-            peak,
-            color=ORANGE,
-            linestyle="--",
-            linewidth=1.2,
-            label=f"95th-percentile window: {peak:.3g} req/s",
-        )
-    if busiest is not None:
-        ax.axhline(
-            busiest,
-            color=RED,
-            linestyle=":",
-            linewidth=1.2,
-            label=f"busiest window (sized for): {busiest:.3g} req/s",
-        )
+    for value, color, style, words in (
+        (peak, ORANGE, "--", "95th-percentile window"),
+        (busiest, RED, ":", "busiest window (sized for)"),
+    ):
+        if value is not None:
+            label = f"{words}: {value:.3g} req/s"
+            ax.axhline(value, color=color, linestyle=style, linewidth=1.2, label=label)
     ax.set_xlabel(f"{window_s:g}-second windows (requests/s, scaled x{scale:g})")
     ax.set_ylabel("requests/s")
     ax.set_title("Arrival rate per window", loc="left", fontsize=10)

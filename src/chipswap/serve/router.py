@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from chipswap.compile.padding import InputTooLong, pad_batch
@@ -73,15 +73,7 @@ class RouterStats:
         return self.padded_tokens / total if total else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "batches": self.batches,
-            "truncated": self.truncated,
-            "real_tokens": self.real_tokens,
-            "padded_tokens": self.padded_tokens,
-            "padding_fraction": round(self.padding_fraction, 6),
-            "per_bucket": dict(self.per_bucket),
-        }
+        return {**asdict(self), "padding_fraction": round(self.padding_fraction, 6)}
 
 
 Runner = Callable[[Mapping[str, "torch.Tensor"]], Sequence["torch.Tensor"]]

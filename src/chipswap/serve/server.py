@@ -97,15 +97,15 @@ def _no_constant(name: str) -> Any:
 
 def parse_predict(
     body: bytes,
+    model: ServedModel,
     *,
-    model_name: str,
-    max_length: int,
-    vocab_size: int | None,
     tokenizer: TextTokenizer | None,
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
     truncate: bool = False,
 ) -> list[int]:
-    """The token ids of one /v1/predict body, or ClientError naming what is wrong. No I/O."""
+    """The token ids of one /v1/predict body for `model` (its name, longest bucket and vocabulary), or
+    ClientError naming what is wrong. No I/O."""
+    model_name, max_length, vocab_size = model.name, model.max_length, model.vocab_size
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -486,15 +486,8 @@ def create_app(engine: ServingEngine) -> FastAPI:
             engine.metrics.rejected("draining" if engine.state == "draining" else "not_ready")
             raise err
         body = await _read_body(request, cfg.max_body_bytes)
-        ids = parse_predict(
-            body,
-            model_name=model.name,
-            max_length=model.max_length,
-            vocab_size=model.vocab_size,
-            tokenizer=engine.tokenizer,
-            max_text_chars=cfg.max_text_chars,
-            truncate=engine.truncate,
-        )
+        text_limits = {"max_text_chars": cfg.max_text_chars, "truncate": engine.truncate}
+        ids = parse_predict(body, model, tokenizer=engine.tokenizer, **text_limits)
         try:
             future, pending = batcher.submit(ids)
         except InputTooLong as exc:

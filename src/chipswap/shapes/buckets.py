@@ -1,387 +1,41 @@
-"""Optimal fixed-shape buckets for a length histogram, the fixed-rule baselines, and the cost models behind
-both.
+"""Optimal fixed-shape buckets for a length histogram: the exact planner, the budgets it honours and the
+evaluation of any set of edges (histograms: shapes.histogram; cost models: shapes.costmodel; the fixed-rule
+baselines: shapes.baselines).
 
 Neuron compiles one graph per input shape, so every request is padded up to the smallest bucket that holds it.
 Given a histogram of lengths, this module picks the K bucket upper edges that minimise the expected padded
-cost,
-exactly: a dynamic programme over the candidate edges (the distinct lengths, rounded up to the alignment) with
-prefix sums. The group cost (W_j - W_i) * c(E_j) is Monge because c is non-decreasing, so the best split point
-of each layer moves monotonically; each layer is solved by divide and conquer on that split point, vectorised
-in
-numpy one recursion depth at a time (O(n log n) per layer, no Python loop over candidates). Integral weights
-and
-costs (token and FLOP models) are computed in int64 after removing the constant and the common factor of the
-costs, with a proof that nothing overflows; when that bound fails, a pure Python-integer convex-hull DP is
-used
-instead, so "optimal" means exactly optimal there. With fractional costs (measured latencies) it is optimal up
-to
-floating-point rounding.
+cost, exactly: a dynamic programme over the candidate edges (the distinct lengths, rounded up to the
+alignment) with prefix sums. The group cost (W_j - W_i) * c(E_j) is Monge because c is non-decreasing, so the
+best split point of each layer moves monotonically; each layer is solved by divide and conquer on that split
+point, vectorised in numpy one recursion depth at a time (O(n log n) per layer, no Python loop over
+candidates). Integral weights and costs (token and FLOP models) are computed in int64 after removing the
+constant and the common factor of the costs, with a proof that nothing overflows; when that bound fails, a
+pure Python-integer convex-hull DP is used instead, so "optimal" means exactly optimal there. With fractional
+costs (measured latencies) it is optimal up to floating-point rounding.
 
-Every allocation sized by input is bounded first: lengths above MAX_LENGTH tokens are an error, and the DP's
-table (buckets x candidates) is capped by MAX_DP_CELLS.
+The DP's table (buckets x candidates) is capped by MAX_DP_CELLS.
 
 Pure: numpy and the standard library only. It may not read or write files, read the clock, print, or import
 torch. Everything it returns is a frozen dataclass or a numpy array. User errors are raised as ChipswapError
-(one
-line).
+(one line).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from chipswap.errors import ChipswapError
+from chipswap.shapes.costmodel import CostModel
+from chipswap.shapes.histogram import Histogram, check_length_bound
 
 POLICIES = ("reject", "truncate")
 
-# ------------------------------------------------------------------------------------------------------------
-# Histogram
-# ------------------------------------------------------------------------------------------------------------
-
-# The longest request (prompt, output, or prompt + output) chipswap plans for: 2,097,152 tokens, 16x the 128k
-# context of Llama 3.1. It bounds every allocation sized by a length (histograms, decode spans, the DP). A
-# longer
-# value in a trace is an error, never a terabyte-sized array.
-MAX_LENGTH = 1 << 21
 # buckets x candidate edges the exact DP may tabulate (its argmin table is int32): 256 MiB at most.
 MAX_DP_CELLS = 1 << 26
-
-
-@dataclass(frozen=True)
-class Histogram:
-    """Distinct positive integer lengths (ascending) and how often each occurs (weights may be fractional)."""
-
-    lengths: np.ndarray  # int64, strictly ascending, > 0
-    counts: np.ndarray  # int64 or float64, >= 0, same shape
-
-    @property
-    def total(self) -> float:
-        return float(self.counts.sum())
-
-    @property
-    def max_length(self) -> int:
-        return int(self.lengths[-1]) if self.lengths.size else 0
-
-    def quantile(self, q: float) -> int:
-        """Smallest length L with share(length <= L) >= q."""
-        cum = np.cumsum(self.counts, dtype=np.float64)
-        idx = int(np.searchsorted(cum, q * cum[-1] - 1e-9 * cum[-1], side="left"))
-        return int(self.lengths[min(idx, self.lengths.size - 1)])
-
-
-def check_length_bound(value: int | float, what: str) -> None:
-    """Raise unless 1 <= value <= MAX_LENGTH (one line naming `what`)."""
-    if not (value <= MAX_LENGTH):
-        raise ChipswapError(
-            f"{what} = {value!r} exceeds chipswap's limit of {MAX_LENGTH:,} tokens per request; fix or drop "
-            "that request (no model serves a context that long)"
-        )
-
-
-def _as_lengths(values: np.ndarray | Sequence[int], what: str) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ChipswapError(
-            f"{what} must be a flat list of lengths, got shape {arr.shape}; pass one length each"
-        )
-    if arr.dtype == np.bool_:
-        raise ChipswapError(f"{what} are booleans, not lengths; pass token counts (integers >= 1)")
-    if arr.size and arr.dtype.kind not in "iuf":
-        try:
-            arr = np.asarray(arr, dtype=np.float64)  # Python ints beyond int64, Decimals, strings of digits
-        except (TypeError, ValueError, OverflowError):
-            raise ChipswapError(f"{what} hold non-numbers; lengths are positive integers") from None
-    if arr.size and arr.dtype.kind == "f":
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ChipswapError(
-                f"{what}[{i}] = {arr[i]!r} is not a whole number; lengths are positive integers"
-            )
-    if arr.size:
-        low = arr < 1
-        if low.any():
-            i = int(np.flatnonzero(low)[0])
-            raise ChipswapError(f"{what}[{i}] = {arr[i]} is not positive; lengths are integers >= 1")
-        i = int(np.argmax(arr))
-        check_length_bound(arr[i].item(), f"{what}[{i}]")
-    return arr.astype(np.int64)
-
-
-def histogram_from_lengths(
-    lengths: np.ndarray | Sequence[int], weights: np.ndarray | Sequence[float] | None = None
-) -> Histogram:
-    """Histogram of positive integer lengths, optionally weighted. Fast path: bincount (no sort)."""
-    arr = _as_lengths(lengths, "lengths")
-    if arr.size == 0:
-        raise ChipswapError(
-            "no lengths to plan for: the trace is empty; give a trace with at least one request"
-        )
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)
-    if w is not None and (w.shape != arr.shape or np.any(w < 0) or not np.all(np.isfinite(w))):
-        raise ChipswapError("weights must be finite, >= 0 and one per length; fix the weights array")
-    top = int(arr.max())  # <= MAX_LENGTH, so a dense count is at most 16 MiB
-    if top <= max(4 * arr.size, 1 << 16):
-        dense = np.bincount(arr, weights=w, minlength=top + 1)
-        nz = np.flatnonzero(dense)
-        counts = dense[nz]
-        return Histogram(nz.astype(np.int64), counts if w is not None else counts.astype(np.int64))
-    uniq, inv = np.unique(arr, return_inverse=True)
-    counts = np.bincount(inv, weights=w)
-    return Histogram(uniq.astype(np.int64), counts if w is not None else counts.astype(np.int64))
-
-
-def histogram_from_pairs(lengths: Sequence[int], counts: Sequence[float]) -> Histogram:
-    """Histogram from (length, count) pairs; lengths may repeat and be unsorted; zero counts are dropped."""
-    arr = _as_lengths(np.asarray(lengths), "lengths")
-    c = np.asarray(counts, dtype=np.float64)
-    if c.shape != arr.shape:
-        raise ChipswapError(f"{arr.size} lengths but {c.size} counts; give one count per length")
-    if np.any(c < 0) or not np.all(np.isfinite(c)):
-        raise ChipswapError("histogram counts must be finite and >= 0; fix the counts")
-    keep = c > 0
-    if not keep.any():
-        raise ChipswapError("the histogram is empty (all counts are zero); give at least one request")
-    uniq, inv = np.unique(arr[keep], return_inverse=True)
-    summed = np.bincount(inv, weights=c[keep])
-    if np.all(summed == np.round(summed)):
-        return Histogram(uniq.astype(np.int64), summed.astype(np.int64))
-    return Histogram(uniq.astype(np.int64), summed)
-
-
-def decode_histogram(prompt_tokens: np.ndarray, output_tokens: np.ndarray) -> Histogram:
-    """Histogram of the running total length seen by decode steps.
-
-    A request with prompt p and g generated tokens runs g decode steps at total lengths p+1, p+2, ..., p+g;
-    each
-    step counts once (so long generations weigh in proportion to the decode work they cause). Built with a
-    difference array in O(requests + max length); p + g is bounded by MAX_LENGTH before anything is allocated.
-    """
-    p = _as_lengths(prompt_tokens, "prompt_tokens")
-    g = np.asarray(output_tokens)
-    if g.shape != p.shape:
-        raise ChipswapError(
-            "prompt and output token arrays differ in length; give one output count per prompt"
-        )
-    if g.size and (g.dtype.kind not in "iu" or int(g.min()) < 0):
-        bad = int(np.argmin(g)) if g.dtype.kind in "iuf" else 0
-        raise ChipswapError(f"output_tokens[{bad}] is negative or not an integer; output counts are >= 0")
-    if g.size:
-        i = int(np.argmax(g))
-        check_length_bound(int(g[i]), f"output_tokens[{i}]")
-    g = g.astype(np.int64)
-    keep = g > 0
-    if not keep.any():
-        raise ChipswapError("no decode steps: every request generates 0 tokens; use --mode encoder instead")
-    p, g = p[keep], g[keep]
-    total = p + g
-    i = int(np.argmax(total))
-    check_length_bound(int(total[i]), f"prompt + output tokens of request {i}")
-    top = int(total[i])
-    diff = np.bincount(p + 1, minlength=top + 2) - np.bincount(total + 1, minlength=top + 2)
-    dense = np.cumsum(diff)[: top + 1]
-    nz = np.flatnonzero(dense)
-    return Histogram(nz.astype(np.int64), dense[nz].astype(np.int64))
-
-
-def decode_histogram_from_events(
-    prompt_lengths: np.ndarray,
-    generating_counts: np.ndarray,
-    end_lengths: np.ndarray,
-    end_counts: np.ndarray,
-) -> Histogram:
-    """The decode histogram from aggregated counts instead of one row per request.
-
-    prompt_lengths / generating_counts: how many requests that generate at least one token have each
-    (effective)
-    prompt length p; end_lengths / end_counts: how many of them end at each total length p + g. Each such
-    request
-    adds one decode step at every length p+1..p+g, so the histogram is the running sum of +count at p+1 and
-    -count at p+g+1, expanded over the lengths where it is positive. Memory: the number of distinct lengths in
-    the result (at most MAX_LENGTH), whatever the number of requests behind the counts. Equals
-    decode_histogram() on the requests the counts came from.
-    """
-    starts = np.asarray(prompt_lengths, dtype=np.int64)
-    ends = np.asarray(end_lengths, dtype=np.int64)
-    sc = np.asarray(generating_counts, dtype=np.int64)
-    ec = np.asarray(end_counts, dtype=np.int64)
-    if starts.shape != sc.shape or ends.shape != ec.shape:
-        raise ChipswapError("decode events need one count per length; fix the aggregated histogram")
-    keep_s, keep_e = sc > 0, ec > 0
-    starts, sc, ends, ec = starts[keep_s], sc[keep_s], ends[keep_e], ec[keep_e]
-    if starts.size == 0:
-        raise ChipswapError("no decode steps: every request generates 0 tokens; use --mode encoder instead")
-    if int(sc.sum()) != int(ec.sum()) or (ends.size and int(ends.min()) < 2) or int(starts.min()) < 1:
-        raise ChipswapError(
-            "decode events do not balance (every generating request needs one start and one end); "
-            "aggregate the trace again"
-        )
-    check_length_bound(int(ends.max()), "longest prompt + output")
-    x = np.concatenate([starts + 1, ends + 1])
-    d = np.concatenate([sc, -ec])
-    order = np.argsort(x, kind="stable")
-    x, d = x[order], d[order]
-    first = np.flatnonzero(np.r_[True, x[1:] != x[:-1]])
-    points = x[first]
-    level = np.cumsum(np.add.reduceat(d, first))  # decode steps at each length in [points[i], points[i+1])
-    if level[-1] != 0 or (level < 0).any():
-        raise ChipswapError(
-            "decode events do not balance (an end before its start); aggregate the trace again"
-        )
-    run_start, run_len, run_level = points[:-1], np.diff(points), level[:-1]
-    live = run_level > 0
-    run_start, run_len, run_level = run_start[live], run_len[live], run_level[live]
-    offsets = np.concatenate([[0], np.cumsum(run_len)[:-1]])
-    total = int(run_len.sum())  # <= MAX_LENGTH: the runs lie in [2, longest end]
-    lengths = np.arange(total, dtype=np.int64) + np.repeat(run_start - offsets, run_len)
-    return Histogram(lengths, np.repeat(run_level, run_len).astype(np.int64))
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Cost models
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CostModel:
-    """Cost of running one sequence padded to length L.
-
-    kind "tokens":    c(L) = L                      (padded tokens)
-    kind "attention": c(L) = linear*L + quadratic*L^2 (+ constant), e.g. FLOPs from attention_coefficients()
-    kind "measured":  c(L) from a per-shape latency table: linear interpolation between listed shapes
-                      (interpolate=True) or only the listed shapes may be buckets (interpolate=False).
-                      Lengths outside
-                      the table are never extrapolated: they raise.
-    """
-
-    kind: str
-    linear: float | int = 1
-    quadratic: float | int = 0
-    constant: float | int = 0
-    table_lengths: tuple[int, ...] = ()
-    table_costs: tuple[float, ...] = ()
-    interpolate: bool = True
-
-    @property
-    def name(self) -> str:
-        return self.kind
-
-    @property
-    def listed_only(self) -> bool:
-        return self.kind == "measured" and not self.interpolate
-
-    @property
-    def integral(self) -> bool:
-        if self.kind == "measured":
-            return all(float(c).is_integer() for c in self.table_costs)
-        return all(float(x).is_integer() for x in (self.linear, self.quadratic, self.constant))
-
-    def cost(self, lengths: np.ndarray | Sequence[int]) -> np.ndarray:
-        L = np.asarray(lengths, dtype=np.float64)
-        if self.kind == "measured":
-            xs = np.asarray(self.table_lengths, dtype=np.float64)
-            if L.size and (L.min() < xs[0] or L.max() > xs[-1]):
-                bad = L.min() if L.min() < xs[0] else L.max()
-                raise ChipswapError(
-                    f"length {int(bad)} is outside the measured latency table ({int(xs[0])}..{int(xs[-1])}); "
-                    "measure that shape, lower --max-length, or use --cost-model tokens|attention"
-                )
-            return np.interp(L, xs, np.asarray(self.table_costs, dtype=np.float64))
-        return self.constant + self.linear * L + self.quadratic * L * L
-
-    def real_cost(self, lengths: np.ndarray) -> np.ndarray:
-        """Cost of each length unpadded; for a table, lengths below the first shape cost as that shape."""
-        if self.kind == "measured":
-            xs = np.asarray(self.table_lengths, dtype=np.float64)
-            return self.cost(np.clip(np.asarray(lengths, dtype=np.float64), xs[0], xs[-1]))
-        return self.cost(lengths)
-
-
-def tokens_cost() -> CostModel:
-    return CostModel("tokens", linear=1)
-
-
-def attention_cost(linear: float, quadratic: float) -> CostModel:
-    if not (linear >= 0 and quadratic >= 0) or (linear == 0 and quadratic == 0):
-        raise ChipswapError(
-            f"attention cost coefficients a={linear}, b={quadratic} must be >= 0 and not both 0; "
-            "derive them with attention_coefficients(hidden_size, num_layers)"
-        )
-    return CostModel("attention", linear=linear, quadratic=quadratic)
-
-
-def measured_cost(
-    lengths: Sequence[int], latencies: Sequence[float], *, interpolate: bool = True
-) -> CostModel:
-    """Per-shape latency table -> cost model. Shapes: distinct positive ints; latency non-decreasing."""
-    if len(lengths) == 0 or len(lengths) != len(latencies):
-        raise ChipswapError(
-            "the measured latency table needs at least one (shape, latency) row with one latency per shape; "
-            "run the benchmark first or use --cost-model tokens"
-        )
-    order = np.argsort(np.asarray(lengths))
-    xs = [int(lengths[i]) for i in order]
-    ys = [float(latencies[i]) for i in order]
-    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        if x < 1 or (i and x == xs[i - 1]):
-            raise ChipswapError(
-                f"measured table shape {x} is not a distinct positive length; list each shape once"
-            )
-        if not math.isfinite(y) or y < 0:
-            raise ChipswapError(
-                f"measured latency {y} for shape {x} is not a finite number >= 0; re-measure it"
-            )
-        if i and y < ys[i - 1]:
-            raise ChipswapError(
-                f"measured latency falls from {ys[i - 1]} at shape {xs[i - 1]} to {y} at shape {x}; "
-                "the planner needs latency non-decreasing in length: re-measure or take the running maximum"
-            )
-    return CostModel(
-        "measured", linear=0, table_lengths=tuple(xs), table_costs=tuple(ys), interpolate=interpolate
-    )
-
-
-def attention_coefficients(
-    hidden_size: int,
-    num_layers: int,
-    *,
-    intermediate_size: int | None = None,
-    num_attention_heads: int | None = None,
-    num_key_value_heads: int | None = None,
-    gated_mlp: bool = False,
-    vocab_size: int = 0,
-) -> tuple[int, int]:
-    """FLOPs of one forward pass over L tokens = a*L + b*L^2 (dense, no causal halving: padded shapes compute
-    all).
-
-    Per layer and token, matmul FLOPs (2 per multiply-add): Q and O projections 2*2*h*h, K and V projections
-    2*2*h*kv_dim (kv_dim = h * kv_heads / heads under grouped-query attention), MLP 2*(2 or 3)*h*i (3 when
-    gated,
-    as in Llama). The L^2 term is QK^T and attention*V: 2*2*h per layer per (query, key) pair. An LM head adds
-    2*h*vocab per token. For one decode step over a context of L, the same model costs a + b*L.
-    """
-    for name, v in (("hidden_size", hidden_size), ("num_layers", num_layers)):
-        if not isinstance(v, int) or v < 1:
-            raise ChipswapError(f"{name} = {v!r} must be a positive integer; take it from the model config")
-    h = hidden_size
-    inter = 4 * h if intermediate_size is None else intermediate_size
-    heads = num_attention_heads or 1
-    kv_heads = num_key_value_heads or heads
-    if heads < 1 or kv_heads < 1 or heads % kv_heads:
-        raise ChipswapError(
-            f"num_attention_heads {heads} must be a multiple of num_key_value_heads {kv_heads}; check the "
-            "config"
-        )
-    kv_dim = h * kv_heads // heads
-    mlp_mats = 3 if gated_mlp else 2
-    per_layer_linear = 4 * h * h + 4 * h * kv_dim + 2 * mlp_mats * h * inter
-    a = num_layers * per_layer_linear + 2 * h * vocab_size
-    b = num_layers * 4 * h
-    return int(a), int(b)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -501,7 +155,7 @@ class Evaluation:
         return out
 
 
-def _effective(hist: Histogram, max_length: int, policy: str) -> tuple[np.ndarray, np.ndarray, float]:
+def effective_lengths(hist: Histogram, max_length: int, policy: str) -> tuple[np.ndarray, np.ndarray, float]:
     """Apply the overflow policy: lengths and weights at or under max_length, and the overflow weight."""
     if policy not in POLICIES:
         raise ChipswapError(f"overflow policy {policy!r} is unknown; use one of {', '.join(POLICIES)}")
@@ -536,7 +190,7 @@ def evaluate(
     e = np.asarray(sorted({int(x) for x in edges}), dtype=np.int64)
     if e.size == 0 or e[0] < 1:
         raise ChipswapError(f"bucket edges {list(edges)} must be positive lengths; give at least one bucket")
-    lengths, weights, over_w = _effective(hist, int(e[-1]), policy)
+    lengths, weights, over_w = effective_lengths(hist, int(e[-1]), policy)
     idx = np.searchsorted(e, lengths, side="left")  # bucket index per length
     w = np.bincount(idx, weights=weights, minlength=e.size).astype(np.float64)
     real = np.bincount(idx, weights=weights * cost_model.real_cost(lengths), minlength=e.size)
@@ -828,7 +482,7 @@ def _cost_array(cost_model: CostModel, edges: np.ndarray) -> np.ndarray:
 def candidate_edges(
     hist: Histogram, cost_model: CostModel, *, max_length: int, policy: str, align: int = 1
 ) -> Candidates:
-    lengths, weights, _ = _effective(hist, max_length, policy)
+    lengths, weights, _ = effective_lengths(hist, max_length, policy)
     if cost_model.listed_only:
         edges = np.asarray([x for x in cost_model.table_lengths if x <= max_length], dtype=np.int64)
         if edges.size == 0 or edges[-1] != max_length:
@@ -1075,134 +729,3 @@ def resolve_max_length(hist: Histogram | None, cost_model: CostModel, max_length
     return top
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Baselines: the fixed rules Neuron stacks and sequence toolkits use
-# ------------------------------------------------------------------------------------------------------------
-
-
-def powers_of_two_ladder(max_length: int, start: int = 128) -> list[int]:
-    """NxDI / transformers-neuronx / vLLM-neuron default: 128, 256, ... below max_length, then max_length."""
-    out = []
-    x = start
-    while x < max_length:
-        out.append(x)
-        x *= 2
-    return [*out, max_length]
-
-
-def geometric_ladder(max_length: int, step: float = 1.1, min_length: int = 8) -> list[int]:
-    """tensor2tensor `_bucket_boundaries`: x = min_length, x = max(x + 1, int(x * step)) until max_length."""
-    out = []
-    x = min_length
-    while x < max_length:
-        out.append(x)
-        x = max(x + 1, int(x * step))
-    return [*out, max_length]
-
-
-def _top_k(ladder: list[int], k: int | None) -> list[int]:
-    return ladder if k is None else ladder[-k:]
-
-
-def _pow2_k(hist: Histogram, k: int | None, top: int) -> list[int]:
-    ladder = powers_of_two_ladder(top)
-    if k is None or k <= len(ladder):
-        return _top_k(ladder, k)
-    low = ladder[0]
-    extra: list[int] = []
-    while len(ladder) + len(extra) < k and low > 1:  # extend below 128 by halving
-        low //= 2
-        extra.append(low)
-    return sorted(extra) + ladder
-
-
-def _quantiles_k(hist: Histogram, k: int | None, top: int) -> list[int]:
-    kk = k or 8
-    lengths, weights, _ = _effective(hist, top, "reject")
-    if lengths.size == 0:
-        return [top]
-    sub = Histogram(lengths, weights)
-    return sorted({*(sub.quantile(i / kk) for i in range(1, kk)), top})
-
-
-def _geometric_k(hist: Histogram, k: int | None, top: int) -> list[int]:
-    if k is None:
-        return geometric_ladder(top)
-    lo = max(min(128, top), 1)  # same start as the powers-of-two ladder; the ratio is fitted to reach top
-    if k == 1 or lo >= top:
-        return [top]
-    r = (top / lo) ** (1.0 / (k - 1))
-    return sorted({*(min(int(math.ceil(lo * r**i)), top) for i in range(k - 1)), top})
-
-
-def _linear_k(hist: Histogram, k: int | None, top: int) -> list[int]:
-    kk = k or 8
-    return sorted({*(int(math.ceil(top * i / kk)) for i in range(1, kk)), top})
-
-
-def _single(hist: Histogram, k: int | None, top: int) -> list[int]:
-    return [top]
-
-
-# name -> (edges rule at K buckets, what it is)
-BASELINES: dict[str, tuple[Callable[[Histogram, int | None, int], list[int]], str]] = {
-    "powers_of_two": (
-        _pow2_k,
-        "NxDI/transformers-neuronx/vLLM-neuron default: powers of 2 from 128, last = max "
-        "(at K: the K largest; halves below 128 when K exceeds the ladder)",
-    ),
-    "single_max": (_single, "optimum-neuron export default: one shape at the max length (always K=1)"),
-    "quantiles": (_quantiles_k, "fairseq-style: edges at the i/K quantiles of the lengths, last = max"),
-    "geometric": (
-        _geometric_k,
-        "tensor2tensor-style geometric ladder; at K: from 128 with the ratio fitted to "
-        "reach max in K steps (natural form, step 1.1 from 8: geometric_1.1_natural)",
-    ),
-    "linear": (_linear_k, "equal gaps: max*i/K"),
-}
-
-
-def baseline_plans(
-    hist: Histogram,
-    cost_model: CostModel,
-    *,
-    k: int | None,
-    max_length: int,
-    policy: str = "reject",
-    include_natural: bool = True,
-) -> dict[str, Evaluation]:
-    """Every baseline at K buckets (where the rule allows), plus the natural NxDI and t2t ladders."""
-    out: dict[str, Evaluation] = {}
-    for name, (rule, desc) in BASELINES.items():
-        edges = rule(hist, k, max_length)
-        out[name] = _eval_baseline(hist, edges, cost_model, policy, name, desc)
-    if include_natural:
-        out["powers_of_two_natural"] = _eval_baseline(
-            hist,
-            powers_of_two_ladder(max_length),
-            cost_model,
-            policy,
-            "powers_of_two_natural",
-            "NxDI default ladder at its own K",
-        )
-        out["geometric_1.1_natural"] = _eval_baseline(
-            hist,
-            geometric_ladder(max_length),
-            cost_model,
-            policy,
-            "geometric_1.1_natural",
-            "tensor2tensor step 1.1 ladder from 8 at its own K",
-        )
-    return out
-
-
-def _eval_baseline(
-    hist: Histogram, edges: list[int], cost_model: CostModel, policy: str, name: str, desc: str
-) -> Evaluation:
-    if cost_model.listed_only:
-        xs = np.asarray(cost_model.table_lengths)
-        edges = sorted({int(xs[np.searchsorted(xs, e)]) for e in edges if e <= xs[-1]})
-        desc += " (rounded up to measured shapes)"
-    elif cost_model.kind == "measured":
-        edges = sorted({max(int(e), cost_model.table_lengths[0]) for e in edges})
-    return evaluate(hist, edges, cost_model, policy=policy, name=name, note=desc)

@@ -47,6 +47,15 @@ def _where(key: str, source: str) -> str:
     return key if source == "arguments" else f"plan {source}: {key!r}"
 
 
+def _positive_int(v: Any, what: str, hi: int, fix: str = "fix the plan file") -> int:
+    """`v` as an int in 1..hi (a bool, float or string is not one), else one line "<what> <v>, ...; <fix>"."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ChipswapError(f"{what} {one_line(repr(v), 80)}, not a positive integer; fix the plan file")
+    if v > hi:
+        raise ChipswapError(f"{what} {v:,}, over the limit of {hi:,}; {fix}")
+    return int(v)
+
+
 def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
     """Sorted distinct positive integers within the bound for `key` (batch sizes or sequence lengths);
     refused before anything is built."""
@@ -64,15 +73,7 @@ def _int_list(value: Any, key: str, source: str) -> tuple[int, ...]:
     hi = MAX_BATCH_BUCKET if "batch" in key else MAX_SEQUENCE_BUCKET
     out = []
     for v in value:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ChipswapError(
-                f"{where} holds {one_line(repr(v), 80)}, not a positive integer; fix the plan file"
-            )
-        if v > hi:
-            raise ChipswapError(
-                f"{where} holds {v:,}, over the limit of {hi:,}; use values up to {hi:,}"
-            )
-        out.append(int(v))
+        out.append(_positive_int(v, f"{where} holds", hi, f"use values up to {hi:,}"))
     return tuple(sorted(set(out)))
 
 
@@ -118,16 +119,9 @@ def parse_plan(
     batch = _int_list(data["batch_buckets"], "batch_buckets", source)
     check_shapes(seq, batch, source)
     ml = data.get("max_length", seq[-1])
-    if isinstance(ml, bool) or not isinstance(ml, int) or ml < 1:
-        raise ChipswapError(
-            f"plan {source}: 'max_length' is {one_line(repr(ml), 80)}, not a positive integer; fix the plan"
-        )
-    if ml > MAX_SEQUENCE_BUCKET:
-        raise ChipswapError(
-            f"plan {source}: 'max_length' is {ml:,}, over the limit of {MAX_SEQUENCE_BUCKET:,}; fix the plan"
-        )
+    ml = _positive_int(ml, f"plan {source}: 'max_length' is", MAX_SEQUENCE_BUCKET)
     extra = {k: v for k, v in data.items() if k not in ("sequence_buckets", "batch_buckets", "max_length")}
-    return BucketPlan(seq, batch, int(ml), extra)
+    return BucketPlan(seq, batch, ml, extra)
 
 
 PLAN_MODES = ("encoder", "llm")  # chipswap.shapes.shapeplan.MODES

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
-from chipswap.shapes import buckets as B
 
 
 class TrafficInput(Protocol):
@@ -375,23 +375,10 @@ def _plan_one(
     hist: B.Histogram,
     model: B.CostModel,
     *,
-    k: int | None,
-    max_buckets: int | None,
-    max_length: int | None,
     policy: str,
-    align: int,
-    budgets: B.Budgets | None,
+    **planner: Any,
 ) -> tuple[B.Evaluation, dict[str, Any], dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    best = B.plan_optimal(
-        hist,
-        model,
-        k=k,
-        max_buckets=max_buckets,
-        max_length=max_length,
-        policy=policy,
-        align=align,
-        budgets=budgets,
-    )
+    best = B.plan_optimal(hist, model, policy=policy, **planner)
     top = int(best.edges[-1])
     tok = B.tokens_cost()
 
@@ -457,15 +444,9 @@ def plan_shapes(
     )
     hist = trace.prompt_histogram()
     _check_positions(hist, max_length, max_positions, "prompt", "--max-length")
+    shared = {"max_buckets": max_buckets, "policy": policy, "align": align}  # prefill and decode alike
     best, totals, baselines, table = _plan_one(
-        hist,
-        seq_model,
-        k=k,
-        max_buckets=max_buckets,
-        max_length=max_length,
-        policy=policy,
-        align=align,
-        budgets=budgets,
+        hist, seq_model, k=k, max_length=max_length, budgets=budgets, **shared
     )
     top = int(best.edges[-1])
     decode_buckets: list[int] = []
@@ -478,29 +459,14 @@ def plan_shapes(
                 f"use --max-total-length >= {top}"
             )
         _check_positions(dhist, max_total_length, max_positions, "prompt + output", "--max-total-length")
-        dbudgets = (
-            None
-            if budgets is None
-            else B.Budgets(
-                max_buckets=budgets.max_buckets,
-                device_memory_bytes=budgets.device_memory_bytes,
-                memory_fixed_bytes=budgets.memory_fixed_bytes,
-                memory_per_token_bytes=budgets.memory_per_token_bytes,
-                memory_per_token2_bytes=budgets.memory_per_token2_bytes,
-            )
-        )
+        # decode buckets share the prefill's bucket and memory limits; the compile budget is the prefill's
+        no_compile = {"max_compile_s": None, "compile_fixed_s": None, "compile_per_token_s": 0.0}
+        dbudgets = None if budgets is None else replace(budgets, **no_compile)
         dk = decode_k if decode_k is not None else k
         if dk is not None and dk > dhist.lengths.size:
             dk = int(dhist.lengths.size)
         dbest, dtotals, dbaselines, dtable = _plan_one(
-            dhist,
-            dec_model,
-            k=dk,
-            max_buckets=max_buckets,
-            max_length=max_total_length,
-            policy=policy,
-            align=align,
-            budgets=dbudgets,
+            dhist, dec_model, k=dk, max_length=max_total_length, budgets=dbudgets, **shared
         )
         decode_buckets = [int(x) for x in dbest.edges]
         dec_fields = {

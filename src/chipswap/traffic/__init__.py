@@ -11,10 +11,10 @@ window,
 
 Every bad value is one ChipswapError line naming the file, row and column and what would fix it. This package
 is
-the I/O edge for traces; the planning math is chipswap.shapes.buckets.
+the I/O edge for traces; the planning math is chipswap.shapes.
 """
 
-from chipswap.shapes.buckets import MAX_LENGTH
+from chipswap.shapes.histogram import MAX_LENGTH
 from chipswap.traffic.aggregate import TraceHistograms, aggregate_trace, read_histogram
 from chipswap.traffic.arrivals import (
     MAX_REQUEST_ROWS,

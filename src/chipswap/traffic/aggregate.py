@@ -15,7 +15,7 @@ length), built for one max length and overflow policy because requests above it 
 before
 they decode. Arrival times are reduced to first/last (per-window counts: chipswap.traffic.arrivals).
 
-I/O edge through the engine; the arithmetic on the aggregated counts is chipswap.shapes.buckets.
+I/O edge through the engine; the arithmetic on the aggregated counts is chipswap.shapes.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
-from chipswap.shapes import buckets as B
 from chipswap.traffic.checks import INTEGER_TYPES, MAX_COUNT
 from chipswap.traffic.engine import ProgressFn
 from chipswap.traffic.scan import Scan, execute, first_bad_row, open_scan

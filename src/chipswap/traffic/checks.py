@@ -5,7 +5,7 @@ the engine may report, `field_sql` gives the cleaned value and the condition tha
 inside
 the scan, so a bad row is counted without materialising the trace. `explain` turns the first bad row that
 chipswap.traffic.diagnose finds into the one-line reason. Bounds come from
-chipswap.shapes.buckets.MAX_LENGTH, so
+chipswap.shapes.histogram.MAX_LENGTH, so
 every later allocation sized by a length is bounded before it happens.
 
 Pure string building; no I/O.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from chipswap.shapes.buckets import MAX_LENGTH
+from chipswap.shapes.histogram import MAX_LENGTH
 from chipswap.traffic.source import ident
 
 # A histogram row may stand for at most this many requests (float64 stays exact below it).

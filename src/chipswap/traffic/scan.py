@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from chipswap.errors import ChipswapError
-from chipswap.shapes.buckets import MAX_LENGTH
+from chipswap.shapes.histogram import MAX_LENGTH
 from chipswap.textsafe import one_line
 from chipswap.traffic import checks
 from chipswap.traffic.engine import NeedsText, ProgressFn, describe, run_sql, stream_sql

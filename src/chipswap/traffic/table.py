@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from chipswap import shapes as B
 from chipswap.errors import ChipswapError
-from chipswap.shapes import buckets as B
 from chipswap.traffic.scan import execute, first_bad_row, open_scan
 from chipswap.traffic.source import connect, resolve_source
 

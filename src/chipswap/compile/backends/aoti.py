@@ -20,15 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.compile.backends.base import (
-    IO_FILE,
-    LoadedArtifact,
-    as_tuple,
-    check_inputs,
-    output_names_of,
-    read_io,
-    write_io,
-)
+from chipswap.compile.backends import base  # the interface every backend implements
 from chipswap.datafile import read_json
 from chipswap.errors import ChipswapError
 
@@ -104,7 +96,7 @@ class AOTInductorBackend:
         kwargs = dict(example_inputs)
         with torch.no_grad():
             eager = model(**kwargs)
-        outputs = output_names_of(eager)
+        outputs = base.output_names_of(eager)
         log = io.StringIO()
         try:
             with contextlib.redirect_stdout(log), torch.no_grad():
@@ -126,7 +118,7 @@ class AOTInductorBackend:
         consts = {k: v for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
         if consts:
             torch.save(consts, str(out_dir / CONSTANTS_FILE))
-        io_file = write_io(out_dir, kwargs, outputs)
+        io_file = base.write_io(out_dir, kwargs, outputs)
         meta = json.loads((out_dir / io_file).read_text())
         meta["weights"] = "embedded" if fl["embed_weights"] == "1" else "external"
         meta["device"] = str(next(iter(kwargs.values())).device.type)
@@ -140,7 +132,7 @@ class AOTInductorBackend:
         weights: Mapping[str, torch.Tensor] | None = None,
         copy_weights: bool = False,
         trust_native: bool = False,
-    ) -> LoadedArtifact:
+    ) -> base.LoadedArtifact:
         """Load one bucket. ``weights`` (same dict for every bucket) are shared, not copied, unless
         ``copy_weights``. The package is native code: it loads only from a ready entry of a chipswap
         cache that matches its sha256 manifest now, unless ``trust_native`` (a folder the caller compiled)."""
@@ -153,8 +145,8 @@ class AOTInductorBackend:
             from chipswap.compile.trust import require_cache_entry
 
             require_cache_entry(artifact_dir)
-        specs, outputs = read_io(artifact_dir)
-        meta = read_json(artifact_dir / IO_FILE, IO_FILE)  # read_io has checked it parses
+        specs, outputs = base.read_io(artifact_dir)
+        meta = read_json(artifact_dir / base.IO_FILE, base.IO_FILE)  # base.read_io has checked it parses
         try:
             cm = torch._inductor.aoti_load_package(str(artifact_dir / PACKAGE_FILE))
         except Exception as exc:
@@ -190,9 +182,9 @@ class AOTInductorBackend:
             cm.load_constants(constants, check_full_update=True, user_managed=not copy_weights)
 
         def run(inputs: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
-            check_inputs(specs, inputs, "aotinductor")
+            base.check_inputs(specs, inputs, "aotinductor")
             with torch.no_grad():
                 res = cm(**{s.name: inputs[s.name] for s in specs})
-            return as_tuple(res)
+            return base.as_tuple(res)
 
-        return LoadedArtifact("aotinductor", specs, outputs, run, {"package": cm, "weights": weights})
+        return base.LoadedArtifact("aotinductor", specs, outputs, run, {"package": cm, "weights": weights})

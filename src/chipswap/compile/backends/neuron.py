@@ -15,14 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.compile.backends.base import (
-    LoadedArtifact,
-    as_tuple,
-    check_inputs,
-    output_names_of,
-    read_io,
-    write_io,
-)
+from chipswap.compile.backends import base  # the interface every backend implements
 from chipswap.errors import ChipswapError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,7 +74,7 @@ class NeuronBackend:
         args = tuple(example_inputs[n] for n in names)
         with torch.no_grad():
             eager = model(**example_inputs)
-        outputs = output_names_of(eager)
+        outputs = base.output_names_of(eager)
         log = io.StringIO()
         try:
             with contextlib.redirect_stdout(log):
@@ -101,7 +94,7 @@ class NeuronBackend:
         import shutil
 
         shutil.rmtree(out_dir / "work", ignore_errors=True)
-        write_io(out_dir, example_inputs, outputs)
+        base.write_io(out_dir, example_inputs, outputs)
         return sorted(p.name for p in out_dir.iterdir() if p.is_file())
 
     def load(
@@ -110,7 +103,7 @@ class NeuronBackend:
         *,
         weights: Mapping[str, torch.Tensor] | None = None,
         trust_native: bool = False,
-    ) -> LoadedArtifact:
+    ) -> base.LoadedArtifact:
         artifact_dir = Path(artifact_dir)
         if not trust_native:  # TorchScript is code: only a verified entry of chipswap's own cache
             from chipswap.compile.trust import require_cache_entry
@@ -119,11 +112,11 @@ class NeuronBackend:
         _import_neuronx()  # registers the neuron ops torch.jit.load needs
         import torch
 
-        specs, outputs = read_io(artifact_dir)
+        specs, outputs = base.read_io(artifact_dir)
         mod = torch.jit.load(str(artifact_dir / MODEL_FILE))
 
         def run(inputs: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
-            check_inputs(specs, inputs, "neuron")
-            return as_tuple(mod(*(inputs[s.name] for s in specs)))
+            base.check_inputs(specs, inputs, "neuron")
+            return base.as_tuple(mod(*(inputs[s.name] for s in specs)))
 
-        return LoadedArtifact("neuron", specs, outputs, run, {"module": mod})
+        return base.LoadedArtifact("neuron", specs, outputs, run, {"module": mod})

@@ -16,14 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from chipswap.compile.backends.base import (
-    LoadedArtifact,
-    as_tuple,
-    check_inputs,
-    output_names_of,
-    read_io,
-    write_io,
-)
+from chipswap.compile.backends import base  # the interface every backend implements
 from chipswap.errors import ChipswapError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,7 +69,7 @@ class OnnxRuntimeBackend:
         args = tuple(example_inputs[n] for n in names)
         with torch.no_grad():
             eager = model(**example_inputs)
-        outputs = output_names_of(eager)
+        outputs = base.output_names_of(eager)
         n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         big = n_bytes > _TWO_GB
         log = io.StringIO()
@@ -110,7 +103,7 @@ class OnnxRuntimeBackend:
                 f"ONNX export failed ({first}); try --backend aotinductor or check the model with chipswap "
                 "check"
             )
-        io_file = write_io(out_dir, example_inputs, outputs)
+        io_file = base.write_io(out_dir, example_inputs, outputs)
         meta = json.loads((out_dir / io_file).read_text())
         meta["exporter"] = used
         (out_dir / io_file).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
@@ -119,12 +112,12 @@ class OnnxRuntimeBackend:
 
     def load(
         self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
-    ) -> LoadedArtifact:
+    ) -> base.LoadedArtifact:
         import onnxruntime as ort
         import torch
 
         artifact_dir = Path(artifact_dir)
-        specs, outputs = read_io(artifact_dir)
+        specs, outputs = base.read_io(artifact_dir)
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
         threads = os.environ.get("CHIPSWAP_ORT_THREADS")
@@ -142,7 +135,7 @@ class OnnxRuntimeBackend:
         feed_names = [i.name for i in sess.get_inputs()]
 
         def run(inputs: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
-            check_inputs(specs, inputs, "onnxruntime")
+            base.check_inputs(specs, inputs, "onnxruntime")
             feed = {n: _np(inputs[n]) for n in feed_names}
             try:
                 res = sess.run(None, feed)
@@ -151,9 +144,9 @@ class OnnxRuntimeBackend:
                     f"ONNX Runtime rejected the input: {str(exc).splitlines()[0][:200]}; pad to the "
                     "compiled shape"
                 ) from None
-            return as_tuple([torch.from_numpy(r) for r in res])
+            return base.as_tuple([torch.from_numpy(r) for r in res])
 
-        return LoadedArtifact("onnxruntime", specs, outputs, run, {"session": sess})
+        return base.LoadedArtifact("onnxruntime", specs, outputs, run, {"session": sess})
 
 
 def _np(t: Any) -> Any:

@@ -607,13 +607,8 @@ def _draft(
             )
         )
     ops = inventory_ops(ep, strip=strip, decompose=decompose)
-    return Inventory(
-        ops=tuple(ops),
-        issues=tuple(issues),
-        shapes=shapes,
-        exported=False,
-        method="torch.export failed; torch.export.draft_export graph + report (core ATen)",
-    )
+    method = "torch.export failed; torch.export.draft_export graph + report (core ATen)"
+    return Inventory(ops=tuple(ops), issues=tuple(issues), shapes=shapes, exported=False, method=method)
 
 
 def inventory_ops(ep: Any, *, strip: str | None = None, decompose: bool = True) -> list[OpUse]:
@@ -649,10 +644,5 @@ def capture_exported(ep: Any, *, shapes: tuple[str, ...] = ()) -> Inventory:
                     )
                 )
     ops = inventory_ops(ep)
-    return Inventory(
-        ops=tuple(ops),
-        issues=tuple(issues),
-        shapes=shapes,
-        exported=True,
-        method="saved ExportedProgram (.pt2)",
-    )
+    method = "saved ExportedProgram (.pt2)"
+    return Inventory(ops=tuple(ops), issues=tuple(issues), shapes=shapes, exported=True, method=method)

@@ -16,6 +16,9 @@ from typing import Any
 
 from chipswap.readiness.rules import OpUse
 
+# Where an op use sits in the model (its module, phase and source line): a decomposed op keeps its parent's.
+WHERE_FIELDS = ("module_path", "module_types", "phase", "location", "code", "stack")
+
 
 class NotStatic(Exception):
     """A node has symbolic shapes; use run_decompositions instead."""
@@ -143,12 +146,7 @@ def fast_inventory(ep: Any, *, strip: str | None = None) -> list[OpUse]:
             out.append(
                 replace(
                     s,
-                    module_path=use.module_path,
-                    module_types=use.module_types,
-                    phase=use.phase,
-                    location=use.location,
-                    code=use.code,
-                    stack=use.stack,
+                    **{k: getattr(use, k) for k in WHERE_FIELDS},
                     node=f"{node.name}.{i}",
                     original=use.kind if s.kind != use.kind else None,
                 )

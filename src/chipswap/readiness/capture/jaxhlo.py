@@ -429,7 +429,7 @@ def hlo_inventory(text: str, *, shapes: tuple[str, ...] = ()) -> Inventory:
             if ins.opcode in _PLUMBING:
                 continue
             frame = ins.frame if ins.frame is not None else user_frame.get(ins.name, inherited.get(c.name))
-            loc, code, func, stack = _where(frames.get(frame or -1, []))
+            where = _where(frames.get(frame or -1, []))
             in_types = [types.get(o, []) for o in ins.operands]
             in_dtypes = tuple(dict.fromkeys(HLO_DTYPES.get(t, t) for ts in in_types for t in ts))
             out_dtypes = tuple(dict.fromkeys(HLO_DTYPES.get(t, t) for t in ins.types if t not in ("token",)))
@@ -440,14 +440,11 @@ def hlo_inventory(text: str, *, shapes: tuple[str, ...] = ()) -> Inventory:
                     kind=f"hlo::{ins.opcode}",
                     in_dtypes=in_dtypes,
                     out_dtypes=out_dtypes,
-                    module_path=func,
-                    location=loc,
-                    code=code,
                     node=ins.name,
                     unbacked=False,
                     signature=f"%{ins.name} = {ins.shape} {ins.opcode}({', '.join(ins.operands)})",
-                    stack=stack,
                     data_dtype=data,
+                    **where,
                     attrs=attrs,
                 )
             )
@@ -457,19 +454,12 @@ def hlo_inventory(text: str, *, shapes: tuple[str, ...] = ()) -> Inventory:
                         kind="dynamic_dim",
                         message=f"HLO {ins.opcode} has a dynamic dimension ({ins.shape}); "
                         "Neuron needs static shapes",
-                        location=loc,
-                        code=code,
-                        module_path=func,
                         op=f"hlo::{ins.opcode}",
+                        **{k: v for k, v in where.items() if k != "stack"},
                     )
                 )
-    return Inventory(
-        ops=tuple(ops),
-        issues=tuple(issues),
-        shapes=shapes,
-        exported=True,
-        method="jax.jit(...).lower(...) on the CPU, HLO text with debug info",
-    )
+    method = "jax.jit(...).lower(...) on the CPU, HLO text with debug info"
+    return Inventory(ops=tuple(ops), issues=tuple(issues), shapes=shapes, exported=True, method=method)
 
 
 def _callees(ins: _Instr) -> list[str]:
@@ -501,15 +491,16 @@ def _attrs(ins: _Instr, comps: Mapping[str, _Comp]) -> tuple[tuple[str, str], ..
     return tuple(out)
 
 
-def _where(chain: list[tuple[str, int, str]]) -> tuple[str | None, str, str, str]:
-    """(file:line, code, function, frames text) of the innermost user frame of a stack (innermost first)."""
+def _where(chain: list[tuple[str, int, str]]) -> dict[str, Any]:
+    """Where an instruction comes from, as OpUse fields: the innermost user frame of a stack (innermost first)
+    as location (file:line), code and module_path (its function), and the frames text as stack."""
     user = [f for f in chain if not _is_lib(f[0])]
     stack = "\n".join(f"{_rel(a)}:{b} in {c}" for a, b, c in reversed(chain))
     if not user:
-        return None, "", "", stack
+        return {"location": None, "code": "", "module_path": "", "stack": stack}
     path, line, func = user[0]
     code = linecache.getline(path, line).strip() if os.path.isfile(path) else ""
-    return f"{_rel(path)}:{line}", code, func, stack
+    return {"location": f"{_rel(path)}:{line}", "code": code, "module_path": func, "stack": stack}
 
 
 # ---------------------------------------------------------------------------------------------- entry

@@ -1,0 +1,143 @@
+"""What the command modules share: flag parsing (every flag value a command reads as text becomes a number,
+a list or a term here, or one ChipswapError line naming the flag and an example) and the progress line of a
+long step.
+
+Only flag plumbing and presentation: no decisions, nothing written. Each command module stays one thin layer
+over the capability packages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
+
+from chipswap.economics.catalog import TERMS, ReservedTerm
+from chipswap.errors import ChipswapError
+
+RESERVED_EXAMPLE = "10000,5.50,1"
+
+
+@contextmanager
+def step_progress(enabled: bool, label: str) -> Iterator[Callable[[str], None]]:
+    """A rich progress line on a terminal, advanced once per step (`step("us-east-1")`); silent otherwise."""
+    if not enabled:
+        yield lambda _m: None
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda m: bar.update(task, advance=1, description=f"{label}: {m}")
+
+
+# --- flag parsing -------------------------------------------------------------------------------------------
+MAX_FLAG_VALUE = Decimal(10) ** 12
+
+
+def flag_number(
+    value: str | float | None,
+    flag: str,
+    *,
+    positive: bool = True,
+    allow_zero: bool = False,
+    example: str | None = None,
+) -> Decimal:
+    example = example or f"{flag} 20"
+    try:
+        d = Decimal(str(value).strip())
+    except (InvalidOperation, ValueError):
+        raise ChipswapError(f"{flag} must be a number, got {value!r}; pass e.g. {example}") from None
+    if not d.is_finite():
+        raise ChipswapError(f"{flag} must be a finite number, got {value!r}; pass e.g. {example}")
+    if abs(d) > MAX_FLAG_VALUE:  # money, hours, rates: beyond this the Decimal context overflows when priced
+        raise ChipswapError(f"{flag} is {value}, over the {MAX_FLAG_VALUE:,} limit; pass e.g. {example}")
+    if positive and (d < 0 or (d == 0 and not allow_zero)):
+        need = "0 or more" if allow_zero else "greater than 0"
+        raise ChipswapError(
+            f"{flag} must be {need}, got {value}; pass a {'non-negative' if allow_zero else 'positive'}"
+            " number"
+        )
+    return d
+
+
+def optional_number(value: str | None, flag: str, **kw) -> Decimal | None:
+    return None if value is None else flag_number(value, flag, **kw)
+
+
+def flag_count(value: int | str, flag: str) -> int:
+    text = str(value).strip()
+    try:
+        n = int(text)
+    except ValueError:
+        raise ChipswapError(
+            f"{flag} must be a whole number of instances, got {text!r}; pass e.g. {flag} 2"
+        ) from None
+    if n < 1:
+        raise ChipswapError(
+            f"{flag} must be at least 1, got {n}; pass the number of instances, e.g. {flag} 2"
+        )
+    return n
+
+
+def flag_reserved(text: str | None, flag: str) -> ReservedTerm | None:
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) != 3:
+        raise ChipswapError(
+            f"{flag} must be UPFRONT,HOURLY,YEARS (upfront USD, hourly USD, 1 or 3 years), got {text!r};"
+            f" e.g. {flag} {RESERVED_EXAMPLE}"
+        )
+    ex = f"{flag} {RESERVED_EXAMPLE} (upfront USD, hourly USD, years)"
+    up = flag_number(parts[0], f"{flag} upfront", allow_zero=True, example=ex)
+    hourly = flag_number(parts[1], f"{flag} hourly", allow_zero=True, example=ex)
+    if parts[2] not in ("1", "3"):
+        raise ChipswapError(f"{flag} years must be 1 or 3, got {parts[2]!r}; e.g. {ex}")
+    return ReservedTerm(up, hourly, int(parts[2]))
+
+
+def flag_term(term: str, flag: str) -> str:
+    t = term.strip().lower()
+    aliases = {"ondemand": "on-demand", "od": "on-demand", "1y": "1yr", "3y": "3yr", "ri": "ri-effective"}
+    t = aliases.get(t, t)
+    if t not in TERMS:
+        raise ChipswapError(f"unknown {flag}: {term!r}; use one of {', '.join(TERMS)}")
+    return t
+
+
+INT_LIST_EXAMPLES = {"--seq-len": "128,256", "--batch-sizes": "1,4"}
+
+
+def flag_ints(text: str, flag: str) -> list[int]:
+    """Comma-separated integers; their bounds are checked by chipswap.shapes.planfile before anything is
+    built."""
+    from chipswap.shapes.planfile import MAX_BUCKETS
+
+    items = [x for x in text.replace(" ", "").split(",") if x]
+    if len(items) > MAX_BUCKETS:
+        raise ChipswapError(
+            f"{flag} lists {len(items):,} values, over the limit of {MAX_BUCKETS};"
+            f" e.g. {flag} {INT_LIST_EXAMPLES[flag]}"
+        )
+    try:
+        vals = [int(x) for x in items]
+    except ValueError:
+        raise ChipswapError(
+            f"{flag} must be comma-separated integers, got {text!r}; e.g. {flag} {INT_LIST_EXAMPLES[flag]}"
+        ) from None
+    if not vals or any(v < 1 for v in vals):
+        raise ChipswapError(
+            f"{flag} must list positive integers, got {text!r}; e.g. {flag} {INT_LIST_EXAMPLES[flag]}"
+        )
+    return vals
+
+
+def flag_limit(flag: str, value: float | None, example: str) -> None:
+    """Reject negative, NaN and infinite limits before the cache is touched."""
+    import math
+
+    if value is None:
+        return
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise ChipswapError(f"{flag} must be a finite number >= 0, got {value!r}; pass {example}")
