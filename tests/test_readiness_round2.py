@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 
 from chipswap import models
+from chipswap.errors import ChipswapError
 from chipswap.readiness.check import load_ruleset, run_check
 from chipswap.readiness.rules import Inventory, OpUse, evaluate
 
@@ -96,9 +97,9 @@ def test_distribution_sampling_names_validate_args(tmp_path):
 def test_per_stage_list_configs_are_accepted_and_bounded(config):
     models.check_config_bounds(config, "c.json")
     bad = {**config, "num_attention_heads": [1, 2, 10**9]}
-    with pytest.raises(models.ChipswapError, match=r"num_attention_heads\[2\]"):
+    with pytest.raises(ChipswapError, match=r"num_attention_heads\[2\]"):
         models.check_config_bounds(bad, "c.json")
-    with pytest.raises(models.ChipswapError, match="entries, over the limit"):
+    with pytest.raises(ChipswapError, match="entries, over the limit"):
         models.check_config_bounds({**config, "num_attention_heads": [1] * 5000}, "c.json")
 
 

@@ -556,20 +556,16 @@ def _run(
 
     if isinstance(spec_or_ref, models.ModelRef):
         ref = spec_or_ref
-        if trust_pickle and not ref.trust_pickle:
-            ref = replace(ref, trust_pickle=True)
-        if trust_native and not ref.trust_native:
-            ref = replace(ref, trust_native=True)
+        trust = {
+            "trust_pickle": ref.trust_pickle or trust_pickle,
+            "trust_native": ref.trust_native or trust_native,
+        }
+        ref = replace(ref, **trust)
         if factory_dirs and not ref.factory_dirs:
             ref = replace(ref, factory_dirs=tuple(str(Path(d).resolve()) for d in factory_dirs))
     else:
-        ref = models.resolve_model(
-            str(spec_or_ref),
-            task=task,
-            trust_pickle=trust_pickle,
-            factory_dirs=factory_dirs,
-            trust_native=trust_native,
-        )
+        trust = {"trust_pickle": trust_pickle, "trust_native": trust_native}
+        ref = models.resolve_model(str(spec_or_ref), task=task, factory_dirs=factory_dirs, **trust)
     task = task or ref.task
 
     import torch
