@@ -59,6 +59,10 @@ def test_loop_lag_sheds_predict_and_probes_still_answer(monkeypatch):
         assert srv.engine.state == "ready"
         monkeypatch.setattr(LoopLag, "busy", property(lambda self: True))  # as if the loop were far behind
         r = httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [3]}, timeout=10)
+        assert r.status_code == 200  # a late loop with nothing waiting is no overload: served
+        srv.engine.inflight += 1  # as if requests were waiting on the model
+        r = httpx.post(f"{srv.url}/v1/predict", json={"input_ids": [3]}, timeout=10)
+        srv.engine.inflight -= 1
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
         assert srv.engine.metrics.value("chipswap_rejects_total", reason="loop_busy") == 1
         assert httpx.get(f"{srv.url}/healthz", timeout=10).status_code == 200

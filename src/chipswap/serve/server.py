@@ -357,7 +357,7 @@ class ShedLoad:
         if engine.state == "draining":
             return await draining_answer(receive, send, engine)
         retry, reason = batcher.overloaded(), "queue_full"
-        if retry is None and engine.lag.busy:
+        if retry is None and engine.lag.busy and engine.inflight > 0:  # a lag, nothing waiting: no overload
             retry, reason = 1, "loop_busy"
         if retry is None:
             return await self.app(scope, receive, send)
