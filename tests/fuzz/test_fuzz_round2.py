@@ -171,29 +171,12 @@ def test_fuzz_trace_folder_links(box: Sandbox, kind: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ count flags
+TRAIN = ["project", "tiny-distilbert", "-i", "trn1.32xlarge", "--train-tokens", "1e9"]
 COUNT_FLAGS: dict[str, list[str]] = {
     "shapes_max_buckets": ["shapes", "--json", "--max-buckets", "{v}"],
     "shapes_align": ["shapes", "--json", "--align", "{v}"],
-    "project_nodes": [
-        "project",
-        "tiny-distilbert",
-        "-i",
-        "trn1.32xlarge",
-        "--train-tokens",
-        "1e9",
-        "--nodes",
-        "{v}",
-    ],
-    "project_seq_len": [
-        "project",
-        "tiny-distilbert",
-        "-i",
-        "trn1.32xlarge",
-        "--train-tokens",
-        "1e9",
-        "--seq-len",
-        "{v}",
-    ],
+    "project_nodes": [*TRAIN, "--nodes", "{v}"],
+    "project_seq_len": [*TRAIN, "--seq-len", "{v}"],
 }
 
 

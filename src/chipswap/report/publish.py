@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from chipswap.atomic import _fsync_dir, atomic_write_text
-from chipswap.compile.cache import _pid_alive, _write_file
+from chipswap.compile.cache import _pid_alive, _sha256_file, _write_file
 from chipswap.errors import ChipswapError
 
 RUNS = ".chipswap-runs"
@@ -106,16 +106,6 @@ def _owned(out: Path) -> dict[str, str]:
     )
 
 
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def check_owned(out: Path, names: list[str] | tuple[str, ...]) -> None:
     """Refuse (one line) when a report file in ``out`` exists and chipswap did not write it."""
     owned = None
@@ -128,7 +118,7 @@ def check_owned(out: Path, names: list[str] | tuple[str, ...]) -> None:
             continue
         elif p.is_file():
             owned = _owned(out) if owned is None else owned
-            if owned.get(name) == _sha256(p):
+            if owned.get(name) == _sha256_file(p):
                 continue
         raise ChipswapError(
             f"{p} exists and chipswap did not write it; move it away or choose another --out "
