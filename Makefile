@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 export AOTI_RUNTIME_CHECK_INPUTS := 1
 
-.PHONY: install demo test test-fast lint bench browser clean calibrate fuzz
+.PHONY: install demo test test-random test-fast lint bench browser clean calibrate fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ browser:
 	  { if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	    else echo "chromium missing: run 'sudo apt-get install chromium' for the report rendering test"; fi; }
 
+# Every test, on every core (pytest-xdist; work stealing balances the slow ones); hypothesis derandomized
+# (tests/conftest.py, profile "ci"), so a run never fails on a new random draw.
 test: $(STAMP) browser ## the whole test suite
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n auto --dist worksteal
+
+test-random: $(STAMP) browser ## the whole suite with fresh hypothesis draws (exploration; a failure prints its seed)
+	HYPOTHESIS_PROFILE=random $(PY) -m pytest -q -p no:cacheprovider -n auto --dist worksteal
 
 test-fast: $(STAMP) ## the pure-core tests only (seconds)
 	$(PY) -m pytest -q -m "not slow and not browser"

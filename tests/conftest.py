@@ -1,14 +1,24 @@
-"""Fixtures shared by several test modules.
+"""Test-suite settings shared by every test.
 
-The `moto` fixture: one fake-AWS server (real HTTP on loopback, tests.aws_helpers) per module using it.
+Hypothesis runs derandomized by default (profile "ci": the same examples on every run and every machine, so
+`make test` and CI never fail on a new draw and a failure reproduces exactly); `make test-random` selects the
+"random" profile to explore new examples. HYPOTHESIS_PROFILE=<name> picks one explicitly. Neither profile has
+a deadline: a busy machine must not turn a slow example into a failure. The `moto` fixture (one fake-AWS
+server per module) is shared by the AWS tests.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("random", derandomize=False, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="module")

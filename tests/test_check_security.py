@@ -187,7 +187,7 @@ def test_absurd_config_sizes_are_refused_before_building(field, value, tmp_path,
     t0 = time.perf_counter()
     code, _, err = run_inproc(capsys, "check", str(p))
     assert code == 2 and field in err and "outside [0," in err and err.count("\n") == 1
-    assert time.perf_counter() - t0 < 10
+    assert time.perf_counter() - t0 < 60  # refused before anything is built (a bound that holds at load 20)
     assert (
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200 * 1024
     )  # < 200 MiB more (KiB units)

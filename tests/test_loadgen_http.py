@@ -130,7 +130,7 @@ def test_unreachable_url_stops_with_a_message_and_partial_results(tmp_path, caps
     code, _, err = run_inproc(
         capsys, "bench", f"http://127.0.0.1:{port}", "--requests", "50", "--out", str(out)
     )
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 120  # a bound, not a speed: it stops instead of retrying (load 20 safe)
     assert code == 1
     assert f"cannot connect to http://127.0.0.1:{port}" in err and "partial results in" in err
     doc = json.loads(out.read_text())
@@ -161,9 +161,8 @@ async def _stall():
 
 def test_server_that_errors_stops_early_naming_the_error():
     with run_app(_predict_app(_out_of_memory)) as url:
-        t0 = time.monotonic()
         doc = run_bench(BenchOptions(url=url, max_requests=200, duration_s=20, rate=20.0, timeout_s=5))
-        assert time.monotonic() - t0 < 15  # stopped after the first answers, not after 200 requests
+    assert doc["counts"]["sent"] < 200, doc["counts"]  # stopped after the first answers, not after 200
     assert doc["complete"] is False
     assert "all failed" in doc["stop_reason"] and "HTTP 500: CUDA out of memory" in doc["stop_reason"]
     assert doc["counts"]["errors"] >= 5 and doc["counts"]["ok"] == 0
@@ -175,7 +174,7 @@ def test_server_that_stalls_times_out_and_the_run_ends():
         t0 = time.monotonic()
         doc = run_bench(BenchOptions(url=url, max_requests=6, duration_s=10, rate=10.0, timeout_s=1.0))
         took = time.monotonic() - t0
-    assert took < 10, took  # ~0.5 s of sending + one 1 s timeout + the drain grace
+    assert took < 25, took  # ended on its own 1 s timeouts, not on the server's 30 s stall (holds at load 20)
     assert doc["counts"]["timeouts"] == 6 and doc["counts"]["ok"] == 0
     assert doc["rates"]["timeout"] == 1.0
 
@@ -195,7 +194,12 @@ def test_not_a_chipswap_server():
 def test_overload_rejects_and_keeps_serving():
     """Short version of the benchmark's overload run (bench/bench_serve.py runs 10x for 60 s): `chipswap
     serve` in its own process, a real model (eager distilbert-base dimensions, random weights) with a small
-    queue, offered ~10x what it sustains here for a few seconds."""
+    queue, sent a burst of 200 requests at once.
+
+    No timing enters the assertions: a request costs the server tens of times the CPU it costs the client to
+    send, so however busy the machine (load 20 slows both alike), a burst of 200 against a queue of 8 finds it
+    full for most of the burst; the requests it admitted are served, because the client's timeout (120 s) is
+    far above what 8 queued requests take even at load 20."""
     args = (
         "distilbert-base",
         "--eager",
@@ -208,7 +212,7 @@ def test_overload_rejects_and_keeps_serving():
         "--max-queue-total",
         "8",
         "--timeout",
-        "10",
+        "120",
     )
     with cli_server(*args) as (proc, url):
         rss0 = rss_bytes(proc.pid)
@@ -222,18 +226,18 @@ def test_overload_rejects_and_keeps_serving():
 
         t = threading.Thread(target=sample, daemon=True)
         t.start()
-        doc = run_bench(BenchOptions(url=url, max_requests=600, duration_s=3.0, rate=150.0, timeout_s=20))
+        doc = run_bench(BenchOptions(url=url, max_requests=200, duration_s=60.0, rate=5000.0, timeout_s=120))
         stop.set()
         t.join(5)
         assert proc.poll() is None  # no crash
         assert httpx.get(f"{url}/healthz").status_code == 200
-        after = httpx.post(f"{url}/v1/predict", json={"input_ids": [101, 2023, 102]}, timeout=30)
+        after = httpx.post(f"{url}/v1/predict", json={"input_ids": [101, 2023, 102]}, timeout=120)
         assert after.status_code == 200
         metrics = httpx.get(f"{url}/metrics").text
     c = doc["counts"]
     assert c["rejected"] > 0 and c["ok"] > 0, c  # shed load, still served
     assert c["ok"] + c["rejected"] + c["errors"] == c["sent"]
-    assert doc["rates"]["reject"] > 0.3, doc["counts"]  # far over capacity: many are turned away ...
+    assert c["rejected"] > 0.3 * c["sent"], c  # far over what a queue of 8 holds: many are turned away ...
     assert doc["latency_ms"]["e2e"]["p99"] is not None  # admitted requests' p99 is reported
     assert f'chipswap_rejects_total{{reason="queue_full"}} {float(c["rejected"])}' in metrics
     assert max(rss) < rss0 + 200 * 2**20, (rss0, max(rss))  # bounded queue, bounded memory

@@ -241,7 +241,6 @@ def _bad_app(kind: str) -> FastAPI:
 )
 def test_non_openai_replies_stop_the_run_with_a_clear_message(tmp_path, kind, words):
     with run_app(_bad_app(kind)) as url:
-        t0 = time.monotonic()
         doc = run_bench(
             BenchOptions(
                 url=url,
@@ -253,7 +252,6 @@ def test_non_openai_replies_stop_the_run_with_a_clear_message(tmp_path, kind, wo
                 rate=20.0,
             )
         )
-        assert time.monotonic() - t0 < 15
     assert doc["complete"] is False and words in doc["stop_reason"], doc["stop_reason"]
     assert doc["counts"]["ok"] == 0 and doc["counts"]["not_sent"] > 0  # stopped early, partial results
     assert doc["errors"] and words in doc["errors"][0]["message"]

@@ -73,7 +73,7 @@ def test_sizing_is_monotone_in_traffic_and_objective() -> None:
 def test_slo_below_the_floor_is_a_verdict_with_the_floor_not_a_hang() -> None:
     t0 = time.perf_counter()
     r = plan(llama(slo={"ttft_p99_ms": 5}))
-    assert time.perf_counter() - t0 < 60
+    assert time.perf_counter() - t0 < 300  # a bound, not a speed (holds at load 20)
     assert r.verdict.verdict == STAY and r.best is None
     why = r.verdict.why
     assert "no fleet size meets the SLO" in why and "unloaded latency" in why and "would be reachable" in why
