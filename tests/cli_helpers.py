@@ -26,3 +26,41 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "chipswap", *args], capture_output=True, text=True, timeout=120
     )
+
+
+_MANY = r"""
+import json, os, sys, tempfile
+from chipswap.cli.main import main
+res = []
+for args in json.loads(sys.argv[1]):
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush(); sys.stderr.flush()
+        s_out, s_err = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os.dup2(s_out, 1); os.dup2(s_err, 2); os.close(s_out); os.close(s_err)
+        out.seek(0); err.seek(0)
+        res.append([code, out.read().decode(errors="replace"), err.read().decode(errors="replace")])
+print("\n@@RESULTS@@" + json.dumps(res))
+"""
+
+
+def run_cli_many(*commands: list[str], timeout: float = 300) -> list[tuple[int, str, str]]:
+    """Several `chipswap ARGS` runs in ONE fresh process (torch imported once), each with its own real file
+    descriptors 1 and 2, so anything written to the terminal (a logging warning, a C-level write) is seen."""
+    import json
+
+    r = subprocess.run(
+        [sys.executable, "-c", _MANY, json.dumps([list(c) for c in commands])],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert "@@RESULTS@@" in r.stdout, r.stderr[-3000:]
+    return [tuple(x) for x in json.loads(r.stdout.split("@@RESULTS@@", 1)[1])]

@@ -87,7 +87,7 @@ def test_aotinductor_buckets_share_one_copy_of_weights(tmp_path):
         assert "model.pt2" in files
         dirs[batch] = d
     weights = model_weights(m)  # ONE dict of tensors, passed to both buckets
-    arts = {b: be.load(d, weights=weights) for b, d in dirs.items()}
+    arts = {b: be.load(d, weights=weights, trust_native=True) for b, d in dirs.items()}
     for b, art in arts.items():
         x = torch.randn(b, 16)
         with torch.no_grad():
@@ -108,7 +108,10 @@ def test_aotinductor_buckets_share_one_copy_of_weights(tmp_path):
         assert float((after[1] - m(x3)[0]).abs().max()) < 1e-4
     # loading without weights is a clear error, not a crash
     with pytest.raises(ChipswapError, match="compiled without weights"):
-        be.load(dirs[1])
+        be.load(dirs[1], trust_native=True)
+    # a folder outside chipswap's cache is native code from somewhere: refused without trust_native
+    with pytest.raises(ChipswapError, match="only from its own cache"):
+        be.load(dirs[1], weights=weights)
     with pytest.raises(ChipswapError, match=r"compiled for \[1, 16\]"):
         arts[1]({"x": torch.randn(2, 16)})
     # the raw package with a wrong shape raises (AOTI_RUNTIME_CHECK_INPUTS=1) instead of aborting the process
@@ -117,7 +120,8 @@ def test_aotinductor_buckets_share_one_copy_of_weights(tmp_path):
         "from chipswap.compile.backends.aoti import AOTInductorBackend\n"
         "from tests.test_backends import MLP\n"
         "from chipswap.compile.backends.aoti import model_weights\n"
-        f"art = AOTInductorBackend().load(r'{dirs[1]}', weights=model_weights(MLP().eval()))\n"
+        f"art = AOTInductorBackend().load(r'{dirs[1]}', weights=model_weights(MLP().eval()),"
+        " trust_native=True)\n"
         "pkg = art.extra['package']\n"
         "try:\n"
         "    pkg(x=torch.randn(2, 16))\n"

@@ -96,7 +96,7 @@ def test_plan_file(tmp_path, capsys):
         "input_ids=1x16:int64,attention_mask=1x16:int64",
     ]
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"sequence_buckets": [0, 8]}))
+    bad.write_text(json.dumps({"schema": "chipswap.shapeplan/1", "sequence_buckets": [0, 8]}))
     code, _, err = run(["check", "tiny-distilbert", "--plan", str(bad)], capsys)
     assert code == 2 and "sequence_buckets" in err
 

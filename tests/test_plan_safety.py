@@ -203,6 +203,9 @@ def test_report_md_escapes_the_title(hostile_run: tuple[str, Path]) -> None:
     )
     html = (rep / "report.html").read_text()
     assert "<script>alert" not in html
+    # issue 19: raw terminal escapes and BEL from the title never reach the page (shown as \x1b)
+    assert "\x1b" not in html and "\x07" not in html
+    assert "\\x1b[31m" in html
 
 
 # --------------------------------------------------------------------- the report set, published as one
@@ -260,17 +263,61 @@ def test_killed_run_leaves_the_previous_set_and_is_cleaned_up(tmp_path: Path) ->
     assert not [p for p in out.iterdir() if ".tmp" in p.name]
 
 
-def test_publish_replaces_files_of_an_older_version(tmp_path: Path) -> None:
+def test_publish_never_replaces_report_files_chipswap_did_not_write(tmp_path: Path) -> None:
+    """Issue 19: plain report files (the user's own, or an older chipswap's) are refused, one line, and left
+    as they are; chipswap's own set (its symlinks) is replaced; stale temp files are still cleaned up."""
+    from chipswap.errors import ChipswapError
     from chipswap.report.publish import publish_report_set
 
     out = tmp_path / "rep"
     out.mkdir()
-    for n in ("report.html", "report.json", "report.md"):
-        (out / n).write_text("from an older chipswap")
+    (out / "report.html").write_text("the user's own page")
     (out / ".report.json.abc123.tmp").write_text("stale")
     os.utime(out / ".report.json.abc123.tmp", (time.time() - 3600, time.time() - 3600))
     (out / "notes.txt").write_text("the user's own file")
-    publish_report_set(out, {n: "new" for n in ("report.html", "report.json", "report.md")})
-    assert set(_read_set(out).values()) == {"new"}
-    assert (out / "notes.txt").read_text() == "the user's own file"
+    with pytest.raises(ChipswapError, match="report.html exists and chipswap did not write it"):
+        publish_report_set(out, {n: "new" for n in ("report.html", "report.json", "report.md")})
+    assert (out / "report.html").read_text() == "the user's own page"
+    assert not (out / "report.json").exists()
     assert not (out / ".report.json.abc123.tmp").exists()
+    (out / "report.html").unlink()
+    publish_report_set(out, {n: "one" for n in ("report.html", "report.json", "report.md")})
+    publish_report_set(out, {n: "two" for n in ("report.html", "report.json", "report.md")})
+    assert set(_read_set(out).values()) == {"two"}
+    assert (out / "notes.txt").read_text() == "the user's own file"
+
+
+def test_publish_without_symlinks_marks_the_files_it_owns(tmp_path: Path, monkeypatch) -> None:
+    import errno as _errno
+
+    from chipswap.errors import ChipswapError
+    from chipswap.report import publish
+
+    def no_links(*_a: object, **_k: object) -> None:
+        raise OSError(_errno.EPERM, "no symlinks here")
+
+    monkeypatch.setattr(publish.os, "symlink", no_links)
+    out = tmp_path / "rep"
+    publish.publish_report_set(out, {n: "one" for n in ("report.html", "report.json", "report.md")})
+    publish.publish_report_set(out, {n: "two" for n in ("report.html", "report.json", "report.md")})
+    assert set(_read_set(out).values()) == {"two"}
+    (out / "report.md").write_text("edited by the user")
+    with pytest.raises(ChipswapError, match="did not write it"):
+        publish.publish_report_set(out, {n: "three" for n in ("report.html", "report.json", "report.md")})
+    assert (out / "report.md").read_text() == "edited by the user"
+
+
+def test_plan_out_with_a_300_character_name_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    p = workload(tmp_path)
+    code, out, err = run_inproc(capsys, "plan", str(p), "--out", str(tmp_path / ("a" * 300)))
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "File name too long" in err
+
+
+@pytest.mark.parametrize("value", ['"yes"', "1", '"true"'])
+def test_booleans_only_as_booleans(capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str) -> None:
+    """Issue 19: `custom_cuda_kernels = "yes"` counted as true (pydantic's lax bool)."""
+    p = workload(tmp_path, SMALL + f"[stability]\ncustom_cuda_kernels = {value}\n")
+    one_line_exit_2(capsys, tmp_path, p, "stability.custom_cuda_kernels")

@@ -115,7 +115,11 @@ def test_plan_numbers_are_strict_and_bounded(over, msg):
         (b'{"sequence_buckets": [NaN], "batch_buckets": [1]}', "NaN is not a number JSON allows"),
         (b"\xff\xfe{}", "is not UTF-8"),
         (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 64 levels"),
-        (b'{"sequence_buckets": [1e999], "batch_buckets": [1]}', "not a positive integer"),
+        (
+            b'{"schema": "chipswap.shapeplan/1", "sequence_buckets": [1e999], "batch_buckets": [1]}',
+            "not a positive integer",
+        ),
+        (b'{"sequence_buckets": [8], "batch_buckets": [1]}', "has no 'schema'"),  # issue 19
     ],
 )
 def test_plan_file_format_errors_are_one_line(tmp_path, content, msg):

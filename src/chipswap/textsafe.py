@@ -30,3 +30,15 @@ def md_text(text: object, max_chars: int = 300) -> str:
     """`text` for Markdown: one line, HTML escaped, and the characters Markdown treats as markup escaped."""
     s = html.escape(one_line(text, max_chars), quote=False)
     return re.sub(r"([\\`*_{}\[\]()#+!|~>])", r"\\\1", s)
+
+
+_HTML_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def html_value(value: object) -> object:
+    """Jinja ``finalize`` for HTML reports: a plain string from data keeps tabs and newlines (HTML whitespace)
+    but shows every other control character as \\xNN (a raw ESC or bidi override never reaches the page);
+    Markup (chipswap's own SVG and CSS) and non-strings pass unchanged."""
+    if isinstance(value, str) and not hasattr(value, "__html__"):
+        return _HTML_CONTROL.sub(_escape, value)
+    return value

@@ -61,6 +61,10 @@ OLD_SCHEMAS = ("chipswap.bench/1",)
 PROTOCOLS = ("chipswap-predict", "openai-completions", "openai-chat")
 MAX_BUCKETS = 100_000
 MAX_COUNT = 10**9
+# physical ranges of measured figures (issue 19: 1e308 req/s gave a verdict): far above any real bench
+MAX_RPS = 10_000_000.0  # requests per second
+MAX_MS = 86_400_000.0  # any latency: one day
+MAX_DURATION_S = 31 * 86_400.0  # one bench run: a month
 
 
 def build_results(
@@ -178,8 +182,8 @@ def _obj(value: Any, source: str, field: str) -> dict[str, Any]:
     return value
 
 
-def _opt_num(value: Any, source: str, field: str, lo: float = 0.0) -> float | None:
-    return None if value is None else strict_number(value, _where(source, field), lo=lo)
+def _opt_num(value: Any, source: str, field: str, lo: float = 0.0, hi: float = MAX_MS) -> float | None:
+    return None if value is None else strict_number(value, _where(source, field), lo=lo, hi=hi)
 
 
 def _opt_str(value: Any, source: str, field: str) -> str | None:
@@ -264,7 +268,7 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
     rates = _obj(doc.get("rates"), source, "rates")
     slo = doc.get("slo") or {}
     slo = _obj(slo, source, "slo")
-    goodput = _nullable_block_number(doc, "goodput", "requests_per_s", source)
+    goodput = _nullable_block_number(doc, "goodput", "requests_per_s", source, hi=MAX_RPS)
     waste = _nullable_block_number(doc, "padding", "waste_fraction", source, hi=1.0)
     cost = doc.get("cost")
     per_million = None
@@ -293,7 +297,7 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
                 e2e_p99_ms=_pct(b.get("e2e_ms"), source, f"{f}.e2e_ms")["p99"],
                 batch_model_ms_p50=_opt_num(b.get("batch_model_ms_p50"), source, f"{f}.batch_model_ms_p50"),
                 slot_model_ms_p50=_opt_num(b.get("slot_model_ms_p50"), source, f"{f}.slot_model_ms_p50"),
-                padding_waste=_opt_num(b.get("padding_waste"), source, f"{f}.padding_waste"),
+                padding_waste=_opt_num(b.get("padding_waste"), source, f"{f}.padding_waste", hi=1.0),
             )
         )
     ttft = _pct(lat.get("ttft"), source, "latency_ms.ttft")
@@ -311,9 +315,11 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         stop_reason=_opt_str(doc.get("stop_reason"), source, "stop_reason") or "",
         sent=n["sent"],
         ok=n["ok"],
-        duration_s=strict_number(doc.get("duration_s"), _where(source, "duration_s"), lo=0),
+        duration_s=strict_number(
+            doc.get("duration_s"), _where(source, "duration_s"), lo=0, hi=MAX_DURATION_S
+        ),
         requests_per_s=strict_number(
-            thr.get("requests_per_s"), _where(source, "throughput.requests_per_s"), lo=0
+            thr.get("requests_per_s"), _where(source, "throughput.requests_per_s"), lo=0, hi=MAX_RPS
         ),
         goodput_rps=goodput,
         slo_e2e_ms=_opt_num(slo.get("e2e_ms"), source, "slo.e2e_ms"),

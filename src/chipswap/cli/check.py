@@ -7,6 +7,8 @@ from pathlib import Path
 import typer
 
 SEVERITY_STYLE = {"blocker": "bold red", "slow": "yellow", "warn": "magenta", "info": "dim"}
+# the 70B preset checks in well under a minute (docs/benchmarks.md); a forward that never returns is a bug
+DEFAULT_CHECK_TIMEOUT_S = 900.0
 
 
 def check(
@@ -58,6 +60,18 @@ def check(
         "loading; "
         "a file that needs unpickling is refused.",
     ),
+    trust_native: bool = typer.Option(
+        False,
+        "--trust-native",
+        help="Let a .pt2 file load the AOTInductor shared objects it carries (runs native code from the "
+        "file). Default: an archive with native code is refused.",
+    ),
+    timeout: float = typer.Option(
+        DEFAULT_CHECK_TIMEOUT_S,
+        "--timeout",
+        help="Seconds the whole check may take (building the model, its forward, the export); past it: one "
+        "error line, exit 2.",
+    ),
     factory_path: list[Path] = typer.Option(
         None,
         "--factory-path",
@@ -82,7 +96,18 @@ def check(
         if sys.stderr.isatty()
         else contextlib.nullcontext()
     )
-    with busy:
+    from chipswap.deadline import check_timeout, deadline
+    from chipswap.textsafe import one_line
+
+    limit = check_timeout(timeout)
+    with (
+        busy,
+        deadline(
+            limit,
+            f"check of {one_line(model, 80)}",
+            "the model's factory or forward may never return; fix it, or pass a longer --timeout",
+        ),
+    ):
         report = run_check(
             model,
             list(shape) if shape else None,
@@ -93,6 +118,7 @@ def check(
             training=training,
             full_model=full_model,
             trust_pickle=trust_pickle,
+            trust_native=trust_native,
             factory_dirs=tuple(factory_path or ()),
         )
     if out:

@@ -50,6 +50,12 @@ def _compile(
         help="Write the compiled set (bucket -> cache key) for `chipswap serve`.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    trust_native: bool = typer.Option(
+        False,
+        "--trust-native",
+        help="Let a .pt2 model file load the AOTInductor shared objects it carries (runs native code from "
+        "the file). Default: refused.",
+    ),
 ) -> int:
     from chipswap.compile.backends import BACKEND_NAMES
     from chipswap.compile.cache import ArtifactCache
@@ -101,7 +107,7 @@ def _compile(
     from chipswap.compile.backends import get_backend
 
     get_backend(backend).check_available()  # before building the model: a missing SDK fails fast
-    target = target_from_spec(model, task=task)
+    target = target_from_spec(model, task=task, trust_native=trust_native)
     # before the cache dir is touched
     check_model_against_plan(target.config, bp, target.name, seq_flag=plan is None)
     if decode_note:

@@ -90,6 +90,11 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from chipswap.traffic.source import FOLLOW_LINKS
+
+    FOLLOW_LINKS.set(
+        False
+    )  # each run starts refusing symlinks out of a trace folder (shapes --follow-symlinks)
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:
@@ -107,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
         fail("interrupted", 130)
     except BrokenPipeError:
         os._exit(0)
+    except OSError as exc:  # a path the OS refuses (ENAMETOOLONG, ELOOP, EACCES...) anywhere: one line
+        where = exc.filename if exc.filename is not None else "a path"
+        fail(f"{where}: {exc.strerror or exc}; use a shorter or accessible path", 2)
     if isinstance(rv, int):
         raise SystemExit(rv)
 

@@ -293,7 +293,15 @@ def _plan(
         return
     if workload is not None and workload.is_dir():
         raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
-    if out.exists() and not out.is_dir():
+    try:
+        out_is_file = out.exists() and not out.is_dir()
+    except OSError as exc:  # ENAMETOOLONG, ELOOP, EACCES: before anything runs
+        from chipswap.textsafe import one_line
+
+        raise ChipswapError(
+            f"--out {one_line(str(out), 120)}: {exc.strerror or exc}; pass a shorter, accessible folder path"
+        ) from None
+    if out_is_file:
         raise ChipswapError(f"--out {out} is a file; pass a folder (it is created if missing)")
     if workload is not None and example is not None:
         raise ChipswapError("give a workload file or --example, not both; drop one of them")

@@ -252,6 +252,11 @@ def register(app: typer.Typer) -> None:
             raise ChipswapError(
                 f"--bucket must be 1..1048576 tokens, got {bucket}; give compiled prompt lengths"
             )
+        if not 1 <= seq_len <= 1 << 20 or not 1 <= nodes <= 100_000:
+            raise ChipswapError(
+                f"--seq-len must be 1..1048576 and --nodes 1..100000, got {seq_len:,} and {nodes:,}; give "
+                "values in those ranges"
+            )
         for flag, value, hi in (("--tp", tp, 256), ("--replicas", replicas, 1024), ("--batch", batch, 4096)):
             if value is not None and not 1 <= value <= hi:
                 raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")

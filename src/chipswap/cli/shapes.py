@@ -214,6 +214,40 @@ def _finite_flags(flags: dict[str, float | None]) -> None:
             )
 
 
+def _bounded_int_flags(flags: dict[str, tuple[int | None, int | None, int]]) -> None:
+    """Each count flag within [lo, hi] (issue 19: --max-buckets 1000000000 ran 118 s and took 1.46 GB).
+    lo None: only the upper bound here (the planner explains a value below 1). Length flags (--max-length,
+    ...) are bounded by chipswap.traffic (MAX_LENGTH)."""
+    for flag, (value, lo, hi) in flags.items():
+        if value is None:
+            continue
+        if lo is None and value > hi:
+            raise ChipswapError(f"{flag} must be at most {hi:,}, got {value:,}; give a smaller value")
+        if lo is not None and not lo <= value <= hi:
+            raise ChipswapError(
+                f"{flag} must be from {lo:,} to {hi:,}, got {value:,}; give a value in that range"
+            )
+
+
+def _count_flags(**v: int | None) -> None:
+    from chipswap.shapes.planfile import MAX_BATCH_BUCKET, MAX_BUCKETS
+
+    big = 1 << 20  # model sizes (hidden, layers, heads): far above any real model
+    _bounded_int_flags(
+        {
+            "--max-buckets": (v["max_buckets"], None, MAX_BUCKETS),  # -k: the planner bounds it by the trace
+            "--align": (v["align"], 1, 65_536),
+            "--max-batch": (v["max_batch"], 1, MAX_BATCH_BUCKET),
+            "--hidden-size": (v["hidden_size"], 1, big),
+            "--num-layers": (v["num_layers"], 1, 100_000),
+            "--intermediate-size": (v["intermediate_size"], 1, 4 * big),
+            "--heads": (v["heads"], 1, 65_536),
+            "--kv-heads": (v["kv_heads"], 1, 65_536),
+            "--bucket-memory-per-token": (v["bucket_memory_per_token"], 0, 1 << 40),
+        }
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("shapes", help=HELP)
     def shapes(
@@ -302,12 +336,30 @@ def register(app: typer.Typer) -> None:
         batch_window_ms: float = typer.Option(50.0, "--batch-window-ms", help="batching window"),
         max_batch: int = typer.Option(8, "--max-batch", help="largest batch size"),
         model: str = typer.Option("MODEL_ID", "--model", help="model id used in the printed snippets"),
+        follow_symlinks: bool = typer.Option(
+            False,
+            "--follow-symlinks",
+            help="read trace files in a folder/glob that are symlinks to outside it (default: refused)",
+        ),
     ) -> None:
         from chipswap.shapes.buckets import Budgets
         from chipswap.shapes.shapeplan import config_snippets, max_length_for_reading, plan_shapes
         from chipswap.traffic import aggregate_trace, bundled_trace_path, read_histogram
+        from chipswap.traffic.source import FOLLOW_LINKS
 
+        FOLLOW_LINKS.set(follow_symlinks)
         mode = mode.strip().lower()
+        _count_flags(
+            max_buckets=max_buckets,
+            align=align,
+            max_batch=max_batch,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            intermediate_size=intermediate_size,
+            heads=heads,
+            kv_heads=kv_heads,
+            bucket_memory_per_token=bucket_memory_per_token,
+        )
         _finite_flags(
             {
                 "--max-compile-s": max_compile_s,

@@ -174,11 +174,12 @@ class CompileTarget:
         return self.make_inputs(batch, seq)
 
 
-def target_from_spec(spec: str, task: str | None = None) -> CompileTarget:
-    """Resolve a model spec (preset, config.json, pkg.mod:factory, .pt2) through chipswap.models."""
+def target_from_spec(spec: str, task: str | None = None, *, trust_native: bool = False) -> CompileTarget:
+    """Resolve a model spec (preset, config.json, pkg.mod:factory, .pt2) through chipswap.models (a .pt2 with
+    native code is refused unless trust_native)."""
     from chipswap import models
 
-    ref = models.resolve_model(spec, task=task)
+    ref = models.resolve_model(spec, task=task, trust_native=trust_native)
     module = models.build_model(ref, task=task)
     names = tuple(models.input_names(ref, task=task))
     return CompileTarget(

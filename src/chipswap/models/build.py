@@ -88,7 +88,11 @@ def build_model(
         cfg._experts_implementation = experts_implementation
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
-    _head_class(ref, "base" if t == "encoder" and ref.model_type not in ("t5", "mt5", "umt5") else t, cfg)
+    head = _head_class(
+        ref, "base" if t == "encoder" and ref.model_type not in ("t5", "mt5", "umt5") else t, cfg
+    )
+    if not getattr(cfg, "architectures", None) and isinstance(head, type):
+        cfg.architectures = [head.__name__]  # transformers needs it where one config has several heads (deit)
     cls = _auto_class(ref, t)
     torch.manual_seed(0)
     make = cls.from_config if hasattr(cls, "from_config") else cls._from_config

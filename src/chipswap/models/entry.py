@@ -66,11 +66,11 @@ def _import_path(extra: Sequence[str], trusted: Sequence[str]) -> Iterator[None]
 
 def _guarded(what: str, fix: str, fn: Any, *args: Any) -> Any:
     """Run user code (a factory import or call); an exception or exit is one error line, never a traceback."""
+    from chipswap.deadline import DeadlinePassed
+
     try:
         return fn(*args)
-    except ChipswapError:
-        raise
-    except KeyboardInterrupt:
+    except (ChipswapError, KeyboardInterrupt, DeadlinePassed):
         raise
     except SystemExit as exc:
         raise ChipswapError(f"{what} called exit({exc.code!r}); {fix}") from None
@@ -250,16 +250,25 @@ def _weights_only() -> Iterator[None]:
 
 
 def load_exported(ref: ModelRef):
-    """Load a .pt2; without ref.trust_pickle nothing in it is unpickled (a payload is refused, not run)."""
+    """Load a .pt2; without ref.trust_pickle nothing in it is unpickled (a payload is refused, not run), and
+    without ref.trust_native no shared object in it is loaded (chipswap.nativeguard)."""
     import torch
 
+    from chipswap.nativeguard import NativeCodeRefused, no_aoti_load, quiet_torch_export, refuse_native
+
     where = one_line(ref.path or ref.source)
+    if not ref.trust_native:
+        refuse_native(ref.path or ref.source)
+    guard = quiet_torch_export() if ref.trust_native else no_aoti_load(f"exported program {where}")
     try:
-        if ref.trust_pickle:
-            with _quiet_transformers():
+        with guard:
+            if ref.trust_pickle:
+                with _quiet_transformers():
+                    return torch.export.load(ref.path)
+            with _weights_only():
                 return torch.export.load(ref.path)
-        with _weights_only():
-            return torch.export.load(ref.path)
+    except NativeCodeRefused:
+        raise
     except _NeedsPickle as exc:
         raise ChipswapError(
             f"exported program {where} needs unpickling ({one_line(str(exc), 120)}); chipswap loads .pt2 "
@@ -268,6 +277,9 @@ def load_exported(ref: ModelRef):
             "--trust-pickle if you trust whoever made the file"
         ) from None
     except Exception as exc:  # noqa: BLE001 - a corrupt or foreign archive is bad input
+        why = _short(exc)
+        if "warnings above" in why:  # torch's own message points at the traceback chipswap keeps quiet
+            why = "a record torch needs is missing or damaged"
         raise ChipswapError(
-            f"cannot load exported program {where}: {_short(exc)}; save it with torch.export.save"
+            f"cannot load exported program {where}: {why}; save it with torch.export.save"
         ) from None

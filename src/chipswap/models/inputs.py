@@ -47,7 +47,11 @@ def _head_class(ref: ModelRef, task: str, cfg: Any) -> Any:
     if mapping is None:
         return cls
     try:
-        return mapping[type(cfg)]
+        found = mapping[type(cfg)]
+        if isinstance(found, (tuple, list)):  # several heads for one config (deit: with/without teacher)
+            archs = set(getattr(cfg, "architectures", None) or ())
+            return next((c for c in found if c.__name__ in archs), found[0])  # as transformers picks it
+        return found
     except KeyError:
         ok = [t for t in TASKS if t != "encoder" and _has_head(t, cfg)]
         raise ChipswapError(

@@ -36,6 +36,7 @@ def resolve_model(
     kind: str | None = None,
     trust_pickle: bool = False,
     factory_dirs: Sequence[str | Path] = (),
+    trust_native: bool = False,
 ) -> ModelRef:
     """Turn a user's model spec into a ModelRef (no torch import for presets).
 
@@ -67,6 +68,7 @@ def resolve_model(
             source=str(p),
             path=str(p),
             trust_pickle=trust_pickle,
+            trust_native=trust_native,
         )
     if kind == "config" or (
         kind is None and (spec.endswith(".json") or (":" not in spec and (p.is_file() or p.is_dir())))

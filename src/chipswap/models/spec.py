@@ -136,6 +136,11 @@ CONFIG_LIST_BOUNDS: dict[str, int] = {
     "conv_stride": 4096,
     "conv_kernel": 4096,
     "layer_types": 1,  # entries are strings; only the length is bounded
+    # per-stage lists of hierarchical vision models (segformer, levit, pvt, swin-like; issue 19)
+    **dict.fromkeys(
+        ("sr_ratios", "patch_sizes", "strides", "mlp_ratios", "key_dim", "attention_ratio"), 4096
+    ),
+    "mlp_ratio": 4096,
 }
 MAX_LIST = 1024
 # weight memory above this many parameters: build on the meta device (no weights, no eager run)
@@ -198,6 +203,7 @@ class ModelRef:
     source: str = ""  # where the spec came from (preset source URL, file path, factory path)
     path: str | None = None  # config.json / .pt2 path, or "module:attr" / "file.py:attr" for factories
     trust_pickle: bool = False  # a .pt2 may unpickle objects (only with --trust-pickle)
+    trust_native: bool = False  # a .pt2 may load its AOTInductor shared objects (only with --trust-native)
     factory_dirs: tuple[str, ...] = ()  # extra folders a factory may be imported from (--factory-path)
 
     @property
@@ -329,6 +335,14 @@ def check_config_bounds(cfg: Mapping[str, Any], where: str, _depth: int = 0) -> 
             if isinstance(value, (list, tuple)) and key in ("image_size", "patch_size"):
                 if len(value) > 3:
                     raise ChipswapError(f"config {where}: {key} must be a number or [height, width]; fix it")
+                for i, v in enumerate(value):
+                    _bounded_number(v, f"{key}[{i}]", hi_, where)
+            elif isinstance(value, (list, tuple)):  # a per-stage list (num_attention_heads = [1, 2, 5, 8])
+                if len(value) > MAX_LIST:
+                    raise ChipswapError(
+                        f"config {where}: {key} has {len(value):,} entries, over the limit of {MAX_LIST}; "
+                        "fix the config"
+                    )
                 for i, v in enumerate(value):
                     _bounded_number(v, f"{key}[{i}]", hi_, where)
             else:

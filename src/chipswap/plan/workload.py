@@ -27,7 +27,15 @@ import re
 from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
 from chipswap.errors import closest
 
@@ -107,7 +115,7 @@ class ModelSpec(_Model):
         description='The task the model serves, e.g. "causal-lm", "sequence-classification"; preset default.',
     )
 
-    full_check: bool = Field(
+    full_check: StrictBool = Field(
         False,
         description="Export every layer in the readiness check. By default a transformer whose layers are "
         "all alike is checked as a 2-layer copy: the same operators and dtypes in a fraction of the time.",
@@ -331,7 +339,7 @@ class Targets(_Model):
         "tnx-2.18; "
         "the projection and the simulator's scheduling policy follow it.",
     )
-    chunked_prefill: bool = Field(
+    chunked_prefill: StrictBool = Field(
         False,
         description="Simulate the Neuron stack with chunked prefill (1,024-token chunks), as vLLM on NxD "
         "Inference can be configured; default off (prefills pause decoding).",
@@ -376,10 +384,10 @@ class Stability(_Model):
         le=10_000,
         description="How often the model architecture or shapes change per month (retrains keep it).",
     )
-    custom_cuda_kernels: bool = Field(
+    custom_cuda_kernels: StrictBool = Field(
         False, description="The model depends on hand-written CUDA / Triton kernels (no Neuron equivalent)."
     )
-    research_churn: bool = Field(
+    research_churn: StrictBool = Field(
         False,
         description="Research work: the model shape changes weekly and uses operators the day they ship.",
     )

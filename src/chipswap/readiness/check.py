@@ -478,6 +478,7 @@ def run_check(
     full_model: bool = False,
     trust_pickle: bool = False,
     factory_dirs: Sequence[str | Path] = (),
+    trust_native: bool = False,
 ) -> ReadinessReport:
     """Check one model against the Neuron rules for ``sdk`` and ``target``.
 
@@ -486,7 +487,7 @@ def run_check(
     training: also check the backward pass and an AdamW step (ops that exist only when training).
     full_model: export every layer of a config with many identical layers (default: a 2-layer copy, which has
     the same operators, dtypes and findings).
-    trust_pickle / factory_dirs: see chipswap.models.resolve_model.
+    trust_pickle / trust_native / factory_dirs: see chipswap.models.resolve_model.
 
     Any failure that is not a readiness finding raises ChipswapError (one line; the CLI exits 2).
     """
@@ -512,6 +513,7 @@ def run_check(
             full_model=full_model,
             trust_pickle=trust_pickle,
             factory_dirs=tuple(factory_dirs),
+            trust_native=trust_native,
         )
     except (ChipswapError, KeyboardInterrupt):
         raise
@@ -547,20 +549,23 @@ def _run(
     full_model: bool,
     trust_pickle: bool,
     factory_dirs: tuple[Any, ...],
+    trust_native: bool = False,
 ) -> ReadinessReport:
     from chipswap import models
     from chipswap.readiness.capture import capture_exported
 
     if isinstance(spec_or_ref, models.ModelRef):
         ref = spec_or_ref
-        if trust_pickle and not ref.trust_pickle:
-            ref = replace(ref, trust_pickle=True)
+        trust = {
+            "trust_pickle": ref.trust_pickle or trust_pickle,
+            "trust_native": ref.trust_native or trust_native,
+        }
+        ref = replace(ref, **trust)
         if factory_dirs and not ref.factory_dirs:
             ref = replace(ref, factory_dirs=tuple(str(Path(d).resolve()) for d in factory_dirs))
     else:
-        ref = models.resolve_model(
-            str(spec_or_ref), task=task, trust_pickle=trust_pickle, factory_dirs=factory_dirs
-        )
+        trust = {"trust_pickle": trust_pickle, "trust_native": trust_native}
+        ref = models.resolve_model(str(spec_or_ref), task=task, factory_dirs=factory_dirs, **trust)
     task = task or ref.task
 
     import torch

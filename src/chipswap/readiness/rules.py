@@ -169,6 +169,8 @@ class OpTables:
     custom_call_structural: frozenset[str] = frozenset()  # sharding annotations: no computation
     custom_call_host: frozenset[str] = frozenset()  # host (Python) callbacks
     custom_call_platform: tuple[str, ...] = ()  # prefixes of CPU-only lowerings (LAPACK, DUCC FFT)
+    # "name.overload" -> the aten op its CompositeImplicitAutograd kernel calls (what torch-xla sees)
+    implicit: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -326,6 +328,7 @@ def tables_from_dict(d: Mapping[str, Any]) -> OpTables:
         hlo={k: dict(v) for k, v in d["hlo"]["aten"].items()},
         non_compute=frozenset(d["non_compute"]["ops"]),
         inf1_aliases=dict(d.get("inf1_aliases", {}).get("ops", {})),
+        implicit={str(k): str(v) for k, v in d.get("implicit_decompositions", {}).get("ops", {}).items()},
         sources={
             k: d[k]["source"] for k in ("torch_xla", "torch_neuronx", "inf1", "hlo") if "source" in d[k]
         },
@@ -413,6 +416,12 @@ def classify(op: OpUse, tables: OpTables, target: str) -> OpStatus:
         return OpStatus("unknown", f"lowers to HLO {hlo.get('hlo')}: no public neuronx-cc statement")
     if lowered:
         return OpStatus("supported", "torch-xla lowers it to HLO")
+    target_op = tables.implicit.get(f"{op.name}.{op.overload}")
+    if target_op is not None and any(k in tables.lowered for k in (target_op, f"{target_op}.default")):
+        return OpStatus(
+            "supported",
+            f"PyTorch's CompositeImplicitAutograd kernel calls aten::{target_op}, which torch-xla lowers",
+        )
     if op.kind in tables.neuronx_listed:
         return OpStatus("supported", "on the torch-neuronx supported-operators page")
     if op.composite:

@@ -197,7 +197,11 @@ def report_notes(result: Any) -> list[str]:
 
 
 def render_html(result: Any) -> str:
-    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    from chipswap.textsafe import html_value
+
+    env = Environment(
+        autoescape=select_autoescape(default=True, default_for_string=True), finalize=html_value
+    )
     env.filters.update(money=_money, pct=_pct, g=_g)
     text = resources.files("chipswap.report").joinpath("templates", "plan.html.j2").read_text("utf-8")
     css = resources.files("chipswap.report").joinpath("templates", "plan.css").read_text("utf-8")

@@ -12,6 +12,11 @@ Linux-only). Where symlinks are not possible (e.g. FAT) each file is written ato
 
 Cleanup: run folders and temp links left by killed runs (their process is gone) are removed on the next run,
 and so is the previous run's folder once the new one is current. May write only inside OUT.
+
+Ownership (issue 19): a report file is replaced only when chipswap wrote it: a symlink into
+`.chipswap-current` (this scheme), or, where symlinks are not possible, a regular file whose sha256 is
+listed in `OUT/.chipswap-owned.json` (written with it). A `report.html` the user wrote (or an older
+chipswap's plain file) is never replaced: one error line names it.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import time
 from pathlib import Path
 
 from chipswap.atomic import _fsync_dir, atomic_write_text
-from chipswap.compile.cache import _pid_alive, _write_file
+from chipswap.compile.cache import _pid_alive, _sha256_file, _write_file
 from chipswap.errors import ChipswapError
 
 RUNS = ".chipswap-runs"
+OWNED = ".chipswap-owned.json"  # sha256 of each report file chipswap wrote without symlinks
 CURRENT = ".chipswap-current"
 LEGACY_TEMP_AGE_S = 600  # `.report.*.tmp` files from atomic writes of older versions, when this old
 
@@ -86,6 +92,48 @@ def _swap_link(link: Path, target: str, token: str) -> None:
         raise
 
 
+def _owned(out: Path) -> dict[str, str]:
+    import json
+
+    try:
+        data = json.loads((out / OWNED).read_text(encoding="utf-8")[:1_000_000])
+    except (OSError, ValueError):
+        return {}
+    return (
+        {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+        if isinstance(data, dict)
+        else {}
+    )
+
+
+def check_owned(out: Path, names: list[str] | tuple[str, ...]) -> None:
+    """Refuse (one line) when a report file in ``out`` exists and chipswap did not write it."""
+    owned = None
+    for name in names:
+        p = out / name
+        if p.is_symlink():
+            if os.readlink(p) == f"{CURRENT}/{name}":
+                continue
+        elif not p.exists():
+            continue
+        elif p.is_file():
+            owned = _owned(out) if owned is None else owned
+            if owned.get(name) == _sha256_file(p):
+                continue
+        raise ChipswapError(
+            f"{p} exists and chipswap did not write it; move it away or choose another --out "
+            "(chipswap replaces only the report files it wrote)"
+        )
+
+
+def _write_owned(out: Path, files: dict[str, str]) -> None:
+    import hashlib
+    import json
+
+    owned = {n: hashlib.sha256(t.encode("utf-8")).hexdigest() for n, t in files.items()}
+    atomic_write_text(out / OWNED, json.dumps(owned, indent=1, sort_keys=True) + "\n")
+
+
 def publish_report_set(out: Path, files: dict[str, str]) -> Path:
     """Write `files` (name -> text) into `out` as one set; returns the folder. Errors are one line."""
     for name in files:
@@ -99,6 +147,7 @@ def publish_report_set(out: Path, files: dict[str, str]) -> Path:
                 raise ChipswapError(
                     f"cannot write {out / name}: it is a folder; remove it or choose another --out"
                 )
+        check_owned(out, list(files))
         token = secrets.token_hex(4)
         run_name = f"run-{os.getpid()}-{token}"
         run_dir = out / RUNS / run_name
@@ -122,8 +171,10 @@ def publish_report_set(out: Path, files: dict[str, str]) -> Path:
     except OSError as exc:
         shutil.rmtree(run_dir, ignore_errors=True)
         if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):  # no symlinks here: file by file
+            _write_owned(out, {})  # a crash between the files below leaves them unowned, never wrongly owned
             for name, text in files.items():
                 atomic_write_text(out / name, text)
+            _write_owned(out, files)
             return out
         raise ChipswapError(
             f"cannot write the report to {out}: {exc.strerror or exc}; choose another --out"

@@ -53,8 +53,11 @@ class BatcherConfig:
             raise ChipswapError(
                 f"max batch delay must be 0..10000 ms, got {self.max_batch_delay_s * 1000:g} ms"
             )
-        if self.max_queue < 1 or self.max_queue_total < 1:
-            raise ChipswapError(f"queue limits must be >= 1, got {self.max_queue}/{self.max_queue_total}")
+        if not (1 <= self.max_queue <= 100_000 and 1 <= self.max_queue_total <= 1_000_000):
+            raise ChipswapError(
+                f"queue limits must be 1..100,000 per bucket and 1..1,000,000 in all, got "
+                f"{self.max_queue:,}/{self.max_queue_total:,}"
+            )
         if not 0 < self.request_timeout_s <= 3600:
             raise ChipswapError(f"request timeout must be in (0, 3600] s, got {self.request_timeout_s}")
         if not 0 < self.max_queue_wait_s <= 3600:
@@ -180,11 +183,10 @@ class DynamicBatcher:
                 raise Draining("server is shutting down")
             q = self._queues.get(bucket)
             depth = len(q) if q else 0
-            wait = self._total * self._per_request_s
             if (
                 depth >= self.config.max_queue
                 or self._total >= self.config.max_queue_total
-                or wait > self.config.max_queue_wait_s
+                or self._too_long_locked()
             ):
                 if self.metrics:
                     self.metrics.rejected("queue_full")
@@ -207,10 +209,18 @@ class DynamicBatcher:
         """Retry-After seconds when any new request would be refused now (whatever its bucket), else None:
         lets the HTTP layer shed load before it reads and parses a body."""
         with self._cond:
-            full = self._total >= self.config.max_queue_total
-            if full or self._total * self._per_request_s > self.config.max_queue_wait_s:
+            if self._total >= self.config.max_queue_total or self._too_long_locked():
                 return self._retry_after_locked()
         return None
+
+    def _too_long_locked(self) -> bool:
+        """Would a new request wait too long? Its expected start (queued x recent time per request) over
+        max_queue_wait_s, or -- behind anyone -- its expected answer over half the request timeout (the rest
+        is slack for the HTTP layer and a slow batch; issue 19). An empty queue always admits."""
+        per = self._per_request_s
+        if self._total * per > self.config.max_queue_wait_s:
+            return True
+        return self._total > 0 and (self._total + 1) * per > 0.5 * self.config.request_timeout_s
 
     def depth(self) -> dict[int, int]:
         with self._cond:

@@ -25,7 +25,7 @@ from typing import Any
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 FILL_BUCKETS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
-REJECT_REASONS = ("queue_full", "timeout", "draining", "not_ready")
+REJECT_REASONS = ("queue_full", "timeout", "draining", "not_ready", "loop_busy")
 
 
 class ServeMetrics:
@@ -81,6 +81,14 @@ class ServeMetrics:
         self.rejects = Counter("chipswap_rejects", "Requests turned away", ["reason"], registry=r)
         self.inflight = Gauge("chipswap_inflight", "Admitted requests not yet answered", registry=r)
         self.ready = Gauge("chipswap_ready", "1 when every bucket is loaded and warmed", registry=r)
+        self.disconnects = Counter(
+            "chipswap_client_disconnects",
+            "Clients that went away before their request was read or answered (not a server error)",
+            registry=r,
+        )
+        self.loop_lag = Gauge(
+            "chipswap_event_loop_lag_seconds", "How late the HTTP event loop wakes up (smoothed)", registry=r
+        )
         for reason in REJECT_REASONS:
             self.rejects.labels(reason)
         self._tokens: dict[str, list[int]] = {}

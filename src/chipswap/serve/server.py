@@ -44,6 +44,7 @@ from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.served import ServedModel
+from chipswap.serve.shedding import LoopLag, discard_body, draining_answer, fast_answer, send_json
 from chipswap.serve.tokenizer import TextTokenizer
 
 log = logging.getLogger("chipswap.serve")
@@ -51,6 +52,7 @@ log = logging.getLogger("chipswap.serve")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_MAX_TEXT_CHARS = 100_000
+DRAIN_GRACE_S = 1.0  # after SIGTERM: answer what is already on open connections before closing them
 PREDICT_FIELDS = ("input_ids", "text", "model")
 
 
@@ -69,8 +71,10 @@ class ServeConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ChipswapError(f"--port must be 0..65535, got {self.port}; 0 picks a free port")
-        if self.max_body_bytes < 64:
-            raise ChipswapError(f"--max-body-bytes must be >= 64, got {self.max_body_bytes}")
+        if not 64 <= self.max_body_bytes <= 1 << 30:
+            raise ChipswapError(f"--max-body-bytes must be 64..1 GiB, got {self.max_body_bytes:,}")
+        if not 1 <= self.max_text_chars <= 1 << 30:
+            raise ChipswapError(f"max text chars must be 1..2^30, got {self.max_text_chars:,}")
         if self.token is not None and not self.token.strip():
             raise ChipswapError("the bearer token is empty; set a non-empty token or none")
 
@@ -226,6 +230,7 @@ class ServingEngine:
         self.loaded = threading.Event()
         self.inflight = 0
         self.drained = 0
+        self.lag = LoopLag()  # event-loop lateness: shed /v1/predict while the loop itself is behind
 
     def load(self) -> None:
         """Load, check against the tokenizer, warm and time every shape, start the batcher; then ready."""
@@ -300,6 +305,10 @@ def _auth(engine: ServingEngine, request: Request) -> None:
         raise ClientError(401, "invalid_token", "the bearer token is wrong", {"WWW-Authenticate": "Bearer"})
 
 
+class ClientGone(Exception):
+    """The client disconnected before its body was read: counted, never logged as a server error."""
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
@@ -309,11 +318,16 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise ClientError(
                 413, "body_too_large", f"body of {int(declared):,} bytes is over the limit of {limit:,} bytes"
             )
+    from starlette.requests import ClientDisconnect
+
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:
-            raise ClientError(413, "body_too_large", f"body is over the limit of {limit:,} bytes")
+    try:
+        async for chunk in request.stream():
+            buf += chunk
+            if len(buf) > limit:
+                raise ClientError(413, "body_too_large", f"body is over the limit of {limit:,} bytes")
+    except ClientDisconnect:  # fewer bytes than announced, then gone (issue 19: logged "internal error")
+        raise ClientGone from None
     return bytes(buf)
 
 
@@ -331,30 +345,34 @@ class ShedLoad:
         self.engine = engine
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        batcher = self.engine.batcher
-        if scope["type"] != "http" or scope["path"] != "/v1/predict" or batcher is None:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        retry = batcher.overloaded()
-        if retry is None or not self._authorized(scope):
+        engine = self.engine
+        authorized = self._authorized(scope)
+        if await fast_answer(scope, send, engine, authorized):  # /healthz, /metrics: off the request path
+            return None
+        batcher = engine.batcher
+        if scope["path"] != "/v1/predict" or batcher is None or not authorized:
             return await self.app(scope, receive, send)  # the route answers (and checks the token)
-        seen = 0
-        while True:  # drain the body (bounded) so the connection stays usable; no parsing
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if not message.get("more_body") or seen > self.engine.config.max_body_bytes:
-                break
-        self.engine.metrics.rejected("queue_full")
-        self.engine.metrics.answered(429, None, None, None)
-        body = json.dumps(
-            {"error": {"code": "queue_full", "message": f"server is at capacity; retry after {retry} s"}}
-        ).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(retry).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 429, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        if engine.state == "draining":
+            return await draining_answer(receive, send, engine)
+        retry, reason = batcher.overloaded(), "queue_full"
+        if retry is None and engine.lag.busy and engine.inflight > 0:  # a lag, nothing waiting: no overload
+            retry, reason = 1, "loop_busy"
+        if retry is None:
+            return await self.app(scope, receive, send)
+        if not await discard_body(receive, engine.config.max_body_bytes):  # keeps the connection usable
+            engine.metrics.disconnects.inc()
+            return None
+        engine.metrics.rejected(reason)
+        engine.metrics.answered(429, None, None, None)
+        await send_json(
+            send,
+            429,
+            {"error": {"code": "queue_full", "message": f"server is at capacity; retry after {retry} s"}},
+            [(b"retry-after", str(retry).encode())],
+        )
+        return None
 
     def _authorized(self, scope: Any) -> bool:
         token = self.engine.config.token
@@ -373,7 +391,9 @@ def create_app(engine: ServingEngine) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> Any:
         engine.start_loading()
+        engine.lag.start(engine.metrics.loop_lag.set)
         yield
+        engine.lag.stop()
         await asyncio.to_thread(engine.close)
 
     app = FastAPI(title="chipswap serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -385,6 +405,11 @@ def create_app(engine: ServingEngine) -> FastAPI:
         if _request.url.path == "/v1/predict":
             engine.metrics.answered(exc.status, None, None, None)
         return _error(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(ClientGone)
+    async def _client_gone(_request: Request, _exc: ClientGone) -> Any:
+        engine.metrics.disconnects.inc()  # nobody reads this answer; no log line: not a server error
+        return Response(status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> Any:
@@ -400,7 +425,10 @@ def create_app(engine: ServingEngine) -> FastAPI:
     def _not_ready() -> ClientError:
         if engine.state == "draining":
             return ClientError(
-                503, "draining", "server is shutting down; retry on another replica", {"Retry-After": "1"}
+                503,
+                "draining",
+                "server is shutting down; retry on another replica",
+                {"Retry-After": "1", "Connection": "close"},
             )
         if engine.state == "failed":
             return ClientError(503, "load_failed", f"the model failed to load: {engine.error}")
@@ -562,7 +590,15 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
         after draining instead of re-raising the signal."""
 
         def handle_exit(self, sig: int, frame: Any) -> None:
+            first = engine.state != "draining"
             engine.begin_drain()
+            grace = min(DRAIN_GRACE_S, engine.config.drain_timeout_s)
+            if first and grace > 0 and not self.should_exit:
+                # keep the listener and open connections a moment: what clients already sent is answered
+                # (503 + Connection: close, or the admitted answer) instead of reset by the close
+                exit_later = super().handle_exit
+                threading.Timer(grace, exit_later, (sig, frame)).start()
+                return
             super().handle_exit(sig, frame)
 
         @contextlib.contextmanager

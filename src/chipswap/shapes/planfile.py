@@ -107,6 +107,7 @@ def parse_plan(
         raise ChipswapError(
             f"plan {source}: schema is {one_line(repr(schema), 80)}, expected {PLAN_SCHEMA!r}; re-plan it"
         )
+    _check_known_keys(data, source)
     if default_batch is not None and "batch_buckets" not in data:
         data = {**data, "batch_buckets": list(default_batch)}
     for key in ("sequence_buckets", "batch_buckets"):
@@ -124,7 +125,28 @@ def parse_plan(
     return BucketPlan(seq, batch, ml, extra)
 
 
+PLAN_MODES = ("encoder", "llm")  # chipswap.shapes.shapeplan.MODES
+OVERFLOW_POLICIES = ("reject", "truncate")  # chipswap.shapes.buckets.POLICIES
+
+
+def _check_known_keys(data: Mapping[str, Any], source: str) -> None:
+    """The plan keys compile does not use are still checked against the schema when present (issue 19:
+    ``mode = "banana"`` was accepted)."""
+    for key, allowed in (("mode", PLAN_MODES), ("overflow_policy", OVERFLOW_POLICIES)):
+        if key in data and data[key] not in allowed:
+            raise ChipswapError(
+                f"plan {source}: {key!r} is {one_line(repr(data[key]), 80)}; use one of {', '.join(allowed)}"
+            )
+    if "decode_buckets" in data and data["decode_buckets"] != []:
+        _int_list(data["decode_buckets"], "decode_buckets", source)
+
+
 def load_plan(path: str | Path, *, default_batch: tuple[int, ...] | None = None) -> BucketPlan:
+    """A plan FILE must say its schema (a dict passed in Python may leave it out)."""
     p = Path(path)
     data = read_json(p, "plan file", max_bytes=MAX_PLAN_BYTES)
+    if isinstance(data, Mapping) and "schema" not in data:
+        raise ChipswapError(
+            f"plan {p} has no 'schema'; write it with chipswap shapes --out (schema {PLAN_SCHEMA!r})"
+        )
     return parse_plan(data, str(p), default_batch=default_batch)

@@ -17,6 +17,7 @@ names reach SQL only as bound parameters or quoted identifiers.
 
 from __future__ import annotations
 
+import contextvars
 import glob as globlib
 import os
 import tempfile
@@ -125,6 +126,24 @@ def _format_of(path: str) -> tuple[str | None, str | None]:
     return FORMATS.get(os.path.splitext(name)[1]), comp
 
 
+# Follow symlinks that lead out of a trace folder (or glob base)? Off unless the command is told
+# (--follow-symlinks): a folder from someone else may link to /etc/shadow (issue 19).
+FOLLOW_LINKS: contextvars.ContextVar[bool] = contextvars.ContextVar("chipswap_follow_links", default=False)
+
+
+def _check_link(root: Path, path: str) -> None:
+    """A symlinked trace file must resolve inside ``root`` unless FOLLOW_LINKS is set."""
+    if FOLLOW_LINKS.get() or not os.path.islink(path):
+        return
+    base = os.path.realpath(root)
+    target = os.path.realpath(path)
+    if os.path.commonpath([base, target]) != base:
+        raise ChipswapError(
+            f"{one_line(path)} is a symlink to {one_line(target, 120)}, outside the trace folder; chipswap "
+            "does not follow it unless you pass --follow-symlinks"
+        )
+
+
 def _walk(root: Path) -> list[str]:
     out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -134,6 +153,7 @@ def _walk(root: Path) -> list[str]:
                 continue  # _SUCCESS, _metadata, .crc files written next to Spark/Hive datasets
             if _format_of(name)[0] is None:
                 continue
+            _check_link(root, os.path.join(dirpath, name))
             out.append(os.path.join(dirpath, name))
             if len(out) > MAX_FILES:
                 raise ChipswapError(
@@ -158,6 +178,9 @@ def resolve_source(path: str | Path, *, fmt: str | None = None, what: str = "tra
         files = [str(p)]
     elif _GLOB_CHARS & set(given):
         files = sorted(f for f in globlib.glob(given, recursive=True) if os.path.isfile(f))
+        base = Path(os.path.dirname(given.split("*")[0].split("?")[0].split("[")[0]) or ".")
+        for f in files:
+            _check_link(base, f)
         if not files:
             raise ChipswapError(f"{what} glob {one_line(given)} matches no files; check the pattern")
         if len(files) > MAX_FILES:
@@ -203,6 +226,10 @@ def resolve_source(path: str | Path, *, fmt: str | None = None, what: str = "tra
         raise ChipswapError(
             f"{one_line(given)}: the {what} is empty (no requests); give a {what} with at least one row"
         )
+    from chipswap.traffic.bounds import check_trace_file
+
+    for f in non_empty:  # compression bombs, binary/sparse files: refused before the engine reads them
+        check_trace_file(f, next(iter(kinds)))
     return TraceSource(given=given, files=tuple(non_empty), fmt=next(iter(kinds)))
 
 
@@ -383,6 +410,8 @@ def locate_text_error(source: TraceSource) -> ChipswapError | None:
     import csv
     import json
 
+    from chipswap.traffic.bounds import bounded_lines
+
     if source.fmt not in ("csv", "tsv", "jsonl"):
         return None
     for file in source.files:
@@ -410,7 +439,7 @@ def locate_text_error(source: TraceSource) -> ChipswapError | None:
                                 f"{where}: line {lineno} is not a JSON object; one object per line"
                             )
                     continue
-                reader = csv.reader(fh, delimiter="\t" if source.fmt == "tsv" else ",")
+                reader = csv.reader(bounded_lines(fh, where), delimiter="\t" if source.fmt == "tsv" else ",")
                 header = next(reader, None)
                 if header is None:
                     continue
@@ -425,6 +454,8 @@ def locate_text_error(source: TraceSource) -> ChipswapError | None:
                         )
         except UnicodeDecodeError as exc:
             return ChipswapError(f"{where}: not UTF-8 text ({exc.reason}); save the file as UTF-8")
+        except ChipswapError as exc:  # a line over MAX_LINE_BYTES (bounded_lines)
+            return exc
         except (csv.Error, OSError, EOFError) as exc:
             return ChipswapError(f"{where}: cannot be parsed ({one_line(exc, 160)}); fix the file")
     return None

@@ -131,14 +131,20 @@ class AOTInductorBackend:
         *,
         weights: Mapping[str, torch.Tensor] | None = None,
         copy_weights: bool = False,
+        trust_native: bool = False,
     ) -> base.LoadedArtifact:
         """Load one bucket. ``weights`` (same dict for every bucket) are shared, not copied, unless
-        ``copy_weights``."""
+        ``copy_weights``. The package is native code: it loads only from a ready entry of a chipswap
+        cache that matches its sha256 manifest now, unless ``trust_native`` (a folder the caller compiled)."""
         os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")
         import torch
         import torch._inductor
 
         artifact_dir = Path(artifact_dir)
+        if not trust_native:
+            from chipswap.compile.trust import require_cache_entry
+
+            require_cache_entry(artifact_dir)
         specs, outputs = base.read_io(artifact_dir)
         meta = read_json(artifact_dir / base.IO_FILE, base.IO_FILE)  # base.read_io has checked it parses
         try:

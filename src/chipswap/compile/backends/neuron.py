@@ -98,12 +98,20 @@ class NeuronBackend:
         return sorted(p.name for p in out_dir.iterdir() if p.is_file())
 
     def load(
-        self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
+        self,
+        artifact_dir: Path,
+        *,
+        weights: Mapping[str, torch.Tensor] | None = None,
+        trust_native: bool = False,
     ) -> base.LoadedArtifact:
+        artifact_dir = Path(artifact_dir)
+        if not trust_native:  # TorchScript is code: only a verified entry of chipswap's own cache
+            from chipswap.compile.trust import require_cache_entry
+
+            require_cache_entry(artifact_dir)
         _import_neuronx()  # registers the neuron ops torch.jit.load needs
         import torch
 
-        artifact_dir = Path(artifact_dir)
         specs, outputs = base.read_io(artifact_dir)
         mod = torch.jit.load(str(artifact_dir / MODEL_FILE))
 

@@ -123,10 +123,12 @@ def check_forward(module: Any, inputs: Mapping[str, Any]) -> None:
     """
     import torch
 
+    from chipswap.deadline import DeadlinePassed
+
     try:
         with torch.no_grad():
             module(**inputs)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, DeadlinePassed):
         raise
     except SystemExit as exc:
         raise ChipswapError(
@@ -316,9 +318,17 @@ def capture_module(
     inputs = [
         make_inputs(s, device=device, vocab_size=vocab_size, highs=highs, example=example) for s in specs
     ]
-    if run_eager and device != "meta":
-        check_forward(module, inputs[0])
-    inv = _capture(module, specs, inputs, device=device, strip=strip, opts=opts, isolate_rounds=3)
+    from dataclasses import replace as _replace
+
+    from chipswap.readiness.capture.distributions import watch_distribution_validation
+
+    validating: list[CaptureIssue] = []
+    with watch_distribution_validation(validating):
+        if run_eager and device != "meta":
+            check_forward(module, inputs[0])
+        inv = _capture(module, specs, inputs, device=device, strip=strip, opts=opts, isolate_rounds=3)
+    if validating:
+        inv = _replace(inv, issues=tuple(inv.issues) + tuple(validating))
     return _issue_modules_from_ops(inv)
 
 

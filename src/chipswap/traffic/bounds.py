@@ -1,0 +1,131 @@
+"""Bounds on what a trace file may expand to, checked before the engine reads it (issue 19).
+
+* Compression bombs: a gzip file is decompressed for its first ``SAMPLE_BYTES`` of output; if that output is
+  more than ``MAX_EXPANSION`` times the compressed bytes it took, or the whole file projects past
+  ``MAX_DECOMPRESSED_BYTES`` at that ratio, it is refused (a real CSV/JSONL trace compresses 3-20x; a 5 MB
+  file that expands to 5 GiB is ~1000x). A zstd file is judged by the content size its frame header declares
+  (``zstd`` writes it by default).
+* Binary or sparse files: NUL bytes in the first ``SAMPLE_BYTES`` of a (decompressed) text trace mean it is
+  not a text trace (a sparse file is all NUL bytes) and are refused before any line is read.
+* Long lines: readers here never hold more than ``MAX_LINE_BYTES`` of one line (``bounded_lines``).
+
+Pure file reads of the named files only; no engine, no writes.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
+
+MAX_EXPANSION = 200  # decompressed / compressed bytes; above this a file is treated as a compression bomb
+MAX_DECOMPRESSED_BYTES = 64 << 30  # one trace file, decompressed (projected from the sample's ratio)
+SAMPLE_BYTES = 4 << 20  # decompressed bytes looked at per file (~20 ms of gzip)
+MAX_LINE_BYTES = 16 << 20  # one line (a longer line is itself the error)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _refuse_bomb(file: str, ratio: float, how: str) -> ChipswapError:
+    return ChipswapError(
+        f"{one_line(file)}: expands {ratio:,.0f}x when decompressed ({how}), over the limit of "
+        f"{MAX_EXPANSION}x for a trace; this is a compression bomb or not a trace: decompress it yourself "
+        "and check it"
+    )
+
+
+def _gzip_sample(file: str) -> tuple[bytes, int]:
+    """(first decompressed bytes, compressed bytes consumed for them)."""
+    raw_size = os.path.getsize(file)
+    out = bytearray()
+    used = 0
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    with open(file, "rb") as fh:
+        while len(out) < SAMPLE_BYTES:
+            chunk = fh.read(64 << 10)
+            if not chunk:
+                break
+            used += len(chunk)
+            try:
+                out += d.decompress(chunk, SAMPLE_BYTES - len(out))
+                while d.unconsumed_tail and len(out) < SAMPLE_BYTES:
+                    out += d.decompress(d.unconsumed_tail, SAMPLE_BYTES - len(out))
+            except zlib.error:
+                break  # the engine names a damaged file
+            if len(out) >= SAMPLE_BYTES:
+                used -= len(d.unconsumed_tail)
+                break
+            if d.eof:
+                if d.unused_data:  # a second gzip member: keep going with a fresh decompressor
+                    rest = d.unused_data
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    out += d.decompress(rest, SAMPLE_BYTES - len(out))
+                else:
+                    break
+    return bytes(out[:SAMPLE_BYTES]), max(min(used, raw_size), 1)
+
+
+def _zstd_declared_size(file: str) -> int | None:
+    """The Frame_Content_Size of the first zstd frame, when the header carries it."""
+    with open(file, "rb") as fh:
+        head = fh.read(18)
+    if len(head) < 6 or head[:4] != _ZSTD_MAGIC:
+        return None
+    fhd = head[4]
+    fcs_flag = fhd >> 6
+    single = (fhd >> 5) & 1
+    did_flag = fhd & 3
+    pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[did_flag]
+    size = (1 if single else 0, 2, 4, 8)[fcs_flag]
+    if size == 0 or len(head) < pos + size:
+        return None
+    value = int.from_bytes(head[pos : pos + size], "little")
+    return value + 256 if size == 2 else value
+
+
+def check_trace_file(file: str, fmt: str) -> None:
+    """Refuse a compression bomb or a binary/sparse text trace before the engine reads it."""
+    low = file.lower()
+    size = os.path.getsize(file)
+    if low.endswith((".gz", ".gzip")):
+        sample, used = _gzip_sample(file)
+        if len(sample) / used > MAX_EXPANSION and len(sample) >= SAMPLE_BYTES:
+            raise _refuse_bomb(file, len(sample) / used, f"its first {len(sample) >> 20} MiB")
+        projected = size * len(sample) / used
+        if projected > MAX_DECOMPRESSED_BYTES:
+            raise ChipswapError(
+                f"{one_line(file)}: would expand to about {projected / (1 << 30):,.0f} GiB, over the limit "
+                f"of {MAX_DECOMPRESSED_BYTES >> 30} GiB for one trace file; split it into smaller files"
+            )
+    elif low.endswith((".zst", ".zstd")):
+        declared = _zstd_declared_size(file)
+        if declared is not None and size and declared / size > MAX_EXPANSION and declared > (1 << 20):
+            raise _refuse_bomb(file, declared / size, "the size its header declares")
+        if declared is not None and declared > MAX_DECOMPRESSED_BYTES:
+            raise _refuse_bomb(file, declared / max(size, 1), "the size its header declares")
+        return  # no zstd decoder in the standard library: the NUL check below needs plain bytes
+    else:
+        if fmt == "parquet":
+            return
+        with open(file, "rb") as fh:
+            sample = fh.read(min(SAMPLE_BYTES, 1 << 20))
+    nul = sample.find(b"\x00")
+    if fmt != "parquet" and nul >= 0:
+        raise ChipswapError(
+            f"{one_line(file)}: holds NUL bytes (offset {nul:,}); a text trace has none (a binary or sparse "
+            "file?); give a CSV/TSV/JSONL file"
+        )
+
+
+def bounded_lines(fh: Any, where: str) -> Iterator[str]:
+    """Lines of a text file, none longer than MAX_LINE_BYTES (a longer one is one error line, not memory)."""
+    for line in iter(lambda: fh.readline(MAX_LINE_BYTES), ""):
+        if len(line) >= MAX_LINE_BYTES and not line.endswith("\n"):
+            raise ChipswapError(f"{where}: a line is longer than {MAX_LINE_BYTES >> 20} MiB; fix the file")
+        yield line
+
+
+__all__ = ["MAX_EXPANSION", "MAX_LINE_BYTES", "bounded_lines", "check_trace_file"]
