@@ -118,7 +118,7 @@ def _trial(
     from chipswap.cli.plan import DEFAULT_EXAMPLE, example_path
     from chipswap.economics.catalog_io import load_catalog
     from chipswap.plan import run_plan
-    from chipswap.plan.workload import load_workload
+    from chipswap.plan.workload_file import load_workload
     from chipswap.textsafe import one_line
     from chipswap.trial.kit import render_kit
     from chipswap.trial.spec import build_spec, check_stack
