@@ -102,7 +102,7 @@ def test_full_batch_does_not_wait_for_the_delay():
     t0 = time.monotonic()
     fs = [b.submit([k])[0] for k in range(4)]
     assert [f.result(60).outputs for f in fs] == [(0,), (1,), (2,), (3,)]
-    assert time.monotonic() - t0 < 8  # under the 10 s it would wait for company; a bound that holds at load 20
+    assert time.monotonic() - t0 < 8  # under the 10 s it would wait for company (holds at load 20)
     b.close()
 
 
