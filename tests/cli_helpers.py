@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,13 @@ def run_inproc(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
         code = int(exc.code or 0)
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    """The parsed JSON that `chipswap ARGS` (with --json among ARGS) prints, after checking it exited 0."""
+    code, out, err = run_inproc(capsys, *args)
+    assert code == 0, err
+    return json.loads(out)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from chipswap.economics.catalog_io import load_catalog
-from tests.cli_helpers import run_cli, run_inproc
+from tests.cli_helpers import run_cli, run_inproc, run_json
 
 WORKED_EXAMPLE = [
     "cost",
@@ -114,7 +114,7 @@ def test_never_pays_back_when_candidate_costs_more(capsys: pytest.CaptureFixture
 
 
 def test_serve_cost_per_million_and_fleet(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_inproc(
+    data = run_json(
         capsys,
         "cost",
         "serve",
@@ -132,8 +132,6 @@ def test_serve_cost_per_million_and_fleet(capsys: pytest.CaptureFixture[str]) ->
         "600",
         "--json",
     )
-    assert code == 0, err
-    data = json.loads(out)
     base, cand = data["fleets"]
     cat = load_catalog()
     inf2 = cat.rate("inf2.xlarge").usd_per_hour

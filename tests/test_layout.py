@@ -46,6 +46,33 @@ LAYERS: dict[str, int] = {
 }
 TOP_ONLY = ("plan", "report", "cli", "__main__")  # what no capability may import
 
+# The pure cores (each package's __init__ names them): no files, clock, network or torch. They import only
+# each other, chipswap.errors / chipswap.textsafe, and nothing from this list.
+PURE_CORES = {
+    "chipswap.shapes.histogram",
+    "chipswap.shapes.costmodel",
+    "chipswap.shapes.buckets",
+    "chipswap.shapes.baselines",
+    "chipswap.readiness.rules",
+    "chipswap.projection.work",
+    "chipswap.projection.platform",
+    "chipswap.projection.predict",
+    "chipswap.projection.fitting",
+    "chipswap.simulation.servicetime",
+    "chipswap.simulation.simulate",
+    "chipswap.simulation.fleet",
+    "chipswap.economics.money",
+    "chipswap.economics.catalog",
+    "chipswap.economics.cost",
+    "chipswap.economics.capacity",
+    "chipswap.verdict.rules",
+    "chipswap.verdict.sensitivity",
+}
+NOT_IN_A_PURE_CORE = (
+    "torch", "transformers", "jax", "onnx", "onnxruntime", "duckdb", "pyarrow", "boto3", "botocore", "httpx",
+    "fastapi", "uvicorn", "matplotlib", "subprocess", "socket", "urllib", "shutil", "tempfile",
+)
+
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -80,6 +107,17 @@ def _imports(path: Path) -> set[tuple[str, int]]:
 
 
 GRAPH = {mod: _imports(path) for mod, path in MODULES.items()}
+
+
+def _external_imports(path: Path) -> set[str]:
+    """Top-level names of the non-chipswap modules a file imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+    return found - {"chipswap"}
 
 
 def _package(module: str) -> str:
@@ -156,6 +194,20 @@ def test_no_capability_imports_plan_report_or_cli() -> None:
         for mod, deps in GRAPH.items()
         for target, _ in deps
         if _package(target) in TOP_ONLY and _package(mod) not in TOP_ONLY
+    ]
+    assert bad == []
+
+
+def test_pure_cores_stay_pure() -> None:
+    assert PURE_CORES <= set(MODULES), sorted(PURE_CORES - set(MODULES))
+    allowed = PURE_CORES | {"chipswap.errors", "chipswap.textsafe"}
+    bad = [
+        f"{mod} imports {name}"
+        for mod in sorted(PURE_CORES)
+        for name in sorted(
+            {t for t, _ in GRAPH[mod] if t not in allowed}
+            | (_external_imports(MODULES[mod]) & set(NOT_IN_A_PURE_CORE))
+        )
     ]
     assert bad == []
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import run_inproc
+from tests.cli_helpers import run_inproc, run_json
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 
 
 def test_project_json_for_one_shape(capsys):
-    code, out, err = run_inproc(
+    data = run_json(
         capsys,
         "project",
         "llama-3-8b",
@@ -28,8 +28,6 @@ def test_project_json_for_one_shape(capsys):
         "128",
         "--json",
     )
-    assert code == 0, err
-    data = json.loads(out)
     inf2, p5 = data["projections"]
     assert inf2["fits"] and inf2["config"]["tp_degree"] == 2 and inf2["family"] == "Inferentia2"
     assert p5["requests_per_s"]["value"] > 10 * inf2["requests_per_s"]["value"]

@@ -18,8 +18,8 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
-from chipswap.cli.catalog import CATALOG_HELP, console
-from chipswap.cli.common import step_progress
+from chipswap.cli.catalog import console
+from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
 from chipswap.economics.aws import access as aws_access
 from chipswap.economics.aws.capacity import CapacityLookup, gather_capacity
 from chipswap.economics.capacity import (
@@ -226,8 +226,8 @@ def capacity_command(
     block_days: int = typer.Option(
         1, "--block-days", help="Capacity Block length to ask offerings for (days)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+    as_json: bool = JSON_TABLE_FLAG,
+    catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
     """Whether COUNT x INSTANCE can be launched per region: offered AZs, vCPU quota and usage, spot price and
     placement score, Capacity Blocks. Live from AWS (read-only) when credentials work; else the shipped

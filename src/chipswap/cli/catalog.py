@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chipswap.cli.common import step_progress
+from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
 from chipswap.economics.catalog import TERMS, Catalog, Chip, Instance, PriceChange, Rate, diff_rates
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
@@ -29,7 +29,6 @@ catalog_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-CATALOG_HELP = "TOML file with the same schema as the shipped catalog; its entries override the shipped ones."
 DEFAULT_REGION = "us-east-1"
 
 
@@ -163,8 +162,8 @@ def catalog_list(
         help="Only instances listed in this region; prices are shown for it (default us-east-1).",
     ),
     kind: str | None = typer.Option(None, "--kind", metavar="KIND", help="Only gpu, inferentia or trainium."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+    as_json: bool = JSON_TABLE_FLAG,
+    catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
     """List instance types (filter by family, accelerator, region); `show NAME` for one; `chips`."""
     ctx.obj = {"catalog": catalog_file, "json": as_json, "region": region}
@@ -235,7 +234,7 @@ def catalog_show(
     name: str = typer.Argument(..., help="Instance type, e.g. trn1.32xlarge."),
     region: str | None = typer.Option(None, "--region", metavar="REGION", help="Only prices in this region."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+    catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
     """One instance: specs, its chip, and every known price with source and date."""
     catalog = _load(ctx, catalog_file)
@@ -309,8 +308,8 @@ def catalog_show(
 @catalog_app.command("chips")
 def catalog_chips(
     ctx: typer.Context,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+    as_json: bool = JSON_TABLE_FLAG,
+    catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
     """Accelerator chips: peak dense TFLOPS per dtype, memory and bandwidth, with source."""
     catalog = _load(ctx, catalog_file)

@@ -12,10 +12,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 
+import typer
+
 from chipswap.economics.catalog import TERMS, ReservedTerm
 from chipswap.errors import ChipswapError
 
 RESERVED_EXAMPLE = "10000,5.50,1"
+
+# Flags several commands declare the same way (one definition; typer reads it at each command).
+CATALOG_HELP = "TOML file with the same schema as the shipped catalog; its entries override the shipped ones."
+CATALOG_FLAG = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP)
+JSON_TABLE_FLAG = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
 @contextmanager

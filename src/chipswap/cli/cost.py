@@ -8,8 +8,10 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
-from chipswap.cli.catalog import CATALOG_HELP, check_region, console
+from chipswap.cli.catalog import check_region, console
 from chipswap.cli.common import (
+    CATALOG_FLAG,
+    JSON_TABLE_FLAG,
     flag_count,
     flag_number,
     flag_reserved,
@@ -134,8 +136,8 @@ def cost_job(
         metavar="N",
         help="Identical runs per month; adds the month the move pays back.",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+    as_json: bool = JSON_TABLE_FLAG,
+    catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
     """Total cost to finish one job on baseline vs candidate, the saving, and the run porting pays back."""
     b_hours = flag_number(baseline_hours, "--baseline-hours")
@@ -349,8 +351,8 @@ def cost_serve(
         metavar="USD",
         help="Engineer day rate in USD for the porting cost (an assumption).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-    catalog_file: str | None = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP),
+    as_json: bool = JSON_TABLE_FLAG,
+    catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
     """Serving cost: $/1M requests = 1e6 / throughput x $/h / 3600 / utilization, and the monthly bill."""
     tput = flag_number(throughput, "--throughput")

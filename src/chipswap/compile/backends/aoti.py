@@ -58,10 +58,7 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         raise ChipswapError(f"cannot read weights file {path}: {exc}; run chipswap cache verify") from None
 
 
-class AOTInductorBackend:
-    name = "aotinductor"
-    needs_weights = True
-
+class AOTInductorBackend(base.Backend, name="aotinductor", needs_weights=True):
     def version(self) -> str:
         import torch
 
@@ -79,20 +76,13 @@ class AOTInductorBackend:
                 "--backend onnxruntime"
             )
 
-    def compile(
-        self,
-        model: torch.nn.Module,
-        example_inputs: Mapping[str, torch.Tensor],
-        out_dir: Path,
-        *,
-        flags: Mapping[str, str] | None = None,
+    def _compile(
+        self, model: Any, example_inputs: Mapping[str, Any], out_dir: Path, fl: dict[str, str]
     ) -> list[str]:
         import torch
         import torch._inductor
 
         self.check_available()
-        fl = {**self.default_flags(), **(flags or {})}
-        out_dir = Path(out_dir)
         kwargs = dict(example_inputs)
         with torch.no_grad():
             eager = model(**kwargs)

@@ -1,17 +1,18 @@
 """The backend interface: what a compiled bucket's artifact folder holds and how it is checked.
 
 TensorSpec / io.json (``write_io``, ``read_io``: every field checked, the folder may come from elsewhere),
-LoadedArtifact, the Backend protocol every backend implements, and the input check that refuses any shape but
-the compiled one. torch is imported only for type checking here.
+LoadedArtifact, the Backend base class every backend implements, and the input check that refuses any shape
+but the compiled one. torch is imported only for type checking here.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from chipswap.datafile import read_json, strict_int
 from chipswap.errors import ChipswapError
@@ -62,23 +63,29 @@ class LoadedArtifact:
         return self.inputs[0].shape
 
 
-@runtime_checkable
-class Backend(Protocol):
+class Backend(ABC):
+    """What every backend implements; subclasses give their name and whether ``load`` needs the weights:
+    ``class OnnxRuntimeBackend(Backend, name="onnxruntime", needs_weights=False)``."""
+
     name: str
     #: True when ``load`` needs the model weights passed in (they are not inside the artifact).
     needs_weights: bool
 
+    def __init_subclass__(cls, *, name: str, needs_weights: bool, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.name, cls.needs_weights = name, needs_weights
+
+    @abstractmethod
     def version(self) -> str:
         """Backend + compiler versions; part of the cache key."""
-        ...
 
+    @abstractmethod
     def default_flags(self) -> dict[str, str]:
         """Compiler flags that change the artifact; part of the cache key."""
-        ...
 
+    @abstractmethod
     def check_available(self) -> None:
         """Raise ChipswapError naming what is missing when this backend cannot run here."""
-        ...
 
     def compile(
         self,
@@ -89,14 +96,21 @@ class Backend(Protocol):
         flags: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Compile ``model`` for exactly the shapes of ``example_inputs``; write files into ``out_dir``;
-        return them."""
-        ...
+        return them. ``flags`` override the backend's defaults."""
+        merged = {**self.default_flags(), **(flags or {})}
+        return self._compile(model, example_inputs, Path(out_dir), merged)
 
+    @abstractmethod
+    def _compile(
+        self, model: Any, example_inputs: Mapping[str, Any], out_dir: Path, fl: dict[str, str]
+    ) -> list[str]:
+        """The backend's compile, with the merged flags."""
+
+    @abstractmethod
     def load(
         self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
     ) -> LoadedArtifact:
         """Load a compiled bucket back (in any process)."""
-        ...
 
 
 def write_io(out_dir: Path, example_inputs: Mapping[str, torch.Tensor], output_names: list[str]) -> str:

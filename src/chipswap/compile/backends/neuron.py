@@ -36,10 +36,8 @@ def _import_neuronx() -> Any:
     return torch_neuronx
 
 
-class NeuronBackend:
-    name = "neuron"
-    needs_weights = False  # trace() freezes the weights into the NEFF
-
+# needs_weights=False: trace() freezes the weights into the NEFF
+class NeuronBackend(base.Backend, name="neuron", needs_weights=False):
     def version(self) -> str:
         tnx = _import_neuronx()
         try:
@@ -57,19 +55,12 @@ class NeuronBackend:
     def check_available(self) -> None:
         _import_neuronx()
 
-    def compile(
-        self,
-        model: torch.nn.Module,
-        example_inputs: Mapping[str, torch.Tensor],
-        out_dir: Path,
-        *,
-        flags: Mapping[str, str] | None = None,
+    def _compile(
+        self, model: Any, example_inputs: Mapping[str, Any], out_dir: Path, fl: dict[str, str]
     ) -> list[str]:
         tnx = _import_neuronx()
         import torch
 
-        fl = {**self.default_flags(), **(flags or {})}
-        out_dir = Path(out_dir)
         names = list(example_inputs)
         args = tuple(example_inputs[n] for n in names)
         with torch.no_grad():

@@ -27,10 +27,7 @@ EXPORT_LOG = "export.log"
 _TWO_GB = 2_000_000_000
 
 
-class OnnxRuntimeBackend:
-    name = "onnxruntime"
-    needs_weights = False
-
+class OnnxRuntimeBackend(base.Backend, name="onnxruntime", needs_weights=False):
     def version(self) -> str:
         import onnx
         import onnxruntime
@@ -50,21 +47,14 @@ class OnnxRuntimeBackend:
                 f"the onnxruntime backend needs onnx and onnxruntime: {exc}; pip install onnx onnxruntime"
             ) from None
 
-    def compile(
-        self,
-        model: torch.nn.Module,
-        example_inputs: Mapping[str, torch.Tensor],
-        out_dir: Path,
-        *,
-        flags: Mapping[str, str] | None = None,
+    def _compile(
+        self, model: Any, example_inputs: Mapping[str, Any], out_dir: Path, fl: dict[str, str]
     ) -> list[str]:
         import torch
 
-        fl = {**self.default_flags(), **(flags or {})}
         exporter = fl["exporter"]
         if exporter not in ("auto", "dynamo", "legacy"):
             raise ChipswapError(f"unknown onnx exporter flag: {exporter!r}; use auto, dynamo or legacy")
-        out_dir = Path(out_dir)
         names = list(example_inputs)
         args = tuple(example_inputs[n] for n in names)
         with torch.no_grad():
