@@ -29,8 +29,6 @@ from chipswap.projection.platform import (
     llm_poly,
     roofline_encoder_s,
     roofline_llm_poly,
-    roofline_train_tokens_per_s,
-    train_tokens_per_s_per_device,
 )
 from chipswap.projection.work import ModelWork
 
@@ -41,7 +39,6 @@ METRICS = {
     "tpot_s": "time per output token, s",
     "enc_per_s": "encoder inferences/s (instance)",
     "enc_latency_s": "encoder call latency, s",
-    "train_tok_s": "trained tokens/s per device",
 }
 SIGNIFICANT = 4  # shipped coefficients are rounded to this many significant digits
 
@@ -51,9 +48,9 @@ class BenchRow:
     """One published benchmark row, normalised. Built by chipswap.projection.calibration from the reference
     tables.
 
-    phase: "llm", "encoder" or "training". scenario: "static" (fixed batch), "ifb" (in-flight batching,
+    phase: "llm" or "encoder". scenario: "static" (fixed batch), "ifb" (in-flight batching,
     the runtime picks the batch: batch == 0), "latency" (batch-1 first token), "data-parallel" (encoder, one
-    copy per device), "training". tp: devices per replica. replicas: copies whose throughputs the published
+    copy per device). tp: devices per replica. replicas: copies whose throughputs the published
     figure adds up. observed: (metric, value) pairs in METRICS units."""
 
     row_id: str
@@ -139,12 +136,6 @@ def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitR
     elif row.phase == "encoder":
         t = roofline_encoder_s(work, device, row.batch, row.input_len, weight_dtype=row.weight_dtype)
         out = {"enc_latency_s": t, "enc_per_s": row.replicas * row.batch / t}
-    elif row.phase == "training":
-        out = {
-            "train_tok_s": roofline_train_tokens_per_s(
-                work, device, seq_len=row.input_len, compute_dtype=row.compute_dtype
-            )
-        }
     return {m: v for m, v in out.items() if row.value(m) is not None}
 
 
@@ -258,11 +249,6 @@ def _times(
         )
         t = epoly.encoder_s(row.batch, row.input_len)
         return {"enc_latency_s": (t, 1.0, False), "enc_per_s": (t, float(row.replicas * row.batch), True)}
-    if row.phase == "training":
-        rate = train_tokens_per_s_per_device(
-            work, device, coef, seq_len=row.input_len, compute_dtype=row.compute_dtype, family=row.family
-        )
-        return {"train_tok_s": (1.0 / rate if rate else math.inf, 1.0, True)}
     return {}
 
 
