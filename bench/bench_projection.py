@@ -48,6 +48,16 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f}%"
 
 
+def md_row(*cells: object) -> str:
+    """One markdown table row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def band(fig) -> str:
+    """A Projected figure's band, e.g. '±19%'."""
+    return f"±{fig.band * 100:.0f}%"
+
+
 def accuracy(cal: C.Calibration) -> list[str]:
     out = [
         "### Held-out accuracy: calibrated model vs uncalibrated spec-sheet roofline",
@@ -112,12 +122,20 @@ def worst(cal: C.Calibration, group: str, phase: str, split: str, n: int) -> lis
     ]
     for h in items:
         r = h.row
+        chip = r.chip + (f" ({r.instance})" if r.instance else "")
         out.append(
-            f"| {r.row_id} | {r.model.split(':')[0]} | {r.chip}{f' ({r.instance})' if r.instance else ''} | "
-            f"{r.batch or '-'} | "
-            f"{r.input_len}/{r.output_len} "
-            f"| {METRIC_NAMES[h.metric]} | {h.published:,.4g} | {h.predicted:,.4g} | {h.error * 100:.0f}% | "
-            f"{_hint(r)} |"
+            md_row(
+                r.row_id,
+                r.model.split(":")[0],
+                chip,
+                r.batch or "-",
+                f"{r.input_len}/{r.output_len}",
+                METRIC_NAMES[h.metric],
+                f"{h.published:,.4g}",
+                f"{h.predicted:,.4g}",
+                f"{h.error * 100:.0f}%",
+                _hint(r),
+            )
         )
     return out + [""]
 
@@ -156,11 +174,17 @@ def llama_table() -> list[str]:
             s = p.shapes[0]
             notes = "; ".join(n.split(":")[0] for n in p.notes if not n.startswith("prompts padded"))
             out.append(
-                f"| {name} | {inst} | TP{c.tp_degree} x {c.replicas}, batch {c.max_batch} | "
-                f"{p.requests_per_s.value:,.2f} ±{p.requests_per_s.band * 100:.0f}% | "
-                f"{p.output_tokens_per_s.value:,.0f} | {s.ttft.value * 1e3:,.0f} ms "
-                f"±{s.ttft.band * 100:.0f}% | "
-                f"{s.tpot.value * 1e3:,.1f} ms ±{s.tpot.band * 100:.0f}% | {s.e2e.value:,.2f} s | {notes} |"
+                md_row(
+                    name,
+                    inst,
+                    f"TP{c.tp_degree} x {c.replicas}, batch {c.max_batch}",
+                    f"{p.requests_per_s.value:,.2f} {band(p.requests_per_s)}",
+                    f"{p.output_tokens_per_s.value:,.0f}",
+                    f"{s.ttft.value * 1e3:,.0f} ms {band(s.ttft)}",
+                    f"{s.tpot.value * 1e3:,.1f} ms {band(s.tpot)}",
+                    f"{s.e2e.value:,.2f} s",
+                    notes,
+                )
             )
     return out + [""]
 
@@ -191,8 +215,14 @@ def seed_finetune() -> list[str]:
         hours = tokens / fig.value / 3600
         rate = float(catalog.rate(t.instance).usd_per_hour)
         out.append(
-            f"| {t.instance} | {t.dtype} | {t.layout.label()} | {fig.value:,.0f} ±{fig.band * 100:.0f}% | "
-            f"{hours:,.1f} | {hours * rate:,.2f} |"
+            md_row(
+                t.instance,
+                t.dtype,
+                t.layout.label(),
+                f"{fig.value:,.0f} {band(fig)}",
+                f"{hours:,.1f}",
+                f"{hours * rate:,.2f}",
+            )
         )
     ratio = p5.value / trn.value
     lo = ratio / ((1 + p5.band) * (1 + trn.band))
@@ -272,7 +302,7 @@ def speed() -> list[str]:
         f"| one `decode_step_s` call (precomputed polynomial) | {t_fast * 1e9:,.0f} ns | rebuild the time "
         "model "
         f"per call | {t_plain * 1e6:,.1f} us | {t_plain / t_fast:,.0f}x |",
-        f"| `chipswap calibrate` (fit every group x phase + every held-out re-fit) | {t_cal:,.1f} s | - | - | "
+        f"| `chipswap calibrate` (fit each group x phase + every held-out re-fit) | {t_cal:,.1f} s | - | - | "
         "- |",
         "",
         f"Medians of {REPEATS} runs (3 for the graph count, the calls and the calibration). Target: "

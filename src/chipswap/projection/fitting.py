@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +101,14 @@ def ifb_batch(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRule
     return max(1, min(rules.ifb_max_batch, int(rules.ifb_memory_fraction * free // per_seq)))
 
 
+def _row_layout(row: BenchRow, *, kv: bool = True) -> dict[str, Any]:
+    """A published row's tensor-parallel degree and dtypes, as the time models take them."""
+    out: dict[str, Any] = {"tp": row.tp, "weight_dtype": row.weight_dtype, "compute_dtype": row.compute_dtype}
+    if kv:
+        out["kv_dtype"] = row.kv_dtype
+    return out
+
+
 def predict_row(
     row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficients, rules: FitRules
 ) -> dict[str, float]:
@@ -116,14 +125,7 @@ def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitR
     """The uncalibrated spec-sheet roofline's value of every metric the row publishes (no fitted numbers)."""
     out: dict[str, float] = {}
     if row.phase == "llm":
-        comp, mem = roofline_llm_poly(
-            work,
-            device,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            kv_dtype=row.kv_dtype,
-        )
+        comp, mem = roofline_llm_poly(work, device, **_row_layout(row))
         batch = row.batch or ifb_batch(row, work, device, rules)
         prefill = max(comp.prefill_s(batch, row.input_len), mem.prefill_s(batch, row.input_len))
         context = row.input_len + row.output_len // 2
@@ -219,16 +221,7 @@ def _times(
 ) -> dict[str, tuple[float, float, bool]]:
     """(time-like quantity, scale, inverse) per metric: the metric is the time, or scale / time."""
     if row.phase == "llm":
-        poly = llm_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            kv_dtype=row.kv_dtype,
-            family=row.family,
-        )
+        poly = llm_poly(work, device, coef, **_row_layout(row), family=row.family)
         batch = row.batch or ifb_batch(row, work, device, rules)
         prefill = poly.prefill_s(batch, row.input_len)
         step = poly.decode_step_s(batch, row.input_len + row.output_len // 2)
@@ -238,15 +231,7 @@ def _times(
             "out_tok_s": (prefill + row.output_len * step, batch * row.output_len * row.replicas, True),
         }
     if row.phase == "encoder":
-        epoly = encoder_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            family=row.family,
-        )
+        epoly = encoder_poly(work, device, coef, **_row_layout(row, kv=False), family=row.family)
         t = epoly.encoder_s(row.batch, row.input_len)
         return {"enc_latency_s": (t, 1.0, False), "enc_per_s": (t, float(row.replicas * row.batch), True)}
     return {}
