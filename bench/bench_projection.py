@@ -22,8 +22,9 @@ import numpy as np
 from _results import write_section  # noqa: E402
 from chipswap.economics.catalog_io import load_catalog  # noqa: E402
 from chipswap.projection import calibration as C  # noqa: E402
-from chipswap.projection.api import model_work, platform_of, project_serving, project_training  # noqa: E402
+from chipswap.projection.api import model_work, platform_of, project_serving  # noqa: E402
 from chipswap.projection.platform import llm_poly  # noqa: E402
+from chipswap.projection.training import project_training  # noqa: E402
 from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
 
 REPEATS = 5
@@ -34,7 +35,6 @@ METRIC_NAMES = {
     "ttft_s": "TTFT",
     "enc_per_s": "inferences/s",
     "enc_latency_s": "latency",
-    "train_tok_s": "train tok/s",
 }
 SPLIT_NAMES = {
     "model": "leave-one-model-out",
@@ -46,6 +46,16 @@ SPLIT_NAMES = {
 
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def md_row(*cells: object) -> str:
+    """One markdown table row."""
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def band(fig) -> str:
+    """A Projected figure's band, e.g. '±19%'."""
+    return f"±{fig.band * 100:.0f}%"
 
 
 def accuracy(cal: C.Calibration) -> list[str]:
@@ -112,12 +122,20 @@ def worst(cal: C.Calibration, group: str, phase: str, split: str, n: int) -> lis
     ]
     for h in items:
         r = h.row
+        chip = r.chip + (f" ({r.instance})" if r.instance else "")
         out.append(
-            f"| {r.row_id} | {r.model.split(':')[0]} | {r.chip}{f' ({r.instance})' if r.instance else ''} | "
-            f"{r.batch or '-'} | "
-            f"{r.input_len}/{r.output_len} "
-            f"| {METRIC_NAMES[h.metric]} | {h.published:,.4g} | {h.predicted:,.4g} | {h.error * 100:.0f}% | "
-            f"{_hint(r)} |"
+            md_row(
+                r.row_id,
+                r.model.split(":")[0],
+                chip,
+                r.batch or "-",
+                f"{r.input_len}/{r.output_len}",
+                METRIC_NAMES[h.metric],
+                f"{h.published:,.4g}",
+                f"{h.predicted:,.4g}",
+                f"{h.error * 100:.0f}%",
+                _hint(r),
+            )
         )
     return out + [""]
 
@@ -156,45 +174,65 @@ def llama_table() -> list[str]:
             s = p.shapes[0]
             notes = "; ".join(n.split(":")[0] for n in p.notes if not n.startswith("prompts padded"))
             out.append(
-                f"| {name} | {inst} | TP{c.tp_degree} x {c.replicas}, batch {c.max_batch} | "
-                f"{p.requests_per_s.value:,.2f} ±{p.requests_per_s.band * 100:.0f}% | "
-                f"{p.output_tokens_per_s.value:,.0f} | {s.ttft.value * 1e3:,.0f} ms "
-                f"±{s.ttft.band * 100:.0f}% | "
-                f"{s.tpot.value * 1e3:,.1f} ms ±{s.tpot.band * 100:.0f}% | {s.e2e.value:,.2f} s | {notes} |"
+                md_row(
+                    name,
+                    inst,
+                    f"TP{c.tp_degree} x {c.replicas}, batch {c.max_batch}",
+                    f"{p.requests_per_s.value:,.2f} {band(p.requests_per_s)}",
+                    f"{p.output_tokens_per_s.value:,.0f}",
+                    f"{s.ttft.value * 1e3:,.0f} ms {band(s.ttft)}",
+                    f"{s.tpot.value * 1e3:,.1f} ms {band(s.tpot)}",
+                    f"{s.e2e.value:,.2f} s",
+                    notes,
+                )
             )
     return out + [""]
 
 
 def seed_finetune() -> list[str]:
+    """The seed's fine-tune on the layout-aware training model (chipswap.projection.training): Llama-3-8B at
+    8,192 tokens, one node each, the fastest layout that fits."""
     work = model_work("llama-3-8b")
-    p5 = project_training(work, "p5.48xlarge", tokens=1e9, seq_len=8192)
-    trn = project_training(work, "trn1.32xlarge", tokens=1e9, seq_len=8192)
-    tokens = 20 * 3600 * p5.tokens_per_s_per_node.value  # what 20 h on a p5 trains
-    trn_hours = tokens / trn.tokens_per_s_per_node.value / 3600
     catalog = load_catalog()
-    p5_rate = float(catalog.rate("p5.48xlarge").usd_per_hour)
-    trn_rate = float(catalog.rate("trn1.32xlarge").usd_per_hour)
-    ratio = p5.tokens_per_s_per_node.value / trn.tokens_per_s_per_node.value
-    lo = ratio / ((1 + p5.tokens_per_s_per_node.band) * (1 + trn.tokens_per_s_per_node.band))
-    hi = ratio * (1 + p5.tokens_per_s_per_node.band) * (1 + trn.tokens_per_s_per_node.band)
-    return [
+    runs = [
+        project_training(work, inst, tokens=1e9, seq_len=8192, dtype=dt, catalog=catalog)
+        for inst, dt in (("p5.48xlarge", "fp8"), ("p5.48xlarge", "bf16"), ("trn1.32xlarge", "bf16"))
+    ]
+    p5, trn = runs[0].tokens_per_s_per_node, runs[-1].tokens_per_s_per_node
+    tokens = 20 * 3600 * p5.value  # what 20 h on a p5 (fp8) trains
+    out = [
         "### The seed's fine-tune: 20 h on p5.48xlarge vs '26 h' on trn1.32xlarge",
         "",
-        "| instance | dtype | tokens/s per node (projected) | hours for what 20 p5-hours train | on-demand "
-        "$ |",
-        "|---|---|---|---|---|",
-        f"| p5.48xlarge | {p5.dtype} | {p5.tokens_per_s_per_node.value:,.0f} "
-        f"±{p5.tokens_per_s_per_node.band * 100:.0f}% "
-        f"| 20.0 | {20 * p5_rate:,.2f} |",
-        f"| trn1.32xlarge | {trn.dtype} | {trn.tokens_per_s_per_node.value:,.0f} ±"
-        f"{trn.tokens_per_s_per_node.band * 100:.0f}% | {trn_hours:,.0f} | {trn_hours * trn_rate:,.2f} |",
+        "Layout-aware training model (`chipswap project --train-tokens`, the plan): the fastest layout "
+        "that fits one node, tokens/s per node ± the held-out band of the chip family.",
+        "",
+        "| instance | dtype | layout | tokens/s per node (projected) | hours for what 20 p5-hours (fp8) "
+        "train | on-demand $ |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in runs:
+        fig = t.tokens_per_s_per_node
+        hours = tokens / fig.value / 3600
+        rate = float(catalog.rate(t.instance).usd_per_hour)
+        out.append(
+            md_row(
+                t.instance,
+                t.dtype,
+                t.layout.label(),
+                f"{fig.value:,.0f} {band(fig)}",
+                f"{hours:,.1f}",
+                f"{hours * rate:,.2f}",
+            )
+        )
+    ratio = p5.value / trn.value
+    lo = ratio / ((1 + p5.band) * (1 + trn.band))
+    hi = ratio * (1 + p5.band) * (1 + trn.band)
+    bf16 = runs[1].tokens_per_s_per_node.value / trn.value
+    return out + [
         "",
         f"Llama-3-8B at sequence length 8,192: the p5 trains {ratio:.1f}x as many tokens per hour as the "
-        "trn1 "
-        f"(band {lo:.1f}x-{hi:.1f}x), so the seed's 1.3x (26 h vs 20 h) is not what published throughput "
-        "implies. The p5 figure is FP8, as NVIDIA publishes it; a bf16 run on the p5 would be slower, but "
-        "even "
-        f"at half the FP8 rate the trn1 takes {trn_hours / 2:,.0f} h.",
+        f"trn1 in fp8 (band {lo:.1f}x-{hi:.1f}x) and {bf16:.1f}x in bf16, so the seed's 1.3x (26 h vs 20 h) "
+        "is not what published throughput implies.",
         "",
     ]
 
@@ -264,7 +302,7 @@ def speed() -> list[str]:
         f"| one `decode_step_s` call (precomputed polynomial) | {t_fast * 1e9:,.0f} ns | rebuild the time "
         "model "
         f"per call | {t_plain * 1e6:,.1f} us | {t_plain / t_fast:,.0f}x |",
-        f"| `chipswap calibrate` (fit 6 groups x phases + every held-out re-fit) | {t_cal:,.1f} s | - | - | "
+        f"| `chipswap calibrate` (fit each group x phase + every held-out re-fit) | {t_cal:,.1f} s | - | - | "
         "- |",
         "",
         f"Medians of {REPEATS} runs (3 for the graph count, the calls and the calibration). Target: "
@@ -278,7 +316,6 @@ def main() -> None:
     body += ["### Worst held-out rows", ""]
     body += worst(cal, "neuron-v2", "llm", "model", 10)
     body += worst(cal, "neuron-v2", "encoder", "model", 4)
-    body += worst(cal, "neuron-v2", "training", "model", 4)
     body += worst(cal, "nvidia", "llm", "gpu", 5)
     body += llama_table()
     body += seed_finetune()

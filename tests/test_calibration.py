@@ -47,18 +47,13 @@ def test_neuron_decoder_targets(cal, split):
         assert err is not None and err <= target, (split, metric, err)
 
 
-def test_neuron_encoder_gpu_and_training_held_out(cal):
+def test_neuron_encoder_and_gpu_held_out(cal):
     for split in ("model", "architecture", "platform"):
         for metric in ("enc_per_s", "enc_latency_s"):
             assert _err(cal, "neuron-v2", "encoder", split, metric) <= 0.15
     for split in ("gpu", "model"):
         assert _err(cal, "nvidia", "llm", split, "out_tok_s") <= 0.15
         assert _err(cal, "nvidia", "llm", split, "ttft_s") <= 0.15
-        assert _err(cal, "nvidia", "training", split, "train_tok_s") <= 0.15
-    # Trn1 training: one utilisation coefficient over rows with very different parallel layouts and SDKs;
-    # the measured 24 % misses the 15 % of the serving rows (docs/projection.md says why). Guard it from
-    # getting worse.
-    assert _err(cal, "neuron-v2", "training", "model", "train_tok_s") <= 0.30
 
 
 def test_calibrated_model_beats_the_spec_sheet_roofline_widely(cal):

@@ -1,9 +1,8 @@
 """chipswap.projection.api: configuration search under the memory rules, projected service times honouring the
-ServiceTimes seam, bands, training projections, and the one-line errors for what chipswap cannot project."""
+ServiceTimes seam, bands, and the one-line errors for what chipswap cannot project."""
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection.api import model_work, platform_of, project_serving, project_training
+from chipswap.projection.api import model_work, platform_of, project_serving
 from chipswap.projection.platform import llm_poly
 from chipswap.projection.predict import Lengths, ProjectedServiceTimes
 from chipswap.simulation.servicetime import ScaledServiceTimes, ServiceTimes, ServingConfig
@@ -165,10 +164,6 @@ def test_what_chipswap_cannot_project_is_a_one_line_error_naming_the_measured_wa
     with pytest.raises(ChipswapError, match="uncalibrated") as e:
         project_serving(W8, trn3, prompt_tokens=100, output_tokens=10, catalog=CAT)
     assert "measured" in str(e.value)
-    with pytest.raises(ChipswapError, match="no training calibration for Inferentia2"):
-        project_training(W8, "inf2.48xlarge", tokens=1e9, catalog=CAT)
-    with pytest.raises(ChipswapError, match="no bf16 training calibration for H100"):
-        project_training(W8, "p5.48xlarge", tokens=1e9, dtype="bf16", catalog=CAT)
     with pytest.raises(ChipswapError, match="unknown instance"):
         project_serving(W8, "inf9.huge", prompt_tokens=1, output_tokens=1, catalog=CAT)
     with pytest.raises(ChipswapError, match="unknown mode"):
@@ -188,24 +183,6 @@ def test_too_long_for_the_model_is_a_reason_not_a_crash():
     gpt2 = model_work("gpt2")
     p = project_serving(gpt2, "g6e.xlarge", prompt_tokens=1500, output_tokens=100, catalog=CAT)
     assert not p.fits and "1,024 positions" in p.reason
-
-
-def test_training_projection_and_the_seed_fine_tune():
-    trn = project_training(W8, "trn1.32xlarge", tokens=1e9, seq_len=8192, catalog=CAT)
-    p5 = project_training(W8, "p5.48xlarge", tokens=1e9, seq_len=8192, catalog=CAT)
-    assert trn.dtype == "bf16" and p5.dtype == "fp8"
-    # published per-node figures: trn1 ~12,275 tokens/s (Llama-3.1-8B, 32 nodes); p5 between 12,036 x 8
-    # (NeMo 24.07) and 14,451 x 8 (Megatron-Bridge 25.11), Llama 3 8B FP8
-    assert trn.tokens_per_s_per_node.low <= 12_275 <= trn.tokens_per_s_per_node.high
-    fig = p5.tokens_per_s_per_node
-    assert 12_036 * 8 / (1 + fig.band) <= fig.value <= 14_451 * 8 * (1 + fig.band)
-    ratio = p5.tokens_per_s_per_node.value / trn.tokens_per_s_per_node.value
-    assert ratio > 4  # the seed's 26 h vs 20 h (1.3x) is not what published throughput implies
-    assert trn.hours.value == pytest.approx(1e9 / trn.tokens_per_s_per_node.value / 3600)
-    big = project_training(W70, "trn1.32xlarge", tokens=1e9, seq_len=8192, catalog=CAT)
-    assert not big.fits_one_node and big.nodes_for_memory >= 3
-    with pytest.raises(ChipswapError, match="positive"):
-        project_training(W8, "trn1.32xlarge", tokens=math.nan, catalog=CAT)
 
 
 def test_projected_service_times_from_polys_directly():

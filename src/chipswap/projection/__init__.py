@@ -4,7 +4,7 @@ latency with error bands (or training tokens/s), and the calibration that fits t
 Pure core (no I/O, no torch, no clock):
 - work.py        a model's parameters, bytes and FLOPs in closed form (ModelWork);
 - platform.py    a chip family's spec sheet + fitted coefficients -> seconds for a model's work;
-- predict.py     the projection itself (ServingProjection, TrainingProjection); records in projected.py,
+- predict.py     the serving projection itself (ServingProjection); records in projected.py,
                  the encoder search in predict_encoder.py;
 - stacks.py      the serving-stack registry (ids, side, description): nxdi-vllm, nxdi-tgi, tnx-2.18, vllm,
                  trtllm, tgi;

@@ -5,7 +5,7 @@ platform files, then calls the pure chipswap.projection.predict.
     p = project_serving(work, "inf2.48xlarge", prompt_tokens=trace.prompt_tokens,
                         output_tokens=trace.output_tokens)
     p.config (ServingConfig), p.times (ServiceTimes), p.band, p.shapes / p.batches, p.rejected, p.reason
-    t = project_training(work, "trn1.32xlarge", tokens=2e9, seq_len=8192)
+Training projections: chipswap.projection.training.project_training (the layout-aware model).
 
 Errors: an instance with no chip specs or no calibration for the mode, an unsupported dtype, a model config
 missing a size -> ChipswapError (one line, naming what is missing and that a measured figure can be given).
@@ -26,9 +26,8 @@ from chipswap.errors import ChipswapError
 from chipswap.projection.layouts import StackContext
 from chipswap.projection.platform import PlatformModel
 from chipswap.projection.platforms import load_stack_terms, platform_for, platform_for_instance
-from chipswap.projection.predict import ServingProjection, TrainingProjection
+from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
-from chipswap.projection.predict import project_training as _project_training
 from chipswap.projection.predict import tp_options as _tp_options
 from chipswap.projection.stacks import GPU_CALIBRATED_STACK, default_stack, stack_for
 from chipswap.projection.work import ModelWork
@@ -37,7 +36,6 @@ __all__ = [
     "model_work",
     "platform_of",
     "project_serving",
-    "project_training",
     "stack_context",
     "tp_options",
 ]
@@ -176,21 +174,3 @@ def tp_options(work: ModelWork, instance: str | Instance, catalog: Catalog | Non
     cat = catalog or load_catalog()
     inst = _instance(instance, cat)
     return _tp_options(work, inst, platform_for_instance(inst, cat))
-
-
-def project_training(
-    work: ModelWork,
-    instance: str | Instance,
-    *,
-    tokens: float,
-    seq_len: int = 4096,
-    dtype: str | None = None,
-    nodes: int = 1,
-    catalog: Catalog | None = None,
-) -> TrainingProjection:
-    """Training tokens/s per node +- band and hours for `tokens` trained tokens."""
-    cat = catalog or load_catalog()
-    inst = _instance(instance, cat)
-    return _project_training(
-        work, platform_for_instance(inst, cat), inst, tokens=tokens, seq_len=seq_len, dtype=dtype, nodes=nodes
-    )

@@ -37,7 +37,6 @@ from chipswap.projection.fitting import (
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.platforms import FamilySpec, GroupSpec, device_spec, load_families, shipped_dir
 from chipswap.projection.reference_tables import (
-    NEURON_COMMIT,
     Skipped,
     _chip_for,
     _int,
@@ -146,124 +145,6 @@ def _neuron_decoder(
             )
 
 
-def _training_row(
-    rid: str,
-    source: str,
-    stack: str,
-    chip: str,
-    instance: str,
-    model: str,
-    compute: str,
-    seq_len: int,
-    tokens_per_s_per_device: float,
-    notes: str,
-) -> BenchRow:
-    """A published training row: trained tokens/s per device at `seq_len`, `compute` matmuls."""
-    return BenchRow(
-        row_id=rid,
-        source=source,
-        stack=stack,
-        family="",
-        chip=chip,
-        instance=instance,
-        model=model,
-        phase="training",
-        scenario="training",
-        weight_dtype="bf16",
-        compute_dtype=compute,
-        kv_dtype="bf16",
-        tp=1,
-        replicas=1,
-        batch=0,
-        input_len=seq_len,
-        output_len=0,
-        observed=(("train_tok_s", tokens_per_s_per_device),),
-        notes=notes,
-    )
-
-
-def _tutorial(cell: str) -> str:
-    """The tutorial name of a training row's link markup (`name <url>`_ or :ref:`name`)."""
-    text = cell.replace(":ref:", "").strip(" `_")
-    return text.split("<")[0].strip(" `") or "unnamed tutorial"
-
-
-def _neuron_training(
-    ref: Path, models: _Models, catalog: Catalog, out: list[BenchRow], skipped: list[Skipped]
-) -> None:
-    cores_per_node = catalog.instance("trn1.32xlarge").neuron_cores
-    # (file, column holding the sequence length or None, default length by model key with the reason)
-    default_len = {
-        "vit-base": (197, "ViT-Base/16 at 224 px: 196 patches + [CLS]"),
-        "gpt3-175b": (2048, "GPT-3 context length (Brown et al. 2020); the row does not print it"),
-        "llama-2-7b": (4096, "Llama 2 context length; the row does not print it"),
-        "llama-2-13b": (4096, "Llama 2 context length; the row does not print it"),
-    }
-    files = (
-        "trn1_training_data_decoder.csv",
-        "trn1_training_data_encoder.csv",
-        "trn1_training_data_vision_transformers.csv",
-        "trn1_trn1_trn1n_nlp_data.csv",
-    )
-    for fname in files:
-        for line, r in _read_csv(ref / "neuron-benchmarks" / fname):
-            rid = f"{fname}:{line}"
-            name = r["Model"]
-            model = models.find(name)
-            if model is None:
-                skipped.append(
-                    Skipped(
-                        rid, f"{name}: architecture not in benchmark_models.toml (not published in the row)"
-                    )
-                )
-                continue
-            dtype = r["Training Data-Type"]
-            if "BF16" not in dtype:
-                skipped.append(Skipped(rid, f"{dtype}: fp32 training (one model only; cannot be held out)"))
-                continue
-            seq = _int(r.get("Sequence Length", ""))
-            note = ""
-            if seq is None and "Ph2" in name:
-                seq, note = 512, "BERT phase 2: sequence length 512"
-            elif seq is None and "Ph1" in name:
-                seq, note = 128, "BERT phase 1: sequence length 128"
-            elif seq is None:
-                if model not in default_len:
-                    skipped.append(Skipped(rid, "sequence length not published"))
-                    continue
-                seq, note = default_len[model]
-            nodes = _int(r["Nodes"])
-            per_s = _num(r["Performance [seq/sec]"])
-            if nodes is None or per_s is None:
-                skipped.append(Skipped(rid, "nodes or throughput missing"))
-                continue
-            work_key = model
-            if model in ("bert-large",):
-                work_key = "bert-large:mlm"
-                if work_key not in models.works:
-                    models.works[work_key] = models.encoder_work(model, "mlm")
-            elif model == "vit-base":
-                work_key = "vit-base:classifier"
-                if work_key not in models.works:
-                    models.works[work_key] = models.encoder_work(model, "classifier")
-            per_device = per_s * seq / (nodes * cores_per_node)
-            out.append(
-                _training_row(
-                    rid,
-                    f"{NEURON_COMMIT} about-neuron/benchmarks/trn1/{fname.split('_', 1)[1]}",
-                    f"{_tutorial(r.get('Neuron Tutorial/Example', ''))}, Neuron {r['Neuron Version']}",
-                    "Trainium",
-                    "trn1.32xlarge",
-                    work_key,
-                    "bf16",
-                    seq,
-                    per_device,
-                    f"{nodes} nodes, {r['Topology']}; {note}".strip("; "),
-                )
-            )
-
-
-# GPU tables: accelerator variant -> catalog chip (None = not an AWS instance chip, skipped)
 def _gpu_chip(accel: str, variant: str) -> tuple[str | None, str]:
     v = variant.lower()
     if accel == "A100":
@@ -360,50 +241,6 @@ _GPU_TRAIN_MODELS = {
 }
 
 
-def _gpu_training(ref: Path, models: _Models, out: list[BenchRow], skipped: list[Skipped]) -> None:
-    fname = "training.csv"
-    for line, r in _read_csv(ref / "gpu-benchmarks" / fname):
-        rid = f"{fname}:{line}"
-        chip, note = _gpu_chip(r["gpu"], r["gpu"])
-        model = _GPU_TRAIN_MODELS.get(r["model"])
-        if chip is None:
-            skipped.append(Skipped(rid, note))
-            continue
-        if model is None:
-            skipped.append(Skipped(rid, f"{r['model']}: MoE or architecture not published in the row"))
-            continue
-        if r["task"] == "LoRA":
-            skipped.append(Skipped(rid, "LoRA: frozen base weights change the FLOPs per token"))
-            continue
-        prec = r["precision"].upper()
-        if not prec.startswith("FP8"):
-            skipped.append(
-                Skipped(rid, f"precision {r['precision']}: only FP8 dense rows exist; nothing to hold out")
-            )
-            continue
-        per_gpu = _num(r["tokens_per_s_per_gpu"])
-        if per_gpu is None:
-            skipped.append(Skipped(rid, "no tokens/s published"))
-            continue
-        out.append(
-            _training_row(
-                rid,
-                f"{r['source_url_or_repo_path']} @ {r['source_commit_or_version']}",
-                f"{r['framework']} {r['container_version']}",
-                chip,
-                "",
-                model,
-                "fp8",
-                int(r["seq_len"]),
-                per_gpu,
-                (
-                    f"{r['task']}, {r['gpu_count']} GPUs, TP{r['tp']} PP{r['pp']} CP{r['cp'] or 1}, "
-                    f"{r['precision']}"
-                ),
-            )
-        )
-
-
 def load_reference(reference: str | Path | None = None, *, platforms: str | Path | None = None) -> Reference:
     """Every usable published row of ../shared/reference (or `reference`), with works and devices."""
     ref = Path(reference) if reference else DEFAULT_REFERENCE
@@ -424,9 +261,7 @@ def load_reference(reference: str | Path | None = None, *, platforms: str | Path
     from chipswap.projection.calibration_encoders import neuron_encoder
 
     neuron_encoder(ref, models, catalog, rows, skipped)
-    _neuron_training(ref, models, catalog, rows, skipped)
     _gpu_inference(ref, models, rows, skipped)
-    _gpu_training(ref, models, rows, skipped)
     chip_family = {c.lower(): f for f in families.values() for c in f.chips}
     devices: dict[str, DeviceSpec] = {}
     placed: list[BenchRow] = []
@@ -552,6 +387,8 @@ def _toml_value(v: Any) -> str:
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + " }"
     raise TypeError(type(v))
 
 
@@ -575,7 +412,7 @@ def family_file_text(cal: Calibration, family: str) -> str:
     if group_rows:
         lines.append(f"calibrated_batch = {max(r.batch for r in group_rows)}")
     for (g, phase), coef in sorted(cal.coefficients.items()):
-        if g != spec.group or (phase == "training" and not spec.training_dtypes):
+        if g != spec.group:
             continue
         own = sum(1 for r in ref.rows if r.family == family and r.phase == phase)
         lines += [

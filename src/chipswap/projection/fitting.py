@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,8 +30,6 @@ from chipswap.projection.platform import (
     llm_poly,
     roofline_encoder_s,
     roofline_llm_poly,
-    roofline_train_tokens_per_s,
-    train_tokens_per_s_per_device,
 )
 from chipswap.projection.work import ModelWork
 
@@ -41,7 +40,6 @@ METRICS = {
     "tpot_s": "time per output token, s",
     "enc_per_s": "encoder inferences/s (instance)",
     "enc_latency_s": "encoder call latency, s",
-    "train_tok_s": "trained tokens/s per device",
 }
 SIGNIFICANT = 4  # shipped coefficients are rounded to this many significant digits
 
@@ -51,9 +49,9 @@ class BenchRow:
     """One published benchmark row, normalised. Built by chipswap.projection.calibration from the reference
     tables.
 
-    phase: "llm", "encoder" or "training". scenario: "static" (fixed batch), "ifb" (in-flight batching,
+    phase: "llm" or "encoder". scenario: "static" (fixed batch), "ifb" (in-flight batching,
     the runtime picks the batch: batch == 0), "latency" (batch-1 first token), "data-parallel" (encoder, one
-    copy per device), "training". tp: devices per replica. replicas: copies whose throughputs the published
+    copy per device). tp: devices per replica. replicas: copies whose throughputs the published
     figure adds up. observed: (metric, value) pairs in METRICS units."""
 
     row_id: str
@@ -103,6 +101,14 @@ def ifb_batch(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRule
     return max(1, min(rules.ifb_max_batch, int(rules.ifb_memory_fraction * free // per_seq)))
 
 
+def _row_layout(row: BenchRow, *, kv: bool = True) -> dict[str, Any]:
+    """A published row's tensor-parallel degree and dtypes, as the time models take them."""
+    out: dict[str, Any] = {"tp": row.tp, "weight_dtype": row.weight_dtype, "compute_dtype": row.compute_dtype}
+    if kv:
+        out["kv_dtype"] = row.kv_dtype
+    return out
+
+
 def predict_row(
     row: BenchRow, work: ModelWork, device: DeviceSpec, coef: Coefficients, rules: FitRules
 ) -> dict[str, float]:
@@ -119,14 +125,7 @@ def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitR
     """The uncalibrated spec-sheet roofline's value of every metric the row publishes (no fitted numbers)."""
     out: dict[str, float] = {}
     if row.phase == "llm":
-        comp, mem = roofline_llm_poly(
-            work,
-            device,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            kv_dtype=row.kv_dtype,
-        )
+        comp, mem = roofline_llm_poly(work, device, **_row_layout(row))
         batch = row.batch or ifb_batch(row, work, device, rules)
         prefill = max(comp.prefill_s(batch, row.input_len), mem.prefill_s(batch, row.input_len))
         context = row.input_len + row.output_len // 2
@@ -139,12 +138,6 @@ def baseline_row(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitR
     elif row.phase == "encoder":
         t = roofline_encoder_s(work, device, row.batch, row.input_len, weight_dtype=row.weight_dtype)
         out = {"enc_latency_s": t, "enc_per_s": row.replicas * row.batch / t}
-    elif row.phase == "training":
-        out = {
-            "train_tok_s": roofline_train_tokens_per_s(
-                work, device, seq_len=row.input_len, compute_dtype=row.compute_dtype
-            )
-        }
     return {m: v for m, v in out.items() if row.value(m) is not None}
 
 
@@ -228,16 +221,7 @@ def _times(
 ) -> dict[str, tuple[float, float, bool]]:
     """(time-like quantity, scale, inverse) per metric: the metric is the time, or scale / time."""
     if row.phase == "llm":
-        poly = llm_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            kv_dtype=row.kv_dtype,
-            family=row.family,
-        )
+        poly = llm_poly(work, device, coef, **_row_layout(row), family=row.family)
         batch = row.batch or ifb_batch(row, work, device, rules)
         prefill = poly.prefill_s(batch, row.input_len)
         step = poly.decode_step_s(batch, row.input_len + row.output_len // 2)
@@ -247,22 +231,9 @@ def _times(
             "out_tok_s": (prefill + row.output_len * step, batch * row.output_len * row.replicas, True),
         }
     if row.phase == "encoder":
-        epoly = encoder_poly(
-            work,
-            device,
-            coef,
-            tp=row.tp,
-            weight_dtype=row.weight_dtype,
-            compute_dtype=row.compute_dtype,
-            family=row.family,
-        )
+        epoly = encoder_poly(work, device, coef, **_row_layout(row, kv=False), family=row.family)
         t = epoly.encoder_s(row.batch, row.input_len)
         return {"enc_latency_s": (t, 1.0, False), "enc_per_s": (t, float(row.replicas * row.batch), True)}
-    if row.phase == "training":
-        rate = train_tokens_per_s_per_device(
-            work, device, coef, seq_len=row.input_len, compute_dtype=row.compute_dtype, family=row.family
-        )
-        return {"train_tok_s": (1.0 / rate if rate else math.inf, 1.0, True)}
     return {}
 
 

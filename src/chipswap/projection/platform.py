@@ -17,7 +17,6 @@ The time model of one replica (a tensor-parallel group of `tp` devices: NeuronCo
   encoder(B, S) = encoder_fixed + layers x encoder_layer + FLOPs / (peak x encoder_compute_eff)
                   + weight bytes / (bandwidth x encoder_weight_bw_eff) + output bytes / host link
   collectives(tokens) = layers x 2 all-reduces x 2 (tp-1)/tp x tokens x hidden x 2 bytes / (link x link_eff)
-  training tokens/s per device = peak x train_eff / FLOPs per trained token
 
 Every term is a work quantity from chipswap.projection.work divided by a spec-sheet rate (from the catalog's
 chip)
@@ -32,7 +31,7 @@ Pure: no I/O, no torch, no clock. May not read the catalog or the platform files
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
 from chipswap.projection.work import ModelWork, dtype_bytes
@@ -60,11 +59,6 @@ COEFFICIENTS: dict[str, dict[str, str]] = {
         "encoder_compute_eff": "share of the 16-bit peak FLOP/s reached by an encoder forward",
         "encoder_weight_bw_eff": "share of the HBM bandwidth reached streaming the weights",
         "host_gb_s": "GB/s at which the outputs come back to the host",
-    },
-    "training": {
-        "train_eff_16": "model FLOPs utilisation of 16-bit (bf16 autocast) training",
-        "train_eff_8": "model FLOPs utilisation of fp8 training",
-        "train_eff_32": "model FLOPs utilisation of fp32 training (share of the fp32 peak)",
     },
 }
 # the value a coefficient takes when its group did not fit it (it then drops out of the time model)
@@ -124,7 +118,7 @@ class DeviceSpec:
 
 @dataclass(frozen=True)
 class Coefficients:
-    """Fitted coefficients of one phase ("llm", "encoder", "training") for one fit group.
+    """Fitted coefficients of one phase ("llm", "encoder") for one fit group.
 
     values: (name, value) for every coefficient the group fitted; a name absent here is not calibrated
     (efficiencies) or neutral (fixed times, see NEUTRAL). The provenance fields say what they came from."""
@@ -284,21 +278,6 @@ def encoder_poly(
     )
 
 
-def train_tokens_per_s_per_device(
-    work: ModelWork,
-    device: DeviceSpec,
-    coef: Coefficients,
-    *,
-    seq_len: int,
-    compute_dtype: str,
-    family: str = "",
-) -> float:
-    """Trained tokens per second on one device at the fitted model-FLOPs utilisation of that precision."""
-    peak = device.need_peak(compute_dtype, family)
-    eff = coef.need(f"train_eff_{precision_class(compute_dtype)}", family or device.chip)
-    return peak * eff / work.train_flops_per_token(seq_len)
-
-
 # --- the uncalibrated spec-sheet roofline (the baseline every validation table compares against) ---------
 
 
@@ -351,12 +330,6 @@ def roofline_encoder_s(
     )
 
 
-def roofline_train_tokens_per_s(
-    work: ModelWork, device: DeviceSpec, *, seq_len: int, compute_dtype: str
-) -> float:
-    return (device.peak(compute_dtype) or 0.0) / work.train_flops_per_token(seq_len)
-
-
 @dataclass(frozen=True)
 class PlatformModel:
     """A chip family as the projection sees it: its device, the dtypes it can serve, the memory rules, the
@@ -384,7 +357,6 @@ class PlatformModel:
     band_basis: tuple[tuple[str, str], ...] = ()  # (phase:metric, how the band was measured)
     calibrated_batch: int = 0
     notes: str = ""
-    training_dtypes: tuple[str, ...] = field(default=("bf16",))
 
     def device(self, chip: str) -> DeviceSpec:
         for d in self.devices:
@@ -399,7 +371,7 @@ class PlatformModel:
         for c in self.coefficients:
             if c.phase == phase:
                 return c
-        what = {"llm": "LLM serving", "encoder": "encoder serving", "training": "training"}.get(phase, phase)
+        what = {"llm": "LLM serving", "encoder": "encoder serving"}.get(phase, phase)
         raise ChipswapError(
             f"no {what} calibration for {self.family}: no published {what} rows for this chip family were "
             "found to fit on; give a measured figure for this instance (workload `measured` source or a "

@@ -38,7 +38,6 @@ class FamilySpec:
     devices_per_chip: int
     group: str
     weight_dtypes: tuple[tuple[str, str], ...]
-    training_dtypes: tuple[str, ...]
     padded: bool
     reserve_gib: float
     reserve_fraction: float
@@ -92,7 +91,6 @@ def load_families(folder: str | None = None) -> tuple[dict[str, FamilySpec], dic
             ),
             group=group,
             weight_dtypes=tuple((str(a).lower(), str(b).lower()) for a, b in pairs),
-            training_dtypes=_str_list(f.get("training_dtypes", []), f"{where}.training_dtypes"),
             padded=bool(f.get("padded", False)),
             reserve_gib=strict_number(f.get("reserve_gib", 1.0), f"{where}.reserve_gib", lo=0, hi=64),
             reserve_fraction=strict_number(
@@ -199,7 +197,6 @@ def _build_platform(family: str, folder: str | None, catalog: Catalog) -> Platfo
         band_basis=tuple(basis),
         calibrated_batch=int(data.get("calibrated_batch", 0) or 0),
         notes=spec.note or str(data.get("note", "")),
-        training_dtypes=spec.training_dtypes,
     )
 
 

@@ -1,5 +1,5 @@
 """Projection: the user's model on one instance -> the serving configuration, service times and predicted
-throughput / latency with error bands; or training tokens/s per node and job hours.
+throughput / latency with error bands. (Training projections: chipswap.projection.training.)
 
 What it is for: `chipswap project`, and the plan (through chipswap.projection.api, which loads the catalog
 and the
@@ -12,10 +12,8 @@ Pure: no I/O, no torch, no clock. Takes a ModelWork (chipswap.projection.work), 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
@@ -33,7 +31,6 @@ from chipswap.projection.layouts import (
 from chipswap.projection.platform import (
     Coefficients,
     PlatformModel,
-    train_tokens_per_s_per_device,
 )
 from chipswap.projection.projected import (  # noqa: F401  (re-exported: callers import them from here)
     MAX_LENGTH_LIMIT,
@@ -63,7 +60,6 @@ from chipswap.simulation.servicetime import ServingConfig
 
 MODES = ("llm", "encoder")
 DTYPE_CHOICES = ("bf16", "any")  # or one weight dtype the platform serves
-TRAINING_BYTES_PER_PARAM = 16  # bf16 weights + bf16 grads + fp32 master copy + Adam moments (2+2+4+4+4)
 GiB = float(2**30)
 
 
@@ -441,126 +437,6 @@ def _llm_result(
             x.as_dict(lengths.mean_output, chosen=x is best)
             for x in sorted(layouts, key=lambda c: (c is not best, -c.slow_edge))
         ),
-    )
-
-
-# --- training -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TrainingProjection:
-    """Training throughput of one node (instance) and the hours a job of `tokens` takes on `nodes` of them."""
-
-    model: str
-    instance: str
-    family: str
-    dtype: str
-    seq_len: int
-    tokens: float
-    nodes: int
-    tokens_per_s_per_node: Projected
-    hours: Projected
-    state_bytes: float
-    fits_one_node: bool
-    nodes_for_memory: int
-    notes: tuple[str, ...] = field(default=())
-    stacks: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "instance": self.instance,
-            "family": self.family,
-            "dtype": self.dtype,
-            "seq_len": self.seq_len,
-            "tokens": self.tokens,
-            "nodes": self.nodes,
-            "tokens_per_s_per_node": self.tokens_per_s_per_node.as_dict(),
-            "hours": self.hours.as_dict(),
-            "training_state_gib": self.state_bytes / GiB,
-            "fits_one_node": self.fits_one_node,
-            "nodes_for_memory": self.nodes_for_memory,
-            "notes": list(self.notes),
-            "calibrated_on": list(self.stacks),
-        }
-
-
-def project_training(
-    work: ModelWork,
-    platform: PlatformModel,
-    instance: Instance,
-    *,
-    tokens: float,
-    seq_len: int = 4096,
-    dtype: str | None = None,
-    nodes: int = 1,
-) -> TrainingProjection:
-    """Tokens/s per node (instance) at the platform's fitted training utilisation and the hours for `tokens`
-    trained tokens on `nodes` nodes (throughput scales linearly with nodes: an assumption, stated)."""
-    if not (tokens > 0 and math.isfinite(tokens)):
-        raise ChipswapError(f"training tokens must be a positive number, got {tokens!r}; give tokens per run")
-    if not 1 <= seq_len <= MAX_LENGTH_LIMIT:
-        raise ChipswapError(
-            f"sequence length {seq_len} is outside 1..{MAX_LENGTH_LIMIT}; give the training length"
-        )
-    if not 1 <= nodes <= 100_000:
-        raise ChipswapError(f"nodes must be 1..100000, got {nodes}")
-    if not platform.training_dtypes:
-        raise ChipswapError(
-            f"no training calibration for {platform.family}: chipswap has no published training rows "
-            "for this "
-            "chip family; give a measured figure (hours or tokens/s) for this instance instead"
-        )
-    coef = platform.phase("training")
-    use = (dtype or platform.training_dtypes[0]).lower()
-    if use not in platform.training_dtypes:
-        raise ChipswapError(
-            f"no {use} training calibration for {platform.family}: its published training rows are "
-            f"{', '.join(platform.training_dtypes)}; use dtype {platform.training_dtypes[0]} or give a "
-            "measured figure"
-        )
-    device = platform.device(instance.accelerator)
-    per_device = train_tokens_per_s_per_device(
-        work, device, coef, seq_len=seq_len, compute_dtype=use, family=platform.family
-    )
-    devices = devices_of(instance)
-    per_node = per_device * devices
-    band = _band(platform, "training", "train_tok_s")
-    state = work.params * TRAINING_BYTES_PER_PARAM
-    usable = float(instance.accelerator_memory_gib) * GiB * (1.0 - platform.reserve_fraction)
-    need_nodes = max(1, math.ceil(state / usable))
-    notes = []
-    if use == "fp8":
-        notes.append("fp8 training (as in the published NVIDIA rows); a bf16 run is slower")
-    if need_nodes > 1:
-        notes.append(
-            f"full training state ({_gib(state)}: bf16 weights and grads, fp32 master and Adam "
-            f"moments) needs >= {need_nodes} nodes' accelerator memory; per-node throughput assumes a "
-            "multi-node run like the "
-            "published ones"
-        )
-    if nodes > 1:
-        notes.append(f"{nodes} nodes: throughput assumed to scale linearly (assumption)")
-    if seq_len < 1024 and work.kind == "decoder":
-        notes.append("short sequences: the published decoder rows train at 2,048-8,192 tokens")
-    hours = tokens / (per_node * nodes) / 3600.0
-    return TrainingProjection(
-        model=work.name,
-        instance=instance.name,
-        family=platform.family,
-        dtype=use,
-        seq_len=seq_len,
-        tokens=float(tokens),
-        nodes=nodes,
-        tokens_per_s_per_node=Projected(
-            per_node, "tokens/s", band, note=f"{devices} {platform.device_unit}s, {use}"
-        ),
-        hours=Projected(hours, "h", band),
-        state_bytes=state,
-        fits_one_node=need_nodes <= 1,
-        nodes_for_memory=need_nodes,
-        notes=tuple(notes),
-        stacks=coef.stacks,
     )
 
 

@@ -103,14 +103,9 @@ class TrainingPlan:
     stacks: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
+        plain = ("model", "instance", "family", "dtype", "seq_len", "nodes", "tokens")
         return {
-            "model": self.model,
-            "instance": self.instance,
-            "family": self.family,
-            "dtype": self.dtype,
-            "seq_len": self.seq_len,
-            "nodes": self.nodes,
-            "tokens": self.tokens,
+            **{k: getattr(self, k) for k in plain},
             "layout": self.layout.as_dict(),
             "tokens_per_s_per_node": self.tokens_per_s_per_node.as_dict(),
             "hours": self.hours.as_dict() if self.hours else None,

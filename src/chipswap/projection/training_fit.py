@@ -25,7 +25,7 @@ from chipswap.datafile import read_toml
 from chipswap.economics.catalog import Catalog
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE
+from chipswap.projection.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE, _toml_value
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.reference_tables import _int, _Models, _num, _read_csv
 from chipswap.projection.training import calibration_path, system_of
@@ -489,20 +489,6 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
         "skipped": skipped,
         "fit_layouts": {r.row_id: lay.label() for r, lay in zip(rows, lays, strict=True)},
     }
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f'"{k}" = {_toml_value(x)}' for k, x in v.items()) + " }"
-    raise TypeError(type(v))
 
 
 def render(data: dict[str, Any]) -> str:

@@ -171,15 +171,8 @@ class Memory:
         return self.total <= self.usable
 
     def as_dict(self) -> dict[str, float]:
-        return {
-            "weights_gib": self.weights / GiB,
-            "grads_gib": self.grads / GiB,
-            "optimizer_gib": self.optimizer / GiB,
-            "activations_gib": self.activations / GiB,
-            "logits_gib": self.logits / GiB,
-            "total_gib": self.total / GiB,
-            "usable_gib": self.usable / GiB,
-        }
+        parts = ("weights", "grads", "optimizer", "activations", "logits", "total", "usable")
+        return {f"{k}_gib": getattr(self, k) / GiB for k in parts}
 
 
 @dataclass(frozen=True)
