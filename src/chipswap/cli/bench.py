@@ -16,6 +16,8 @@ from typing import Any
 
 import typer
 
+from chipswap.cli.common import from_flags
+
 TOKEN_ENV = "CHIPSWAP_BENCH_TOKEN"
 
 HELP = (
@@ -290,29 +292,14 @@ def _bench(
     if out is not None:
         out = bench_out_path(out)
     token = os.environ.get(TOKEN_ENV) or None
-    opts = BenchOptions(
-        url=url,
-        protocol=protocol,
-        trace=trace,
+    opts = from_flags(
+        BenchOptions,
+        locals(),  # every flag named like a BenchOptions field goes in as given; the rest:
         max_requests=requests,
         duration_s=duration,
-        time_scale=time_scale,
-        rate=rate,
-        arrivals=arrivals,
-        length_map=length_map,
-        max_length=max_length,
-        model=model,
-        tokenizer=tokenizer,
         extra_body=parse_extra_body(extra_body),
         timeout_s=timeout,
-        max_inflight=max_inflight,
         slo=Slo(slo_ms, slo_ttft_ms, slo_itl_ms),
-        instance=instance,
-        term=term,
-        region=region,
-        catalog=catalog,
-        seed=seed,
-        token=token,
         command=_command(url, locals()),
     )
     bar = _Bar(enabled=not as_json)

@@ -86,7 +86,7 @@ class NeuronBackend(base.Backend, name="neuron", needs_weights=False):
 
         shutil.rmtree(out_dir / "work", ignore_errors=True)
         base.write_io(out_dir, example_inputs, outputs)
-        return sorted(p.name for p in out_dir.iterdir() if p.is_file())
+        return base.artifact_files(out_dir)
 
     def load(
         self,
