@@ -120,7 +120,7 @@ class AOTInductorBackend(base.Backend, name="aotinductor", needs_weights=True):
         self,
         artifact_dir: Path,
         *,
-        weights: Mapping[str, torch.Tensor] | None = None,
+        weights: base.Weights = None,
         copy_weights: bool = False,
         trust_native: bool = False,
     ) -> base.LoadedArtifact:

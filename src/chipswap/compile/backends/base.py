@@ -20,6 +20,9 @@ from chipswap.errors import ChipswapError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    # the weights a backend that keeps them outside the artifact is loaded with (one dict for every bucket)
+    Weights = Mapping[str, torch.Tensor] | None
+
 IO_FILE = "io.json"
 MAX_IO_BYTES = 1 * 2**20
 MAX_TENSORS = 256  # inputs or outputs of one compiled bucket
@@ -107,9 +110,7 @@ class Backend(ABC):
         """The backend's compile, with the merged flags."""
 
     @abstractmethod
-    def load(
-        self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
-    ) -> LoadedArtifact:
+    def load(self, artifact_dir: Path, *, weights: Weights = None) -> LoadedArtifact:
         """Load a compiled bucket back (in any process)."""
 
 

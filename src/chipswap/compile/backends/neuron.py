@@ -89,11 +89,7 @@ class NeuronBackend(base.Backend, name="neuron", needs_weights=False):
         return base.artifact_files(out_dir)
 
     def load(
-        self,
-        artifact_dir: Path,
-        *,
-        weights: Mapping[str, torch.Tensor] | None = None,
-        trust_native: bool = False,
+        self, artifact_dir: Path, *, weights: base.Weights = None, trust_native: bool = False
     ) -> base.LoadedArtifact:
         artifact_dir = Path(artifact_dir)
         if not trust_native:  # TorchScript is code: only a verified entry of chipswap's own cache

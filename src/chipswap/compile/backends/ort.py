@@ -100,9 +100,7 @@ class OnnxRuntimeBackend(base.Backend, name="onnxruntime", needs_weights=False):
         (out_dir / EXPORT_LOG).write_text(log.getvalue())
         return base.artifact_files(out_dir)
 
-    def load(
-        self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
-    ) -> base.LoadedArtifact:
+    def load(self, artifact_dir: Path, *, weights: base.Weights = None) -> base.LoadedArtifact:
         import onnxruntime as ort
         import torch
 
