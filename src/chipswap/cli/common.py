@@ -27,6 +27,17 @@ CATALOG_FLAG = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP
 JSON_TABLE_FLAG = typer.Option(False, "--json", help="Print JSON instead of a table.")
 
 
+def maybe_flag(*names: str, help: str, **kw: Any) -> Any:  # noqa: A002 - typer's own keyword
+    """The most common flag: None unless given (`typer.Option(None, *names, help=...)`); `kw`: typer's other
+    keywords (metavar, ...)."""
+    return typer.Option(None, *names, help=help, **kw)
+
+
+def switch(*names: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
+    """An on/off flag, off unless given (`typer.Option(False, *names, help=...)`)."""
+    return typer.Option(False, *names, help=help)
+
+
 @contextmanager
 def step_progress(enabled: bool, label: str) -> Iterator[Callable[[str], None]]:
     """A rich progress line on a terminal, advanced once per step (`step("us-east-1")`); silent otherwise."""
