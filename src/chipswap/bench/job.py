@@ -157,6 +157,10 @@ def prepare(opts: BenchOptions) -> tuple[str, Any, Any, dict[str, Any] | None]:
     return url, trace, _client(opts), instance
 
 
+# the BenchOptions fields that build_schedule takes under the same names, as they are
+_SCHEDULE_OPTIONS = ("max_requests", "duration_s", "time_scale", "rate", "seed", "arrivals")
+
+
 async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
     from chipswap.bench.runner import RunLimits, RunOutcome, run_load
 
@@ -168,18 +172,14 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
     predict = opts.protocol == "predict"
 
     def schedule(length_map: str, max_length: int | None) -> Schedule:
+        given = {k: getattr(opts, k) for k in _SCHEDULE_OPTIONS}
         return build_schedule(
             trace.prompt_tokens,
             trace.output_tokens,
             trace.timestamps_s,
-            max_requests=opts.max_requests,
-            duration_s=opts.duration_s,
-            time_scale=opts.time_scale,
-            rate=opts.rate,
+            **given,
             length_map=length_map,
             max_length=max_length,
-            seed=opts.seed,
-            arrivals=opts.arrivals,
         )
 
     def make_schedule(_server: dict[str, Any]) -> Schedule:

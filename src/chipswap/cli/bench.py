@@ -16,6 +16,8 @@ from typing import Any
 
 import typer
 
+from chipswap.cli.common import from_flags, maybe_flag, switch
+
 TOKEN_ENV = "CHIPSWAP_BENCH_TOKEN"
 
 HELP = (
@@ -230,57 +232,47 @@ def _bench(
     protocol: str = typer.Option(
         "predict", "--protocol", help="predict (chipswap serve), completions or chat."
     ),
-    trace: str | None = typer.Option(
-        None, "--trace", help="CSV/JSONL/Parquet trace (default: the bundled one)."
-    ),
+    trace: str | None = maybe_flag("--trace", help="CSV/JSONL/Parquet trace (default: the bundled one)."),
     requests: int = typer.Option(1000, "--requests", help="Send at most this many requests."),
     duration: float = typer.Option(
         60.0, "--duration", help="Send only requests planned within these seconds."
     ),
-    time_scale: float | None = typer.Option(
-        None, "--time-scale", help="Multiply inter-arrival times (0.5 = 2x faster)."
+    time_scale: float | None = maybe_flag(
+        "--time-scale", help="Multiply inter-arrival times (0.5 = 2x faster)."
     ),
-    rate: float | None = typer.Option(
-        None, "--rate", help="Or scale arrivals to this mean rate (requests/s)."
-    ),
+    rate: float | None = maybe_flag("--rate", help="Or scale arrivals to this mean rate (requests/s)."),
     arrivals: str = typer.Option(
         "trace", "--arrivals", help="trace (replay its gaps) or poisson (steady random arrivals at --rate)."
     ),
     length_map: str = typer.Option(
         "scale", "--length-map", help="predict: scale, clip or none (see docs/serve.md)."
     ),
-    max_length: int | None = typer.Option(
-        None, "--max-length", help="predict: map lengths into 1..N (default: server's)."
+    max_length: int | None = maybe_flag(
+        "--max-length", help="predict: map lengths into 1..N (default: server's)."
     ),
-    model: str | None = typer.Option(
-        None, "--model", help="OpenAI: model name (default: first in /v1/models)."
+    model: str | None = maybe_flag("--model", help="OpenAI: model name (default: first in /v1/models)."),
+    tokenizer: str | None = maybe_flag(
+        "--tokenizer", help="OpenAI: the server's tokenizer.json (exact prompts)."
     ),
-    tokenizer: str | None = typer.Option(
-        None, "--tokenizer", help="OpenAI: the server's tokenizer.json (exact prompts)."
-    ),
-    extra_body: str | None = typer.Option(
-        None, "--extra-body", help='OpenAI: extra JSON fields, e.g. {"ignore_eos": true}.'
+    extra_body: str | None = maybe_flag(
+        "--extra-body", help='OpenAI: extra JSON fields, e.g. {"ignore_eos": true}.'
     ),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request (connect to last byte)."),
     max_inflight: int = typer.Option(512, "--max-inflight", help="Open requests at once; more are not sent."),
-    slo_ms: float | None = typer.Option(None, "--slo-ms", help="Goodput: end-to-end latency target (ms)."),
-    slo_ttft_ms: float | None = typer.Option(
-        None, "--slo-ttft-ms", help="Goodput: time-to-first-token target (ms)."
+    slo_ms: float | None = maybe_flag("--slo-ms", help="Goodput: end-to-end latency target (ms)."),
+    slo_ttft_ms: float | None = maybe_flag("--slo-ttft-ms", help="Goodput: time-to-first-token target (ms)."),
+    slo_itl_ms: float | None = maybe_flag(
+        "--slo-itl-ms", help="Goodput: p99 inter-token latency target (ms)."
     ),
-    slo_itl_ms: float | None = typer.Option(
-        None, "--slo-itl-ms", help="Goodput: p99 inter-token latency target (ms)."
-    ),
-    instance: str | None = typer.Option(
-        None, "--instance", help="Instance type the server runs on (for cost)."
-    ),
+    instance: str | None = maybe_flag("--instance", help="Instance type the server runs on (for cost)."),
     term: str = typer.Option("on-demand", "--term", help="Price term for the cost."),
     region: str = typer.Option("us-east-1", "--region", help="Region for the price."),
-    catalog: str | None = typer.Option(None, "--catalog", help="Catalog file overriding the shipped one."),
+    catalog: str | None = maybe_flag("--catalog", help="Catalog file overriding the shipped one."),
     seed: int = typer.Option(0, "--seed", help="Seed for token ids, prompts and Poisson arrivals."),
     out: Path | None = typer.Option(
         Path("chipswap-bench.json"), "--out", help="Results file (chipswap.bench/2)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the results JSON instead of tables."),
+    as_json: bool = switch("--json", help="Print the results JSON instead of tables."),
 ) -> int:
     from chipswap.atomic import atomic_write_text
     from chipswap.bench.job import BenchOptions, bench_out_path, parse_extra_body, run_bench
@@ -290,29 +282,14 @@ def _bench(
     if out is not None:
         out = bench_out_path(out)
     token = os.environ.get(TOKEN_ENV) or None
-    opts = BenchOptions(
-        url=url,
-        protocol=protocol,
-        trace=trace,
+    opts = from_flags(
+        BenchOptions,
+        locals(),  # every flag named like a BenchOptions field goes in as given; the rest:
         max_requests=requests,
         duration_s=duration,
-        time_scale=time_scale,
-        rate=rate,
-        arrivals=arrivals,
-        length_map=length_map,
-        max_length=max_length,
-        model=model,
-        tokenizer=tokenizer,
         extra_body=parse_extra_body(extra_body),
         timeout_s=timeout,
-        max_inflight=max_inflight,
         slo=Slo(slo_ms, slo_ttft_ms, slo_itl_ms),
-        instance=instance,
-        term=term,
-        region=region,
-        catalog=catalog,
-        seed=seed,
-        token=token,
         command=_command(url, locals()),
     )
     bar = _Bar(enabled=not as_json)

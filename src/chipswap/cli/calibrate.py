@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chipswap.cli.common import maybe_flag, switch
+
 HELP = (
     "Re-fit the projection's platform coefficients from ../shared/reference/{neuron,gpu}-benchmarks (or "
     "--reference DIR), validate them on held-out rows (leave one model / architecture / platform / GPU out) "
@@ -26,18 +28,13 @@ HELP = (
 def register(app: typer.Typer) -> None:
     @app.command("calibrate", help=HELP)
     def calibrate(
-        reference: Path | None = typer.Option(
-            None,
+        reference: Path | None = maybe_flag(
             "--reference",
             help="folder holding neuron-benchmarks/ and gpu-benchmarks/ (default ../shared/reference)",
         ),
-        check: bool = typer.Option(
-            False, "--check", help="compare with the shipped files; exit 1 if they differ"
-        ),
-        out: Path | None = typer.Option(
-            None, "--out", help="write the files here instead of the package data"
-        ),
-        as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+        check: bool = switch("--check", help="compare with the shipped files; exit 1 if they differ"),
+        out: Path | None = maybe_flag("--out", help="write the files here instead of the package data"),
+        as_json: bool = switch("--json", help="print JSON instead of tables"),
     ) -> None:
         from chipswap.errors import ChipswapError
         from chipswap.projection import calibration as C

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from chipswap.cli.common import maybe_flag, switch
+
 SEVERITY_STYLE = {"blocker": "bold red", "slow": "yellow", "warn": "magenta", "info": "dim"}
 # the 70B preset checks in well under a minute (docs/benchmarks.md); a forward that never returns is a bug
 DEFAULT_CHECK_TIMEOUT_S = 900.0
@@ -19,49 +21,41 @@ def check(
         "(fn, args)), "
         "or a torch.export .pt2 file.",
     ),
-    task: str = typer.Option(
-        None,
+    task: str = maybe_flag(
         "--task",
         help="Model head: base, sequence-classification, causal-lm, masked-lm, image-classification, "
         "seq2seq-lm, speech-seq2seq, audio-classification, ctc, encoder (default: the preset's or config's).",
     ),
-    shape: list[str] = typer.Option(
-        None, "--shape", help="Input shape NAME=DIMxDIM[:DTYPE], repeatable (e.g. input_ids=1x128:int64)."
+    shape: list[str] = maybe_flag(
+        "--shape", help="Input shape NAME=DIMxDIM[:DTYPE], repeatable (e.g. input_ids=1x128:int64)."
     ),
-    plan: Path = typer.Option(
-        None,
+    plan: Path = maybe_flag(
         "--plan",
         help="Shape plan (chipswap.shapeplan/1, written by chipswap shapes --out plan.json; any file name): "
         "checks every batch x sequence bucket.",
     ),
     sdk: str = typer.Option("2.32", "--sdk", help="Neuron SDK whose rules apply: 2.26, 2.27 or 2.32."),
     target: str = typer.Option("inf2", "--target", help="Instance family: inf1, inf2, trn1 or trn2."),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the report as JSON (torch_neuronx.analyze keys)."
-    ),
-    markdown: Path = typer.Option(None, "--markdown", help="Also write the report as Markdown to this file."),
-    out: Path = typer.Option(None, "--out", help="Also write the JSON report to this file."),
-    training: bool = typer.Option(
-        False,
+    as_json: bool = switch("--json", help="Print the report as JSON (torch_neuronx.analyze keys)."),
+    markdown: Path = maybe_flag("--markdown", help="Also write the report as Markdown to this file."),
+    out: Path = maybe_flag("--out", help="Also write the JSON report to this file."),
+    training: bool = switch(
         "--training",
         help="Also check one training step: the backward pass and an AdamW update (ops that exist only when "
         "training, e.g. embedding-gradient scatter-adds, dropout).",
     ),
-    full_model: bool = typer.Option(
-        False,
+    full_model: bool = switch(
         "--full-model",
         help="Export every layer. Default: a config with many identical layers is checked as a 2-layer copy "
         "(same operators, dtypes and findings, a fraction of the time).",
     ),
-    trust_pickle: bool = typer.Option(
-        False,
+    trust_pickle: bool = switch(
         "--trust-pickle",
         help="Let a .pt2 file unpickle Python objects (runs code from the file). Default: weights-only "
         "loading; "
         "a file that needs unpickling is refused.",
     ),
-    trust_native: bool = typer.Option(
-        False,
+    trust_native: bool = switch(
         "--trust-native",
         help="Let a .pt2 file load the AOTInductor shared objects it carries (runs native code from the "
         "file). Default: an archive with native code is refused.",
@@ -72,8 +66,7 @@ def check(
         help="Seconds the whole check may take (building the model, its forward, the export); past it: one "
         "error line, exit 2.",
     ),
-    factory_path: list[Path] = typer.Option(
-        None,
+    factory_path: list[Path] = maybe_flag(
         "--factory-path",
         help="Folder a factory module may be imported from (repeatable). The current folder is not searched "
         "unless given here (or on PYTHONPATH).",

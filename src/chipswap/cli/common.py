@@ -8,9 +8,10 @@ over the capability packages.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
+from typing import Any, TypeVar
 
 import typer
 
@@ -18,11 +19,23 @@ from chipswap.economics.catalog import TERMS, ReservedTerm
 from chipswap.errors import ChipswapError
 
 RESERVED_EXAMPLE = "10000,5.50,1"
+T = TypeVar("T")
 
 # Flags several commands declare the same way (one definition; typer reads it at each command).
 CATALOG_HELP = "TOML file with the same schema as the shipped catalog; its entries override the shipped ones."
 CATALOG_FLAG = typer.Option(None, "--catalog", metavar="FILE", help=CATALOG_HELP)
 JSON_TABLE_FLAG = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+
+def maybe_flag(*names: str, help: str, **kw: Any) -> Any:  # noqa: A002 - typer's own keyword
+    """The most common flag: None unless given (`typer.Option(None, *names, help=...)`); `kw`: typer's other
+    keywords (metavar, ...)."""
+    return typer.Option(None, *names, help=help, **kw)
+
+
+def switch(*names: str, help: str) -> Any:  # noqa: A002 - typer's own keyword
+    """An on/off flag, off unless given (`typer.Option(False, *names, help=...)`)."""
+    return typer.Option(False, *names, help=help)
 
 
 @contextmanager
@@ -36,6 +49,15 @@ def step_progress(enabled: bool, label: str) -> Iterator[Callable[[str], None]]:
     with Progress(transient=True) as bar:
         task = bar.add_task(label, total=None)
         yield lambda m: bar.update(task, advance=1, description=f"{label}: {m}")
+
+
+def from_flags(cls: type[T], flags: Mapping[str, Any], **converted: Any) -> T:
+    """The dataclass `cls` built from a command's `flags` (its locals()): each flag named like a field goes in
+    as given; `converted` holds the fields a command renames or parses, and wins over a flag of that name."""
+    from dataclasses import fields
+
+    given = {f.name: flags[f.name] for f in fields(cls) if f.name in flags}  # type: ignore[arg-type]
+    return cls(**{**given, **converted})
 
 
 # --- flag parsing -------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from chipswap.cli.common import flag_ints
+from chipswap.cli.common import flag_ints, maybe_flag, switch
 from chipswap.errors import ChipswapError
 
 HELP = (
@@ -28,30 +28,27 @@ HELP = (
 
 def _compile(
     model: str = typer.Argument(..., help="Preset name, config.json, package.module:factory or .pt2 file."),
-    plan: Path | None = typer.Option(None, "--plan", help="Shape plan JSON (chipswap.shapeplan/1)."),
-    seq_len: str | None = typer.Option(
-        None, "--seq-len", help="Sequence bucket(s) instead of --plan, e.g. 128 or 64,128."
+    plan: Path | None = maybe_flag("--plan", help="Shape plan JSON (chipswap.shapeplan/1)."),
+    seq_len: str | None = maybe_flag(
+        "--seq-len", help="Sequence bucket(s) instead of --plan, e.g. 128 or 64,128."
     ),
-    batch_sizes: str | None = typer.Option(
-        None, "--batch-sizes", help="Compiled batch sizes, e.g. 1,4 (default: the plan's, or 1)."
+    batch_sizes: str | None = maybe_flag(
+        "--batch-sizes", help="Compiled batch sizes, e.g. 1,4 (default: the plan's, or 1)."
     ),
     backend: str = typer.Option(
         "onnxruntime", "--backend", help="onnxruntime (for CPU), aotinductor or neuron (Neuron hosts)."
     ),
-    cache_dir: Path | None = typer.Option(
-        None, "--cache-dir", help="Artifact cache folder (default: $CHIPSWAP_CACHE_DIR or the user cache)."
+    cache_dir: Path | None = maybe_flag(
+        "--cache-dir", help="Artifact cache folder (default: $CHIPSWAP_CACHE_DIR or the user cache)."
     ),
     atol: float = typer.Option(1e-3, "--atol", help="Largest allowed max abs diff vs eager PyTorch."),
-    task: str | None = typer.Option(None, "--task", help="Model task head (default: the preset's)."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help="Compile keys that failed before again."),
-    out: Path | None = typer.Option(
-        None,
-        "--out",
-        help="Write the compiled set (bucket -> cache key) for `chipswap serve`.",
+    task: str | None = maybe_flag("--task", help="Model task head (default: the preset's)."),
+    retry_failed: bool = switch("--retry-failed", help="Compile keys that failed before again."),
+    out: Path | None = maybe_flag(
+        "--out", help="Write the compiled set (bucket -> cache key) for `chipswap serve`."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    trust_native: bool = typer.Option(
-        False,
+    as_json: bool = switch("--json", help="Machine-readable output."),
+    trust_native: bool = switch(
         "--trust-native",
         help="Let a .pt2 model file load the AOTInductor shared objects it carries (runs native code from "
         "the file). Default: refused.",

@@ -16,6 +16,7 @@ from chipswap.cli.common import (
     flag_number,
     flag_reserved,
     flag_term,
+    maybe_flag,
     optional_number,
 )
 from chipswap.cli.fit import print_table
@@ -114,27 +115,23 @@ def cost_job(
         metavar="TERM",
         help=TERM_HELP + " Repeat for several; default: every term with a price.",
     ),
-    baseline_rate: str | None = typer.Option(
-        None, "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h (overrides)."
+    baseline_rate: str | None = maybe_flag(
+        "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h (overrides)."
     ),
-    candidate_rate: str | None = typer.Option(
-        None, "--candidate-rate", metavar="USD_PER_H", help="Your own candidate $/h (adds a row)."
+    candidate_rate: str | None = maybe_flag(
+        "--candidate-rate", metavar="USD_PER_H", help="Your own candidate $/h (adds a row)."
     ),
-    reserved: str | None = typer.Option(
-        None, "--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP + " Adds a candidate row."
+    reserved: str | None = maybe_flag(
+        "--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP + " Adds a candidate row."
     ),
-    porting_days: str | None = typer.Option(
-        None,
+    porting_days: str | None = maybe_flag(
         "--porting-days",
         metavar="DAYS",
         help="Engineer-days to port and validate on Neuron (an assumption; default 3).",
     ),
-    day_rate: str | None = typer.Option(None, "--day-rate", metavar="USD", help=DAY_RATE_HELP),
-    runs_per_month: str | None = typer.Option(
-        None,
-        "--runs-per-month",
-        metavar="N",
-        help="Identical runs per month; adds the month the move pays back.",
+    day_rate: str | None = maybe_flag("--day-rate", metavar="USD", help=DAY_RATE_HELP),
+    runs_per_month: str | None = maybe_flag(
+        "--runs-per-month", metavar="N", help="Identical runs per month; adds the month the move pays back."
     ),
     as_json: bool = JSON_TABLE_FLAG,
     catalog_file: str | None = CATALOG_FLAG,
@@ -310,31 +307,29 @@ def cost_serve(
     ),
     region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for prices."),
     term: str = typer.Option("on-demand", "--term", metavar="TERM", help=TERM_HELP),
-    rate_usd: str | None = typer.Option(
-        None, "--rate", metavar="USD_PER_H", help="Your own $/h for --instance (overrides --term)."
+    rate_usd: str | None = maybe_flag(
+        "--rate", metavar="USD_PER_H", help="Your own $/h for --instance (overrides --term)."
     ),
-    reserved: str | None = typer.Option(
-        None, "--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP
-    ),
+    reserved: str | None = maybe_flag("--reserved", metavar="UPFRONT,HOURLY,YEARS", help=RESERVED_HELP),
     utilization: str = typer.Option(
         "1.0", "--utilization", metavar="FRACTION", help="Average busy fraction, in (0, 1]."
     ),
     count: str = typer.Option("1", "--count", metavar="N", help="Fleet size (ignored when --rps is given)."),
-    rps: str | None = typer.Option(
-        None, "--rps", metavar="REQ_PER_S", help="Average request rate; sizes each fleet to carry it."
+    rps: str | None = maybe_flag(
+        "--rps", metavar="REQ_PER_S", help="Average request rate; sizes each fleet to carry it."
     ),
     hours_per_month: str = typer.Option(
         "730", "--hours-per-month", metavar="HOURS", help="Hours billed per month, at most 744."
     ),
-    baseline: str | None = typer.Option(
-        None, "--baseline", metavar="INSTANCE", help="Instance serving today, e.g. g5.xlarge."
+    baseline: str | None = maybe_flag(
+        "--baseline", metavar="INSTANCE", help="Instance serving today, e.g. g5.xlarge."
     ),
-    baseline_throughput: str | None = typer.Option(
-        None, "--baseline-throughput", metavar="REQ_PER_S", help="Its requests/s."
+    baseline_throughput: str | None = maybe_flag(
+        "--baseline-throughput", metavar="REQ_PER_S", help="Its requests/s."
     ),
     baseline_term: str = typer.Option("on-demand", "--baseline-term", metavar="TERM", help=TERM_HELP),
-    baseline_rate: str | None = typer.Option(
-        None, "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h."
+    baseline_rate: str | None = maybe_flag(
+        "--baseline-rate", metavar="USD_PER_H", help="Your own baseline $/h."
     ),
     baseline_count: str = typer.Option(
         "1", "--baseline-count", metavar="N", help="Baseline fleet size (ignored with --rps)."

@@ -16,6 +16,7 @@ from typing import Any
 
 import typer
 
+from chipswap.cli.common import maybe_flag, switch
 from chipswap.errors import ChipswapError, closest
 
 EXAMPLES = {
@@ -218,17 +219,14 @@ def _plan(
         None,
         help="Workload TOML file (see `chipswap workload-help`). Default: the bundled Llama serving example.",
     ),
-    example: str | None = typer.Option(
-        None, "--example", help=f"Run a bundled example instead: {', '.join(EXAMPLES)}."
+    example: str | None = maybe_flag(
+        "--example", help=f"Run a bundled example instead: {', '.join(EXAMPLES)}."
     ),
     out: Path = typer.Option(
         Path("chipswap-report"), "--out", help="Folder for report.html, report.json, report.md."
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the full result as JSON instead of the summary."
-    ),
-    close_margin: str | None = typer.Option(
-        None,
+    as_json: bool = switch("--json", help="Print the full result as JSON instead of the summary."),
+    close_margin: str | None = maybe_flag(
         "--close-margin",
         metavar="PERCENT",
         show_default=False,
@@ -242,41 +240,32 @@ def _plan(
         help="A `chipswap bench` result file (JSON): its instance's measured throughput and latency outrank "
         "the projection. Repeat for several instances; adds to the workload's bench_results.",
     ),
-    accept_bench_mismatch: bool = typer.Option(
-        False,
+    accept_bench_mismatch: bool = switch(
         "--accept-bench-mismatch",
         help="Use a --bench file even when it measured another model or a machine that cannot be its "
         "instance; the figure is then labelled with the mismatch.",
     ),
-    catalog_file: Path | None = typer.Option(
-        None,
+    catalog_file: Path | None = maybe_flag(
         "--catalog",
         metavar="FILE",
         help="Price with this catalog (e.g. written by `chipswap catalog refresh --out FILE`) instead of the "
         "shipped one.",
     ),
-    no_aws: bool = typer.Option(
-        False,
-        "--no-aws",
-        help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked).",
+    no_aws: bool = switch(
+        "--no-aws", help="Do not ask AWS about capacity and quotas: use the shipped snapshot (unchecked)."
     ),
-    explain: bool = typer.Option(False, "--explain", help="Print the documented workload schema and exit."),
-    train_hours: float | None = typer.Option(
-        None,
+    explain: bool = switch("--explain", help="Print the documented workload schema and exit."),
+    train_hours: float | None = maybe_flag(
         "--train-hours",
         metavar="HOURS",
         help="Training: the hours one run takes on the GPU fleet (stated). Replaces the job's size: the "
         "tokens are inferred from the GPU's projected throughput and each candidate's hours follow "
         "(labelled).",
     ),
-    quiet: bool = typer.Option(
-        False,
-        "--quiet",
-        "-q",
-        help="No progress on stderr (default: a line per stage, a spinner on a terminal).",
+    quiet: bool = switch(
+        "--quiet", "-q", help="No progress on stderr (default: a line per stage, a spinner on a terminal)."
     ),
-    print_example: str | None = typer.Option(
-        None,
+    print_example: str | None = maybe_flag(
         "--print-example",
         metavar="NAME",
         help=f"Print a bundled example workload TOML ({', '.join(EXAMPLES)}) to start from, and exit.",
@@ -380,11 +369,10 @@ def _plan(
 
 
 def _workload_help(
-    as_json: bool = typer.Option(
-        False, "--json", help="Print the workload file's JSON schema (every key, type, default, meaning)."
+    as_json: bool = switch(
+        "--json", help="Print the workload file's JSON schema (every key, type, default, meaning)."
     ),
-    example: str | None = typer.Option(
-        None,
+    example: str | None = maybe_flag(
         "--example",
         metavar="NAME",
         help=f"Print a bundled example workload TOML to start from ({', '.join(EXAMPLES)}), e.g. "

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chipswap.cli.common import maybe_flag, switch
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 
@@ -195,21 +196,13 @@ def register(app: typer.Typer) -> None:
             "-i",
             help="instance type to project on (repeat for several), e.g. inf2.48xlarge",
         ),
-        trace: Path | None = typer.Option(
-            None, "--trace", help="trace file (.csv/.jsonl/.parquet) for lengths"
+        trace: Path | None = maybe_flag("--trace", help="trace file (.csv/.jsonl/.parquet) for lengths"),
+        prompt_tokens: int | None = maybe_flag(
+            "--prompt-tokens", help="one prompt length instead of a trace"
         ),
-        prompt_tokens: int | None = typer.Option(
-            None, "--prompt-tokens", help="one prompt length instead of a trace"
-        ),
-        output_tokens: int | None = typer.Option(
-            None, "--output-tokens", help="output length with --prompt-tokens"
-        ),
-        mode: str | None = typer.Option(
-            None, "--mode", help="llm or encoder (default: from the model's task)"
-        ),
-        task: str | None = typer.Option(
-            None, "--task", help="model task (e.g. causal-lm, sequence-classification)"
-        ),
+        output_tokens: int | None = maybe_flag("--output-tokens", help="output length with --prompt-tokens"),
+        mode: str | None = maybe_flag("--mode", help="llm or encoder (default: from the model's task)"),
+        task: str | None = maybe_flag("--task", help="model task (e.g. causal-lm, sequence-classification)"),
         dtype: str = typer.Option(
             "bf16",
             "--dtype",
@@ -218,30 +211,29 @@ def register(app: typer.Typer) -> None:
         bucket: list[int] = typer.Option(
             [], "--bucket", help="compiled prompt length on Neuron (repeat); default powers of two from 128"
         ),
-        train_tokens: float | None = typer.Option(
-            None, "--train-tokens", help="project a training run of this many tokens instead of serving"
+        train_tokens: float | None = maybe_flag(
+            "--train-tokens", help="project a training run of this many tokens instead of serving"
         ),
         seq_len: int = typer.Option(4096, "--seq-len", help="training sequence length (with --train-tokens)"),
-        train_dtype: str | None = typer.Option(
-            None, "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200)"
+        train_dtype: str | None = maybe_flag(
+            "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200)"
         ),
         nodes: int = typer.Option(1, "--nodes", help="training nodes (instances) of the run"),
-        global_batch: int | None = typer.Option(
-            None, "--global-batch", help="training global batch in sequences (default ~2M tokens a step)"
+        global_batch: int | None = maybe_flag(
+            "--global-batch", help="training global batch in sequences (default ~2M tokens a step)"
         ),
-        stack: str | None = typer.Option(
-            None,
+        stack: str | None = maybe_flag(
             "--stack",
             help="serving stack: nxdi-vllm (Neuron default), nxdi-tgi, tnx-2.18; vllm (GPU default), trtllm, "
             "tgi; applies to the instances of its side (Neuron or GPU)",
         ),
-        tp: int | None = typer.Option(None, "--tp", help="pin the tensor-parallel degree (LLM mode)"),
-        replicas: int | None = typer.Option(None, "--replicas", help="pin the replicas per instance (LLM)"),
-        batch: int | None = typer.Option(None, "--batch", help="pin the (compiled) batch per replica (LLM)"),
+        tp: int | None = maybe_flag("--tp", help="pin the tensor-parallel degree (LLM mode)"),
+        replicas: int | None = maybe_flag("--replicas", help="pin the replicas per instance (LLM)"),
+        batch: int | None = maybe_flag("--batch", help="pin the (compiled) batch per replica (LLM)"),
         sampling: str = typer.Option(
             "device", "--sampling", help="where tokens are sampled on Neuron stacks: device or cpu"
         ),
-        as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+        as_json: bool = switch("--json", help="print JSON instead of tables"),
     ) -> None:
         from chipswap.economics.catalog_io import load_catalog
         from chipswap.projection.api import model_work, project_serving

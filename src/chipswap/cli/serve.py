@@ -14,7 +14,11 @@ from pathlib import Path
 
 import typer
 
-from chipswap.cli.common import flag_ints  # the same --seq-len / --batch-sizes parsing as compile
+from chipswap.cli.common import (  # the same --seq-len / --batch-sizes parsing as compile
+    flag_ints,
+    maybe_flag,
+    switch,
+)
 from chipswap.errors import ChipswapError
 
 TOKEN_ENV = "CHIPSWAP_SERVE_TOKEN"
@@ -51,21 +55,15 @@ def _serve(
     source: str = typer.Argument(
         ..., help="compiled.json (chipswap compile --out), or a model with --plan/--seq-len or --eager."
     ),
-    plan: Path | None = typer.Option(
-        None, "--plan", help="Compile SOURCE (a model) for this shape plan first."
-    ),
-    seq_len: str | None = typer.Option(
-        None, "--seq-len", help="Or compile these sequence buckets, e.g. 64,128."
-    ),
-    batch_sizes: str | None = typer.Option(None, "--batch-sizes", help="Compiled batch sizes, e.g. 1,4,8."),
+    plan: Path | None = maybe_flag("--plan", help="Compile SOURCE (a model) for this shape plan first."),
+    seq_len: str | None = maybe_flag("--seq-len", help="Or compile these sequence buckets, e.g. 64,128."),
+    batch_sizes: str | None = maybe_flag("--batch-sizes", help="Compiled batch sizes, e.g. 1,4,8."),
     backend: str = typer.Option("onnxruntime", "--backend", help="Backend when compiling first."),
-    cache_dir: Path | None = typer.Option(
-        None, "--cache-dir", help="Artifact cache (default: $CHIPSWAP_CACHE_DIR)."
+    cache_dir: Path | None = maybe_flag("--cache-dir", help="Artifact cache (default: $CHIPSWAP_CACHE_DIR)."),
+    eager: bool = switch(
+        "--eager", help="Reference server: eager PyTorch at each request's exact length, batch 1."
     ),
-    eager: bool = typer.Option(
-        False, "--eager", help="Reference server: eager PyTorch at each request's exact length, batch 1."
-    ),
-    max_length: int | None = typer.Option(None, "--max-length", help="With --eager: longest input accepted."),
+    max_length: int | None = maybe_flag("--max-length", help="With --eager: longest input accepted."),
     host: str = typer.Option(
         "127.0.0.1", "--host", help="Interface to bind (0.0.0.0 exposes it to the network)."
     ),
@@ -83,27 +81,21 @@ def _serve(
         1, "--workers", help="Batches run at once (1 on CPU: one call uses every core)."
     ),
     max_body_bytes: int = typer.Option(1024 * 1024, "--max-body-bytes", help="Larger bodies get 413."),
-    tokenizer: str | None = typer.Option(
-        None,
-        "--tokenizer",
-        help="tokenizer.json for {\"text\": ...} requests, or 'example' (the shipped one).",
+    tokenizer: str | None = maybe_flag(
+        "--tokenizer", help="tokenizer.json for {\"text\": ...} requests, or 'example' (the shipped one)."
     ),
-    truncate: bool = typer.Option(
-        False, "--truncate", help="Cut over-long inputs to the largest bucket (else 422)."
-    ),
+    truncate: bool = switch("--truncate", help="Cut over-long inputs to the largest bucket (else 422)."),
     policy: str = typer.Option("first_fit", "--policy", help="Bucket choice: first_fit, second_fit or max."),
     drain_timeout_s: float = typer.Option(
         30.0, "--drain-timeout", help="On SIGTERM, seconds to finish work."
     ),
-    threads: int | None = typer.Option(
-        None,
-        "--threads",
-        help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own.",
+    threads: int | None = maybe_flag(
+        "--threads", help="Threads per model call (ONNX Runtime / PyTorch); default: the libraries' own."
     ),
-    token_file: Path | None = typer.Option(
-        None, "--token-file", help=f"File holding the bearer token (or set {TOKEN_ENV})."
+    token_file: Path | None = maybe_flag(
+        "--token-file", help=f"File holding the bearer token (or set {TOKEN_ENV})."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Start/stop announcements as JSON lines on stderr."),
+    as_json: bool = switch("--json", help="Start/stop announcements as JSON lines on stderr."),
 ) -> int:
     from chipswap.serve.batcher import BatcherConfig
     from chipswap.serve.router import POLICIES

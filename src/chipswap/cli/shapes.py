@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from chipswap.cli.common import maybe_flag, switch
 from chipswap.errors import ChipswapError
 
 HELP = (
@@ -255,8 +256,7 @@ def register(app: typer.Typer) -> None:
             None,
             help="trace file, folder or glob (.csv/.tsv/.jsonl/.json/.parquet, .gz/.zst); default: bundled",
         ),
-        histogram: str | None = typer.Option(
-            None,
+        histogram: str | None = maybe_flag(
             "--histogram",
             help="plan from a pre-aggregated histogram file/folder/glob: prompt length + count columns "
             "(llm: + output length)",
@@ -264,65 +264,51 @@ def register(app: typer.Typer) -> None:
         mode: str = typer.Option(
             "llm", "--mode", help="encoder (one length per request) or llm (prefill+decode)"
         ),
-        k: int | None = typer.Option(
-            None, "-k", "--k", help="exactly K buckets (default: up to --max-buckets)"
-        ),
+        k: int | None = maybe_flag("-k", "--k", help="exactly K buckets (default: up to --max-buckets)"),
         max_buckets: int = typer.Option(6, "--max-buckets", help="at most this many buckets"),
-        decode_k: int | None = typer.Option(None, "--decode-k", help="decode buckets (llm; default: as -k)"),
+        decode_k: int | None = maybe_flag("--decode-k", help="decode buckets (llm; default: as -k)"),
         cost_model: str = typer.Option("tokens", "--cost-model", help="tokens | attention | measured"),
-        max_length: int | None = typer.Option(
-            None, "--max-length", help="largest bucket (default: longest prompt)"
+        max_length: int | None = maybe_flag("--max-length", help="largest bucket (default: longest prompt)"),
+        max_total_length: int | None = maybe_flag(
+            "--max-total-length", help="largest decode bucket (llm; default: longest total)"
         ),
-        max_total_length: int | None = typer.Option(
-            None, "--max-total-length", help="largest decode bucket (llm; default: longest total)"
-        ),
-        max_positions: int | None = typer.Option(
-            None, "--max-positions", help="the model's maximum positions: longer requests are an error"
+        max_positions: int | None = maybe_flag(
+            "--max-positions", help="the model's maximum positions: longer requests are an error"
         ),
         policy: str = typer.Option(
             "reject", "--policy", help="requests above --max-length: reject | truncate"
         ),
         align: int = typer.Option(1, "--align", help="bucket edges are multiples of this (e.g. 128)"),
-        out: Path | None = typer.Option(
-            None, "--out", help="write the plan JSON here (read by chipswap compile)"
+        out: Path | None = maybe_flag("--out", help="write the plan JSON here (read by chipswap compile)"),
+        plot: Path | None = maybe_flag("--plot", help="write histogram + bucket edges as SVG here"),
+        as_json: bool = switch("--json", help="print the plan as JSON"),
+        prompt_col: str | None = maybe_flag("--prompt-col", help="column with prompt/input token counts"),
+        output_col: str | None = maybe_flag("--output-col", help="column with generated token counts"),
+        time_col: str | None = maybe_flag("--time-col", help="column with arrival times"),
+        count_col: str | None = maybe_flag(
+            "--count-col", help="--histogram: column with the number of requests per row"
         ),
-        plot: Path | None = typer.Option(None, "--plot", help="write histogram + bucket edges as SVG here"),
-        as_json: bool = typer.Option(False, "--json", help="print the plan as JSON"),
-        prompt_col: str | None = typer.Option(
-            None, "--prompt-col", help="column with prompt/input token counts"
+        hidden_size: int | None = maybe_flag("--hidden-size", help="attention model: hidden size"),
+        num_layers: int | None = maybe_flag("--num-layers", help="attention model: layers"),
+        intermediate_size: int | None = maybe_flag("--intermediate-size", help="attention model: MLP"),
+        heads: int | None = maybe_flag("--heads", help="attention model: attention heads"),
+        kv_heads: int | None = maybe_flag("--kv-heads", help="attention model: key/value heads"),
+        gated_mlp: bool = switch("--gated-mlp", help="attention model: gated MLP (Llama style)"),
+        latency_table: Path | None = maybe_flag(
+            "--latency-table", help="measured model: JSON/CSV of shape -> latency"
         ),
-        output_col: str | None = typer.Option(
-            None, "--output-col", help="column with generated token counts"
+        listed_only: bool = switch(
+            "--listed-only", help="measured model: buckets only at measured shapes (no interpolation)"
         ),
-        time_col: str | None = typer.Option(None, "--time-col", help="column with arrival times"),
-        count_col: str | None = typer.Option(
-            None, "--count-col", help="--histogram: column with the number of requests per row"
-        ),
-        hidden_size: int | None = typer.Option(None, "--hidden-size", help="attention model: hidden size"),
-        num_layers: int | None = typer.Option(None, "--num-layers", help="attention model: layers"),
-        intermediate_size: int | None = typer.Option(
-            None, "--intermediate-size", help="attention model: MLP"
-        ),
-        heads: int | None = typer.Option(None, "--heads", help="attention model: attention heads"),
-        kv_heads: int | None = typer.Option(None, "--kv-heads", help="attention model: key/value heads"),
-        gated_mlp: bool = typer.Option(False, "--gated-mlp", help="attention model: gated MLP (Llama style)"),
-        latency_table: Path | None = typer.Option(
-            None, "--latency-table", help="measured model: JSON/CSV of shape -> latency"
-        ),
-        listed_only: bool = typer.Option(
-            False, "--listed-only", help="measured model: buckets only at measured shapes (no interpolation)"
-        ),
-        max_compile_s: float | None = typer.Option(
-            None, "--max-compile-s", help="budget: total compile seconds"
-        ),
-        compile_s_per_bucket: float | None = typer.Option(
-            None, "--compile-s-per-bucket", help="compile-time estimate per bucket (seconds)"
+        max_compile_s: float | None = maybe_flag("--max-compile-s", help="budget: total compile seconds"),
+        compile_s_per_bucket: float | None = maybe_flag(
+            "--compile-s-per-bucket", help="compile-time estimate per bucket (seconds)"
         ),
         compile_s_per_token: float = typer.Option(
             0.0, "--compile-s-per-token", help="extra compile seconds per token of bucket length"
         ),
-        device_memory_gib: float | None = typer.Option(
-            None, "--device-memory-gib", help="budget: device memory per bucket (GiB)"
+        device_memory_gib: float | None = maybe_flag(
+            "--device-memory-gib", help="budget: device memory per bucket (GiB)"
         ),
         bucket_memory_gib: float = typer.Option(
             0.0, "--bucket-memory-gib", help="per-bucket fixed memory (GiB)"
@@ -330,14 +316,13 @@ def register(app: typer.Typer) -> None:
         bucket_memory_per_token: int = typer.Option(
             0, "--bucket-memory-per-token", help="per-bucket memory bytes per token of length"
         ),
-        arrival_rate: str | None = typer.Option(
-            None, "--arrival-rate", help="plan batch buckets for RPS (a number, or 'trace')"
+        arrival_rate: str | None = maybe_flag(
+            "--arrival-rate", help="plan batch buckets for RPS (a number, or 'trace')"
         ),
         batch_window_ms: float = typer.Option(50.0, "--batch-window-ms", help="batching window"),
         max_batch: int = typer.Option(8, "--max-batch", help="largest batch size"),
         model: str = typer.Option("MODEL_ID", "--model", help="model id used in the printed snippets"),
-        follow_symlinks: bool = typer.Option(
-            False,
+        follow_symlinks: bool = switch(
             "--follow-symlinks",
             help="read trace files in a folder/glob that are symlinks to outside it (default: refused)",
         ),

@@ -579,36 +579,39 @@ def _run(
         "torch (capture)": torch.__version__,
     }
     common = dict(
-        model=ref.name, model_kind=ref.kind, task=task, sdk=ruleset.sdk, target=target, ruleset=ruleset
+        model=ref.name,
+        model_kind=ref.kind,
+        task=task,
+        sdk=ruleset.sdk,
+        target=target,
+        ruleset=ruleset,
+        versions=versions,
     )
+    asked = plan if plan is not None else shapes  # the shapes to check: --plan's buckets, else --shape
     if ref.kind == "exported":
         if training:
             raise ChipswapError(
                 "--training needs the model's code (a preset, config.json or factory), not a saved .pt2 "
                 "program: the backward pass is not in the file"
             )
-        specs = _coerce_specs(ref, plan) if plan is not None else _coerce_specs(ref, shapes)
+        specs = _coerce_specs(ref, asked)
         ep = models.load_exported(ref)
         shape_strs = tuple(
             ",".join(f"{k}={'x'.join(map(str, d))}:{dt}" for k, (d, dt) in s.items()) for s in (specs or [])
         )
         inventory = capture_exported(ep, shapes=shape_strs)
-        return _report(common, inventory, versions, weightless=False)
+        return _report(common, inventory, weightless=False)
     if ref.kind == "factory":
         out = models.call_entry(ref)
         if not _is_torch(out):
-            return _run_jax(ref, out, common, versions, training=training, shapes=shapes, plan=plan)
+            return _run_jax(ref, out, common, training=training, shapes=shapes, plan=plan)
         module, example = models.split_factory_output(ref, out)
-        return _run_torch_factory(
-            ref, module, example, common, versions, shapes=shapes, plan=plan, training=training
-        )
+        return _run_torch_factory(ref, module, example, common, asked=asked, training=training)
     return _run_config(
         ref,
         common,
-        versions,
         task=task,
-        shapes=shapes,
-        plan=plan,
+        asked=asked,
         weightless=weightless,
         training=training,
         full_model=full_model,
@@ -626,17 +629,16 @@ def _is_torch(out: Any) -> bool:
     return not (callable(out) or (isinstance(out, tuple) and len(out) > 0 and callable(out[0])))
 
 
-def _report(common: dict[str, Any], inventory: Any, versions: dict[str, str], **kw: Any) -> ReadinessReport:
+def _report(common: dict[str, Any], inventory: Any, **kw: Any) -> ReadinessReport:
+    """The report from the fields every path shares (`common`, with the versions), the inventory captured and
+    the path's own fields (`kw`, which win over `common`)."""
     assessment = evaluate(inventory, common["ruleset"], common["target"])
     notes = tuple(kw.pop("notes", ())) + tuple(inventory.notes)
-    return ReadinessReport(
-        **common, inventory=inventory, assessment=assessment, wall_s=0.0, versions=versions, notes=notes, **kw
-    )
+    fields = {**common, **kw}
+    return ReadinessReport(**fields, inventory=inventory, assessment=assessment, wall_s=0.0, notes=notes)
 
 
-def _run_jax(
-    ref: Any, out: Any, common: dict[str, Any], versions: dict[str, str], **kw: Any
-) -> ReadinessReport:
+def _run_jax(ref: Any, out: Any, common: dict[str, Any], **kw: Any) -> ReadinessReport:
     from chipswap.readiness.capture.jaxhlo import capture_jax, jax_versions, split_entry
 
     if kw.get("shapes") or kw.get("plan"):
@@ -647,7 +649,7 @@ def _run_jax(
         )
     fn, args, kwargs = split_entry(out, ref.source)
     inventory = capture_jax(fn, args, kwargs, name=ref.source)
-    versions = {k: v for k, v in versions.items() if not k.startswith("torch")} | jax_versions()
+    versions = {k: v for k, v in common["versions"].items() if not k.startswith("torch")} | jax_versions()
     notes = (
         (
             "--training: a JAX entry point is checked as given; return your train step (with jax.grad) "
@@ -657,7 +659,7 @@ def _run_jax(
         if kw.get("training")
         else ()
     )
-    return _report(common, inventory, versions, weightless=False, framework="jax", notes=notes)
+    return _report(common, inventory, versions=versions, weightless=False, framework="jax", notes=notes)
 
 
 def _run_torch_factory(
@@ -665,17 +667,15 @@ def _run_torch_factory(
     module: Any,
     example: Any,
     common: dict[str, Any],
-    versions: dict[str, str],
     *,
-    shapes: Any,
-    plan: Any,
+    asked: Any,
     training: bool,
 ) -> ReadinessReport:
     import inspect
 
     from chipswap.readiness.capture import capture_module, make_inputs
 
-    specs = _coerce_specs(ref, plan) if plan is not None else _coerce_specs(ref, shapes)
+    specs = _coerce_specs(ref, asked)
     if specs is None:
         if not example:
             raise ChipswapError(
@@ -696,17 +696,15 @@ def _run_torch_factory(
     if training:
         inputs = make_inputs(specs[0], example=example)
         inventory = _add_training(inventory, module, inputs, strip=None)
-    return _report(common, inventory, versions, weightless=False, training=training)
+    return _report(common, inventory, weightless=False, training=training)
 
 
 def _run_config(
     ref: Any,
     common: dict[str, Any],
-    versions: dict[str, str],
     *,
     task: Any,
-    shapes: Any,
-    plan: Any,
+    asked: Any,
     weightless: bool | None,
     training: bool,
     full_model: bool,
@@ -716,9 +714,9 @@ def _run_config(
     from chipswap import models
     from chipswap.readiness.capture import capture_module, make_inputs
 
-    versions["transformers (capture)"] = transformers.__version__
+    common["versions"]["transformers (capture)"] = transformers.__version__
     info = models.model_inputs(ref, task=task)
-    specs = _coerce_specs(ref, plan, task) if plan is not None else _coerce_specs(ref, shapes, task)
+    specs = _coerce_specs(ref, asked, task)
     if specs is None:
         specs = default_specs(ref, [1], [default_seq(ref)], task=task)
     _validate_specs(ref, specs, info.accepted)
@@ -755,7 +753,7 @@ def _run_config(
         train_spec = _with_labels(info, specs[0])
         inputs = make_inputs(train_spec, device=device, highs=info.highs)
         inventory = _add_training(inventory, module, inputs, strip=strip)
-    return _report(common, inventory, versions, weightless=meta, training=training, checked=checked)
+    return _report(common, inventory, weightless=meta, training=training, checked=checked)
 
 
 def _add_training(inventory: Any, module: Any, inputs: dict[str, Any], *, strip: str | None) -> Any:

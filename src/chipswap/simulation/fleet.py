@@ -155,28 +155,16 @@ def check_fleet(
     instances: int,
     replicas_per_instance: int,
     slo: Slo,
-    *,
-    mode: str = "llm",
-    dispatch: str = DEFAULT_DISPATCH,
-    measure: tuple[float, float] | None = None,
-    report_buckets: Sequence[int] = (),
+    **run: Any,
 ) -> FleetCheck:
     """Simulate `instances` x `replicas_per_instance` replicas on `traffic` and compare the tail with the SLO
-    (e.g. today's GPU fleet: does it meet the SLO?)."""
+    (e.g. today's GPU fleet: does it meet the SLO?). `run`: simulate's keywords, with its defaults (mode,
+    dispatch, measure, report_buckets)."""
     n_inst = _count(instances, "instance count", 1, MAX_REPLICAS)
     rpi = _count(replicas_per_instance, "replicas per instance", 1, MAX_REPLICAS)
     if n_inst * rpi > MAX_REPLICAS:
         raise ChipswapError(f"{n_inst} x {rpi} replicas is more than {MAX_REPLICAS:,}; use a smaller fleet")
-    res = simulate(
-        traffic,
-        service,
-        setup,
-        n_inst * rpi,
-        mode=mode,
-        dispatch=dispatch,
-        measure=measure,
-        report_buckets=report_buckets,
-    )
+    res = simulate(traffic, service, setup, n_inst * rpi, **run)
     rejected = np.isnan(res.e2e_s[res.measured])
     ttft = _tail(res.ttft_s[res.measured], rejected, slo.percentile) if slo.ttft_s is not None else math.nan
     e2e = _tail(res.e2e_s[res.measured], rejected, slo.percentile) if slo.e2e_s is not None else math.nan

@@ -173,14 +173,8 @@ def flip_point(
         if x is not None:
             found.append(x)
     if not found:
-        goal = f" {direction}" if direction else ""
-        return Flip(
-            knob.name,
-            knob.base,
-            None,
-            None,
-            f"no {knob.name} between {knob.lo:.4g} and {knob.hi:.4g} changes the verdict{goal}",
-            direction=direction,
+        return _no_flip(
+            knob.name, knob.base, f"no {knob.name} between {knob.lo:.4g} and {knob.hi:.4g}", direction
         )
 
     def rel(x: float) -> float:
@@ -191,6 +185,12 @@ def flip_point(
     shown, words = shown_value(knob, x, after, toward)
     after = knob.evaluate(shown) if toward is not None else after  # the verdict at the printed value
     return Flip(knob.name, knob.base, shown, after, f"{words} would flip it to '{after}'", x, direction)
+
+
+def _no_flip(name: str, base: float | str, what: str, direction: str, tail: str = "") -> Flip:
+    """The Flip when nothing searched changes the verdict; `what` (e.g. "no other term") leads the words."""
+    goal = f" {direction}" if direction else ""
+    return Flip(name, base, None, None, f"{what} changes the verdict{goal}{tail}", direction=direction)
 
 
 def choice_flips(choice: Choice, toward: Callable[[str], bool] | None = None, direction: str = "") -> Flip:
@@ -208,15 +208,7 @@ def choice_flips(choice: Choice, toward: Callable[[str], bool] | None = None, di
             flips.append((c, v))
     tail = f" ({', '.join(unpriced)}: no published price, not evaluated)" if unpriced else ""
     if not flips:
-        goal = f" {direction}" if direction else ""
-        return Flip(
-            choice.name,
-            choice.base,
-            None,
-            None,
-            f"no other {choice.name} changes the verdict{goal}{tail}",
-            direction=direction,
-        )
+        return _no_flip(choice.name, choice.base, f"no other {choice.name}", direction, tail)
     c, v = flips[0]
     more = "; ".join(f"{cc} gives '{vv}'" for cc, vv in flips[1:])
     text = (

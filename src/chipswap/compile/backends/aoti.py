@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,18 +107,20 @@ class AOTInductorBackend(base.Backend, name="aotinductor", needs_weights=True):
         consts = {k: v for k, v in ep.constants.items() if isinstance(v, torch.Tensor)}
         if consts:
             torch.save(consts, str(out_dir / CONSTANTS_FILE))
-        io_file = base.write_io(out_dir, kwargs, outputs)
-        meta = json.loads((out_dir / io_file).read_text())
-        meta["weights"] = "embedded" if fl["embed_weights"] == "1" else "external"
-        meta["device"] = str(next(iter(kwargs.values())).device.type)
-        (out_dir / io_file).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        return sorted(p.name for p in out_dir.iterdir() if p.is_file())
+        base.write_io(
+            out_dir,
+            kwargs,
+            outputs,
+            weights="embedded" if fl["embed_weights"] == "1" else "external",
+            device=str(next(iter(kwargs.values())).device.type),
+        )
+        return base.artifact_files(out_dir)
 
     def load(
         self,
         artifact_dir: Path,
         *,
-        weights: Mapping[str, torch.Tensor] | None = None,
+        weights: base.Weights = None,
         copy_weights: bool = False,
         trust_native: bool = False,
     ) -> base.LoadedArtifact:

@@ -20,6 +20,9 @@ from chipswap.errors import ChipswapError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    # the weights a backend that keeps them outside the artifact is loaded with (one dict for every bucket)
+    Weights = Mapping[str, torch.Tensor] | None
+
 IO_FILE = "io.json"
 MAX_IO_BYTES = 1 * 2**20
 MAX_TENSORS = 256  # inputs or outputs of one compiled bucket
@@ -107,19 +110,26 @@ class Backend(ABC):
         """The backend's compile, with the merged flags."""
 
     @abstractmethod
-    def load(
-        self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
-    ) -> LoadedArtifact:
+    def load(self, artifact_dir: Path, *, weights: Weights = None) -> LoadedArtifact:
         """Load a compiled bucket back (in any process)."""
 
 
-def write_io(out_dir: Path, example_inputs: Mapping[str, torch.Tensor], output_names: list[str]) -> str:
+def write_io(
+    out_dir: Path, example_inputs: Mapping[str, torch.Tensor], output_names: list[str], **extra: Any
+) -> str:
+    """Write the bucket's io.json (inputs, outputs and any backend-specific `extra` keys)."""
     data = {
         "inputs": [spec_of(k, v).to_json() for k, v in example_inputs.items()],
         "outputs": list(output_names),
+        **extra,
     }
     (out_dir / IO_FILE).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     return IO_FILE
+
+
+def artifact_files(out_dir: Path) -> list[str]:
+    """What a backend's compile returns: the names of the files it left in `out_dir`, sorted."""
+    return sorted(p.name for p in out_dir.iterdir() if p.is_file())
 
 
 def _name(value: Any, what: str) -> str:

@@ -86,14 +86,10 @@ class NeuronBackend(base.Backend, name="neuron", needs_weights=False):
 
         shutil.rmtree(out_dir / "work", ignore_errors=True)
         base.write_io(out_dir, example_inputs, outputs)
-        return sorted(p.name for p in out_dir.iterdir() if p.is_file())
+        return base.artifact_files(out_dir)
 
     def load(
-        self,
-        artifact_dir: Path,
-        *,
-        weights: Mapping[str, torch.Tensor] | None = None,
-        trust_native: bool = False,
+        self, artifact_dir: Path, *, weights: base.Weights = None, trust_native: bool = False
     ) -> base.LoadedArtifact:
         artifact_dir = Path(artifact_dir)
         if not trust_native:  # TorchScript is code: only a verified entry of chipswap's own cache

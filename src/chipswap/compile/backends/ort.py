@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -70,30 +69,21 @@ class OnnxRuntimeBackend(base.Backend, name="onnxruntime", needs_weights=False):
             _clear(out_dir)
             try:
                 with contextlib.redirect_stdout(log), torch.no_grad(), _quiet():
+                    # what differs between the two exporters; the rest of the call is shared
                     if kind == "dynamo":
-                        torch.onnx.export(
-                            model,
-                            args,
-                            str(target),
-                            input_names=names,
-                            output_names=outputs,
-                            dynamo=True,
-                            external_data=big,
-                            optimize=fl["optimize"] == "1",
-                            opset_version=int(fl["opset"]),
-                            verbose=False,
-                        )
+                        extra = {"external_data": big, "optimize": fl["optimize"] == "1", "verbose": False}
                     else:
-                        torch.onnx.export(
-                            model,
-                            args,
-                            str(target),
-                            input_names=names,
-                            output_names=outputs,
-                            dynamo=False,
-                            opset_version=int(fl["opset"]),
-                            do_constant_folding=True,
-                        )
+                        extra = {"do_constant_folding": True}
+                    torch.onnx.export(
+                        model,
+                        args,
+                        str(target),
+                        input_names=names,
+                        output_names=outputs,
+                        dynamo=kind == "dynamo",
+                        opset_version=int(fl["opset"]),
+                        **extra,
+                    )
                 used = kind
                 break
             except Exception as exc:  # exporter failures are many types; keep the message for the log
@@ -106,16 +96,11 @@ class OnnxRuntimeBackend(base.Backend, name="onnxruntime", needs_weights=False):
                 f"ONNX export failed ({first}); try --backend aotinductor or check the model with chipswap "
                 "check"
             )
-        io_file = base.write_io(out_dir, example_inputs, outputs)
-        meta = json.loads((out_dir / io_file).read_text())
-        meta["exporter"] = used
-        (out_dir / io_file).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        base.write_io(out_dir, example_inputs, outputs, exporter=used)
         (out_dir / EXPORT_LOG).write_text(log.getvalue())
-        return sorted(p.name for p in out_dir.iterdir() if p.is_file())
+        return base.artifact_files(out_dir)
 
-    def load(
-        self, artifact_dir: Path, *, weights: Mapping[str, torch.Tensor] | None = None
-    ) -> base.LoadedArtifact:
+    def load(self, artifact_dir: Path, *, weights: base.Weights = None) -> base.LoadedArtifact:
         import onnxruntime as ort
         import torch
 
