@@ -56,7 +56,10 @@ def test_stage_progress_off_a_terminal_and_quiet(capsys) -> None:
 
 
 @pytest.mark.slow
-def test_plan_json_reports_stages_on_stderr_only(capsys, tmp_path) -> None:
+def test_plan_json_reports_stages_on_stderr_only(capsys, tmp_path, monkeypatch) -> None:
+    import chipswap.cli.stages as stages
+
+    monkeypatch.setattr(stages, "QUIET_START_S", 0.0)  # every stage line, however fast this machine is
     code, out, err = run_inproc(
         capsys, "plan", "--example", "finetune", "--no-aws", "--json", "--out", str(tmp_path / "r")
     )

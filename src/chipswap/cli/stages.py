@@ -12,15 +12,17 @@ import sys
 import time
 from typing import Any
 
+QUIET_START_S = 2.0  # off a terminal, the first stage line waits this long (read at each start)
+
 
 class StageProgress:
     """``say(stage)`` for each stage (``chipswap.plan.run_plan(progress=...)``), then ``close()``."""
 
     def __init__(
-        self, name: str, quiet: bool = False, tty: bool | None = None, quiet_start_s: float = 2.0
+        self, name: str, quiet: bool = False, tty: bool | None = None, quiet_start_s: float | None = None
     ) -> None:
         self.name = name
-        self.quiet_start_s = quiet_start_s
+        self.quiet_start_s = QUIET_START_S if quiet_start_s is None else quiet_start_s
         self.quiet = quiet
         self.tty = sys.stderr.isatty() if tty is None else tty
         self.t0 = time.perf_counter()
