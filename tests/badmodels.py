@@ -8,6 +8,7 @@ Factories (``make_<name>``) return ``(module, example_inputs)`` so the CLI can c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -260,48 +261,28 @@ def _x():
     return torch.randn(2, 8)
 
 
-def make_branch():
-    return DataDependentBranch(), {"x": _x()}
+def _entry(
+    module: type[nn.Module], **extra: Callable[[], torch.Tensor]
+) -> Callable[[], tuple[nn.Module, dict]]:
+    """A `make_*` entry point: a fresh `module` and its inputs (`x` and each named extra), built per call."""
+
+    def make() -> tuple[nn.Module, dict]:
+        return module(), {"x": _x(), **{name: build() for name, build in extra.items()}}
+
+    return make
 
 
-def make_nonzero():
-    return NonZero(), {"x": _x()}
-
-
-def make_item():
-    return ItemAsShape(), {"x": _x(), "n": torch.tensor([3, 5])}
-
-
-def make_float64():
-    return Float64Buffer(), {"x": _x()}
-
-
-def make_complex():
-    return ComplexTensor(), {"x": _x()}
-
-
-def make_cond():
-    return CondModule(), {"x": _x()}
-
-
-def make_custom_op():
-    return CustomOp(), {"x": _x()}
-
-
-def make_topk():
-    return IntTopk(), {"x": _x(), "ids": torch.arange(16, dtype=torch.int64).reshape(2, 8)}
-
-
-def make_boolindex():
-    return BoolIndex(), {"x": _x()}
-
-
-def make_good():
-    return Good(), {"x": _x()}
-
-
-def make_raises():
-    return Raises(), {"x": _x()}
+make_branch = _entry(DataDependentBranch)
+make_nonzero = _entry(NonZero)
+make_item = _entry(ItemAsShape, n=lambda: torch.tensor([3, 5]))
+make_float64 = _entry(Float64Buffer)
+make_complex = _entry(ComplexTensor)
+make_cond = _entry(CondModule)
+make_custom_op = _entry(CustomOp)
+make_topk = _entry(IntTopk, ids=lambda: torch.arange(16, dtype=torch.int64).reshape(2, 8))
+make_boolindex = _entry(BoolIndex)
+make_good = _entry(Good)
+make_raises = _entry(Raises)
 
 
 def make_not_a_module():
@@ -312,20 +293,10 @@ def _pos():
     return torch.tensor([3, 7], dtype=torch.int64)
 
 
-def make_kv_write():
-    return KVCacheWrite(), {"x": _x(), "pos": _pos()}
-
-
-def make_index_add():
-    return FloatIndexAdd(), {"x": _x(), "pos": _pos()}
-
-
-def make_int_accumulate():
-    return IntAccumulate(), {"x": _x(), "pos": _pos()}
-
-
-def make_scatter_add():
-    return IntScatterAdd(), {"x": _x(), "pos": _pos()}
+make_kv_write = _entry(KVCacheWrite, pos=_pos)
+make_index_add = _entry(FloatIndexAdd, pos=_pos)
+make_int_accumulate = _entry(IntAccumulate, pos=_pos)
+make_scatter_add = _entry(IntScatterAdd, pos=_pos)
 
 
 def make_moe():
@@ -347,8 +318,7 @@ def make_exits():
     raise SystemExit(3)
 
 
-def make_forward_exits():
-    return ExitsInForward(), {"x": _x()}
+make_forward_exits = _entry(ExitsInForward)
 
 
 def make_keyboard_like():

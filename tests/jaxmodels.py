@@ -8,6 +8,7 @@ values come from this file, not from the output. ``EXPECTED`` maps each tag to i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -83,44 +84,25 @@ def float64(x):
     return x.astype(jnp.float64) * 2.0  # BAD: float64
 
 
-def make_unique():
-    return unique_no_size, (_ids(),)
+def _entry(fn: Callable, *inputs: Callable[[], jax.Array]) -> Callable[[], tuple[Callable, tuple]]:
+    """A `make_*` entry point: `fn` and its arguments, each built at call time."""
+
+    def make() -> tuple[Callable, tuple]:
+        return fn, tuple(build() for build in inputs)
+
+    return make
 
 
-def make_branch():
-    return python_branch, (_x(),)
-
-
-def make_fft():
-    return fft, (_x(),)
-
-
-def make_sort():
-    return int_sort, (_ids(),)
-
-
-def make_topk():
-    return int_topk, (_ids(),)
-
-
-def make_callback():
-    return host_callback, (_x(),)
-
-
-def make_scatter_add():
-    return int_scatter_add, (_ids(),)
-
-
-def make_argmax():
-    return argmax, (_x(),)
-
-
-def make_int_dot():
-    return int_dot, (_ids(),)
-
-
-def make_cond():
-    return cond, (_x(),)
+make_unique = _entry(unique_no_size, _ids)
+make_branch = _entry(python_branch, _x)
+make_fft = _entry(fft, _x)
+make_sort = _entry(int_sort, _ids)
+make_topk = _entry(int_topk, _ids)
+make_callback = _entry(host_callback, _x)
+make_scatter_add = _entry(int_scatter_add, _ids)
+make_argmax = _entry(argmax, _x)
+make_int_dot = _entry(int_dot, _ids)
+make_cond = _entry(cond, _x)
 
 
 def make_float64():
@@ -163,8 +145,7 @@ def scatter_set(ids, x):
     return jnp.zeros(8, jnp.float32).at[ids].set(x)
 
 
-def make_scatter_set():
-    return scatter_set, (_ids(), _x())
+make_scatter_set = _entry(scatter_set, _ids, _x)
 
 
 def _abstract_params(model, x):
