@@ -30,12 +30,16 @@ def bad_line(tag: str) -> int:
     return marked_line(HERE, tag)
 
 
-class DataDependentBranch(nn.Module):
-    """Python `if` on a tensor value: the branch taken depends on data."""
+class _Projected(nn.Module):
+    """What most modules below start with: one 8 -> 8 projection (`self.proj`) ahead of the construct."""
 
     def __init__(self):
         super().__init__()
         self.proj = nn.Linear(8, 8)
+
+
+class DataDependentBranch(_Projected):
+    """Python `if` on a tensor value: the branch taken depends on data."""
 
     def forward(self, x):
         y = self.proj(x)
@@ -44,23 +48,15 @@ class DataDependentBranch(nn.Module):
         return y - 1
 
 
-class NonZero(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class NonZero(_Projected):
     def forward(self, x):
         y = self.proj(x)
         idx = torch.nonzero(y > 0)  # BAD: nonzero
         return idx.float().sum(0)
 
 
-class ItemAsShape(nn.Module):
+class ItemAsShape(_Projected):
     """A tensor value read back with .item() and used as a size."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
 
     def forward(self, x, n):
         k = n.max().item()  # BAD: item
@@ -89,11 +85,7 @@ class ComplexTensor(nn.Module):
         return torch.view_as_real(z * z)
 
 
-class CondModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class CondModule(_Projected):
     def forward(self, x):
         y = self.proj(x)
         return torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,))  # BAD: cond
@@ -110,40 +102,24 @@ def _(x):
     return torch.empty_like(x)
 
 
-class CustomOp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class CustomOp(_Projected):
     def forward(self, x):
         return fused_gelu(self.proj(x))  # BAD: custom_op
 
 
-class IntTopk(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class IntTopk(_Projected):
     def forward(self, x, ids):
         top = torch.topk(ids, 2, dim=-1)  # BAD: topk
         return self.proj(x), top.values
 
 
-class BoolIndex(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class BoolIndex(_Projected):
     def forward(self, x):
         y = self.proj(x)
         return y[y > 0]  # BAD: boolindex
 
 
-class Good(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class Good(_Projected):
     def forward(self, x):
         return torch.relu(self.proj(x))
 
@@ -167,21 +143,13 @@ class KVCacheWrite(nn.Module):
         return cache
 
 
-class FloatIndexAdd(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class FloatIndexAdd(_Projected):
     def forward(self, x, pos):
         return torch.zeros(16, 8).index_add(0, pos, self.proj(x))  # GOOD: index_add
 
 
-class IntAccumulate(nn.Module):
+class IntAccumulate(_Projected):
     """Counting into an int64 buffer with accumulate=True: a scatter-reduce on integer data."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
 
     def forward(self, x, pos):
         counts = torch.zeros(16, dtype=torch.int64)
@@ -189,11 +157,7 @@ class IntAccumulate(nn.Module):
         return self.proj(x), counts
 
 
-class IntScatterAdd(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class IntScatterAdd(_Projected):
     def forward(self, x, pos):
         hist = torch.zeros(16, dtype=torch.int64)
         hist = hist.scatter_add(0, pos, torch.ones_like(pos))  # BAD: scatter_add
@@ -239,13 +203,9 @@ class SegmentEmbedding(nn.Module):
         return self.proj(self.words(input_ids) + self.segments(token_type_ids))
 
 
-class PairwiseDistance(nn.Module):
+class PairwiseDistance(_Projected):
     """torch.cdist: the forward lowers, its backward (_cdist_backward) has no lowering: a finding only
     with --training."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
 
     def forward(self, x, y):
         return torch.cdist(self.proj(x), y)  # BAD: cdist_backward
