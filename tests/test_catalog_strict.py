@@ -18,15 +18,9 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from tests.cli_helpers import run_inproc
 from tests.test_cost_cli import WORKED_EXAMPLE
+from tests.toml_inputs import price_entry
 
-PRICE = """[[price]]
-instance = "trn1.32xlarge"
-region = "us-east-1"
-term = "on-demand"
-usd_per_hour = {value}
-source = "a colleague"
-as_of = "2026-11-01"
-"""
+PRICE = price_entry(term="on-demand", value="{value}", source="a colleague")
 
 GROUPED = """[[prices]]
 term = "spot"

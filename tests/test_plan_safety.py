@@ -17,25 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import run_inproc
+from tests.toml_inputs import serving_workload
 
-SMALL = """
-title = "small"
-[traffic]
-steady_rps = 20.0
-prompt_tokens = 512
-output_tokens = 32
-[fleet]
-instance = "g6e.xlarge"
-count = 10
-[targets]
-candidates = ["inf2.xlarge"]
-[porting]
-engineer_days = 10
-[throughput]
-gpu_requests_per_s = 3.0
-[throughput.candidates."inf2.xlarge"]
-requests_per_s = 1.8
-"""
+SMALL = "\n" + serving_workload(
+    title="small",
+    rps="20.0",
+    output_tokens=32,
+    instance="g6e.xlarge",
+    count=10,
+    gpu_rps="3.0",
+    candidate="requests_per_s = 1.8",
+)
 
 
 def workload(tmp_path: Path, text: str = SMALL, name: str = "w.toml") -> Path:
