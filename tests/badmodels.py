@@ -221,6 +221,20 @@ def _x():
     return torch.randn(2, 8)
 
 
+# tag -> (factory name, expected rule id), filled where each bad factory is defined
+EXPECTED: dict[str, tuple[str, str]] = {}
+
+
+def _expect(tag: str, rule: str) -> Callable[[Callable], Callable]:
+    """Record that factory `make_<tag>` must yield `rule` at its `# BAD: <tag>` line."""
+
+    def mark(make: Callable) -> Callable:
+        EXPECTED[tag] = (f"make_{tag}", rule)
+        return make
+
+    return mark
+
+
 def _entry(
     module: type[nn.Module], **extra: Callable[[], torch.Tensor]
 ) -> Callable[[], tuple[nn.Module, dict]]:
@@ -232,15 +246,17 @@ def _entry(
     return make
 
 
-make_branch = _entry(DataDependentBranch)
-make_nonzero = _entry(NonZero)
-make_item = _entry(ItemAsShape, n=lambda: torch.tensor([3, 5]))
-make_float64 = _entry(Float64Buffer)
-make_complex = _entry(ComplexTensor)
-make_cond = _entry(CondModule)
-make_custom_op = _entry(CustomOp)
-make_topk = _entry(IntTopk, ids=lambda: torch.arange(16, dtype=torch.int64).reshape(2, 8))
-make_boolindex = _entry(BoolIndex)
+make_branch = _expect("branch", "NCC_EMOD025")(_entry(DataDependentBranch))
+make_nonzero = _expect("nonzero", "NCC_EMOD025")(_entry(NonZero))
+make_item = _expect("item", "NCC_EMOD025")(_entry(ItemAsShape, n=lambda: torch.tensor([3, 5])))
+make_float64 = _expect("float64", "CHIP_DTYPE_F64")(_entry(Float64Buffer))
+make_complex = _expect("complex", "NCC_EVRF004")(_entry(ComplexTensor))
+make_cond = _expect("cond", "CHIP_COND")(_entry(CondModule))
+make_custom_op = _expect("custom_op", "NCC_EHCA005")(_entry(CustomOp))
+make_topk = _expect("topk", "NCC_EVRF013")(
+    _entry(IntTopk, ids=lambda: torch.arange(16, dtype=torch.int64).reshape(2, 8))
+)
+make_boolindex = _expect("boolindex", "NCC_EMOD025")(_entry(BoolIndex))
 make_good = _entry(Good)
 make_raises = _entry(Raises)
 
@@ -255,10 +271,11 @@ def _pos():
 
 make_kv_write = _entry(KVCacheWrite, pos=_pos)
 make_index_add = _entry(FloatIndexAdd, pos=_pos)
-make_int_accumulate = _entry(IntAccumulate, pos=_pos)
-make_scatter_add = _entry(IntScatterAdd, pos=_pos)
+make_int_accumulate = _expect("int_accumulate", "NCC_EVRF016")(_entry(IntAccumulate, pos=_pos))
+make_scatter_add = _expect("scatter_add", "NCC_EVRF016")(_entry(IntScatterAdd, pos=_pos))
 
 
+@_expect("moe", "CHIP_MOE_ROUTING")
 def make_moe():
     torch.manual_seed(0)
     return TinyMoE(), {"x": torch.randn(6, 8)}
@@ -285,21 +302,6 @@ def make_keyboard_like():
     raise GeneratorExit("odd exception type")
 
 
-# tag -> (factory name, expected rule id)
-EXPECTED = {
-    "branch": ("make_branch", "NCC_EMOD025"),
-    "nonzero": ("make_nonzero", "NCC_EMOD025"),
-    "item": ("make_item", "NCC_EMOD025"),
-    "boolindex": ("make_boolindex", "NCC_EMOD025"),
-    "float64": ("make_float64", "CHIP_DTYPE_F64"),
-    "complex": ("make_complex", "NCC_EVRF004"),
-    "cond": ("make_cond", "CHIP_COND"),
-    "custom_op": ("make_custom_op", "NCC_EHCA005"),
-    "topk": ("make_topk", "NCC_EVRF013"),
-    "int_accumulate": ("make_int_accumulate", "NCC_EVRF016"),
-    "scatter_add": ("make_scatter_add", "NCC_EVRF016"),
-    "moe": ("make_moe", "CHIP_MOE_ROUTING"),
-}
 # tag -> factory that must check clean (no blocker): plain writes and float accumulation at int64 positions
 GOOD = {"kv_write": "make_kv_write", "index_add": "make_index_add"}
 
