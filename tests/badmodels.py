@@ -8,6 +8,7 @@ Factories (``make_<name>``) return ``(module, example_inputs)`` so the CLI can c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -29,12 +30,16 @@ def bad_line(tag: str) -> int:
     return marked_line(HERE, tag)
 
 
-class DataDependentBranch(nn.Module):
-    """Python `if` on a tensor value: the branch taken depends on data."""
+class _Projected(nn.Module):
+    """What most modules below start with: one 8 -> 8 projection (`self.proj`) ahead of the construct."""
 
     def __init__(self):
         super().__init__()
         self.proj = nn.Linear(8, 8)
+
+
+class DataDependentBranch(_Projected):
+    """Python `if` on a tensor value: the branch taken depends on data."""
 
     def forward(self, x):
         y = self.proj(x)
@@ -43,23 +48,15 @@ class DataDependentBranch(nn.Module):
         return y - 1
 
 
-class NonZero(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class NonZero(_Projected):
     def forward(self, x):
         y = self.proj(x)
         idx = torch.nonzero(y > 0)  # BAD: nonzero
         return idx.float().sum(0)
 
 
-class ItemAsShape(nn.Module):
+class ItemAsShape(_Projected):
     """A tensor value read back with .item() and used as a size."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
 
     def forward(self, x, n):
         k = n.max().item()  # BAD: item
@@ -88,11 +85,7 @@ class ComplexTensor(nn.Module):
         return torch.view_as_real(z * z)
 
 
-class CondModule(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class CondModule(_Projected):
     def forward(self, x):
         y = self.proj(x)
         return torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,))  # BAD: cond
@@ -109,40 +102,24 @@ def _(x):
     return torch.empty_like(x)
 
 
-class CustomOp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class CustomOp(_Projected):
     def forward(self, x):
         return fused_gelu(self.proj(x))  # BAD: custom_op
 
 
-class IntTopk(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class IntTopk(_Projected):
     def forward(self, x, ids):
         top = torch.topk(ids, 2, dim=-1)  # BAD: topk
         return self.proj(x), top.values
 
 
-class BoolIndex(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class BoolIndex(_Projected):
     def forward(self, x):
         y = self.proj(x)
         return y[y > 0]  # BAD: boolindex
 
 
-class Good(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class Good(_Projected):
     def forward(self, x):
         return torch.relu(self.proj(x))
 
@@ -166,21 +143,13 @@ class KVCacheWrite(nn.Module):
         return cache
 
 
-class FloatIndexAdd(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class FloatIndexAdd(_Projected):
     def forward(self, x, pos):
         return torch.zeros(16, 8).index_add(0, pos, self.proj(x))  # GOOD: index_add
 
 
-class IntAccumulate(nn.Module):
+class IntAccumulate(_Projected):
     """Counting into an int64 buffer with accumulate=True: a scatter-reduce on integer data."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
 
     def forward(self, x, pos):
         counts = torch.zeros(16, dtype=torch.int64)
@@ -188,11 +157,7 @@ class IntAccumulate(nn.Module):
         return self.proj(x), counts
 
 
-class IntScatterAdd(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-
+class IntScatterAdd(_Projected):
     def forward(self, x, pos):
         hist = torch.zeros(16, dtype=torch.int64)
         hist = hist.scatter_add(0, pos, torch.ones_like(pos))  # BAD: scatter_add
@@ -238,13 +203,9 @@ class SegmentEmbedding(nn.Module):
         return self.proj(self.words(input_ids) + self.segments(token_type_ids))
 
 
-class PairwiseDistance(nn.Module):
+class PairwiseDistance(_Projected):
     """torch.cdist: the forward lowers, its backward (_cdist_backward) has no lowering: a finding only
     with --training."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
 
     def forward(self, x, y):
         return torch.cdist(self.proj(x), y)  # BAD: cdist_backward
@@ -260,48 +221,44 @@ def _x():
     return torch.randn(2, 8)
 
 
-def make_branch():
-    return DataDependentBranch(), {"x": _x()}
+# tag -> (factory name, expected rule id), filled where each bad factory is defined
+EXPECTED: dict[str, tuple[str, str]] = {}
 
 
-def make_nonzero():
-    return NonZero(), {"x": _x()}
+def _expect(tag: str, rule: str) -> Callable[[Callable], Callable]:
+    """Record that factory `make_<tag>` must yield `rule` at its `# BAD: <tag>` line."""
+
+    def mark(make: Callable) -> Callable:
+        EXPECTED[tag] = (f"make_{tag}", rule)
+        return make
+
+    return mark
 
 
-def make_item():
-    return ItemAsShape(), {"x": _x(), "n": torch.tensor([3, 5])}
+def _entry(
+    module: type[nn.Module], **extra: Callable[[], torch.Tensor]
+) -> Callable[[], tuple[nn.Module, dict]]:
+    """A `make_*` entry point: a fresh `module` and its inputs (`x` and each named extra), built per call."""
+
+    def make() -> tuple[nn.Module, dict]:
+        return module(), {"x": _x(), **{name: build() for name, build in extra.items()}}
+
+    return make
 
 
-def make_float64():
-    return Float64Buffer(), {"x": _x()}
-
-
-def make_complex():
-    return ComplexTensor(), {"x": _x()}
-
-
-def make_cond():
-    return CondModule(), {"x": _x()}
-
-
-def make_custom_op():
-    return CustomOp(), {"x": _x()}
-
-
-def make_topk():
-    return IntTopk(), {"x": _x(), "ids": torch.arange(16, dtype=torch.int64).reshape(2, 8)}
-
-
-def make_boolindex():
-    return BoolIndex(), {"x": _x()}
-
-
-def make_good():
-    return Good(), {"x": _x()}
-
-
-def make_raises():
-    return Raises(), {"x": _x()}
+make_branch = _expect("branch", "NCC_EMOD025")(_entry(DataDependentBranch))
+make_nonzero = _expect("nonzero", "NCC_EMOD025")(_entry(NonZero))
+make_item = _expect("item", "NCC_EMOD025")(_entry(ItemAsShape, n=lambda: torch.tensor([3, 5])))
+make_float64 = _expect("float64", "CHIP_DTYPE_F64")(_entry(Float64Buffer))
+make_complex = _expect("complex", "NCC_EVRF004")(_entry(ComplexTensor))
+make_cond = _expect("cond", "CHIP_COND")(_entry(CondModule))
+make_custom_op = _expect("custom_op", "NCC_EHCA005")(_entry(CustomOp))
+make_topk = _expect("topk", "NCC_EVRF013")(
+    _entry(IntTopk, ids=lambda: torch.arange(16, dtype=torch.int64).reshape(2, 8))
+)
+make_boolindex = _expect("boolindex", "NCC_EMOD025")(_entry(BoolIndex))
+make_good = _entry(Good)
+make_raises = _entry(Raises)
 
 
 def make_not_a_module():
@@ -312,22 +269,13 @@ def _pos():
     return torch.tensor([3, 7], dtype=torch.int64)
 
 
-def make_kv_write():
-    return KVCacheWrite(), {"x": _x(), "pos": _pos()}
+make_kv_write = _entry(KVCacheWrite, pos=_pos)
+make_index_add = _entry(FloatIndexAdd, pos=_pos)
+make_int_accumulate = _expect("int_accumulate", "NCC_EVRF016")(_entry(IntAccumulate, pos=_pos))
+make_scatter_add = _expect("scatter_add", "NCC_EVRF016")(_entry(IntScatterAdd, pos=_pos))
 
 
-def make_index_add():
-    return FloatIndexAdd(), {"x": _x(), "pos": _pos()}
-
-
-def make_int_accumulate():
-    return IntAccumulate(), {"x": _x(), "pos": _pos()}
-
-
-def make_scatter_add():
-    return IntScatterAdd(), {"x": _x(), "pos": _pos()}
-
-
+@_expect("moe", "CHIP_MOE_ROUTING")
 def make_moe():
     torch.manual_seed(0)
     return TinyMoE(), {"x": torch.randn(6, 8)}
@@ -347,29 +295,13 @@ def make_exits():
     raise SystemExit(3)
 
 
-def make_forward_exits():
-    return ExitsInForward(), {"x": _x()}
+make_forward_exits = _entry(ExitsInForward)
 
 
 def make_keyboard_like():
     raise GeneratorExit("odd exception type")
 
 
-# tag -> (factory name, expected rule id)
-EXPECTED = {
-    "branch": ("make_branch", "NCC_EMOD025"),
-    "nonzero": ("make_nonzero", "NCC_EMOD025"),
-    "item": ("make_item", "NCC_EMOD025"),
-    "boolindex": ("make_boolindex", "NCC_EMOD025"),
-    "float64": ("make_float64", "CHIP_DTYPE_F64"),
-    "complex": ("make_complex", "NCC_EVRF004"),
-    "cond": ("make_cond", "CHIP_COND"),
-    "custom_op": ("make_custom_op", "NCC_EHCA005"),
-    "topk": ("make_topk", "NCC_EVRF013"),
-    "int_accumulate": ("make_int_accumulate", "NCC_EVRF016"),
-    "scatter_add": ("make_scatter_add", "NCC_EVRF016"),
-    "moe": ("make_moe", "CHIP_MOE_ROUTING"),
-}
 # tag -> factory that must check clean (no blocker): plain writes and float accumulation at int64 positions
 GOOD = {"kv_write": "make_kv_write", "index_add": "make_index_add"}
 

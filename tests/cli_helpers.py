@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from chipswap.cli.main import main
+from chipswap.errors import ChipswapError
 
 
 def run_inproc(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -28,6 +30,16 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
     code, out, err = run_inproc(capsys, *args)
     assert code == 0, err
     return json.loads(out)
+
+
+def one_line_error(match: str | None, call: Callable[..., object], *args: object) -> str:
+    """The message of the ChipswapError that `call(*args)` must raise, checked to match `match` (regex; None:
+    any) and to be one line, as every bad input's error must be."""
+    with pytest.raises(ChipswapError, match=match) as ei:
+        call(*args)
+    message = str(ei.value)
+    assert "\n" not in message
+    return message
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

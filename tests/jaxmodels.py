@@ -8,6 +8,7 @@ values come from this file, not from the output. ``EXPECTED`` maps each tag to i
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -83,51 +84,48 @@ def float64(x):
     return x.astype(jnp.float64) * 2.0  # BAD: float64
 
 
-def make_unique():
-    return unique_no_size, (_ids(),)
+# tag -> (entry point, expected rule id, severity), filled where each bad entry point is defined
+EXPECTED: dict[str, tuple[str, str, str]] = {}
 
 
-def make_branch():
-    return python_branch, (_x(),)
+def _expect(tag: str, rule: str, severity: str) -> Callable[[Callable], Callable]:
+    """Record that entry point `make_<tag>` must yield `rule` at `severity` (at its `# BAD: <tag>` line)."""
+
+    def mark(make: Callable) -> Callable:
+        EXPECTED[tag] = (f"make_{tag}", rule, severity)
+        return make
+
+    return mark
 
 
-def make_fft():
-    return fft, (_x(),)
+def _entry(fn: Callable, *inputs: Callable[[], jax.Array]) -> Callable[[], tuple[Callable, tuple]]:
+    """A `make_*` entry point: `fn` and its arguments, each built at call time."""
+
+    def make() -> tuple[Callable, tuple]:
+        return fn, tuple(build() for build in inputs)
+
+    return make
 
 
-def make_sort():
-    return int_sort, (_ids(),)
+make_unique = _expect("unique", "NCC_EMOD025", "blocker")(_entry(unique_no_size, _ids))
+make_branch = _expect("branch", "NCC_EMOD025", "blocker")(_entry(python_branch, _x))
+make_fft = _expect("fft", "NCC_EVRF001", "blocker")(_entry(fft, _x))
+make_sort = _expect("sort", "NCC_EVRF013.sort", "warn")(_entry(int_sort, _ids))
+make_topk = _expect("topk", "NCC_EVRF013", "blocker")(_entry(int_topk, _ids))
+make_callback = _expect("callback", "NCC_EHCA005", "blocker")(_entry(host_callback, _x))
+make_scatter_add = _expect("scatter_add", "NCC_EVRF016", "blocker")(_entry(int_scatter_add, _ids))
+make_argmax = _expect("argmax", "CHIP_JAX_VARIADIC_REDUCE", "blocker")(_entry(argmax, _x))
+make_int_dot = _expect("int_dot", "CHIP_JAX_INT_DOT", "blocker")(_entry(int_dot, _ids))
+make_cond = _expect("cond", "CHIP_COND", "blocker")(_entry(cond, _x))
 
 
-def make_topk():
-    return int_topk, (_ids(),)
-
-
-def make_callback():
-    return host_callback, (_x(),)
-
-
-def make_scatter_add():
-    return int_scatter_add, (_ids(),)
-
-
-def make_argmax():
-    return argmax, (_x(),)
-
-
-def make_int_dot():
-    return int_dot, (_ids(),)
-
-
-def make_cond():
-    return cond, (_x(),)
-
-
+@_expect("float64", "CHIP_DTYPE_F64", "warn")
 def make_float64():
     jax.config.update("jax_enable_x64", True)  # the test that uses this restores the flag
     return float64, (np.linspace(-1.0, 1.0, 8),)
 
 
+@_expect("dynamic", "NCC_EMOD025", "blocker")
 def make_dynamic():
     """A symbolic batch dimension: the lowered program keeps a dynamic dimension."""
     from jax import export
@@ -138,23 +136,6 @@ def make_dynamic():
     return f, (jax.ShapeDtypeStruct(export.symbolic_shape("b, 4"), jnp.float32),)
 
 
-# tag -> (entry point, expected rule id, severity)
-EXPECTED = {
-    "unique": ("make_unique", "NCC_EMOD025", "blocker"),
-    "branch": ("make_branch", "NCC_EMOD025", "blocker"),
-    "fft": ("make_fft", "NCC_EVRF001", "blocker"),
-    "sort": ("make_sort", "NCC_EVRF013.sort", "warn"),
-    "topk": ("make_topk", "NCC_EVRF013", "blocker"),
-    "callback": ("make_callback", "NCC_EHCA005", "blocker"),
-    "scatter_add": ("make_scatter_add", "NCC_EVRF016", "blocker"),
-    "argmax": ("make_argmax", "CHIP_JAX_VARIADIC_REDUCE", "blocker"),
-    "int_dot": ("make_int_dot", "CHIP_JAX_INT_DOT", "blocker"),
-    "cond": ("make_cond", "CHIP_COND", "blocker"),
-    "float64": ("make_float64", "CHIP_DTYPE_F64", "warn"),
-    "dynamic": ("make_dynamic", "NCC_EMOD025", "blocker"),
-}
-
-
 # ------------------------------------------------------------------------------------------- known good
 
 
@@ -163,8 +144,7 @@ def scatter_set(ids, x):
     return jnp.zeros(8, jnp.float32).at[ids].set(x)
 
 
-def make_scatter_set():
-    return scatter_set, (_ids(), _x())
+make_scatter_set = _entry(scatter_set, _ids, _x)
 
 
 def _abstract_params(model, x):

@@ -25,8 +25,7 @@ class TokenLinear:
     def decode_step_s(self, batch: int, context: int) -> float:
         return self.per_call + self.per_token * batch + self.per_kv * batch * context
 
-    def encoder_s(self, batch: int, length: int) -> float:
-        return self.per_call + self.per_token * batch * length
+    encoder_s = prefill_s  # an encoder pass computes every token, as a prefill does
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,7 @@ class Constant:
     def prefill_s(self, batch: int, length: int) -> float:
         return self.seconds
 
-    def decode_step_s(self, batch: int, context: int) -> float:
-        return self.seconds
-
-    def encoder_s(self, batch: int, length: int) -> float:
-        return self.seconds
+    decode_step_s = encoder_s = prefill_s  # the same time whatever the call
 
 
 @dataclass(frozen=True)
@@ -66,5 +61,4 @@ class GpuLike:
     def decode_step_s(self, batch: int, context: int) -> float:
         return self.weights_s + batch * (self.per_seq_s + self.kv_s * context)
 
-    def encoder_s(self, batch: int, length: int) -> float:
-        return self.overhead_s + self.prefill_token_s * batch * length
+    encoder_s = prefill_s  # an encoder pass is compute-bound like a prefill

@@ -11,6 +11,7 @@ import pytest
 
 from chipswap.economics.catalog_io import load_catalog
 from tests.cli_helpers import run_inproc
+from tests.test_cost_cli import serve
 
 run = run_inproc
 
@@ -65,18 +66,7 @@ def test_catalog_override_flag(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert code == 0
     od = next(p for p in json.loads(out)["prices"] if p["term"] == "on-demand")
     assert od["usd_per_hour"] == 0.5 and od["source"] == "quote"
-    code, out, err = run(
-        capsys,
-        "cost",
-        "serve",
-        "--instance",
-        "inf2.xlarge",
-        "--throughput",
-        "1000",
-        "--json",
-        "--catalog",
-        str(f),
-    )
+    code, out, err = run(capsys, *serve("inf2.xlarge", "1000", "--json", "--catalog", str(f)))
     assert code == 0, err
     assert json.loads(out)["fleets"][0]["usd_per_hour"] == 0.5
 

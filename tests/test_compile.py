@@ -22,7 +22,7 @@ from chipswap.compile.compiler import (
     target_from_spec,
 )
 from chipswap.errors import ChipswapError
-from tests.cli_helpers import run_inproc
+from tests.cli_helpers import one_line_error, run_inproc
 
 ROOT = Path(__file__).resolve().parents[1]
 CHIPSWAP = [sys.executable, "-m", "chipswap"]
@@ -63,18 +63,14 @@ def test_parse_plan_reads_buckets_and_keeps_extras():
     ],
 )
 def test_bad_plans(over, msg):
-    with pytest.raises(ChipswapError, match=msg) as ei:
-        parse_plan(_plan(**over), "p.json")
-    assert "\n" not in str(ei.value)
+    one_line_error(msg, parse_plan, _plan(**over), "p.json")
 
 
 def test_plan_file_not_json(tmp_path):
     f = tmp_path / "p.json"
     f.write_text("{oops")
-    with pytest.raises(ChipswapError, match="is not JSON"):
-        load_plan(f)
-    with pytest.raises(ChipswapError, match="cannot read plan file"):
-        load_plan(tmp_path / "missing.json")
+    one_line_error("is not JSON", load_plan, f)
+    one_line_error("cannot read plan file", load_plan, tmp_path / "missing.json")
 
 
 def test_model_plan_mismatch():

@@ -10,20 +10,19 @@ import pytest
 from chipswap.economics.catalog_io import load_catalog
 from tests.cli_helpers import run_cli, run_inproc, run_json
 
-WORKED_EXAMPLE = [
-    "cost",
-    "job",
-    "--baseline",
-    "p5.48xlarge",
-    "--baseline-hours",
-    "20",
-    "--candidate",
-    "trn1.32xlarge",
-    "--candidate-hours",
-    "26",
-    "--porting-days",
-    "3",
-]
+
+def job(baseline: str, hours: str, candidate: str, candidate_hours: str, *extra: str) -> list[str]:
+    """The argv of `chipswap cost job`: a baseline run of `hours` against a candidate of `candidate_hours`."""
+    base = ["--baseline", baseline, "--baseline-hours", hours]
+    return ["cost", "job", *base, "--candidate", candidate, "--candidate-hours", candidate_hours, *extra]
+
+
+def serve(instance: str, throughput: str, *extra: str) -> list[str]:
+    """The argv of `chipswap cost serve` for `instance` serving `throughput` requests/s each."""
+    return ["cost", "serve", "--instance", instance, "--throughput", throughput, *extra]
+
+
+WORKED_EXAMPLE = job("p5.48xlarge", "20", "trn1.32xlarge", "26", "--porting-days", "3")
 
 
 def test_worked_example_table_via_real_cli() -> None:
@@ -94,43 +93,16 @@ def test_more_porting_days_pay_back_later(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_never_pays_back_when_candidate_costs_more(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_inproc(
-        capsys,
-        "cost",
-        "job",
-        "--baseline",
-        "g6.xlarge",
-        "--baseline-hours",
-        "1",
-        "--candidate",
-        "trn1.32xlarge",
-        "--candidate-hours",
-        "1",
-        "--candidate-term",
-        "on-demand",
-    )
+    argv = job("g6.xlarge", "1", "trn1.32xlarge", "1", "--candidate-term", "on-demand")
+    code, out, _ = run_inproc(capsys, *argv)
     assert code == 0
     assert "never" in out
 
 
 def test_serve_cost_per_million_and_fleet(capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = ("--baseline", "g5.xlarge", "--baseline-throughput", "600")
     data = run_json(
-        capsys,
-        "cost",
-        "serve",
-        "--instance",
-        "inf2.xlarge",
-        "--throughput",
-        "900",
-        "--utilization",
-        "0.6",
-        "--rps",
-        "2000",
-        "--baseline",
-        "g5.xlarge",
-        "--baseline-throughput",
-        "600",
-        "--json",
+        capsys, *serve("inf2.xlarge", "900", "--utilization", "0.6", "--rps", "2000", *baseline, "--json")
     )
     base, cand = data["fleets"]
     cat = load_catalog()
@@ -143,7 +115,7 @@ def test_serve_cost_per_million_and_fleet(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_serve_table_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_inproc(capsys, "cost", "serve", "--instance", "inf2.48xlarge", "--throughput", "50")
+    code, out, _ = run_inproc(capsys, *serve("inf2.48xlarge", "50"))
     assert code == 0
     assert "inf2.48xlarge" in out and "$ per 1M req" in out
 
@@ -216,31 +188,17 @@ def test_serve_bad_input_one_line_exit_2(
 
 
 def test_bad_input_via_real_cli_has_no_traceback() -> None:
-    proc = run_cli("cost", "serve", "--instance", "inf2.xlarge", "--throughput", "-1")
+    proc = run_cli(*serve("inf2.xlarge", "-1"))
     assert proc.returncode == 2
     assert proc.stderr.startswith("chipswap: error: --throughput")
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
 def test_trn2_needs_a_user_rate_then_works(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_inproc(
-        capsys, "cost", "serve", "--instance", "trn2.48xlarge", "--throughput", "5", "--region", "us-east-2"
-    )
+    trn2 = serve("trn2.48xlarge", "5", "--region", "us-east-2")
+    code, _, err = run_inproc(capsys, *trn2)
     assert code == 2 and "supply your own" in err
-    code, out, _ = run_inproc(
-        capsys,
-        "cost",
-        "serve",
-        "--instance",
-        "trn2.48xlarge",
-        "--throughput",
-        "5",
-        "--region",
-        "us-east-2",
-        "--rate",
-        "40",
-        "--json",
-    )
+    code, out, _ = run_inproc(capsys, *trn2, "--rate", "40", "--json")
     assert code == 0
     assert json.loads(out)["fleets"][0]["source"] == "user --rate"
 

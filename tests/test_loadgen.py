@@ -22,6 +22,7 @@ from chipswap.bench.results import build_results
 from chipswap.bench.schedule import build_schedule, map_lengths
 from chipswap.bench.stats import Record, Slo, summarize
 from chipswap.errors import ChipswapError
+from tests.cli_helpers import one_line_error
 
 TS = np.array([0.0, 0.5, 0.7, 2.0, 2.1, 4.0])
 PROMPTS = np.array([10, 400, 30, 1000, 5, 200])
@@ -283,21 +284,16 @@ def test_bad_results_files_are_one_line_errors(tmp_path, field, value, words):
     _set(doc, field, value)
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc))
-    with pytest.raises(ChipswapError) as ei:
-        read_bench_results(path)
-    assert words in str(ei.value) and "\n" not in str(ei.value)
-    assert str(path) in str(ei.value)
+    message = one_line_error(None, read_bench_results, path)
+    assert words in message and str(path) in message
 
 
 def test_not_json_and_missing_files(tmp_path):
     p = tmp_path / "x.json"
     p.write_text('{"schema": "chipswap.bench/1", "duration_s": NaN}')
-    with pytest.raises(ChipswapError, match="NaN"):
-        read_bench_results(p)
-    with pytest.raises(ChipswapError, match="cannot read bench results"):
-        read_bench_results(tmp_path / "missing.json")
-    with pytest.raises(ChipswapError, match="must be an object"):
-        parse_bench_results([1, 2], "list.json")
+    one_line_error("NaN", read_bench_results, p)
+    one_line_error("cannot read bench results", read_bench_results, tmp_path / "missing.json")
+    one_line_error("must be an object", parse_bench_results, [1, 2], "list.json")
 
 
 # ------------------------------------------------------------------------------------------ options

@@ -17,25 +17,17 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import run_inproc
+from tests.toml_inputs import serving_workload
 
-SMALL = """
-title = "small"
-[traffic]
-steady_rps = 20.0
-prompt_tokens = 512
-output_tokens = 32
-[fleet]
-instance = "g6e.xlarge"
-count = 10
-[targets]
-candidates = ["inf2.xlarge"]
-[porting]
-engineer_days = 10
-[throughput]
-gpu_requests_per_s = 3.0
-[throughput.candidates."inf2.xlarge"]
-requests_per_s = 1.8
-"""
+SMALL = "\n" + serving_workload(
+    title="small",
+    rps="20.0",
+    output_tokens=32,
+    instance="g6e.xlarge",
+    count=10,
+    gpu_rps="3.0",
+    candidate="requests_per_s = 1.8",
+)
 
 
 def workload(tmp_path: Path, text: str = SMALL, name: str = "w.toml") -> Path:
@@ -57,41 +49,40 @@ def one_line_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, p: Path,
 # ---------------------------------------------------------------------------------------- strict numbers
 
 
+def set_field(text: str, key: str, value: str) -> str:
+    """`text` with `key` (section.name) set to the raw TOML `value`: its line replaced, or added under the
+    section when the workload does not set it."""
+    section, name = key.split(".")
+    line = next((x for x in text.splitlines() if x.startswith(f"{name} = ")), None)
+    if line is None:
+        return text.replace(f"[{section}]\n", f"[{section}]\n{name} = {value}\n", 1)
+    return text.replace(line, f"{name} = {value}", 1)
+
+
 @pytest.mark.parametrize(
-    ("old", "new", "key"),
+    ("key", "value", "words"),
     [
-        ("steady_rps = 20.0", "steady_rps = true", "traffic.steady_rps: expected a number, not true"),
-        ("steady_rps = 20.0", 'steady_rps = "20"', "traffic.steady_rps: expected a number without quotes"),
-        ("count = 10", "count = true", "fleet.count: expected an integer, not true"),
-        (
-            "engineer_days = 10",
-            "engineer_days = false",
-            "porting.engineer_days: expected a number, not false",
-        ),
-        ("steady_rps = 20.0", "steady_rps = nan", "traffic.steady_rps: expected a finite number"),
-        ("steady_rps = 20.0", "steady_rps = inf", "traffic.steady_rps: expected a finite number"),
-        ("steady_rps = 20.0", "steady_rps = 1e400", "traffic.steady_rps: expected a finite number"),
-        ("steady_rps = 20.0", "steady_rps = 1e300", "traffic.steady_rps: expected a number <= 1000000"),
-        ("count = 10", "count = 99999999999999999", "fleet.count: expected a number <= 100000"),
-        (
-            "prompt_tokens = 512",
-            "prompt_tokens = 2000000000",
-            "traffic.prompt_tokens: expected a number <= 1048576",
-        ),
-        (
-            "[porting]",
-            "[porting]\nday_rate_usd = 1e300",
-            "porting.day_rate_usd: expected a number <= 1000000",
-        ),
+        ("traffic.steady_rps", "true", "expected a number, not true"),
+        ("traffic.steady_rps", '"20"', "expected a number without quotes"),
+        ("fleet.count", "true", "expected an integer, not true"),
+        ("porting.engineer_days", "false", "expected a number, not false"),
+        ("traffic.steady_rps", "nan", "expected a finite number"),
+        ("traffic.steady_rps", "inf", "expected a finite number"),
+        ("traffic.steady_rps", "1e400", "expected a finite number"),
+        ("traffic.steady_rps", "1e300", "expected a number <= 1000000"),
+        ("fleet.count", "99999999999999999", "expected a number <= 100000"),
+        ("traffic.prompt_tokens", "2000000000", "expected a number <= 1048576"),
+        ("porting.day_rate_usd", "1e300", "expected a number <= 1000000"),
     ],
 )
 def test_numbers_are_strict_and_bounded(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, old: str, new: str, key: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, value: str, words: str
 ) -> None:
     """Old code: `steady_rps = true` became 1 req/s and gave a verdict; 1e300 money overflowed a Decimal."""
-    assert old in SMALL
-    p = workload(tmp_path, SMALL.replace(old, new, 1))
-    err = one_line_exit_2(capsys, tmp_path, p, key)
+    text = set_field(SMALL, key, value)
+    assert text != SMALL and f"{key.split('.')[1]} = {value}\n" in text
+    p = workload(tmp_path, text)
+    err = one_line_exit_2(capsys, tmp_path, p, f"{key}: {words}")
     assert str(p) in err
 
 

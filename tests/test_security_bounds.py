@@ -22,7 +22,7 @@ from chipswap.shapes.planfile import (
     load_plan,
     parse_plan,
 )
-from tests.cli_helpers import run_inproc
+from tests.cli_helpers import one_line_error, run_inproc
 
 
 def _plan(**over) -> dict:
@@ -104,9 +104,7 @@ def test_compile_flags_are_bounded_and_finite(tmp_path, capsys, monkeypatch, arg
     ],
 )
 def test_plan_numbers_are_strict_and_bounded(over, msg):
-    with pytest.raises(ChipswapError, match=msg.replace("(", r"\(").replace(")", r"\)")) as ei:
-        parse_plan(_plan(**over), "p.json")
-    assert "\n" not in str(ei.value)
+    one_line_error(msg.replace("(", r"\(").replace(")", r"\)"), parse_plan, _plan(**over), "p.json")
 
 
 @pytest.mark.parametrize(
@@ -125,9 +123,7 @@ def test_plan_numbers_are_strict_and_bounded(over, msg):
 def test_plan_file_format_errors_are_one_line(tmp_path, content, msg):
     f = tmp_path / "plan.json"
     f.write_bytes(content)
-    with pytest.raises(ChipswapError, match=msg) as ei:
-        load_plan(f)
-    assert "\n" not in str(ei.value)
+    one_line_error(msg, load_plan, f)
 
 
 def test_plan_given_as_a_folder_is_one_line(tmp_path):
@@ -177,9 +173,7 @@ def _cset(**over) -> dict:
 )
 def test_compiled_set_fields_are_strict(over, msg):
     """A bool batch size failed before issue 15 (int(True) == 1 was accepted)."""
-    with pytest.raises(ChipswapError, match=msg) as ei:
-        parse_compiled_set(_cset(**over), "set.json")
-    assert "\n" not in str(ei.value)
+    one_line_error(msg, parse_compiled_set, _cset(**over), "set.json")
 
 
 def test_compiled_set_file_errors_are_one_line(tmp_path):
@@ -188,10 +182,8 @@ def test_compiled_set_file_errors_are_one_line(tmp_path):
     for content, msg in ((b"\xff", "not UTF-8"), (b'{"a": NaN}', "NaN"), (b"[" * 1000, "nested deeper")):
         f = tmp_path / "set.json"
         f.write_bytes(content)
-        with pytest.raises(ChipswapError, match=msg):
-            read_compiled_set(f)
-    with pytest.raises(ChipswapError, match="is a folder"):
-        read_compiled_set(tmp_path)
+        one_line_error(msg, read_compiled_set, f)
+    one_line_error("is a folder", read_compiled_set, tmp_path)
 
 
 def test_io_json_of_a_cached_artifact_is_strict(tmp_path):

@@ -58,21 +58,15 @@ def _workload(tmp_path: Path, name: str, fleet_extra: str = "", **kw) -> Path:
     return p
 
 
+# the model and its traffic, per kit mode (the workload's [model] and [traffic] tables)
+LLM = dict(preset="llama-3-8b", task="causal-lm", mode="llm", rps=4, prompt=24, output="output_tokens = 6\n")
+ENCODER = dict(
+    preset="tiny-bert", task="sequence-classification", mode="encoder", rps=50, prompt=16, output=""
+)
+
+
 def _llm(tmp_path: Path, slo: str = "p99_ms = 20000\nttft_p99_ms = 2000", fleet_extra: str = "") -> Path:
-    return _workload(
-        tmp_path,
-        "llm",
-        fleet_extra,
-        preset="llama-3-8b",
-        task="causal-lm",
-        rps=4,
-        prompt=24,
-        output="output_tokens = 6\n",
-        mode="llm",
-        gpu="g6e.12xlarge",
-        slo=slo,
-        cand="inf2.48xlarge",
-    )
+    return _workload(tmp_path, "llm", fleet_extra, **LLM, gpu="g6e.12xlarge", slo=slo, cand="inf2.48xlarge")
 
 
 def _tiny_gpt2_dir(root: Path) -> Path:
@@ -185,19 +179,7 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
 
 
 def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
-    wl = _workload(
-        tmp_path,
-        "enc",
-        preset="tiny-bert",
-        task="sequence-classification",
-        rps=50,
-        prompt=16,
-        output="",
-        mode="encoder",
-        gpu="g5.xlarge",
-        slo="p99_ms = 2000",
-        cand="inf2.xlarge",
-    )
+    wl = _workload(tmp_path, "enc", **ENCODER, gpu="g5.xlarge", slo="p99_ms = 2000", cand="inf2.xlarge")
     kit = tmp_path / "kit"
     code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
     assert code == 0, err

@@ -8,14 +8,8 @@ justifies every finding the test expects.
 
 from __future__ import annotations
 
-_TEXT = {
-    "hidden_size": 32,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "vocab_size": 256,
-    "max_position_embeddings": 66,
-}
+_CORE = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 256}
+_TEXT = {**_CORE, "intermediate_size": 64, "max_position_embeddings": 66}
 _SEQ2SEQ = {
     "d_model": 32,
     "encoder_layers": 1,
@@ -31,6 +25,7 @@ _SEQ2SEQ = {
     "decoder_start_token_id": 1,
 }
 _VIT = {**_TEXT, "image_size": 32, "patch_size": 8}
+_CNN = {"hidden_sizes": [16, 32], "depths": [1, 1], "image_size": 32}
 
 CONFIGS: dict[str, dict] = {
     # text encoders
@@ -51,22 +46,13 @@ CONFIGS: dict[str, dict] = {
     "gpt_neox": {"model_type": "gpt_neox", **_TEXT, "architectures": ["GPTNeoXForCausalLM"]},
     "opt": {
         "model_type": "opt",
-        "hidden_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 4,
+        **_CORE,
         "ffn_dim": 64,
-        "vocab_size": 256,
         "max_position_embeddings": 66,
         "word_embed_proj_dim": 32,
         "architectures": ["OPTForCausalLM"],
     },
-    "falcon": {
-        "model_type": "falcon",
-        "hidden_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 4,
-        "vocab_size": 256,
-    },
+    "falcon": {"model_type": "falcon", **_CORE},
     # encoder-decoders (text and speech)
     "bart": {"model_type": "bart", **_SEQ2SEQ, "max_position_embeddings": 66},
     "marian": {
@@ -98,27 +84,12 @@ CONFIGS: dict[str, dict] = {
     "resnet": {
         "model_type": "resnet",
         "embedding_size": 16,
-        "hidden_sizes": [16, 32],
-        "depths": [1, 1],
+        **_CNN,
         "layer_type": "basic",
-        "image_size": 32,
         "architectures": ["ResNetForImageClassification"],
     },
-    "convnext": {
-        "model_type": "convnext",
-        "hidden_sizes": [16, 32],
-        "depths": [1, 1],
-        "num_stages": 2,
-        "image_size": 32,
-    },
-    "regnet": {
-        "model_type": "regnet",
-        "embedding_size": 8,
-        "hidden_sizes": [16, 32],
-        "depths": [1, 1],
-        "groups_width": 8,
-        "image_size": 32,
-    },
+    "convnext": {"model_type": "convnext", **_CNN, "num_stages": 2},
+    "regnet": {"model_type": "regnet", "embedding_size": 8, **_CNN, "groups_width": 8},
     # vision transformers
     "swin": {
         "model_type": "swin",

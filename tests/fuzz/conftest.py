@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,9 +20,9 @@ from tests.fuzz.harness import CEILING_BYTES, TALLY
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not TALLY.tried:
+    if not TALLY.counts["tried"]:
         return
-    t = TALLY
+    t = SimpleNamespace(**TALLY.to_json())
     lines = [
         f"fuzz: {t.tried} hostile inputs in {t.seconds:.1f}s; {t.known_open_failures} of them failed in kinds"
         " listed in KNOWN_OPEN (xfail); of the rest:",
@@ -44,5 +45,5 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(line)
     report = os.environ.get("CHIPSWAP_FUZZ_REPORT")
     if report:
-        doc = {k: v for k, v in t.__dict__.items()}
+        doc = TALLY.to_json()
         Path(report).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")

@@ -25,6 +25,7 @@ import signal
 import stat
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,28 +43,31 @@ class CaseTimeout(BaseException):
     """Raised by SIGALRM inside a case that ran too long."""
 
 
+# what Tally.counts counts; known_open_failures: failing inputs of a (class, kind) listed in KNOWN_OPEN
+COUNTS = (
+    "tried", "ok", "blockers", "clean_errors", "tracebacks", "bad_exit", "outside_writes", "timeouts",
+    "over_memory", "skipped_for_time", "known_open_failures"
+)
+
+
 @dataclass
 class Tally:
-    tried: int = 0
-    ok: int = 0
-    blockers: int = 0
-    clean_errors: int = 0
-    tracebacks: int = 0
-    bad_exit: int = 0
-    outside_writes: int = 0
-    timeouts: int = 0
-    over_memory: int = 0
+    counts: Counter[str] = field(default_factory=Counter)  # by the names in COUNTS
     peak_rss_kib: int = 0
     peak_growth_kib: int = 0
     seconds: float = 0.0
-    skipped_for_time: int = 0
-    known_open_failures: int = 0  # failing inputs of a (class, kind) listed in KNOWN_OPEN
     by_class: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Every count (zeros included), the peaks, the seconds and the per-class counts: one flat object."""
+        counts = {name: self.counts[name] for name in COUNTS}
+        return {**counts, **{k: v for k, v in self.__dict__.items() if k != "counts"}}
 
     def add(self, cls: str, outcome: Outcome, problems: list[str], known_open: bool = False) -> None:
         """Count one input. A failing input of a known-open kind is counted apart (it is xfail, listed in
         KNOWN_OPEN); every other count is of the contract enforced now."""
-        self.tried += 1
+        n = self.counts
+        n["tried"] += 1
         self.seconds += outcome.seconds
         self.peak_rss_kib = max(self.peak_rss_kib, outcome.peak_rss_kib)
         self.peak_growth_kib = max(self.peak_growth_kib, outcome.growth_kib)
@@ -73,26 +77,26 @@ class Tally:
         c["tried"] += 1
         c["ms"] += int(outcome.seconds * 1000)
         if known_open and problems:
-            self.known_open_failures += 1
+            n["known_open_failures"] += 1
             c["known_open"] += 1
             return
         if outcome.code == 0:
-            self.ok += 1
+            n["ok"] += 1
         elif outcome.code == 1:
-            self.blockers += 1
+            n["blockers"] += 1
         elif outcome.code == 2 and not problems:
-            self.clean_errors += 1
+            n["clean_errors"] += 1
             c["clean_errors"] += 1
         if outcome.error:
-            self.tracebacks += 1
+            n["tracebacks"] += 1
         if outcome.timed_out:
-            self.timeouts += 1
+            n["timeouts"] += 1
         if outcome.over_memory:
-            self.over_memory += 1
+            n["over_memory"] += 1
         if outcome.outside:
-            self.outside_writes += 1
+            n["outside_writes"] += 1
         if any(p.startswith("exit code") or p.startswith("exit 2 without") for p in problems):
-            self.bad_exit += 1
+            n["bad_exit"] += 1
         if problems:
             c["failures"] += 1
 

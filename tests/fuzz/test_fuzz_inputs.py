@@ -87,7 +87,7 @@ def _within_budget() -> None:
     longer, the remaining (class, kind) tests are skipped whole, before hypothesis starts (replays stay
     exact)."""
     if TALLY.seconds > TOTAL_S * SCALE:
-        TALLY.skipped_for_time += 1
+        TALLY.counts["skipped_for_time"] += 1
         pytest.skip(f"fuzz time budget of {TOTAL_S * SCALE:.0f}s used up (CHIPSWAP_FUZZ_TOTAL_S)")
 
 

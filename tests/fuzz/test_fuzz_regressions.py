@@ -19,35 +19,15 @@ from tests.fuzz.harness import (
     problems_of,
     run,
 )
+from tests.toml_inputs import price_entry, serving_workload
 
 REPO = Path(__file__).resolve().parents[2]
 
-SERVING = """title = "x"
-kind = "serving"
-[traffic]
-steady_rps = {rps}
-prompt_tokens = 512
-output_tokens = 64
-[fleet]
-instance = "g6e.12xlarge"
-count = 2
-[targets]
-candidates = ["inf2.xlarge"]
-[porting]
-engineer_days = 10
-[throughput]
-gpu_requests_per_s = 12.0
-[throughput.candidates."inf2.xlarge"]
-speed_factor = 0.13
-"""
-PRICE = """[[price]]
-instance = "trn1.32xlarge"
-region = "us-east-1"
-term = "spot"
-usd_per_hour = {price}
-source = "{source}"
-as_of = "2026-11-01"
-"""
+SERVING = serving_workload(
+    title="x", kind=True, rps="{rps}", output_tokens=64, instance="g6e.12xlarge", count=2, gpu_rps="12.0",
+    candidate="speed_factor = 0.13",
+)
+PRICE = price_entry(term="spot", value="{price}", source="{source}")
 
 
 @pytest.fixture
