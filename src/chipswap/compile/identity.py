@@ -9,9 +9,10 @@ torch is not imported here). May not: read files or build models.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from chipswap.compile.keys import canonical_json
 
 # backend of a compiled set -> the device it computes on (chipswap builds ONNX Runtime and AOTInductor
 # for the CPU)
@@ -21,8 +22,7 @@ BACKEND_DEVICE = {"onnxruntime": "cpu", "aotinductor": "cpu", "neuron": "neuron"
 def config_digest(config: Mapping[str, Any]) -> str:
     """sha256 of a model config as canonical JSON (sorted keys): the same config gives the same digest on
     the machine that served it and the one that plans."""
-    text = json.dumps(dict(config), sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(dict(config))).hexdigest()
 
 
 def model_identity(model: Any, config: Mapping[str, Any]) -> dict[str, Any]:
