@@ -102,25 +102,25 @@ def _body_kind(body: bytes) -> str:
 IDENTITY_HEADERS = ("server", "x-powered-by", "x-compute-type", "x-served-by")
 
 
-async def _get_json(http: httpx.AsyncClient, path: str) -> tuple[int, Any]:
-    r = await http.get(path)
+def _json_or_kind(r: httpx.Response) -> Any:
+    """The answer's JSON (bounded), or a _NotJson saying what it looked like."""
     body = r.content[:MAX_STREAM_BYTES]
     try:
-        return r.status_code, json.loads(body)
+        return json.loads(body)
     except ValueError:
-        return r.status_code, _NotJson(_body_kind(body), r.headers.get("content-type", ""))
+        return _NotJson(_body_kind(body), r.headers.get("content-type", ""))
+
+
+async def _get_json(http: httpx.AsyncClient, path: str) -> tuple[int, Any]:
+    r = await http.get(path)
+    return r.status_code, _json_or_kind(r)
 
 
 async def _probe_models(http: httpx.AsyncClient) -> tuple[int, Any, dict[str, str]]:
     """GET /v1/models: status, parsed JSON (or _NotJson) and the identity headers of the answer."""
     r = await http.get("/v1/models")
-    body = r.content[:MAX_STREAM_BYTES]
     heads = {k: one_line(r.headers[k], 120) for k in IDENTITY_HEADERS if k in r.headers}
-    try:
-        obj: Any = json.loads(body)
-    except ValueError:
-        obj = _NotJson(_body_kind(body), r.headers.get("content-type", ""))
-    return r.status_code, obj, heads
+    return r.status_code, _json_or_kind(r), heads
 
 
 @dataclass(frozen=True)
