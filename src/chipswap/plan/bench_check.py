@@ -21,15 +21,14 @@ from chipswap.errors import ChipswapError
 OVERRIDE_FLAG = "--accept-bench-mismatch"
 
 
-def _workload_model(
-    ref: Any, task: str | None, want_params: bool
-) -> tuple[str | None, int | None, str | None]:
-    """(name, parameter count, config digest) of the workload's model; the count only when it is needed."""
+def _workload_model(ref: Any, task: str | None, ident: Any) -> tuple[str | None, int | None, str | None]:
+    """(name, parameter count, config digest) of the workload's model; the count (a model build) only when
+    it decides: the bench has one and the config digests do not already agree."""
     if ref is None:
         return None, None, None
     digest = config_digest(ref.config) if getattr(ref, "config", None) else None
     params = None
-    if want_params:
+    if ident.parameters is not None and not (ident.config_sha256 and ident.config_sha256 == digest):
         from chipswap.models import parameter_count
 
         try:
@@ -51,7 +50,7 @@ def checked_measured(
 ) -> Any:
     """The measured figures of one bench file once its identity matches the workload (see module doc)."""
     ident = results.identity
-    name, params, digest = _workload_model(model, task, ident.parameters is not None)
+    name, params, digest = _workload_model(model, task, ident)
     found = {
         "another model": model_mismatch(ident, name, params, digest),
         "another machine": host_mismatch(
