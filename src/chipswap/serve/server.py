@@ -44,7 +44,14 @@ from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.served import ServedModel
-from chipswap.serve.shedding import LoopLag, discard_body, draining_answer, fast_answer, send_json
+from chipswap.serve.shedding import (
+    DRAINING_MESSAGE,
+    LoopLag,
+    discard_body,
+    draining_answer,
+    fast_answer,
+    send_json,
+)
 from chipswap.serve.tokenizer import TextTokenizer
 
 log = logging.getLogger("chipswap.serve")
@@ -427,7 +434,7 @@ def create_app(engine: ServingEngine) -> FastAPI:
             return ClientError(
                 503,
                 "draining",
-                "server is shutting down; retry on another replica",
+                DRAINING_MESSAGE,
                 {"Retry-After": "1", "Connection": "close"},
             )
         if engine.state == "failed":

@@ -24,6 +24,8 @@ LAG_PERIOD_S = 0.02  # how often the loop is asked to wake up
 LAG_SHED_S = (
     0.2  # smoothed lateness above which /v1/predict is shed (a probe then still answers well under 1 s)
 )
+# what a request gets while draining, from the middleware here and from the routes alike
+DRAINING_MESSAGE = "server is shutting down; retry on another replica"
 
 
 class LoopLag:
@@ -113,6 +115,6 @@ async def draining_answer(receive: Any, send: Any, engine: Any) -> None:
     await send_json(
         send,
         503,
-        {"error": {"code": "draining", "message": "server is shutting down; retry on another replica"}},
+        {"error": {"code": "draining", "message": DRAINING_MESSAGE}},
         [(b"retry-after", b"1"), (b"connection", b"close")],
     )
