@@ -52,9 +52,13 @@ class BenchOptions:
 
 
 def check_url(url: str) -> str:
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ChipswapError(f"URL must be http(s)://host[:port], got {url!r}; e.g. http://127.0.0.1:8000")
+    text = url.strip()
+    parts = urlsplit(text)
+    blank = any(c.isspace() or not c.isprintable() for c in text)  # it goes into launch scripts as is
+    if parts.scheme not in ("http", "https") or not parts.hostname or blank:
+        raise ChipswapError(
+            f"URL must be http(s)://host[:port] with no spaces, got {url!r}; e.g. http://127.0.0.1:8000"
+        )
     if parts.username or parts.password:
         raise ChipswapError("put no credentials in the URL; set CHIPSWAP_BENCH_TOKEN for a bearer token")
     try:

@@ -294,6 +294,8 @@ def _plan(
         raise ChipswapError(f"--out {out} is a file; pass a folder (it is created if missing)")
     if workload is not None and example is not None:
         raise ChipswapError("give a workload file or --example, not both; drop one of them")
+    if accept_bench_mismatch and not bench:
+        raise ChipswapError("--accept-bench-mismatch applies to --bench files; add --bench FILE or drop it")
     margin = None
     if close_margin is not None:
         try:

@@ -214,11 +214,13 @@ def register(app: typer.Typer) -> None:
         train_tokens: float | None = maybe_flag(
             "--train-tokens", help="project a training run of this many tokens instead of serving"
         ),
-        seq_len: int = typer.Option(4096, "--seq-len", help="training sequence length (with --train-tokens)"),
+        seq_len: int | None = maybe_flag(
+            "--seq-len", help="training sequence length (with --train-tokens; default 4096)"
+        ),
         train_dtype: str | None = maybe_flag(
             "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200)"
         ),
-        nodes: int = typer.Option(1, "--nodes", help="training nodes (instances) of the run"),
+        nodes: int | None = maybe_flag("--nodes", help="training nodes (instances) of the run (default 1)"),
         global_batch: int | None = maybe_flag(
             "--global-batch", help="training global batch in sequences (default ~2M tokens a step)"
         ),
@@ -244,6 +246,14 @@ def register(app: typer.Typer) -> None:
             raise ChipswapError(
                 f"--bucket must be 1..1048576 tokens, got {bucket}; give compiled prompt lengths"
             )
+        training_only = [
+            f
+            for f, v in (("--seq-len", seq_len), ("--train-dtype", train_dtype), ("--nodes", nodes),
+                         ("--global-batch", global_batch))
+            if v is not None
+        ]  # fmt: skip
+        seq_len = 4096 if seq_len is None else seq_len
+        nodes = 1 if nodes is None else nodes
         if not 1 <= seq_len <= 1 << 20 or not 1 <= nodes <= 100_000:
             raise ChipswapError(
                 f"--seq-len must be 1..1048576 and --nodes 1..100000, got {seq_len:,} and {nodes:,}; give "
@@ -252,11 +262,15 @@ def register(app: typer.Typer) -> None:
         for flag, value, hi in (("--tp", tp, 256), ("--replicas", replicas, 1024), ("--batch", batch, 4096)):
             if value is not None and not 1 <= value <= hi:
                 raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")
+        if training_only and train_tokens is None:
+            raise ChipswapError(
+                f"{', '.join(training_only)} shape a training projection; add --train-tokens N or drop them"
+            )
         if sampling not in ("device", "cpu"):
             raise ChipswapError(f"unknown --sampling: {sampling!r}; use device or cpu")
         from chipswap.projection.stacks import get_stack
 
-        side_stack = get_stack(stack, field="--stack") if stack else None
+        side_stack = get_stack(stack, field="--stack") if stack is not None else None
         catalog = load_catalog()
         insts = [catalog.instance(n) for n in instance]  # unknown names fail before any work
         work = model_work(model, task=task)

@@ -135,7 +135,7 @@ def _trial(
     path = workload if workload is not None else example_path(name)
     catalog = load_catalog(catalog_file)
     wl = load_workload(path, catalog)
-    endpoint = gpu_endpoint or getattr(wl.fleet, "endpoint", None)
+    endpoint = gpu_endpoint if gpu_endpoint is not None else getattr(wl.fleet, "endpoint", None)
     if endpoint is not None:
         from chipswap.bench.job import check_url
 

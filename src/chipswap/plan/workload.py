@@ -272,7 +272,7 @@ class Fleet(_Model):
 
     @model_validator(mode="after")
     def _endpoint_url(self) -> Fleet:
-        if self.endpoint is not None and not re.match(r"^https?://[^\s/]+\S*$", self.endpoint):
+        if self.endpoint is not None and not re.fullmatch(r"https?://[^\s/]+\S*", self.endpoint):
             raise ValueError('expected endpoint to be an http(s):// URL, e.g. "http://gpu-llm.internal:8000"')
         return self
 
