@@ -342,7 +342,11 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         )
     note = (
         f"{what}; {batching} batching up to {f.setup.max_batch}"
-        + (f" (KV cache {f.setup.kv_blocks:,} blocks of 16 tokens)" if f.setup.kv_blocks else "")
+        + (
+            f" (KV cache {f.setup.kv_blocks:,} blocks of {f.setup.context_block} tokens)"
+            if f.setup.kv_blocks
+            else ""
+        )
         + (", padded to the compiled buckets" if f.cfg.padded else "")
         + f"; layouts tried: {'; '.join(tried)}; {runs} simulations"
     )
