@@ -24,7 +24,7 @@ from chipswap.errors import ChipswapError
 from chipswap.projection.platforms import family_of_chip
 from chipswap.projection.predict import Projected
 from chipswap.projection.training_model import Coef, Layout, System, search
-from chipswap.projection.work import ModelWork
+from chipswap.projection.work import GiB, ModelWork
 
 FP8_FAMILIES = ("H100", "H200", "B200")  # fp8 training: Hopper and Blackwell (Transformer Engine)
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21  # 2M tokens per step when the user gives no global batch (assumption)
@@ -72,7 +72,7 @@ def system_of(
         devices_per_node=devices,
         peak_flops=peaks,
         hbm_bytes_s=float(chip.memory_bandwidth_gb_s) * 1e9 / per_chip,
-        memory_bytes=float(chip.memory_gib) * 2**30 / per_chip,
+        memory_bytes=float(chip.memory_gib) * GiB / per_chip,
         intra_bytes_s=link / 2.0 / per_chip,
         inter_bytes_s=net * 1e9 / 8.0 / devices,
         dtypes=dtypes,
@@ -181,8 +181,8 @@ def project_training(
     if res.best is None or res.best.time is None:
         near = res.closest
         what = (
-            f" (the smallest, {near.layout.label()}, needs {near.memory.total / 2**30:,.1f} GiB per "
-            f"{system.device_unit} of {near.memory.usable / 2**30:,.1f} usable)"
+            f" (the smallest, {near.layout.label()}, needs {near.memory.total / GiB:,.1f} GiB per "
+            f"{system.device_unit} of {near.memory.usable / GiB:,.1f} usable)"
             if near is not None
             else ""
         )
