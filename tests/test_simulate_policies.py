@@ -53,6 +53,18 @@ def test_every_stack_has_its_documented_policy() -> None:
     assert "scheduler policy" in _one_line(exc)
 
 
+def test_policy_table_names_exactly_the_stacks_registry() -> None:
+    """STACK_POLICY and CHUNKING_STACKS are keyed by the ids of chipswap.projection.stacks (which the
+    simulator may not import): a stack added there without a policy here, or a stale id here, fails."""
+    from chipswap.projection.stacks import stack_ids
+    from chipswap.simulation.policies import CHUNKING_STACKS
+
+    assert set(STACK_POLICY) == set(stack_ids())
+    assert CHUNKING_STACKS <= set(stack_ids())
+    assert {STACK_POLICY[s] for s in stack_ids("neuron")} == {NEURON_STATIC_SLOTS}
+    assert NEURON_STATIC_SLOTS not in {STACK_POLICY[s] for s in stack_ids("gpu")}
+
+
 @pytest.mark.parametrize("dispatch", S.DISPATCH)
 @pytest.mark.parametrize("setup", [GPU, NEURON], ids=["gpu", "neuron"])
 @pytest.mark.parametrize("rate", [0.3, 2.0, 12.0], ids=["light", "busy", "overloaded"])

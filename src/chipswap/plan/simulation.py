@@ -69,18 +69,12 @@ def scheduling_of(workload: Any, padded: bool, mode: str) -> tuple[str, str, int
     """(stack id, scheduler policy, chunked-prefill token budget on Neuron or 0) for one side of the plan:
     the workload's `stack` (Neuron candidates) or `gpu_stack` (today's GPUs), the stacks table's defaults
     when the workload names none."""
-    from chipswap.simulation.policies import (
-        CHUNKING_STACKS,
-        DEFAULT_NEURON_CHUNK,
-        GPU_DEFAULT_STACK,
-        NEURON_DEFAULT_STACK,
-        scheduler_policy_for,
-    )
+    from chipswap.projection.stacks import default_stack
+    from chipswap.simulation.policies import CHUNKING_STACKS, DEFAULT_NEURON_CHUNK, scheduler_policy_for
 
     side = getattr(workload, "targets" if padded else "fleet", None)
-    stack = getattr(side, "stack" if padded else "gpu_stack", None) or (
-        NEURON_DEFAULT_STACK if padded else GPU_DEFAULT_STACK
-    )
+    named = getattr(side, "stack" if padded else "gpu_stack", None)
+    stack = named or default_stack("neuron" if padded else "gpu")
     policy = scheduler_policy_for(str(stack), mode)
     chunked = bool(getattr(side, "chunked_prefill", False)) and stack in CHUNKING_STACKS
     return str(stack), policy, DEFAULT_NEURON_CHUNK if padded and chunked and mode == "llm" else 0
@@ -348,7 +342,11 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         )
     note = (
         f"{what}; {batching} batching up to {f.setup.max_batch}"
-        + (f" (KV cache {f.setup.kv_blocks:,} blocks of 16 tokens)" if f.setup.kv_blocks else "")
+        + (
+            f" (KV cache {f.setup.kv_blocks:,} blocks of {f.setup.context_block} tokens)"
+            if f.setup.kv_blocks
+            else ""
+        )
         + (", padded to the compiled buckets" if f.cfg.padded else "")
         + f"; layouts tried: {'; '.join(tried)}; {runs} simulations"
     )

@@ -31,7 +31,7 @@ from chipswap.projection.platform import (
     roofline_encoder_s,
     roofline_llm_poly,
 )
-from chipswap.projection.work import ModelWork
+from chipswap.projection.work import GiB, ModelWork
 
 # the metrics a published row can carry, with their unit
 METRICS = {
@@ -89,7 +89,7 @@ class FitRules:
 
     ifb_memory_fraction: float = 0.95
     ifb_max_batch: int = 2048
-    reserve_bytes: float = 2.0 * 2**30
+    reserve_bytes: float = 2.0 * GiB
 
 
 def ifb_batch(row: BenchRow, work: ModelWork, device: DeviceSpec, rules: FitRules) -> int:

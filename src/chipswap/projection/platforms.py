@@ -18,9 +18,9 @@ from chipswap.datafile import inside, read_toml, strict_int, strict_number
 from chipswap.economics.catalog import Catalog, Chip, Instance
 from chipswap.errors import ChipswapError, closest
 from chipswap.projection.platform import PHASES, Coefficients, DeviceSpec, PlatformModel
+from chipswap.projection.work import GiB
 
 FAMILIES_FILE = "families.toml"
-GiB = float(2**30)
 
 
 def shipped_dir() -> Path:

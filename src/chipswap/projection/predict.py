@@ -55,12 +55,11 @@ from chipswap.projection.search_common import (
     devices_of,
 )
 from chipswap.projection.stackmodel import steady_rps
-from chipswap.projection.work import ModelWork, dtype_bytes
+from chipswap.projection.work import GiB, ModelWork, dtype_bytes
 from chipswap.simulation.servicetime import ServingConfig
 
 MODES = ("llm", "encoder")
 DTYPE_CHOICES = ("bf16", "any")  # or one weight dtype the platform serves
-GiB = float(2**30)
 
 
 # --- the configuration search -------------------------------------------------------------------

@@ -11,9 +11,7 @@ from chipswap.economics.catalog import Instance
 from chipswap.errors import ChipswapError
 from chipswap.projection.platform import DeviceSpec, PlatformModel
 from chipswap.projection.projected import ServingProjection
-from chipswap.projection.work import ModelWork
-
-GiB = float(2**30)
+from chipswap.projection.work import GiB, ModelWork
 
 
 def devices_of(instance: Instance, per_chip: int = 0) -> int:

@@ -21,10 +21,10 @@ from chipswap.datafile import read_toml
 from chipswap.economics.catalog import Catalog, Chip, Instance
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
-from chipswap.projection.platforms import family_of_chip
+from chipswap.projection.platforms import device_spec, family_of_chip
 from chipswap.projection.predict import Projected
 from chipswap.projection.training_model import Coef, Layout, System, search
-from chipswap.projection.work import ModelWork
+from chipswap.projection.work import GiB, ModelWork
 
 FP8_FAMILIES = ("H100", "H200", "B200")  # fp8 training: Hopper and Blackwell (Transformer Engine)
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21  # 2M tokens per step when the user gives no global batch (assumption)
@@ -59,8 +59,7 @@ def system_of(
     neuron = instance.is_neuron
     per_chip = max(1, instance.neuron_cores // max(1, instance.accelerator_count)) if neuron else 1
     devices = instance.neuron_cores if neuron else instance.accelerator_count
-    peaks = tuple((dt, float(tf) * 1e12 / per_chip) for dt, tf in chip.tflops_dense)
-    link = float(chip.interconnect_gb_s or 32) * 1e9
+    dev = device_spec(chip, per_chip)  # the serving projection's per-device split of the chip
     net = float(network_gbps if network_gbps is not None else (instance.network_gbps or 100))
     spec = family_of_chip(chip.name) if family is None else None
     fam = family or (spec.name if spec is not None else chip.name)
@@ -70,10 +69,10 @@ def system_of(
         family=fam,
         group="neuron" if neuron else "nvidia",
         devices_per_node=devices,
-        peak_flops=peaks,
-        hbm_bytes_s=float(chip.memory_bandwidth_gb_s) * 1e9 / per_chip,
-        memory_bytes=float(chip.memory_gib) * 2**30 / per_chip,
-        intra_bytes_s=link / 2.0 / per_chip,
+        peak_flops=dev.peak_flops,
+        hbm_bytes_s=dev.hbm_bytes_s,
+        memory_bytes=dev.memory_bytes,
+        intra_bytes_s=dev.link_bytes_s / 2.0 / per_chip,
         inter_bytes_s=net * 1e9 / 8.0 / devices,
         dtypes=dtypes,
         device_unit="NeuronCore" if neuron else "GPU",
@@ -181,8 +180,8 @@ def project_training(
     if res.best is None or res.best.time is None:
         near = res.closest
         what = (
-            f" (the smallest, {near.layout.label()}, needs {near.memory.total / 2**30:,.1f} GiB per "
-            f"{system.device_unit} of {near.memory.usable / 2**30:,.1f} usable)"
+            f" (the smallest, {near.layout.label()}, needs {near.memory.total / GiB:,.1f} GiB per "
+            f"{system.device_unit} of {near.memory.usable / GiB:,.1f} usable)"
             if near is not None
             else ""
         )

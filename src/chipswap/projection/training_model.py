@@ -26,9 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.work import ModelWork
+from chipswap.projection.work import GiB, ModelWork
 
-GiB = float(2**30)
 SHARDINGS = ("ddp", "zero1", "fsdp")
 RECOMPUTE = ("none", "full")
 MICRO_BATCHES = (1, 2, 4)

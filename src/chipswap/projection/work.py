@@ -24,6 +24,8 @@ from typing import Any
 
 from chipswap.errors import ChipswapError
 
+GiB = float(2**30)  # bytes in a GiB (the one definition the projection uses)
+
 # bytes per element of each weight / activation dtype chipswap projects
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,

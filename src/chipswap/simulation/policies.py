@@ -61,7 +61,9 @@ POLICIES: dict[str, Policy] = {
 
 LLM_POLICIES = (CHUNKED_PREFILL, PREFILL_FIRST, NEURON_STATIC_SLOTS)
 
-# the stacks table shared with the projection (issue 20 owns the ids; these are the policies they run)
+# the stacks table shared with the projection (issue 20 owns the ids and the defaults, in
+# chipswap.projection.stacks; these are the policies they run; tests/test_simulate_policies.py keeps the
+# two in step)
 STACK_POLICY: dict[str, str] = {
     "nxdi-vllm": NEURON_STATIC_SLOTS,
     "nxdi-tgi": NEURON_STATIC_SLOTS,
@@ -70,8 +72,6 @@ STACK_POLICY: dict[str, str] = {
     "trtllm": CHUNKED_PREFILL,
     "tgi": PREFILL_FIRST,
 }
-NEURON_DEFAULT_STACK = "nxdi-vllm"
-GPU_DEFAULT_STACK = "vllm"
 # stacks whose Neuron build can chunk prefills (when the workload turns it on); the others always stall decode
 CHUNKING_STACKS = frozenset({"nxdi-vllm", "vllm", "trtllm"})
 
