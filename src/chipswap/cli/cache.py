@@ -117,27 +117,36 @@ def _verify(
     ),
     as_json: bool = JSON,
 ) -> int:
-    """Re-check every ready entry's checksums. Exit 1 when a corrupt entry is found."""
+    """Re-check every entry's signature (the cache key's HMAC over its manifest) and every ready entry's
+    checksums. Exit 1 when an unsigned or corrupt entry is found."""
+    from chipswap.compile.signing import refusal
+
     c = _cache(cache_dir)
     bad: dict[str, list[str]] = {}
+    unsigned: dict[str, str] = {}
     checked = 0
     for e in c.list():
-        if e.state in ("ready", "corrupt"):
+        if e.state in ("ready", "corrupt", "failed"):
             checked += 1
-            problems = c.verify_entry(e)
-            if problems:
+            why = c.signature_problem(e)  # no key at all: one line naming it, exit 2
+            if why:
+                unsigned[e.key] = why
+            elif e.state != "failed" and (problems := c.verify_entry(e)):
                 bad[e.key] = problems
     if discard:
-        for key in bad:
+        for key in [*unsigned, *bad]:
             c.remove(key)
+    gone = " (discarded)" if discard else ""
     if as_json:
-        doc = {"checked": checked, "corrupt": bad, "discarded": discard}
+        doc = {"checked": checked, "corrupt": bad, "unsigned": unsigned, "discarded": discard}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:
+        for key, why in unsigned.items():
+            typer.echo(f"unsigned {refusal(key, str(c.root), why)}{gone}")
         for key, problems in bad.items():
-            typer.echo(f"corrupt {key[:12]}: {'; '.join(problems)}{' (discarded)' if discard else ''}")
-        typer.echo(f"checked {checked} entries, {len(bad)} corrupt")
-    return 1 if bad and not discard else 0
+            typer.echo(f"corrupt {key}: {'; '.join(problems)}{gone}")
+        typer.echo(f"checked {checked} entries, {len(unsigned)} unsigned, {len(bad)} corrupt")
+    return 1 if (bad or unsigned) and not discard else 0
 
 
 def _error(msg: str):
