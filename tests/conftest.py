@@ -5,8 +5,8 @@ Hypothesis runs derandomized by default (profile "ci": the same examples on ever
 "random" profile to explore new examples. HYPOTHESIS_PROFILE=<name> picks one explicitly. Neither profile has
 a deadline: a busy machine must not turn a slow example into a failure. The `moto` fixture (one fake-AWS
 server per module) is shared by the AWS tests. The cache signing key (chipswap.compile.signing) lives in a
-temporary folder for the whole run (``CHIPSWAP_CACHE_KEY``, inherited by xdist workers and subprocesses), never in
-the user's config folder.
+temporary folder for the whole run (``CHIPSWAP_CACHE_KEY``, inherited by xdist workers and subprocesses),
+never in the user's config folder.
 """
 
 from __future__ import annotations

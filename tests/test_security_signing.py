@@ -1,5 +1,5 @@
-"""A cache that cannot be re-signed (issue 32, item 5): every entry.json carries an HMAC-SHA256 tag under a key
-kept outside the cache folder (chipswap.compile.signing), checked at every load and by `cache verify`.
+"""A cache that cannot be re-signed (issue 32, item 5): every entry.json carries an HMAC-SHA256 tag under a
+key kept outside the cache folder (chipswap.compile.signing), checked at every load and by `cache verify`.
 
 The headline test compiles a real AOTInductor entry, swaps the shared object inside its ``model.pt2`` for one
 whose ELF constructor writes a marker file, rewrites the manifest to match (sizes, sha256), and shows that
@@ -25,7 +25,6 @@ import pytest
 from chipswap.compile import signing
 from chipswap.compile.cache import ArtifactCache, UnsignedEntry
 from chipswap.compile.keys import KeyParts
-from chipswap.errors import ChipswapError
 from tests.cli_helpers import one_line_error, run_inproc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,3 +308,15 @@ def test_parallel_processes_creating_the_key_end_with_one_key(tmp_path):
         assert all(p.exitcode == 0 for p in procs)
         assert len(set(keys)) == 1 and keys[0] == signing.read_key(path).hex()
         assert os.listdir(path.parent) == ["cache.key"]
+
+
+def test_prune_removes_unsigned_entries(tmp_path, capsys):
+    c = ArtifactCache(tmp_path / "c")
+    e, _ = c.get_or_build(_parts(), _build)
+    keep, _ = c.get_or_build(_parts("aotinductor"), _build)
+    doc = _doc(e.path)
+    doc.pop("tag")
+    _write_doc(e.path, doc)
+    code, out, _ = run_inproc(capsys, "cache", "prune", "--cache-dir", str(c.root), "--json")
+    assert code == 0 and [r["key"] for r in json.loads(out)["removed"]] == [e.key]
+    assert c.read(e.key) is None and c.get(keep.key).state == "ready"

@@ -1,5 +1,5 @@
-"""The `.pt2` scan reads every member or refuses the archive (issue 32, item 6): a member marked encrypted, stored
-with a compression method torch's reader does not read, or with a damaged header used to end the scan
+"""The `.pt2` scan reads every member or refuses the archive (issue 32, item 6): a member marked encrypted,
+stored with a compression method torch's reader does not read, or with a damaged header used to end the scan
 (chipswap.nativeguard), so a native-code member after it went unseen by the first guard. The zips here are
 written by zipfile and then patched by hand: the flag bits and compression method in both the local header and
 the central directory entry of one member."""
@@ -21,7 +21,7 @@ ELF = b"\x7fELF" + b"\0" * 60
 def _patch_member(path: Path, name: str, *, flags: int | None = None, method: int | None = None,
                   local_name: bytes | None = None) -> None:
     """Set the general purpose flag bits and/or compression method of member ``name`` in its local header
-    (offsets 6, 8 from b"PK\\x03\\x04") and its central directory entry (offsets 8, 10 from b"PK\\x01\\x02")."""
+    (offsets 6, 8 from its signature PK 3 4) and its central directory entry (offsets 8, 10 from PK 1 2)."""
     data = bytearray(path.read_bytes())
     raw = name.encode()
     for sig, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):

@@ -5,9 +5,9 @@ torch's ``.pt2`` loader (``torch.export.load``) dlopens every AOTInductor shared
 ``.pt2`` the user passes is data (``docs/security.md``), so chipswap:
 
 * scans the archive's member names (and the first bytes of each member) before torch sees the file, and
-  refuses one that carries native code unless the caller says it trusts the file (``--trust-native``); a member
-  the scan cannot read (marked encrypted, a compression method other than stored/deflated, a damaged header)
-  is a refusal too, never the end of the scan (issue 32);
+  refuses one that carries native code unless the caller says it trusts the file (``--trust-native``); a
+  member the scan cannot read (marked encrypted, a compression method other than stored/deflated, a damaged
+  header) is a refusal too, never the end of the scan (issue 32);
 * while torch reads the archive, replaces torch's AOTInductor loader with one that refuses, so a layout the
   scan did not foresee still never reaches dlopen.
 
@@ -31,7 +31,8 @@ from chipswap.textsafe import one_line
 NATIVE_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
 NATIVE_MAGIC = (b"\x7fELF", b"MZ", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 MAX_MEMBERS = 100_000  # a .pt2 with more members is not something torch.export.save wrote
-READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}  # what torch's reader reads
+# the compression methods torch's own .pt2 reader reads
+READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
 _ENCRYPTED = 0x1  # general purpose flag bit 0
 TRUST_HINT = "pass --trust-native only if you trust whoever made the file (its shared objects run as you)"
 

@@ -2,7 +2,8 @@
 
 A cache may be copied from someone else: every name and value shown from an entry's manifest goes through
 chipswap.textsafe, and `ls` shows an entry *ready* only when its files are unchanged since their checksums
-last matched (else it hashes small entries, or says *unverified*; see chipswap.compile.cache).
+last matched (else it hashes small entries, or says *unverified*; see chipswap.compile.cache), and *unsigned*
+when no valid tag vouches for its manifest (chipswap.compile.signing).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def _row(e, state: str | None = None) -> dict:
 
 @cache_app.command("ls")
 def _ls(cache_dir: Path | None = CACHE_DIR, as_json: bool = JSON) -> None:
-    """List cache entries: ready, unverified (changed since last checked; run verify), corrupt, failed,
-    locked."""
+    """List cache entries: ready, unverified (changed since last checked; run verify), unsigned (refused:
+    no valid tag), corrupt, failed, locked."""
     from chipswap.compile.cache import LS_HASH_BUDGET_BYTES
 
     c = _cache(cache_dir)

@@ -21,9 +21,10 @@ most a staging folder (removed by the next holder of the lock) and never a half 
 their process, so a killed compiler never leaves a stale lock. Every load re-checks the manifest (size +
 sha256); a corrupt entry is discarded and rebuilt.
 
-Every entry.json carries a ``tag``, an HMAC-SHA256 of the manifest (so of every file's sha256) under a key kept
-outside the cache (chipswap.compile.signing), checked by every load and ``cache verify``: an entry without a
-valid tag is refused with one line naming it and the fix (UnsignedEntry), never loaded nor rebuilt over.
+Every entry.json carries a ``tag``, an HMAC-SHA256 of the manifest (so of every file's sha256) under a key
+kept outside the cache (chipswap.compile.signing), checked by every load and ``cache verify``: an entry
+without a valid tag is refused with one line naming it and the fix (UnsignedEntry), never loaded nor rebuilt
+over.
 
 A cache may be copied from someone else, so everything in it is data: a key is 32 lowercase hex digits or
 it is refused before any file system call (a compiled set naming ``../../x`` never reaches a path); the

@@ -3,15 +3,16 @@ cannot make chipswap load an entry it did not write, because an entry's tag is a
 only the user can read.
 
 The key is 32 random bytes as hex in ``$CHIPSWAP_CACHE_KEY`` (a file path; tests set it) or
-``<user config dir>/chipswap/cache.key`` (``$XDG_CONFIG_HOME/chipswap/cache.key``, ``~/.config/...``). It is
-created on first use (``chipswap compile``) in an owner-only folder (0700) as an owner-only file (0600): written
-to a temp file, fsynced, then hard-linked to its name, so parallel processes creating it at once all end with the
-one key that won the link and nobody ever reads half a key. Reading refuses a key file that is a symlink, not
-owned by the user, readable by group/others, in a folder others can write, or not 64 hex digits.
+``<user config dir>/chipswap/cache.key`` (``$XDG_CONFIG_HOME/chipswap/cache.key``, ``~/.config/...``). It
+is created on first use (``chipswap compile``) in an owner-only folder (0700) as an owner-only file (0600):
+written to a temp file, fsynced, then hard-linked to its name, so parallel processes creating it at once
+all end with the one key that won the link and nobody ever reads half a key. Reading refuses a key file that
+is a symlink, not owned by the user, readable by group/others, in a folder others can write, or not 64 hex
+digits.
 
-``tag(key, doc)`` is pure: HMAC-SHA256 over a domain prefix and the canonical JSON of an entry's manifest (every
-field but ``tag``; the manifest holds each file's size and sha256). May not: write anything but the key file
-and its temp file, read the cache, or import torch.
+``tag(key, doc)`` is pure: HMAC-SHA256 over a domain prefix and the canonical JSON of an entry's manifest
+(every field but ``tag``; the manifest holds each file's size and sha256). May not: write anything but the
+key file and its temp file, read the cache, or import torch.
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def default_key_path() -> Path:
 
 def _unsafe(why: str, path: Path) -> ChipswapError:
     return ChipswapError(
-        f"cache key {one_line(str(path), 160)} {why}; the key must be a file only you can read, in a folder only"
-        f" you can write: fix its owner and permissions (chmod 600 the file, chmod 700 the folder) or set"
-        f" {KEY_ENV} to another path"
+        f"cache key {one_line(str(path), 160)} {why}; the key must be a file only you can read, in a folder"
+        f" only you can write: fix its owner and permissions (chmod 600 the file, chmod 700 the folder) or"
+        f" set {KEY_ENV} to another path"
     )
 
 
@@ -96,8 +97,8 @@ def read_key(path: Path | None = None) -> bytes:
     text = data.decode("ascii", errors="replace").strip()
     if len(text) != 2 * _KEY_BYTES or any(c not in "0123456789abcdef" for c in text):
         raise ChipswapError(
-            f"cache key {one_line(str(path), 160)} is not 64 hex digits; remove it (chipswap compile makes a new"
-            f" one; every entry it signed must then be recompiled) or set {KEY_ENV} to the right key file"
+            f"cache key {one_line(str(path), 160)} is not 64 hex digits; remove it (chipswap compile makes a"
+            f" new one; every entry it signed must then be recompiled) or set {KEY_ENV} to the right key file"
         )
     return bytes.fromhex(text)
 
@@ -144,12 +145,13 @@ def load_or_create_key(path: Path | None = None) -> bytes:
 
 
 def cache_key(key_path: Path, cache_root: Path, *, create: bool = False) -> bytes:
-    """The key for the cache at ``cache_root``; refused when it lies inside that cache (whoever writes the cache
-    could replace it)."""
+    """The key for the cache at ``cache_root``; refused when it lies inside that cache (whoever writes the
+    cache could replace it)."""
     if key_path.resolve().is_relative_to(cache_root.resolve()):
         raise ChipswapError(
-            f"cache key {one_line(str(key_path), 160)} is inside the cache folder {one_line(str(cache_root), 160)},"
-            f" where whoever writes the cache could replace it; set {KEY_ENV} to a path outside the cache"
+            f"cache key {one_line(str(key_path), 160)} is inside the cache folder"
+            f" {one_line(str(cache_root), 160)}, where whoever writes the cache could replace it;"
+            f" set {KEY_ENV} to a path outside the cache"
         )
     return load_or_create_key(key_path) if create else read_key(key_path)
 
