@@ -101,21 +101,15 @@ def aoti_cache(tmp_path_factory):
     return save_compiled_set(report, root / "compiled.json"), root / "cache"
 
 
-def _swap_in_payload(tmp_path: Path, cset: Path, cache_src: Path) -> tuple[Path, str, Path]:
-    """A copy of the cache whose bucket's model.pt2 carries a shared object with a constructor, its manifest
-    rewritten to match (the old tag left as it was). (cache dir, bucket key, marker path)."""
+def _payload_package(tmp_path: Path, pkg: Path) -> tuple[Path, Path]:
+    """(a copy of the AOTInductor package ``pkg`` whose shared object is one with a constructor, marker)."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         pytest.skip("no C compiler to build the test's shared object")
-    cache = tmp_path / "cache"
-    shutil.copytree(cache_src, cache, symlinks=True)
     marker = tmp_path / "NATIVE_MARKER"
     (tmp_path / "evil.c").write_text(EVIL_C % marker)
     so = tmp_path / "evil.so"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(tmp_path / "evil.c")], check=True)
-    key = json.loads(cset.read_text())["buckets"][0]["key"]
-    entry = cache / "entries" / key
-    pkg = entry / "model.pt2"
     swapped = tmp_path / "swapped.pt2"
     with zipfile.ZipFile(pkg) as zin, zipfile.ZipFile(swapped, "w") as z:
         names = [i.filename for i in zin.infolist()]
@@ -123,7 +117,18 @@ def _swap_in_payload(tmp_path: Path, cset: Path, cache_src: Path) -> tuple[Path,
         assert sos, names  # the package really is native code
         for info in zin.infolist():
             z.writestr(info, so.read_bytes() if info.filename in sos else zin.read(info.filename))
-    os.replace(swapped, pkg)
+    return swapped, marker
+
+
+def _swap_in_payload(tmp_path: Path, cset: Path, cache_src: Path) -> tuple[Path, str, Path]:
+    """A copy of the cache whose bucket's model.pt2 carries a shared object with a constructor, its manifest
+    rewritten to match (the old tag left as it was). (cache dir, bucket key, marker path)."""
+    cache = tmp_path / "cache"
+    shutil.copytree(cache_src, cache, symlinks=True)
+    key = json.loads(cset.read_text())["buckets"][0]["key"]
+    entry = cache / "entries" / key
+    swapped, marker = _payload_package(tmp_path, entry / "model.pt2")
+    os.replace(swapped, entry / "model.pt2")
     doc = _doc(entry)
     _rehash(entry, doc, "model.pt2")
     _write_doc(entry, doc)
@@ -168,6 +173,41 @@ def test_resigned_aoti_entry_is_refused_by_serve_compile_and_verify(tmp_path, ca
            f"__import__('chipswap.compile.cache').compile.cache.ArtifactCache({str(cache)!r}))"
     subprocess.run([sys.executable, "-c", load], cwd=ROOT, capture_output=True, timeout=300)
     assert marker.exists(), "the test payload is live once the tag matches"
+
+
+@pytest.mark.slow
+def test_a_file_swapped_between_the_check_and_the_load_is_refused(tmp_path, aoti_cache, monkeypatch):
+    """The race a writer of the cache folder could win: the entry verifies, then its package is replaced
+    before torch opens it. The package is loaded from a private copy hashed as it was copied."""
+    from chipswap.compile.backends.aoti import WEIGHTS_FILE, AOTInductorBackend, load_weights
+    from chipswap.nativeguard import NativeCodeRefused
+
+    cset, cache_src = aoti_cache
+    cache = tmp_path / "cache"
+    shutil.copytree(cache_src, cache, symlinks=True)
+    doc = json.loads(cset.read_text())
+    entry = cache / "entries" / doc["buckets"][0]["key"]
+    weights = load_weights(cache / "entries" / doc["weights_key"] / WEIGHTS_FILE)
+    import torch
+
+    art = AOTInductorBackend().load(entry, weights=weights)  # untouched: loads from its private copy, runs
+    target = _tiny_target()
+    inputs = target.inputs_for(1, 8)
+    with torch.no_grad():
+        want = target.model(**inputs)[0]
+    assert float((art(inputs)[0] - want).abs().max()) < 1e-4  # the private copy is gone; the package runs
+    swapped, marker = _payload_package(tmp_path, entry / "model.pt2")
+    real_get = ArtifactCache.get
+
+    def get_then_swap(self, key):
+        e = real_get(self, key)
+        os.replace(swapped, entry / "model.pt2")  # after the check, before the load
+        return e
+
+    monkeypatch.setattr(ArtifactCache, "get", get_then_swap)
+    with pytest.raises(NativeCodeRefused, match="changed while it was being loaded"):
+        AOTInductorBackend().load(entry, weights=weights)
+    assert not marker.exists()
 
 
 # ------------------------------------------------------------------------------------------- any tampering
