@@ -21,10 +21,9 @@ most a staging folder (removed by the next holder of the lock) and never a half 
 their process, so a killed compiler never leaves a stale lock. Every load re-checks the manifest (size +
 sha256); a corrupt entry is discarded and rebuilt.
 
-Every entry.json carries a ``tag``, an HMAC-SHA256 of the manifest (so of every file's sha256) under a key
-kept outside the cache (chipswap.compile.signing), checked by every load and ``cache verify``: an entry
-without a valid tag is refused with one line naming it and the fix (UnsignedEntry), never loaded nor rebuilt
-over.
+Every entry.json carries a ``tag`` (HMAC-SHA256 of the manifest under a key outside the cache, see
+chipswap.compile.signing), checked by every load and ``cache verify``: without a valid one an entry is
+refused with one line naming it and the fix (UnsignedEntry), never loaded nor rebuilt over.
 
 A cache may be copied from someone else, so everything in it is data: a key is 32 lowercase hex digits or
 it is refused before any file system call (a compiled set naming ``../../x`` never reaches a path); the
@@ -58,11 +57,13 @@ from typing import Any
 
 from chipswap.compile import signing
 from chipswap.compile.keys import KEY_LEN, KeyParts, canonical_json
+from chipswap.compile.signing import UnsignedEntry
 from chipswap.datafile import inside, parse_json, read_json
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 
 SCHEMA = "chipswap.cache/1"
+_PathArg = str | os.PathLike[str] | None
 ENTRY_FILE = "entry.json"
 LOG_FILE = "compile.log"
 ENV_VAR = "CHIPSWAP_CACHE_DIR"
@@ -129,10 +130,6 @@ class Entry:
 
 class CompileFailed(ChipswapError):
     pass
-
-
-class UnsignedEntry(ChipswapError):
-    """An entry whose manifest no valid tag vouches for: refused, not loaded and not rebuilt over."""
 
 
 def _manifest_problem(files: Any) -> str | None:
@@ -233,9 +230,7 @@ def _disk_error(path: Path, exc: OSError) -> ChipswapError:
 class ArtifactCache:
     """One cache root. Safe to use from many processes at once (one compile per key)."""
 
-    def __init__(
-        self, root: str | os.PathLike[str] | None = None, key_path: str | os.PathLike[str] | None = None
-    ) -> None:
+    def __init__(self, root: _PathArg = None, key_path: _PathArg = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
         self.key_path = Path(key_path).expanduser() if key_path is not None else signing.default_key_path()
         self._key: bytes | None = None
@@ -441,7 +436,7 @@ class ArtifactCache:
         return recorded == self._fingerprint(entry)
 
     def quick_state(self, entry: Entry, budget: list[int] | None = None) -> str:
-        """The state `cache ls` shows: ready | unverified | corrupt (failed / locked unchanged).
+        """The state `cache ls` shows: unsigned | ready | unverified | corrupt (failed / locked unchanged).
 
         Layout and sizes are always checked; an entry whose files changed since their checksums last
         matched is hashed while ``budget[0]`` bytes remain (the budget is shared across calls), else

@@ -43,6 +43,10 @@ class MissingKey(ChipswapError):
     """There is no cache key to check entries with (it is never created by a read)."""
 
 
+class UnsignedEntry(ChipswapError):
+    """A cache entry whose manifest no valid tag vouches for: refused, not loaded and not rebuilt over."""
+
+
 def default_key_path() -> Path:
     env = os.environ.get(KEY_ENV)
     if env:
