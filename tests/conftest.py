@@ -4,7 +4,9 @@ Hypothesis runs derandomized by default (profile "ci": the same examples on ever
 `make test` and CI never fail on a new draw and a failure reproduces exactly); `make test-random` selects the
 "random" profile to explore new examples. HYPOTHESIS_PROFILE=<name> picks one explicitly. Neither profile has
 a deadline: a busy machine must not turn a slow example into a failure. The `moto` fixture (one fake-AWS
-server per module) is shared by the AWS tests.
+server per module) is shared by the AWS tests. The cache signing key (chipswap.compile.signing) lives in a
+temporary folder for the whole run (``CHIPSWAP_CACHE_KEY``, inherited by xdist workers and subprocesses),
+never in the user's config folder.
 """
 
 from __future__ import annotations
@@ -19,6 +21,22 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
 settings.register_profile("random", derandomize=False, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+_KEY_DIR: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get("CHIPSWAP_CACHE_KEY"):
+        import tempfile
+
+        _KEY_DIR.append(tempfile.mkdtemp(prefix="chipswap-test-key-"))
+        os.environ["CHIPSWAP_CACHE_KEY"] = os.path.join(_KEY_DIR[0], "cache.key")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    for d in _KEY_DIR:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

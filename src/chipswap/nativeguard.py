@@ -5,7 +5,9 @@ torch's ``.pt2`` loader (``torch.export.load``) dlopens every AOTInductor shared
 ``.pt2`` the user passes is data (``docs/security.md``), so chipswap:
 
 * scans the archive's member names (and the first bytes of each member) before torch sees the file, and
-  refuses one that carries native code unless the caller says it trusts the file (``--trust-native``);
+  refuses one that carries native code unless the caller says it trusts the file (``--trust-native``); a
+  member the scan cannot read (marked encrypted, a compression method other than stored/deflated, a damaged
+  header) is a refusal too, never the end of the scan (issue 32);
 * while torch reads the archive, replaces torch's AOTInductor loader with one that refuses, so a layout the
   scan did not foresee still never reaches dlopen.
 
@@ -29,6 +31,9 @@ from chipswap.textsafe import one_line
 NATIVE_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
 NATIVE_MAGIC = (b"\x7fELF", b"MZ", b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 MAX_MEMBERS = 100_000  # a .pt2 with more members is not something torch.export.save wrote
+# the compression methods torch's own .pt2 reader reads
+READABLE_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+_ENCRYPTED = 0x1  # general purpose flag bit 0
 TRUST_HINT = "pass --trust-native only if you trust whoever made the file (its shared objects run as you)"
 
 
@@ -36,38 +41,70 @@ class NativeCodeRefused(ChipswapError):
     """A data file carries native code and the caller did not trust it."""
 
 
-def native_members(path: str | Path) -> list[str]:
-    """Members of a ``.pt2`` archive that are (or would be loaded as) native code; [] for a clean archive.
+def _unreadable(info: zipfile.ZipInfo) -> str | None:
+    """Why the scan cannot read a member from its central directory entry (None when it can)."""
+    if info.flag_bits & _ENCRYPTED:
+        return "marked encrypted"
+    if info.compress_type not in READABLE_METHODS:
+        return f"compression method {info.compress_type}"
+    return None
 
-    A file that is not a readable zip is left to torch's own error (it cannot hold a loadable package either,
-    and ``no_aoti_load`` still guards the load)."""
+
+def scan_archive(path: str | Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """(members that are or would be loaded as native code, (member, why) for members the scan cannot read).
+
+    Every member is looked at: one it cannot read is recorded and the scan goes on. A file that is not a
+    readable zip at all is left to torch's own error (it cannot hold a loadable package either, and
+    ``no_aoti_load`` still guards the load)."""
     found: list[str] = []
+    unreadable: list[tuple[str, str]] = []
     try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()
-            if len(infos) > MAX_MEMBERS:
-                return [f"<{len(infos):,} members>"]
-            for info in infos:
-                name = info.filename
-                low = name.lower()
-                parts = low.split("/")
-                if "aotinductor" in parts or any(p.endswith(NATIVE_SUFFIXES) for p in parts):
-                    found.append(name)
-                    continue
-                if info.is_dir() or info.file_size < 4:
-                    continue
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError):
+        return found, unreadable
+    with zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            return [f"<{len(infos):,} members>"], unreadable
+        for info in infos:
+            name = info.filename
+            parts = name.lower().split("/")
+            native = "aotinductor" in parts or any(p.endswith(NATIVE_SUFFIXES) for p in parts)
+            if native:
+                found.append(name)
+            why = _unreadable(info)
+            if why is not None:
+                unreadable.append((name, why))
+                continue
+            if native or info.is_dir() or info.file_size < 4:
+                continue
+            try:
                 with zf.open(info) as fh:
                     head = fh.read(4)
-                if head.startswith(NATIVE_MAGIC):
-                    found.append(name)
-    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError, RuntimeError):
-        return found
-    return found
+            except Exception as exc:  # noqa: BLE001 - any member the scan cannot read is a refusal
+                unreadable.append((name, one_line(str(exc) or type(exc).__name__, 120)))
+                continue
+            if head.startswith(NATIVE_MAGIC):
+                found.append(name)
+    return found, unreadable
+
+
+def native_members(path: str | Path) -> list[str]:
+    """Members of a ``.pt2`` archive that are (or would be loaded as) native code; [] for a clean archive."""
+    return scan_archive(path)[0]
 
 
 def refuse_native(path: str | Path, what: str = "exported program") -> None:
-    """Raise a one-line NativeCodeRefused when the archive at ``path`` carries native code."""
-    found = native_members(path)
+    """Raise a one-line NativeCodeRefused when the archive at ``path`` carries native code, or a member the
+    scan cannot read (so cannot vouch for)."""
+    found, unreadable = scan_archive(path)
+    if unreadable:
+        name, why = unreadable[0]
+        raise NativeCodeRefused(
+            f"{what} {one_line(str(path), 120)} has {len(unreadable)} member(s) chipswap cannot read to check"
+            f" for native code (e.g. {one_line(name, 80)}: {why}); torch.export.save writes plain members:"
+            f" re-save the model with torch.export.save, or {TRUST_HINT}"
+        )
     if found:
         raise NativeCodeRefused(
             f"{what} {one_line(str(path), 120)} carries native code ({len(found)} member(s), e.g. "

@@ -2,7 +2,8 @@
 
 A cache may be copied from someone else: every name and value shown from an entry's manifest goes through
 chipswap.textsafe, and `ls` shows an entry *ready* only when its files are unchanged since their checksums
-last matched (else it hashes small entries, or says *unverified*; see chipswap.compile.cache).
+last matched (else it hashes small entries, or says *unverified*; see chipswap.compile.cache), and *unsigned*
+when no valid tag vouches for its manifest (chipswap.compile.signing).
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def _row(e, state: str | None = None) -> dict:
 
 @cache_app.command("ls")
 def _ls(cache_dir: Path | None = CACHE_DIR, as_json: bool = JSON) -> None:
-    """List cache entries: ready, unverified (changed since last checked; run verify), corrupt, failed,
-    locked."""
+    """List cache entries: ready, unverified (changed since last checked; run verify), unsigned (refused:
+    no valid tag), corrupt, failed, locked."""
     from chipswap.compile.cache import LS_HASH_BUDGET_BYTES
 
     c = _cache(cache_dir)
@@ -117,27 +118,36 @@ def _verify(
     ),
     as_json: bool = JSON,
 ) -> int:
-    """Re-check every ready entry's checksums. Exit 1 when a corrupt entry is found."""
+    """Re-check every entry's signature (the cache key's HMAC over its manifest) and every ready entry's
+    checksums. Exit 1 when an unsigned or corrupt entry is found."""
+    from chipswap.compile.signing import refusal
+
     c = _cache(cache_dir)
     bad: dict[str, list[str]] = {}
+    unsigned: dict[str, str] = {}
     checked = 0
     for e in c.list():
-        if e.state in ("ready", "corrupt"):
+        if e.state in ("ready", "corrupt", "failed"):
             checked += 1
-            problems = c.verify_entry(e)
-            if problems:
+            why = c.signature_problem(e)  # no key at all: one line naming it, exit 2
+            if why:
+                unsigned[e.key] = why
+            elif e.state != "failed" and (problems := c.verify_entry(e)):
                 bad[e.key] = problems
     if discard:
-        for key in bad:
+        for key in [*unsigned, *bad]:
             c.remove(key)
+    gone = " (discarded)" if discard else ""
     if as_json:
-        doc = {"checked": checked, "corrupt": bad, "discarded": discard}
+        doc = {"checked": checked, "corrupt": bad, "unsigned": unsigned, "discarded": discard}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:
+        for key, why in unsigned.items():
+            typer.echo(f"unsigned {refusal(key, str(c.root), why)}{gone}")
         for key, problems in bad.items():
-            typer.echo(f"corrupt {key[:12]}: {'; '.join(problems)}{' (discarded)' if discard else ''}")
-        typer.echo(f"checked {checked} entries, {len(bad)} corrupt")
-    return 1 if bad and not discard else 0
+            typer.echo(f"corrupt {key}: {'; '.join(problems)}{gone}")
+        typer.echo(f"checked {checked} entries, {len(unsigned)} unsigned, {len(bad)} corrupt")
+    return 1 if (bad or unsigned) and not discard else 0
 
 
 def _error(msg: str):

@@ -21,6 +21,10 @@ most a staging folder (removed by the next holder of the lock) and never a half 
 their process, so a killed compiler never leaves a stale lock. Every load re-checks the manifest (size +
 sha256); a corrupt entry is discarded and rebuilt.
 
+Every entry.json carries a ``tag`` (HMAC-SHA256 of the manifest under a key outside the cache, see
+chipswap.compile.signing), checked by every load and ``cache verify``: without a valid one an entry is
+refused with one line naming it and the fix (UnsignedEntry), never loaded nor rebuilt over.
+
 A cache may be copied from someone else, so everything in it is data: a key is 32 lowercase hex digits or
 it is refused before any file system call (a compiled set naming ``../../x`` never reaches a path); the
 cache's own folders must be real folders, not symbolic links; an entry's files must be regular files inside
@@ -49,17 +53,17 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from chipswap.compile import signing
 from chipswap.compile.keys import KEY_LEN, KeyParts, canonical_json
+from chipswap.compile.signing import UnsignedEntry
 from chipswap.datafile import inside, parse_json, read_json
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 
-if TYPE_CHECKING:  # pragma: no cover
-    pass
-
 SCHEMA = "chipswap.cache/1"
+_PathArg = str | os.PathLike[str] | None
 ENTRY_FILE = "entry.json"
 LOG_FILE = "compile.log"
 ENV_VAR = "CHIPSWAP_CACHE_DIR"
@@ -226,8 +230,10 @@ def _disk_error(path: Path, exc: OSError) -> ChipswapError:
 class ArtifactCache:
     """One cache root. Safe to use from many processes at once (one compile per key)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, root: _PathArg = None, key_path: _PathArg = None) -> None:
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        self.key_path = Path(key_path).expanduser() if key_path is not None else signing.default_key_path()
+        self._key: bytes | None = None
         self.entries = self.root / "entries"
         self.locks = self.root / "locks"
         self.tmp = self.root / "tmp"
@@ -263,6 +269,24 @@ class ArtifactCache:
             ) from None
         self._check_own_folders()
         self._ready = True
+
+    # -- signatures (chipswap.compile.signing)
+    def signing_key(self, create: bool = False) -> bytes:
+        """The key entries are signed with (MissingKey when there is none and ``create`` is False)."""
+        if self._key is None:
+            self._key = signing.cache_key(self.key_path, self.root, create=create)
+        return self._key
+
+    def signature_problem(self, entry: Entry) -> str | None:
+        """Why no valid tag vouches for a ready or failed entry's manifest (None when one does)."""
+        if entry.state not in ("ready", "failed"):
+            return None
+        return signing.tag_problem(self.signing_key(), entry.meta)
+
+    def _require_signed(self, entry: Entry | None) -> None:
+        why = self.signature_problem(entry) if entry is not None else None
+        if entry is not None and why:
+            raise UnsignedEntry(signing.refusal(entry.key, str(self.root), why))
 
     # -- reading
     def entry_dir(self, key: str) -> Path:
@@ -354,8 +378,10 @@ class ArtifactCache:
         return on_disk, problems
 
     def verify_entry(self, entry: Entry) -> list[str]:
-        """Problems with an entry's files (empty list = intact): layout, sizes, then every sha256."""
+        """Problems with an entry (empty list = intact): its tag, layout, sizes, then every sha256."""
+        why = self.signature_problem(entry)
         _, problems = self._layout_problems(entry)
+        problems = [f"refused: {why}", *problems] if why else problems
         if problems:
             return problems
         for rel, info in entry.files.items():
@@ -368,16 +394,19 @@ class ArtifactCache:
             self._stamp(entry)
         return problems
 
-    # -- "ready" without hashing: a stat fingerprint written when the checksums last matched
-    def _fingerprint(self, entry: Entry) -> dict[str, list[int]] | None:
-        out: dict[str, list[int]] = {}
+    # -- "ready" without hashing: a signed stat fingerprint written when the checksums last matched
+    def _fingerprint(self, entry: Entry) -> dict[str, Any] | None:
+        out: dict[str, Any] = {}
         for rel in [ENTRY_FILE, *sorted(entry.files)]:
             try:
                 st = os.lstat(entry.path / rel)
             except OSError:
                 return None
             out[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
-        return out
+        try:  # signed too: whoever writes verified/ cannot make `ls` call changed files ready
+            return {"files": out, "tag": signing.tag(self.signing_key(), {"stamp": entry.key, "files": out})}
+        except ChipswapError:
+            return None
 
     def _stamp(self, entry: Entry) -> None:
         """Record that this entry's files matched their checksums (best effort: skipped when read-only)."""
@@ -407,11 +436,16 @@ class ArtifactCache:
         return recorded == self._fingerprint(entry)
 
     def quick_state(self, entry: Entry, budget: list[int] | None = None) -> str:
-        """The state `cache ls` shows: ready | unverified | corrupt (failed / locked unchanged).
+        """The state `cache ls` shows: unsigned | ready | unverified | corrupt (failed / locked unchanged).
 
         Layout and sizes are always checked; an entry whose files changed since their checksums last
         matched is hashed while ``budget[0]`` bytes remain (the budget is shared across calls), else
         *unverified*."""
+        try:
+            if self.signature_problem(entry):
+                return "unsigned"
+        except ChipswapError:  # no key: nothing here can be vouched for
+            return "unsigned"
         if entry.state not in ("ready", "corrupt"):
             return entry.state
         if self._layout_problems(entry)[1]:
@@ -429,6 +463,7 @@ class ArtifactCache:
         e = self.read(key)
         if e is None:
             return None
+        self._require_signed(e)
         if e.state == "ready" and not self.verify_entry(e):
             self._touch(e)
             return e
@@ -436,6 +471,7 @@ class ArtifactCache:
             return e
         with self.lock(key):
             e2 = self.read(key)
+            self._require_signed(e2)
             if e2 is not None and (e2.state == "corrupt" or (e2.state == "ready" and self.verify_entry(e2))):
                 self._discard(key)
                 return None
@@ -524,7 +560,9 @@ class ArtifactCache:
         published entry)."""
         key = parts.key if isinstance(parts, KeyParts) else check_key(parts)
         self.ensure_writable()
+        self.signing_key(create=True)
         e = self.read(key)
+        self._require_signed(e)
         if e is not None and e.state == "ready" and not self.verify_entry(e):
             self._touch(e)
             return e, False
@@ -532,6 +570,7 @@ class ArtifactCache:
             raise self._failed_error(e)
         with self.lock(key, timeout=lock_timeout, on_wait=on_wait):
             e = self.read(key)
+            self._require_signed(e)
             if e is not None and e.state == "ready":
                 if not self.verify_entry(e):
                     self._touch(e)
@@ -605,10 +644,12 @@ class ArtifactCache:
                 "state": state,
                 "created": time.time(),
                 "host": socket.gethostname(),
-                **{k: v for k, v in meta.items() if k not in ("schema", "key", "state", "files")},
+                **{k: v for k, v in meta.items() if k not in ("schema", "key", "state", "files", "tag")},
                 "files": files,
             }
-            _write_file(staging / ENTRY_FILE, json.dumps(doc, indent=1, sort_keys=True, default=str).encode())
+            doc = json.loads(json.dumps(doc, default=str))  # the tag covers the manifest as it is read back
+            doc[signing.TAG_FIELD] = signing.tag(self.signing_key(create=True), doc)
+            _write_file(staging / ENTRY_FILE, json.dumps(doc, indent=1, sort_keys=True).encode())
             for p in sorted(staging.rglob("*"), reverse=True):
                 if p.is_dir():
                     _fsync_path(p, directory=True)

@@ -125,21 +125,29 @@ class AOTInductorBackend(base.Backend, name="aotinductor", needs_weights=True):
         trust_native: bool = False,
     ) -> base.LoadedArtifact:
         """Load one bucket. ``weights`` (same dict for every bucket) are shared, not copied, unless
-        ``copy_weights``. The package is native code: it loads only from a ready entry of a chipswap
-        cache that matches its sha256 manifest now, unless ``trust_native`` (a folder the caller compiled)."""
+        ``copy_weights``. The package is native code: it loads only from a ready, signed entry of a chipswap
+        cache that matches its sha256 manifest now, and from a private copy of it
+        (``chipswap.compile.trust.verified_copy``), unless ``trust_native`` (a folder the caller compiled)."""
+        artifact_dir = Path(artifact_dir)
+        if trust_native:
+            return self._load(artifact_dir, artifact_dir, weights, copy_weights)
+        from chipswap.compile.trust import verified_copy
+
+        with verified_copy(artifact_dir) as private:
+            return self._load(private, artifact_dir, weights, copy_weights)
+
+    def _load(
+        self, src: Path, artifact_dir: Path, weights: base.Weights, copy_weights: bool
+    ) -> base.LoadedArtifact:
+        """Load the bucket whose files are in ``src``; ``artifact_dir`` (their origin) is for messages."""
         os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")
         import torch
         import torch._inductor
 
-        artifact_dir = Path(artifact_dir)
-        if not trust_native:
-            from chipswap.compile.trust import require_cache_entry
-
-            require_cache_entry(artifact_dir)
-        specs, outputs = base.read_io(artifact_dir)
-        meta = read_json(artifact_dir / base.IO_FILE, base.IO_FILE)  # base.read_io has checked it parses
+        specs, outputs = base.read_io(src)
+        meta = read_json(src / base.IO_FILE, base.IO_FILE)  # base.read_io has checked it parses
         try:
-            cm = torch._inductor.aoti_load_package(str(artifact_dir / PACKAGE_FILE))
+            cm = torch._inductor.aoti_load_package(str(src / PACKAGE_FILE))
         except Exception as exc:
             raise ChipswapError(
                 f"cannot load AOTInductor package {artifact_dir / PACKAGE_FILE}: "
@@ -148,8 +156,8 @@ class AOTInductorBackend(base.Backend, name="aotinductor", needs_weights=True):
             ) from None
         if meta.get("weights") == "external":
             local: dict[str, Any] = {}
-            if (artifact_dir / CONSTANTS_FILE).exists():
-                local = torch.load(str(artifact_dir / CONSTANTS_FILE), weights_only=True)
+            if (src / CONSTANTS_FILE).exists():
+                local = torch.load(str(src / CONSTANTS_FILE), weights_only=True)
             if weights is None:
                 raise ChipswapError(
                     f"the AOTInductor artifact {artifact_dir.name} was compiled without weights and none "

@@ -92,15 +92,16 @@ class NeuronBackend(base.Backend, name="neuron", needs_weights=False):
         self, artifact_dir: Path, *, weights: base.Weights = None, trust_native: bool = False
     ) -> base.LoadedArtifact:
         artifact_dir = Path(artifact_dir)
-        if not trust_native:  # TorchScript is code: only a verified entry of chipswap's own cache
-            from chipswap.compile.trust import require_cache_entry
+        with contextlib.ExitStack() as stack:
+            if not trust_native:  # TorchScript is code: only a private copy of a verified, signed entry
+                from chipswap.compile.trust import verified_copy
 
-            require_cache_entry(artifact_dir)
-        _import_neuronx()  # registers the neuron ops torch.jit.load needs
-        import torch
+                artifact_dir = stack.enter_context(verified_copy(artifact_dir))
+            _import_neuronx()  # registers the neuron ops torch.jit.load needs
+            import torch
 
-        specs, outputs = base.read_io(artifact_dir)
-        mod = torch.jit.load(str(artifact_dir / MODEL_FILE))
+            specs, outputs = base.read_io(artifact_dir)
+            mod = torch.jit.load(str(artifact_dir / MODEL_FILE))
 
         def run(inputs: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
             base.check_inputs(specs, inputs, "neuron")
