@@ -241,6 +241,7 @@ def project_training(
     tk = {"seq_len": seq_len, "dtype": use, "nodes": nodes, "stack": stk}
     res = search(work, system, coef, nodes=nodes, dtype=use, stack=stk, **kw)
     notes: list[str] = []
+    conv: Layout | None = None
     pinned = layout is not None and bool(layout.given())
     if pinned:
         assert layout is not None
@@ -263,6 +264,11 @@ def project_training(
             raise ChipswapError(_refusal(work, inst, system, res, nodes, **kw))
         conv = conventional(work, system, coef, nodes=nodes, dtype=use, stack=stk, **kw)
         head = conv or res.best.layout
+        if conv is None:
+            notes.append(
+                f"the {stk} stack starts from published recipes (tuned layouts): chipswap's fastest feasible "
+                "layout stands in for it"
+            )
         head_mem = memory(work, system, head, seq_len, use)
         rejected = res.rejected
         feasible = res.feasible
@@ -271,16 +277,15 @@ def project_training(
     per_node = timing.tokens_per_s_per_device * system.devices_per_node
     best_lay = res.best.layout if res.best is not None else None
     best_v = _per_node(work, system, best_lay, coef, **tk) if best_lay is not None else None
-    conv_lay = None if pinned else head
-    conv_v = None if pinned else per_node
+    conv_lay = None if pinned or conv is None else head
+    conv_v = None if conv_lay is None else per_node
     shown = band
     if not pinned and best_v is not None:
         shown = max(widened_band(band, per_node, [best_v]), float(fam.get("band_chosen", band)))
         if best_lay != head:
             notes.append(
-                f"headline: the conventional {stk} layout ({head.label()}); chipswap's fastest feasible layout "
-                f"({best_lay.label()}) projects {best_v:,.0f} tokens/s per node, "
-                f"{best_v / per_node:.2f}x; the band covers both"
+                f"the headline is the conventional {stk} layout; chipswap's fastest feasible layout projects "
+                f"{best_v / per_node:.2f}x it and the band covers both"
             )
     basis = str(fam.get("basis", ""))
     fig = Projected(
