@@ -103,7 +103,13 @@ def test_projection_states_layout_band_and_dtype() -> None:
 
 
 def test_per_node_throughput_changes_with_nodes_through_communication() -> None:
-    runs = [project_training(W8, "p4d.24xlarge", tokens=1e10, nodes=n, catalog=CAT) for n in (1, 32)]
+    from chipswap.projection.training_layout import LayoutPin
+
+    full_shard = LayoutPin(tp=1, sharding="fsdp")  # FSDP over every GPU: its gathers cross EFA at 32 nodes
+    runs = [
+        project_training(W8, "p4d.24xlarge", tokens=1e10, nodes=n, catalog=CAT, layout=full_shard)
+        for n in (1, 32)
+    ]
     assert runs[1].tokens_per_s_per_node.value < runs[0].tokens_per_s_per_node.value
     overhead = lambda r: 1 - r.breakdown["compute"] - r.breakdown["elementwise_memory"]  # noqa: E731
     assert overhead(runs[1]) > overhead(runs[0])

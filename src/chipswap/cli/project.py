@@ -249,7 +249,7 @@ def register(app: typer.Typer) -> None:
         ),
         train_layout: str | None = maybe_flag(
             "--train-layout",
-            help="pin the training layout: tp=8,pp=1,cp=1,dp=8,sharding=fsdp|zero1|none,"
+            help="pin the training layout: tp=8,pp=1,cp=1,dp=8,sharding=fsdp|hsdp|zero1|none,"
             "recompute=none|selective|full,micro_batch=2 (every key optional; default: the conventional "
             "layout, with chipswap's fastest beside it)",
         ),

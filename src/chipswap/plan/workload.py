@@ -553,8 +553,10 @@ class TrainLayout(_Model):
     pp: Whole | None = Field(None, ge=1, le=256, description="Pipeline stages (need not divide the layers).")
     cp: Whole | None = Field(None, ge=1, le=256, description="Context-parallel degree.")
     dp: Whole | None = Field(None, ge=1, le=1 << 20, description="Data-parallel replicas.")
-    sharding: Literal["fsdp", "zero1", "none"] | None = Field(
-        None, description="Training-state sharding over the data-parallel group (none = DDP)."
+    sharding: Literal["fsdp", "hsdp", "zero1", "none"] | None = Field(
+        None,
+        description="Training-state sharding over the data-parallel group (hsdp: FSDP inside a node, "
+        "replicated across nodes; none = DDP).",
     )
     recompute: Literal["none", "selective", "full"] | None = Field(
         None, description="Activation recompute (checkpointing)."

@@ -29,14 +29,14 @@ from chipswap.projection.training_model import (
 )
 from chipswap.projection.work import ModelWork
 
-SHARDING_NAMES = {"fsdp": "fsdp", "zero1": "zero1", "none": "ddp", "ddp": "ddp"}
+SHARDING_NAMES = {"fsdp": "fsdp", "hsdp": "hsdp", "zero1": "zero1", "none": "ddp", "ddp": "ddp"}
 INT_KEYS = {"tp": 1024, "pp": 256, "cp": 256, "dp": 1 << 20, "micro_batch": 4096, "vp": 64}
 KEYS = ("tp", "pp", "cp", "dp", "sharding", "recompute", "micro_batch", "vp")
 # the ladder a conventional setup climbs until the model fits (recompute modes, sharding); None: the stack
 # starts from a published recipe (NeMo / Megatron-Bridge, the Neuron tutorials), tuned layouts for which
 # chipswap's fastest feasible layout stands in
 CONVENTION: dict[str, dict[str, Any] | None] = {
-    "pytorch": {"sharding": "fsdp", "recompute": ("none", "full")},
+    "pytorch": {"sharding": ("fsdp", "hsdp"), "recompute": ("none", "full")},
     "megatron": None,
     "neuron": None,
 }
@@ -96,7 +96,7 @@ def pin_from_mapping(items: dict[str, Any], *, where: str = "--train-layout") ->
                 out[k] = int(v)
         elif k == "sharding":
             if v not in SHARDING_NAMES:
-                lines.append(f"{where} sharding={raw}: unknown sharding; use fsdp, zero1 or none")
+                lines.append(f"{where} sharding={raw}: unknown sharding; use fsdp, hsdp, zero1 or none")
             else:
                 out[k] = SHARDING_NAMES[v]
         elif v not in RECOMPUTE:
@@ -204,10 +204,10 @@ def conventional(
     dtype: str,
     stack: str,
 ) -> Layout | None:
-    """The layout the stack's users start from: its sharding (FSDP) over every device and the smallest
-    model-parallel block that fits (none; then TP inside a node, CP for long sequences, PP last), with the
-    two knobs such users turn, activation recompute (none, or full where memory needs it) and the
-    micro-batch (up to 16, splitting the replica's batch), at their fastest. None for a recipe stack
+    """The layout the stack's users start from: FSDP over every device and the smallest model-parallel block
+    that fits (none; then TP inside a node, CP for long sequences, PP last), with the knobs such users turn
+    at their fastest: activation recompute (none, or full where memory needs it), the micro-batch (up to
+    16, splitting the replica's batch) and, across nodes, full or hybrid sharding (HSDP). None for a recipe stack
     (CONVENTION), or when no conventional layout splits the global batch or fits."""
     conv = CONVENTION["neuron" if system.group == "neuron" else stack]
     if conv is None:
@@ -223,9 +223,9 @@ def conventional(
         if global_batch % dp:
             continue
         per_replica = global_batch // dp
-        sharding = conv["sharding"] if dp * cp > 1 else "ddp"
+        shardings = [sh for sh in conv["sharding"] if sh != "hsdp" or nodes > 1] if dp * cp > 1 else ["ddp"]
         best: tuple[float, Layout] | None = None
-        for rc in conv["recompute"]:
+        for rc, sharding in ((rc, sh) for rc in conv["recompute"] for sh in shardings):
             for mb in range(min(per_replica, MAX_CONVENTIONAL_MICRO_BATCH), 0, -1):
                 if per_replica % mb:
                     continue

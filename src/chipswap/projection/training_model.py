@@ -32,7 +32,7 @@ from typing import Any
 from chipswap.errors import ChipswapError
 from chipswap.projection.work import GiB, ModelWork
 
-SHARDINGS = ("ddp", "zero1", "fsdp")
+SHARDINGS = ("ddp", "zero1", "fsdp", "hsdp")  # hsdp: FSDP inside a node, replicated across nodes
 RECOMPUTE = ("none", "selective", "full")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 MAX_PP = 16
@@ -153,7 +153,7 @@ class Layout:
             parts.append(f"PP{self.pp}" + (f"(v{self.vp})" if self.vp > 1 else ""))
         if self.cp > 1:
             parts.append(f"CP{self.cp}")
-        parts.append(f"{'FSDP' if self.sharding == 'fsdp' else 'DP'}{self.dp}")
+        parts.append(f"{ {'fsdp': 'FSDP', 'hsdp': 'HSDP'}.get(self.sharding, 'DP')}{self.dp}")
         if self.sharding == "zero1":
             parts[-1] += " ZeRO-1"
         tail = f"micro-batch {self.micro_batch}, global batch {self.global_batch}"
@@ -258,17 +258,21 @@ def stage_layers(layers: int, pp: int) -> int:
     return -(-layers // pp)
 
 
-def state_shards(layout: Layout) -> int:
+def state_shards(layout: Layout, devices_per_node: int = 1 << 30) -> int:
     """Devices the sharded training state is spread over: the data-parallel group and the context-parallel
-    ranks (Megatron's distributed optimizer and FSDP both shard over DP x CP)."""
-    return layout.dp * layout.cp
+    ranks (Megatron's distributed optimizer and FSDP both shard over DP x CP); HSDP only over the part of
+    that group inside one node (it replicates across nodes)."""
+    group = layout.dp * layout.cp
+    if layout.sharding == "hsdp":
+        return max(1, min(group, devices_per_node // layout.tp))
+    return group
 
 
 def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype: str) -> Memory:
     d = work.dims
     layers_here = stage_layers(d.layers, layout.pp)
     p_dev = work.params / layout.tp * (layers_here / max(1, d.layers) if layout.pp > 1 else 1.0)
-    shards = state_shards(layout)
+    shards = state_shards(layout, system.devices_per_node)
     w, g, o = STATE_BYTES["weights"], STATE_BYTES["grads"], STATE_BYTES["optimizer"]
     if dtype == "fp8":
         w += FP8_WEIGHT_COPY
@@ -280,7 +284,7 @@ def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype:
         # Megatron's distributed optimizer: bf16 weights and the fp32 gradient buffer whole, the fp32 master
         # and Adam moments sharded (6 + 12 / shards bytes a parameter)
         weights, grads, opt = w * p_dev, g * p_dev, o * p_dev / shards
-    else:  # fsdp: everything sharded; two layers gathered in bf16 (the one running and the prefetch) and
+    else:  # fsdp / hsdp: everything sharded; two layers gathered in bf16 (the one running and the prefetch) and
         # their gradients reduce-scattered in fp32
         weights, grads, opt = w * p_dev / shards, g * p_dev / shards, o * p_dev / shards
         buffers += 2.0 * 2.0 * per_layer_p + 2.0 * 4.0 * per_layer_p
@@ -384,18 +388,25 @@ def step_time(
     p_dev = work.params / (layout.tp * layout.pp) * imbalance
     spans = nodes > 1 and layout.dp > max(1, dpn // (layout.tp * layout.cp * min(layout.pp, dpn)))
     dp_bw = system.inter_bytes_s if spans else system.intra_bytes_s
-    r = _ring(state_shards(layout))
+    shards = state_shards(layout, dpn)
+    r = _ring(shards)
+    last = DP_OVERLAP * compute / layout.micro_batches  # the last micro-batch's backward
     if layout.sharding == "ddp":
-        vol = 2.0 * r * p_dev * 2.0
+        dp_total = 2.0 * r * p_dev * 2.0 / dp_bw
+        dp_exposed = max(0.0, dp_total - last)
     elif layout.sharding == "zero1":
-        vol = r * p_dev * (2.0 + 2.0)
+        dp_total = r * p_dev * (2.0 + 2.0) / dp_bw
+        dp_exposed = max(0.0, dp_total - last)
     else:
-        vol = r * p_dev * 2.0 * (2.0 * layout.micro_batches + 1.0)
-    dp_total = vol / dp_bw
-    # gradients are reduced once a step, so only the last micro-batch's backward can hide them (FSDP's gathers
-    # overlap every micro-batch's own compute)
-    hide = DP_OVERLAP * compute / (1 if layout.sharding == "fsdp" else layout.micro_batches)
-    dp_exposed = max(0.0, dp_total - hide)
+        # FSDP: gathers every micro-batch (forward and backward) and one reduce-scatter, hidden behind each
+        # micro-batch's own compute; HSDP does that inside the node and all-reduces its gradient shard across
+        # the replicas once a step
+        bw = system.intra_bytes_s if layout.sharding == "hsdp" else dp_bw
+        inside = r * p_dev * 2.0 * (2.0 * layout.micro_batches + 1.0) / bw
+        replicas = layout.dp * layout.cp // shards
+        across = 2.0 * _ring(replicas) * p_dev / shards * 2.0 / system.inter_bytes_s
+        dp_total = inside + across
+        dp_exposed = max(0.0, inside - DP_OVERLAP * compute) + max(0.0, across - last)
     return StepTime(compute, bubble, mem, tp_comm, dp_exposed, dp_total, tokens, layout.devices)
 
 
@@ -462,7 +473,7 @@ def layouts(work: ModelWork, system: System, *, nodes: int, seq_len: int, global
                     if global_batch % (dp * mb):
                         continue  # the global batch is the user's: it must split into whole micro-batches
                     for sh in SHARDINGS:
-                        if sh != "ddp" and dp * cp == 1:
+                        if (sh != "ddp" and dp * cp == 1) or (sh == "hsdp" and nodes == 1):
                             continue
                         for rc in RECOMPUTE:
                             for vp in virtual_stages(d.layers, pp):
