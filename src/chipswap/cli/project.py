@@ -183,7 +183,7 @@ def _training_tables(
             else f"{r.stack} recipe stack, chipswap's fastest feasible layout"
         )
         console.print(f"  {r.instance}: {what}: {one_line(r.layout.label())}")
-        if r.best is not None and r.best_tokens_per_s_per_node is not None:
+        if r.best is not None and r.best_tokens_per_s_per_node is not None and r.best != r.layout:
             ratio = r.best_tokens_per_s_per_node / r.tokens_per_s_per_node.value
             console.print(
                 f"    chipswap's fastest feasible layout: {one_line(r.best.label())}: "
