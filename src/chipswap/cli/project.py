@@ -191,7 +191,7 @@ def _training_tables(
             )
         console.print(
             f"    step time: {one_line(shares)}; peak memory per device {m['peak_gib']:,.1f} of "
-            f"{_capacity(m):,.1f} GiB ({r.feasible} of "
+            f"{m['capacity_gib']:,.1f} GiB ({r.feasible} of "
             f"{r.feasible + unfit} layouts fit)"
         )
         for lay, why in r.rejected[:3]:
@@ -199,14 +199,6 @@ def _training_tables(
         console.print(f"    band +-{r.tokens_per_s_per_node.band:.0%}: {one_line(r.band_basis)}")
         for n in r.notes:
             console.print(f"    note: {one_line(n)}")
-
-
-def _capacity(m: dict[str, float]) -> float:
-    """The device's memory: the usable allocation plus what the allocator and runtime hold."""
-    from chipswap.projection.training_model import FRAGMENTATION, RUNTIME_BYTES
-    from chipswap.projection.work import GiB
-
-    return m["usable_gib"] * (1.0 + FRAGMENTATION) + RUNTIME_BYTES / GiB
 
 
 def register(app: typer.Typer) -> None:

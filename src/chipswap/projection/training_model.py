@@ -204,7 +204,8 @@ class Memory:
         return self.total <= self.usable
 
     def as_dict(self) -> dict[str, float]:
-        parts = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "total", "peak", "usable")
+        parts = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "total", "peak", "usable",
+                 "capacity")  # fmt: skip
         return {f"{k}_gib": getattr(self, k) / GiB for k in parts}
 
 
