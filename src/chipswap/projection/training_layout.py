@@ -90,7 +90,7 @@ def pin_from_mapping(items: dict[str, Any], *, where: str = "--train-layout") ->
         if k not in KEYS:
             lines.append(f"{where}: unknown key {key!r}; use {', '.join(KEYS)}")
         elif k in INT_KEYS:
-            if isinstance(raw, bool) or not v.isdigit() or not 1 <= int(v) <= INT_KEYS[k]:
+            if isinstance(raw, bool) or not (v.isascii() and v.isdigit()) or not 1 <= int(v) <= INT_KEYS[k]:
                 lines.append(f"{where} {k}={raw}: expected a whole number 1..{INT_KEYS[k]}")
             else:
                 out[k] = int(v)
@@ -158,6 +158,8 @@ def pinned_layouts(
             f"--train-layout: tp x pp x cp x dp = {fixed_block} does not fit {devices} {system.device_unit}s "
             f"({nodes} x {system.devices_per_node}); make the product {devices}"
         )
+    if pin.sharding == "hsdp" and nodes == 1:
+        lines.append("--train-layout sharding=hsdp: replicates across nodes, and this run has one; use fsdp")
     if pin.micro_batch and global_batch % pin.micro_batch:
         lines.append(
             f"--train-layout micro_batch={pin.micro_batch}: does not divide the global batch {global_batch}"
