@@ -194,8 +194,8 @@ def seed_finetune() -> list[str]:
     8,192 tokens, one node each, the fastest layout that fits."""
     work = model_work("llama-3-8b")
     catalog = load_catalog()
-    runs = [
-        project_training(work, inst, tokens=1e9, seq_len=8192, dtype=dt, catalog=catalog)
+    runs = [  # fp8 on NVIDIA's own (Megatron) stack: the PyTorch stack's measured fp8 gain is 1.0x (issue 28)
+        project_training(work, inst, tokens=1e9, seq_len=8192, dtype=dt, catalog=catalog, stack="megatron")
         for inst, dt in (("p5.48xlarge", "fp8"), ("p5.48xlarge", "bf16"), ("trn1.32xlarge", "bf16"))
     ]
     p5, trn = runs[0].tokens_per_s_per_node, runs[-1].tokens_per_s_per_node

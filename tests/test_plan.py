@@ -187,6 +187,21 @@ def test_plan_from_hours_on_p4d_without_a_token_count(readiness, tmp_path) -> No
     assert 10 < trn.throughput.value < 40  # trn1 is slower than p4d per node in bf16, not 10x
 
 
+def test_finetune_job_layout_pins_the_gpu_fleet(readiness) -> None:
+    """Issue 28: job.layout pins the GPU fleet's training layout; a bad key is a one-line workload error."""
+    readiness(0)
+    d = tomllib.loads(example_path("finetune").read_text())
+    d["job"]["layout"] = {"tp": 2, "recompute": "full"}
+    r = plan(d)
+    free = plan(tomllib.loads(example_path("finetune").read_text()))
+    assert "TP2 x " in str(r.gpu_fleet) and "TP2 x " not in str(free.gpu_fleet)
+    # the pinned p5 layout is slower, so the run the seed's 20 h imply is smaller: trn1 takes fewer hours
+    assert r.candidates[0].throughput.value < free.candidates[0].throughput.value
+    d["job"]["layout"] = {"tp": 2, "shard": "fsdp"}
+    with pytest.raises(ChipswapError, match="shard"):
+        plan(d)
+
+
 def test_finetune_example_with_measured_hours_is_the_seed(readiness) -> None:
     """Mark the seed's hours as measured and they decide: the move pays back on the 5th identical run."""
     readiness(0)

@@ -68,19 +68,32 @@ def test_pipeline_bubble_shrinks_with_micro_batches() -> None:
     assert few.bubble_s / few.compute_s > 5 * lots.bubble_s / lots.compute_s
 
 
-def test_fp8_is_faster_than_bf16_but_not_twice() -> None:
-    bf = project_training(W8, "p5.48xlarge", tokens=1e10, dtype="bf16", catalog=CAT)
-    f8 = project_training(W8, "p5.48xlarge", tokens=1e10, dtype="fp8", catalog=CAT)
-    ratio = f8.tokens_per_s_per_node.value / bf.tokens_per_s_per_node.value
-    assert 1.05 < ratio < 2.0
-    assert f8.hours is not None and bf.hours is not None and f8.hours.value < bf.hours.value
+def test_fp8_speed_up_is_the_measured_one_per_stack() -> None:
+    """fp8 gains what each stack's published fp8 rows show, not the 2x of the peak-FLOPs ratio: Megatron's
+    tuned recipes gain, the PyTorch FSDP stack only as much as LLM Foundry's fp8 rows show."""
+    ratio = {}
+    for stack in ("megatron", "pytorch"):
+        bf = project_training(W8, "p5.48xlarge", tokens=1e10, dtype="bf16", catalog=CAT, stack=stack)
+        f8 = project_training(W8, "p5.48xlarge", tokens=1e10, dtype="fp8", catalog=CAT, stack=stack)
+        ratio[stack] = f8.tokens_per_s_per_node.value / bf.tokens_per_s_per_node.value
+        assert f8.hours is not None and bf.hours is not None and f8.hours.value <= bf.hours.value
+        assert any(n.startswith("fp8 speed-up as measured") for n in f8.notes)
+    s8 = dict(COEF.values)
+    assert 1.05 < ratio["megatron"] < min(2.0, s8["s8_megatron"] + 1e-9)
+    assert 1.0 <= ratio["pytorch"] <= ratio["megatron"]
 
 
 def test_projection_states_layout_band_and_dtype() -> None:
     for name in ("p5.48xlarge", "p4d.24xlarge", "trn1.32xlarge"):
         t = project_training(W8, name, tokens=1e10, dtype="bf16", catalog=CAT)
         assert t.dtype == "bf16" and t.layout.devices == t.nodes * _sys(name).devices_per_node
-        assert t.tokens_per_s_per_node.band == pytest.approx(CAL["families"][t.family]["band"])
+        fam = CAL["families"][t.family]
+        fig = t.tokens_per_s_per_node
+        assert t.family_band == pytest.approx(fam["band"]) and not t.pinned
+        # unpinned: at least the CLI default's own held-out band, and wide enough to reach chipswap's best
+        assert fig.band >= max(fam["band"], fam["band_chosen"]) - 1e-12
+        assert t.best_tokens_per_s_per_node is not None
+        assert fig.high >= t.best_tokens_per_s_per_node * (1 + t.family_band) * (1 - 1e-9)
         assert t.band_basis.startswith("leave-one-source-out")
         assert t.memory_gib["total_gib"] <= t.memory_gib["usable_gib"]
     # like for like, the GPU generations keep their order
@@ -90,7 +103,13 @@ def test_projection_states_layout_band_and_dtype() -> None:
 
 
 def test_per_node_throughput_changes_with_nodes_through_communication() -> None:
-    runs = [project_training(W8, "p4d.24xlarge", tokens=1e10, nodes=n, catalog=CAT) for n in (1, 32)]
+    from chipswap.projection.training_layout import LayoutPin
+
+    full_shard = LayoutPin(tp=1, sharding="fsdp")  # FSDP over every GPU: its gathers cross EFA at 32 nodes
+    runs = [
+        project_training(W8, "p4d.24xlarge", tokens=1e10, nodes=n, catalog=CAT, layout=full_shard)
+        for n in (1, 32)
+    ]
     assert runs[1].tokens_per_s_per_node.value < runs[0].tokens_per_s_per_node.value
     overhead = lambda r: 1 - r.breakdown["compute"] - r.breakdown["elementwise_memory"]  # noqa: E731
     assert overhead(runs[1]) > overhead(runs[0])
@@ -122,7 +141,9 @@ def test_a_model_too_big_for_one_node_says_so() -> None:
 def test_the_seed_fine_tune_against_published_per_node_figures() -> None:
     """The seed's '20 h on p5 vs 26 h on trn1' fine-tune (ported from the old per-device model's test)."""
     trn = project_training(W8, "trn1.32xlarge", tokens=1e9, seq_len=8192, catalog=CAT)
-    p5 = project_training(W8, "p5.48xlarge", tokens=1e9, seq_len=8192, dtype="fp8", catalog=CAT)
+    p5 = project_training(
+        W8, "p5.48xlarge", tokens=1e9, seq_len=8192, dtype="fp8", catalog=CAT, stack="megatron"
+    )
     # published per node: trn1 ~12,275 tokens/s (Llama-3.1-8B, 32 nodes); p5 between 12,036 x 8 (NeMo 24.07)
     # and 14,451 x 8 (Megatron-Bridge 25.11), Llama 3 8B FP8
     assert trn.tokens_per_s_per_node.low <= 12_275 <= trn.tokens_per_s_per_node.high

@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:
-        fail(str(exc), exc.exit_code)
+        for line in getattr(exc, "lines", ())[:-1]:  # several problems of one input: one line each
+            sys.stderr.write(f"chipswap: error: {one_line(line, max_chars=4000)}\n")
+        fail(str(getattr(exc, "lines", None) and exc.lines[-1] or exc), exc.exit_code)
     except _NoArgsIsHelp as exc:
         # `chipswap` (or a sub-app) with no arguments: show help, as --help would
         ctx = getattr(exc, "ctx", None)

@@ -175,9 +175,24 @@ def _training_tables(
         shares = ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in r.breakdown.items() if v >= 0.005)
         m = r.memory_gib
         unfit = sum("does not fit" in w for _, w in r.rejected)
+        what = (
+            "pinned (--train-layout)"
+            if r.pinned
+            else f"conventional {r.stack} layout"
+            if r.conventional is not None
+            else f"{r.stack} recipe stack, chipswap's fastest feasible layout"
+        )
+        console.print(f"  {r.instance}: {what}: {one_line(r.layout.label())}")
+        if r.best is not None and r.best_tokens_per_s_per_node is not None and r.best != r.layout:
+            ratio = r.best_tokens_per_s_per_node / r.tokens_per_s_per_node.value
+            console.print(
+                f"    chipswap's fastest feasible layout: {one_line(r.best.label())}: "
+                f"{r.best_tokens_per_s_per_node:,.0f} tokens/s per node ({ratio:.2f}x)"
+            )
         console.print(
-            f"  {r.instance}: step time: {one_line(shares)}; memory per device {m['total_gib']:,.1f} of "
-            f"{m['usable_gib']:,.1f} GiB usable ({r.feasible} of {r.feasible + unfit} layouts fit)"
+            f"    step time: {one_line(shares)}; peak memory per device {m['peak_gib']:,.1f} of "
+            f"{m['capacity_gib']:,.1f} GiB ({r.feasible} of "
+            f"{r.feasible + unfit} layouts fit)"
         )
         for lay, why in r.rejected[:3]:
             console.print(f"    not chosen: {one_line(lay)}: {one_line(why)}")
@@ -224,6 +239,17 @@ def register(app: typer.Typer) -> None:
         global_batch: int | None = maybe_flag(
             "--global-batch", help="training global batch in sequences (default ~2M tokens a step)"
         ),
+        train_layout: str | None = maybe_flag(
+            "--train-layout",
+            help="pin the training layout: tp=8,pp=1,cp=1,dp=8,sharding=fsdp|hsdp|zero1|none,"
+            "recompute=none|selective|full,micro_batch=2 (every key optional; default: the conventional "
+            "layout, with chipswap's fastest beside it)",
+        ),
+        train_stack: str | None = maybe_flag(
+            "--train-stack",
+            help="training stack on GPUs: pytorch (FSDP / DTensor: torchtitan, LLM Foundry; default) or "
+            "megatron (NeMo / Megatron-Core)",
+        ),
         stack: str | None = maybe_flag(
             "--stack",
             help="serving stack: nxdi-vllm (Neuron default), nxdi-tgi, tnx-2.18; vllm (GPU default), trtllm, "
@@ -249,7 +275,8 @@ def register(app: typer.Typer) -> None:
         training_only = [
             f
             for f, v in (("--seq-len", seq_len), ("--train-dtype", train_dtype), ("--nodes", nodes),
-                         ("--global-batch", global_batch))
+                         ("--global-batch", global_batch), ("--train-layout", train_layout),
+                         ("--train-stack", train_stack))
             if v is not None
         ]  # fmt: skip
         seq_len = 4096 if seq_len is None else seq_len
@@ -281,16 +308,21 @@ def register(app: typer.Typer) -> None:
         ):
             raise ChipswapError(
                 f"{', '.join(pinned)} pin an LLM serving layout, but this is "
-                + ("a training projection" if train_tokens is not None else "an encoder projection")
-                + "; drop them"
+                + (
+                    "a training projection; pin a training layout with --train-layout tp=8,pp=1,... instead"
+                    if train_tokens is not None
+                    else "an encoder projection; drop them"
+                )
             )
         if train_tokens is not None:
             from chipswap.projection.training import project_training as project_layout
+            from chipswap.projection.training_layout import parse_layout
 
+            pin = parse_layout(train_layout) if train_layout is not None else None
             results = [
                 project_layout(
                     work, i, tokens=train_tokens, seq_len=seq_len, dtype=train_dtype, nodes=nodes,
-                    global_batch=global_batch, catalog=catalog,
+                    global_batch=global_batch, catalog=catalog, layout=pin, stack=train_stack,
                 )
                 for i in insts
             ]  # fmt: skip

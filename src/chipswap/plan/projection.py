@@ -159,12 +159,19 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
         chip = s.catalog.chip(inst.accelerator)
         supported = system_of(inst, chip).dtypes if inst.kind != "inferentia" else ()
         dtype = "fp8" if "fp8" in supported else "bf16"
+    pin = None
+    if job.layout is not None and inst.name == s.fleet.name:  # the layout is the GPU fleet's
+        from chipswap.projection.training_layout import pin_from_mapping
+
+        pin = pin_from_mapping(job.layout.model_dump(exclude_none=True), where=f"{s.path}: job.layout")
     try:
         t = project_training(
             work, inst, tokens=job.job_tokens, seq_len=seq, dtype=dtype, nodes=s.workload.fleet.count,
-            global_batch=job.global_batch, catalog=s.catalog,
+            global_batch=job.global_batch, catalog=s.catalog, layout=pin, stack=job.stack,
         )  # fmt: skip
     except ChipswapError as exc:
+        if pin is not None and "train-layout" in str(exc):
+            raise ChipswapError(f"{s.path}: job.layout: {exc}") from None
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
     tps = t.tokens_per_s_per_node
     what = f"{t.dtype}, {t.layout.label()}, sequence length {seq}"

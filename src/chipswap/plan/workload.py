@@ -545,6 +545,25 @@ class CandidateJob(_Model):
         return self
 
 
+class TrainLayout(_Model):
+    """The training layout the job runs (every key optional; the rest is chosen). Without it chipswap
+    projects the stack's conventional layout and shows its own fastest feasible layout beside it."""
+
+    tp: Whole | None = Field(None, ge=1, le=1024, description="Tensor-parallel degree.")
+    pp: Whole | None = Field(None, ge=1, le=256, description="Pipeline stages (need not divide the layers).")
+    cp: Whole | None = Field(None, ge=1, le=256, description="Context-parallel degree.")
+    dp: Whole | None = Field(None, ge=1, le=1 << 20, description="Data-parallel replicas.")
+    sharding: Literal["fsdp", "hsdp", "zero1", "none"] | None = Field(
+        None,
+        description="Training-state sharding over the data-parallel group (hsdp: FSDP inside a node, "
+        "replicated across nodes; none = DDP).",
+    )
+    recompute: Literal["none", "selective", "full"] | None = Field(
+        None, description="Activation recompute (checkpointing)."
+    )
+    micro_batch: Whole | None = Field(None, ge=1, le=4096, description="Sequences per micro-batch.")
+
+
 class Job(_Model):
     """A recurring training / fine-tuning run (instead of a serving fleet). Give its size (tokens, or epochs x
     dataset_tokens) and chipswap projects the hours on every instance; stated hours rank below a projection
@@ -575,6 +594,14 @@ class Job(_Model):
     )
     global_batch: Whole | None = Field(
         None, gt=0, le=1 << 20, description="Global batch in sequences (default: about 2M tokens a step)."
+    )
+    layout: TrainLayout | None = Field(
+        None, description="The training layout the job runs on the GPU fleet (see the fields below)."
+    )
+    stack: Literal["pytorch", "megatron"] = Field(
+        "pytorch",
+        description="Training stack on GPUs: pytorch (FSDP / DTensor: torchtitan, LLM Foundry) or megatron "
+        "(NeMo / Megatron-Core); Trainium runs the Neuron stack.",
     )
     candidates: dict[str, CandidateJob] = Field(
         default_factory=dict, description="Per candidate instance type: its run time (see the fields below)."

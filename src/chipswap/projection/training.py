@@ -23,7 +23,18 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.platforms import device_spec, family_of_chip
 from chipswap.projection.predict import Projected
-from chipswap.projection.training_model import Coef, Layout, System, search
+from chipswap.projection.training_layout import LayoutPin, conventional, pinned_layouts
+from chipswap.projection.training_model import (
+    TRAIN_STACKS,
+    Coef,
+    Layout,
+    SearchResult,
+    System,
+    batch_split_reason,
+    memory,
+    search,
+    step_time,
+)
 from chipswap.projection.work import GiB, ModelWork
 
 FP8_FAMILIES = ("H100", "H200", "B200")  # fp8 training: Hopper and Blackwell (Transformer Engine)
@@ -100,12 +111,25 @@ class TrainingPlan:
     band_basis: str
     notes: tuple[str, ...] = field(default=())
     stacks: tuple[str, ...] = ()
+    stack: str = "pytorch"
+    pinned: bool = False  # layout is the user's (--train-layout); else it is the conventional layout
+    best: Layout | None = None  # chipswap's fastest feasible layout
+    best_tokens_per_s_per_node: float | None = None
+    conventional: Layout | None = None
+    conventional_tokens_per_s_per_node: float | None = None
+    family_band: float = 0.0  # the held-out band before widening to cover best and conventional
+    peak_gib: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        plain = ("model", "instance", "family", "dtype", "seq_len", "nodes", "tokens")
+        plain = ("model", "instance", "family", "dtype", "seq_len", "nodes", "tokens", "stack", "pinned")
         return {
             **{k: getattr(self, k) for k in plain},
             "layout": self.layout.as_dict(),
+            "best_layout": self.best.as_dict() if self.best else None,
+            "best_tokens_per_s_per_node": self.best_tokens_per_s_per_node,
+            "conventional_layout": self.conventional.as_dict() if self.conventional else None,
+            "conventional_tokens_per_s_per_node": self.conventional_tokens_per_s_per_node,
+            "family_band": self.family_band,
             "tokens_per_s_per_node": self.tokens_per_s_per_node.as_dict(),
             "hours": self.hours.as_dict() if self.hours else None,
             "step_time_shares": self.breakdown,
@@ -140,6 +164,36 @@ def _check(tokens: float | None, seq_len: int, nodes: int, global_batch: int | N
         )
 
 
+def _refusal(work: ModelWork, inst: Instance, system: System, res: SearchResult, nodes: int, **kw: Any) -> str:
+    """The real cause when nothing can be projected: the batch cannot split, or no layout fits."""
+    if res.considered == 0:
+        return f"{work.name} on {nodes} x {inst.name}: " + batch_split_reason(work, system, nodes=nodes, **kw)
+    near = res.closest
+    what = (
+        f" (the smallest, {near.layout.label()}, needs {near.memory.peak / GiB:,.1f} GiB peak per "
+        f"{system.device_unit} of {near.memory.capacity / GiB:,.1f})"
+        if near is not None
+        else ""
+    )
+    return (
+        f"{work.name} does not fit on {nodes} x {inst.name} in any of {res.considered} layouts{what}; "
+        "use more nodes (--nodes) or an instance with more memory"
+    )
+
+
+def _per_node(work: ModelWork, system: System, lay: Layout, coef: Coef, **kw: Any) -> float:
+    return step_time(work, system, lay, coef, **kw).tokens_per_s_per_device * system.devices_per_node
+
+
+def widened_band(band: float, value: float, others: list[float]) -> float:
+    """The relative band around `value` that also covers every figure of `others` with its own band."""
+    out = band
+    for o in others:
+        ratio = max(o / value, value / o)
+        out = max(out, ratio * (1.0 + band) - 1.0)
+    return out
+
+
 def project_training(
     work: ModelWork,
     instance: str | Instance,
@@ -151,9 +205,12 @@ def project_training(
     global_batch: int | None = None,
     catalog: Catalog | None = None,
     calibration: dict[str, Any] | None = None,
+    layout: LayoutPin | None = None,
+    stack: str | None = None,
 ) -> TrainingPlan:
-    """The fastest feasible layout of `work` on `nodes` x `instance`, tokens/s per node +- the held-out band
-    of its family, and the hours for `tokens` (None: throughput only)."""
+    """`work` on `nodes` x `instance`: the pinned layout (`layout`) or, without one, the conventional layout
+    of the stack with chipswap's fastest feasible layout beside it; tokens/s per node +- the held-out band of
+    its family (widened to cover both when unpinned), and the hours for `tokens` (None: throughput only)."""
     _check(tokens, seq_len, nodes, global_batch)
     cat = catalog or load_catalog()
     inst = cat.instance(instance) if isinstance(instance, str) else instance
@@ -175,45 +232,75 @@ def project_training(
             f"{use} training is not projected on {system.family}: it trains in {', '.join(system.dtypes)}; "
             f"use --train-dtype {system.dtypes[0]}"
         )
+    if stack is not None and stack not in TRAIN_STACKS:
+        raise ChipswapError(f"unknown training stack {stack!r}; use {' or '.join(TRAIN_STACKS)}")
+    stk = "neuron" if system.group == "neuron" else (stack or "pytorch")
     gb = global_batch or max(1, DEFAULT_GLOBAL_BATCH_TOKENS // seq_len)
-    res = search(work, system, coef_of(cal), nodes=nodes, seq_len=seq_len, dtype=use, global_batch=gb)
-    if res.best is None or res.best.time is None:
-        near = res.closest
-        what = (
-            f" (the smallest, {near.layout.label()}, needs {near.memory.total / GiB:,.1f} GiB per "
-            f"{system.device_unit} of {near.memory.usable / GiB:,.1f} usable)"
-            if near is not None
-            else ""
-        )
-        raise ChipswapError(
-            f"{work.name} does not fit on {nodes} x {inst.name} in any of {res.considered} layouts{what}; "
-            "use more nodes (--nodes) or an instance with more memory"
-        )
-    best = res.best
-    timing = best.time
-    assert timing is not None
+    coef = coef_of(cal)
+    kw: dict[str, Any] = {"seq_len": seq_len, "global_batch": gb}
+    tk = {"seq_len": seq_len, "dtype": use, "nodes": nodes, "stack": stk}
+    res = search(work, system, coef, nodes=nodes, dtype=use, stack=stk, **kw)
+    notes: list[str] = []
+    conv: Layout | None = None
+    pinned = layout is not None and bool(layout.given())
+    if pinned:
+        assert layout is not None
+        cands = pinned_layouts(work, system, layout, nodes=nodes, **kw)
+        pres = search(work, system, coef, nodes=nodes, dtype=use, stack=stk, candidates=cands, **kw)
+        chosen = pres.best or pres.closest
+        assert chosen is not None
+        if pres.best is None:
+            notes.append(
+                f"chipswap's memory model puts the pinned layout's peak at {chosen.memory.peak / GiB:,.1f} GiB "
+                f"per {system.device_unit}, over the {chosen.memory.capacity / GiB:,.1f} GiB it has: it may "
+                "not fit (projected as pinned)"
+            )
+        head = chosen.layout
+        head_mem = chosen.memory
+        rejected = pres.rejected
+        feasible = pres.feasible
+    else:
+        if res.best is None:
+            raise ChipswapError(_refusal(work, inst, system, res, nodes, **kw))
+        conv = conventional(work, system, coef, nodes=nodes, dtype=use, stack=stk, **kw)
+        head = conv or res.best.layout
+        if conv is None:
+            notes.append(
+                f"the {stk} stack starts from published recipes (tuned layouts): chipswap's fastest feasible "
+                "layout stands in for it"
+            )
+        head_mem = memory(work, system, head, seq_len, use)
+        rejected = res.rejected
+        feasible = res.feasible
+    timing = step_time(work, system, head, coef, **tk)
     band = float(fam["band"])
     per_node = timing.tokens_per_s_per_device * system.devices_per_node
+    best_lay = res.best.layout if res.best is not None else None
+    best_v = _per_node(work, system, best_lay, coef, **tk) if best_lay is not None else None
+    conv_lay = None if pinned or conv is None else head
+    conv_v = None if conv_lay is None else per_node
+    shown = band
+    if not pinned and best_v is not None:
+        shown = max(widened_band(band, per_node, [best_v]), float(fam.get("band_chosen", band)))
+        if best_lay != head:
+            notes.append(
+                f"the headline is the conventional {stk} layout; chipswap's fastest feasible layout projects "
+                f"{best_v / per_node:.2f}x it and the band covers both"
+            )
     basis = str(fam.get("basis", ""))
     fig = Projected(
-        per_node, "tokens/s", band, note=f"{system.devices_per_node} {system.device_unit}s, {use}"
+        per_node, "tokens/s", shown, note=f"{system.devices_per_node} {system.device_unit}s, {use}"
     )
     hours = None
     if tokens is not None:
-        hours = Projected(tokens / (per_node * nodes) / 3600.0, "h", band)
-    notes = []
+        hours = Projected(tokens / (per_node * nodes) / 3600.0, "h", shown)
     if use == "fp8":
-        notes.append(
-            "fp8 is calibrated on NVIDIA's own NeMo / Megatron recipes only (no other stack publishes fp8 "
-            "tokens/s to hold out); a less tuned fp8 stack can be much slower than this"
-        )
+        notes.append(_FP8_NOTE[stk])
     if fam.get("transferred"):
         notes.append(str(fam["transferred"]))
-    if best.layout.global_batch != gb:
-        notes.append(f"global batch rounded up to {best.layout.global_batch} sequences (whole micro-batches)")
     if global_batch is None:
         notes.append(f"global batch {gb} sequences of {seq_len} tokens (~2M tokens a step; assumption)")
-    ordered = sorted(res.rejected, key=_slowdown)
+    ordered = sorted(rejected, key=_slowdown)
     return TrainingPlan(
         model=work.name,
         instance=inst.name,
@@ -222,14 +309,34 @@ def project_training(
         seq_len=seq_len,
         nodes=nodes,
         tokens=tokens,
-        layout=best.layout,
+        layout=head,
         tokens_per_s_per_node=fig,
         hours=hours,
         breakdown=timing.shares(),
-        memory_gib=best.memory.as_dict(),
+        memory_gib=head_mem.as_dict(),
         rejected=tuple(ordered),
-        feasible=res.feasible,
+        feasible=feasible,
         band_basis=basis,
         notes=tuple(notes),
         stacks=tuple(str(s) for s in fam.get("sources", [])),
+        stack=stk,
+        pinned=pinned,
+        best=best_lay,
+        best_tokens_per_s_per_node=best_v,
+        conventional=conv_lay,
+        conventional_tokens_per_s_per_node=conv_v,
+        family_band=band,
+        peak_gib=head_mem.peak / GiB,
     )
+
+
+_FP8_NOTE = {
+    "megatron": "fp8 speed-up as measured on NeMo / Megatron-Bridge fp8 rows (Transformer Engine, tensorwise "
+    "delayed / current scaling, bf16 all-gathers); no published bf16/fp8 pair at one layout was found, so it "
+    "is fitted against the bf16 model at each row's published layout",
+    "pytorch": "fp8 speed-up as measured on LLM Foundry's fp8 rows (Composer amp_fp8: Transformer Engine "
+    "tensorwise delayed scaling, bf16 FSDP all-gathers); rowwise scaling or fp8 all-gathers differ; no "
+    "published bf16/fp8 pair at one layout was found, so it is fitted against the bf16 model at each row's "
+    "published layout",
+    "neuron": "",
+}

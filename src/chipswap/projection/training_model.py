@@ -3,19 +3,23 @@
 What it is for: `chipswap project --train-tokens`, the plan's training workloads and the training calibration
 (training_fit.py) all call `step_time` / `search` here, so a projection and its held-out error band come
 from one definition. It models, per device and per optimizer step:
-  - compute: linear-layer FLOPs at the dtype's peak x a fitted efficiency (fp8 runs only the linear layers in
-    fp8; causal attention stays bf16), x 4/3 with full activation recompute;
+  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ), fp8
+    as a measured speed-up of the linear layers per training stack (causal attention stays bf16), x 4/3 with
+    full activation recompute (selective: the attention core only);
   - elementwise HBM traffic (norms, activations; a fixed count of passes, an assumption);
   - tensor / context parallel collectives (all-reduce or reduce-scatter + all-gather of the activations every
-    layer) over NVLink/NVSwitch or NeuronLink inside a node, EFA across nodes, x a fitted exposed share;
+    layer) over NVLink/NVSwitch or NeuronLink inside a node, EFA across nodes, x the stack's exposed share
+    (fitted for Megatron-style overlap, all of it for PyTorch DTensor TP);
   - data-parallel gradient collectives (DDP all-reduce, ZeRO-1 reduce-scatter + all-gather, FSDP all-gathers
     every micro-batch) over the slowest link the group crosses, overlapped with the backward pass up to a
     stated share;
-  - pipeline bubbles (pp - 1) / (micro-batches x virtual stages);
-  - memory per device (weights, gradients, optimizer states, activations, logits) that rejects layouts
-    which do not fit.
+  - pipeline bubbles (pp - 1) / (micro-batches x virtual stages), and the busiest stage of an uneven split
+    (ceil(layers / pp) layers);
+  - peak memory per device (weights, gradients, optimizer states sharded over DP x CP, activations by
+    recompute mode and CP shard, fp8 weight copies, FSDP gather / reduce buffers, logits, allocator
+    fragmentation and runtime) that rejects layouts which do not fit.
 `search` enumerates TP x PP x CP x sharding x recompute x micro-batch, rejects what does not fit (saying why)
-and keeps the fastest.
+and keeps the fastest; when no layout can split the global batch it says so (not "does not fit").
 
 Pure: no I/O, no torch, no clock; it may not read files, prices or the catalog (callers pass a System).
 """
@@ -28,22 +32,44 @@ from typing import Any
 from chipswap.errors import ChipswapError
 from chipswap.projection.work import GiB, ModelWork
 
-SHARDINGS = ("ddp", "zero1", "fsdp")
-RECOMPUTE = ("none", "full")
-MICRO_BATCHES = (1, 2, 4)
+SHARDINGS = ("ddp", "zero1", "fsdp", "hsdp")  # hsdp: FSDP inside a node, replicated across nodes
+RECOMPUTE = ("none", "selective", "full")
+MICRO_BATCHES = (1, 2, 4, 8, 16)
 MAX_PP = 16
+MAX_CP = 16
+CP_MIN_TOKENS = 4096  # context parallelism is tried while each shard keeps at least this many tokens
 VIRTUAL = (2, 4, 8)
+# Activation recompute (assumptions, stated in docs/projection.md): bytes kept per token and layer as
+# (x hidden, x intermediate), and how many forward passes of the linear layers / attention core run.
+# selective = the attention core (and its softmax / dropout) recomputed, matmul outputs kept (Megatron
+# "selective", torchtitan op-level SAC); full = only each layer's input kept, the whole forward run twice.
+RECOMPUTE_RULES = {
+    "none": {"act_h": 16.0, "act_i": 1.0, "linear_fwd": 1.0, "attention_fwd": 1.0},
+    "selective": {"act_h": 10.0, "act_i": 0.67, "linear_fwd": 1.0, "attention_fwd": 2.0},
+    "full": {"act_h": 2.0, "act_i": 0.0, "linear_fwd": 2.0, "attention_fwd": 2.0},
+}
+# Training stacks: which exposed share of tensor/context-parallel collectives applies, and which measured fp8
+# speed-up of the linear layers. megatron: NeMo / Megatron-Core / Megatron-Bridge and Meta's 4D stack (TP
+# communication overlapped with GEMMs, distributed optimizer); pytorch: PyTorch FSDP / DTensor (torchtitan,
+# LLM Foundry / Composer, Accelerate): TP collectives run between the matmuls, exposed in full (assumption);
+# neuron: NxD / neuronx-nemo-megatron on Trainium (no fp8 training).
+STACK_RULES = {
+    "megatron": {"tp_exposed": "x_tp", "fp8": "s8_megatron"},
+    "pytorch": {"tp_exposed": None, "fp8": "s8_pytorch"},
+    "neuron": {"tp_exposed": "x_tp", "fp8": None},
+}
+TRAIN_STACKS = ("pytorch", "megatron")
+FP8_UNMEASURED = 1.0  # fp8 speed-up of a stack with no fp8 rows (none assumed)
 # assumptions (stated in docs/projection.md): bytes of optimizer state per parameter with mixed precision
-# Adam (bf16 weights 2 + fp32 gradients 4 + fp32 master 4 + two fp32 moments 8 = 18; ZeRO-1 shards the last 12
-# plus the gradient reduce buffer), elementwise passes over the stored activations, the share of a
-# micro-batch's compute (its backward) a data-parallel collective can hide behind, and memory kept free
-# for the runtime and fragmentation.
+# Adam (bf16 weights 2 + fp32 gradients 4 + fp32 master 4 + two fp32 moments 8 = 18; ZeRO-1 shards the last
+# 12, FSDP all of it), elementwise passes over the stored activations, the share of a micro-batch's compute
+# (its backward) a data-parallel collective can hide behind, and memory the allocator and runtime hold.
 STATE_BYTES = {"weights": 2.0, "grads": 4.0, "optimizer": 12.0}
 FP8_WEIGHT_COPY = 1.0  # fp8 runs keep an fp8 copy (and transpose) of every linear weight
 ELEMENTWISE_PASSES = 3.0
 DP_OVERLAP = 2.0 / 3.0  # the backward pass's share of a micro-batch's compute
-MEMORY_RESERVE = 0.10
-MEMORY_RESERVE_BYTES = 1.0 * GiB
+FRAGMENTATION = 0.10  # the caching allocator reserves ~10 % over what is allocated at the peak (assumption)
+RUNTIME_BYTES = 1.0 * GiB  # CUDA / Neuron runtime, NCCL / collective buffers (assumption)
 
 
 @dataclass(frozen=True)
@@ -127,12 +153,12 @@ class Layout:
             parts.append(f"PP{self.pp}" + (f"(v{self.vp})" if self.vp > 1 else ""))
         if self.cp > 1:
             parts.append(f"CP{self.cp}")
-        parts.append(f"{'FSDP' if self.sharding == 'fsdp' else 'DP'}{self.dp}")
+        parts.append(f"{ {'fsdp': 'FSDP', 'hsdp': 'HSDP'}.get(self.sharding, 'DP')}{self.dp}")
         if self.sharding == "zero1":
             parts[-1] += " ZeRO-1"
         tail = f"micro-batch {self.micro_batch}, global batch {self.global_batch}"
-        if self.recompute == "full":
-            tail += ", full recompute"
+        if self.recompute != "none":
+            tail += f", {self.recompute} recompute"
         return " x ".join(parts) + f" ({tail})"
 
     def as_dict(self) -> dict[str, Any]:
@@ -152,7 +178,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes per device of one layout (the busiest device: first pipeline stage, last for the logits)."""
+    """Bytes per device of one layout (the busiest device: first pipeline stage, last for the logits).
+    total: what is allocated at the peak; peak: what the allocator holds (total x (1 + FRAGMENTATION) + the
+    runtime), the figure a framework's "peak memory" prints; usable: the allocation that still fits."""
 
     weights: float
     grads: float
@@ -160,17 +188,24 @@ class Memory:
     activations: float
     logits: float
     usable: float
+    buffers: float = 0.0  # FSDP gather / reduce-scatter buffers, CP ring K/V chunks
+    capacity: float = 0.0  # the device's memory
 
     @property
     def total(self) -> float:
-        return self.weights + self.grads + self.optimizer + self.activations + self.logits
+        return self.weights + self.grads + self.optimizer + self.activations + self.logits + self.buffers
+
+    @property
+    def peak(self) -> float:
+        return self.total * (1.0 + FRAGMENTATION) + RUNTIME_BYTES
 
     @property
     def fits(self) -> bool:
         return self.total <= self.usable
 
     def as_dict(self) -> dict[str, float]:
-        parts = ("weights", "grads", "optimizer", "activations", "logits", "total", "usable")
+        parts = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "total", "peak", "usable",
+                 "capacity")  # fmt: skip
         return {f"{k}_gib": getattr(self, k) / GiB for k in parts}
 
 
@@ -209,40 +244,61 @@ class StepTime:
 # --- memory --------------------------------------------------------------------------------------
 
 
-def _act_bytes_per_token_layer(work: ModelWork) -> float:
-    """bf16 activations a layer keeps for its backward, per token (flash attention: no score matrix):
-    norms, QKV and attention outputs ~16 h, the MLP's up/gate/activation outputs 4-6 x intermediate."""
+def _act_bytes_per_token_layer(work: ModelWork, recompute: str = "none") -> float:
+    """bf16 activations a layer keeps for its backward, per token (flash attention: no score matrix): with no
+    recompute, norms, QKV and attention outputs ~16 h and the MLP's up/gate/activation outputs 4-6 x
+    intermediate; less by recompute mode (RECOMPUTE_RULES)."""
     d = work.dims
-    return 16.0 * d.hidden + (6.0 if d.gated_mlp else 4.0) * d.intermediate
+    r = RECOMPUTE_RULES[recompute]
+    return r["act_h"] * d.hidden + r["act_i"] * (6.0 if d.gated_mlp else 4.0) * d.intermediate
+
+
+def stage_layers(layers: int, pp: int) -> int:
+    """Layers on the busiest pipeline stage: stacks split unevenly (Megatron's uneven first / last stages,
+    torchtitan's manual split), so pp need not divide the layer count."""
+    return -(-layers // pp)
+
+
+def state_shards(layout: Layout, devices_per_node: int = 1 << 30) -> int:
+    """Devices the sharded training state is spread over: the data-parallel group and the context-parallel
+    ranks (Megatron's distributed optimizer and FSDP both shard over DP x CP); HSDP only over the part of
+    that group inside one node (it replicates across nodes)."""
+    group = layout.dp * layout.cp
+    if layout.sharding == "hsdp":
+        return max(1, min(group, devices_per_node // layout.tp))
+    return group
 
 
 def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype: str) -> Memory:
-    p_dev = work.params / (layout.tp * layout.pp)
-    dp = layout.dp
+    d = work.dims
+    layers_here = stage_layers(d.layers, layout.pp)
+    p_dev = work.params / layout.tp * (layers_here / max(1, d.layers) if layout.pp > 1 else 1.0)
+    shards = state_shards(layout, system.devices_per_node)
     w, g, o = STATE_BYTES["weights"], STATE_BYTES["grads"], STATE_BYTES["optimizer"]
     if dtype == "fp8":
         w += FP8_WEIGHT_COPY
+    per_layer_p = p_dev / max(1, layers_here)
+    buffers = 0.0
     if layout.sharding == "ddp":
         weights, grads, opt = w * p_dev, g * p_dev, o * p_dev
     elif layout.sharding == "zero1":
-        weights, grads, opt = w * p_dev, g * p_dev / dp + 2.0 * p_dev / layout.pp, o * p_dev / dp
-    else:  # fsdp: everything sharded, plus two gathered layers in flight
-        per_layer = p_dev * layout.pp / max(1, work.dims.layers)
-        weights = w * p_dev / dp + 2.0 * 2.0 * per_layer
-        grads, opt = g * p_dev / dp + 2.0 * per_layer, o * p_dev / dp
-    tok = (
-        seq_len / layout.cp * layout.micro_batch
-    )  # tokens of one micro-batch on this device's sequence shard
-    layers_here = work.dims.layers / layout.pp
+        # Megatron's distributed optimizer: bf16 weights and the fp32 gradient buffer whole, the fp32 master
+        # and Adam moments sharded (6 + 12 / shards bytes a parameter)
+        weights, grads, opt = w * p_dev, g * p_dev, o * p_dev / shards
+    else:  # fsdp / hsdp: everything sharded; two layers gathered in bf16 (the one running and the prefetch) and
+        # their gradients reduce-scattered in fp32
+        weights, grads, opt = w * p_dev / shards, g * p_dev / shards, o * p_dev / shards
+        buffers += 2.0 * 2.0 * per_layer_p + 2.0 * 4.0 * per_layer_p
+    tok = seq_len / layout.cp * layout.micro_batch  # tokens of one micro-batch on this device's sequence shard
     in_flight = min(layout.pp, layout.micro_batches) if layout.pp > 1 else 1
-    per_layer = _act_bytes_per_token_layer(work) * tok / layout.tp
-    if layout.recompute == "full":
-        acts = layers_here * in_flight * 2.0 * work.dims.hidden * tok / layout.tp + per_layer
-    else:
-        acts = layers_here * in_flight * per_layer
-    logits = 4.0 * tok * work.dims.vocab / layout.tp if work.dims.head in ("lm", "mlm") else 0.0
-    usable = system.memory_bytes * (1.0 - MEMORY_RESERVE) - MEMORY_RESERVE_BYTES
-    return Memory(weights, grads, opt, acts, logits, usable)
+    kept = _act_bytes_per_token_layer(work, layout.recompute) * tok / layout.tp
+    working = _act_bytes_per_token_layer(work, "none") * tok / layout.tp  # the layer being recomputed
+    acts = layers_here * in_flight * kept + (working if layout.recompute != "none" else 0.0)
+    if layout.cp > 1:  # ring attention: this shard's K/V plus the chunk arriving (send / receive)
+        buffers += 2.0 * 2.0 * d.kv_heads * d.head_dim * 2.0 * tok / layout.tp
+    logits = 4.0 * tok * d.vocab / layout.tp if d.head in ("lm", "mlm") else 0.0
+    usable = (system.memory_bytes - RUNTIME_BYTES) / (1.0 + FRAGMENTATION)
+    return Memory(weights, grads, opt, acts, logits, usable, buffers, system.memory_bytes)
 
 
 # --- time ----------------------------------------------------------------------------------------
@@ -261,55 +317,97 @@ def _ring(n: int) -> float:
     return (n - 1) / n if n > 1 else 0.0
 
 
+def efficiency(system: System, coef: Coef) -> float:
+    """Share of the bf16 peak the linear layers reach: the vendor group's, x the family's own factor where
+    its rows differ (k_<family>, e.g. A100); families without one take the group's (H100-class)."""
+    e = coef.get(f"e16_{system.group}")
+    k = f"k_{system.family}"
+    return e * coef.get(k) if coef.has(k) else e
+
+
+def fp8_speedup(stack: str, coef: Coef) -> float:
+    """Measured speed-up of the linear layers in fp8 over bf16 for a stack (s8_<stack>); a stack with no
+    fp8 rows of its own gets none (1.0): another stack's tuned fp8 recipe is not assumed to carry over."""
+    name = STACK_RULES[stack]["fp8"]
+    if name is None:
+        raise ChipswapError(f"the {stack} stack does not train in fp8; use bf16")
+    return coef.get(name) if coef.has(name) else FP8_UNMEASURED
+
+
+def tp_exposed(stack: str, coef: Coef) -> float:
+    name = STACK_RULES[stack]["tp_exposed"]
+    return 1.0 if name is None else coef.get(name)
+
+
 def step_time(
-    work: ModelWork, system: System, layout: Layout, coef: Coef, *, seq_len: int, dtype: str, nodes: int
+    work: ModelWork,
+    system: System,
+    layout: Layout,
+    coef: Coef,
+    *,
+    seq_len: int,
+    dtype: str,
+    nodes: int,
+    stack: str | None = None,
 ) -> StepTime:
-    """Seconds of one optimizer step of `layout` on `nodes` nodes of `system` (see the module docstring)."""
-    g = system.group
-    e16 = coef.get(f"e16_{g}")
+    """Seconds of one optimizer step of `layout` on `nodes` nodes of `system` (see the module docstring).
+    stack: a key of STACK_RULES (default: neuron on Trainium, pytorch elsewhere)."""
+    stk = "neuron" if system.group == "neuron" else (stack or "pytorch")
+    e16 = efficiency(system, coef)
     lin, att = flops_per_token(work, seq_len)
-    mult = 4.0 if layout.recompute == "full" else 3.0
+    rule = RECOMPUTE_RULES[layout.recompute]
+    t_lin = lin / (system.peak("bf16") * e16)
     if dtype == "fp8":
-        t_lin = lin / (system.peak("fp8") * coef.get(f"e8_{g}"))
-    else:
-        t_lin = lin / (system.peak(dtype) * e16)
+        t_lin /= fp8_speedup(stk, coef)
     t_att = att / (system.peak("bf16") * e16)
     tokens = float(layout.global_batch) * seq_len
     per_replica = tokens / layout.dp
+    d = work.dims
+    layers_here = stage_layers(d.layers, layout.pp)
+    imbalance = layers_here * layout.pp / d.layers if layout.pp > 1 else 1.0
     split = layout.tp * layout.pp * layout.cp
-    compute = per_replica * mult * (t_lin + t_att) / split
+    per_token = (2.0 + rule["linear_fwd"]) * t_lin + (2.0 + rule["attention_fwd"]) * t_att
+    compute = per_replica * per_token / split * imbalance
     bubble = compute * (layout.pp - 1) / (layout.micro_batches * layout.vp) if layout.pp > 1 else 0.0
-    act = _act_bytes_per_token_layer(work) * work.dims.layers
-    mem = per_replica * ELEMENTWISE_PASSES * act / split / system.hbm_bytes_s
+    act = _act_bytes_per_token_layer(work) * d.layers
+    mem = per_replica * ELEMENTWISE_PASSES * act / split * imbalance / system.hbm_bytes_s
     dpn = system.devices_per_node
     # tensor parallel: 4 collectives of the hidden state per layer and token (2 forward, 2 backward; 2 more
-    # forward with full recompute); context parallel: K and V passed round the ring forward and backward
-    h = float(work.dims.hidden)
+    # forward when the linear layers are recomputed); context parallel: K and V passed round the ring
+    # forward and backward (once more when the attention core is recomputed)
+    h = float(d.hidden)
     tp_bw = system.intra_bytes_s if layout.tp <= dpn else system.inter_bytes_s
-    n_coll = 6.0 if layout.recompute == "full" else 4.0
+    n_coll = 4.0 + 2.0 * (rule["linear_fwd"] - 1.0)
     tok_here = per_replica / layout.cp
-    layers_here = work.dims.layers / layout.pp
     tp_s = tok_here * layers_here * n_coll * 2.0 * _ring(layout.tp) * h * 2.0 / tp_bw
     cp_bw = system.intra_bytes_s if layout.tp * layout.cp <= dpn else system.inter_bytes_s
-    kv = 2.0 * work.dims.kv_heads * work.dims.head_dim * 2.0
-    cp_s = tok_here * layers_here * 3.0 * _ring(layout.cp) * kv / (layout.tp * cp_bw)
-    tp_comm = coef.get("x_tp") * (tp_s + cp_s)
-    # data parallel: the group crosses nodes when the model-parallel block fills a node or more and nodes > 1
-    p_dev = work.params / (layout.tp * layout.pp)
+    kv = 2.0 * d.kv_heads * d.head_dim * 2.0
+    cp_s = tok_here * layers_here * (2.0 + rule["attention_fwd"]) * _ring(layout.cp) * kv / (layout.tp * cp_bw)
+    tp_comm = tp_exposed(stk, coef) * (tp_s + cp_s)
+    # data parallel (with CP ranks: the gradients are reduced over DP x CP): the group crosses nodes when the
+    # model-parallel block fills a node or more and nodes > 1
+    p_dev = work.params / (layout.tp * layout.pp) * imbalance
     spans = nodes > 1 and layout.dp > max(1, dpn // (layout.tp * layout.cp * min(layout.pp, dpn)))
     dp_bw = system.inter_bytes_s if spans else system.intra_bytes_s
-    r = _ring(layout.dp)
+    shards = state_shards(layout, dpn)
+    r = _ring(shards)
+    last = DP_OVERLAP * compute / layout.micro_batches  # the last micro-batch's backward
     if layout.sharding == "ddp":
-        vol = 2.0 * r * p_dev * 2.0
+        dp_total = 2.0 * r * p_dev * 2.0 / dp_bw
+        dp_exposed = max(0.0, dp_total - last)
     elif layout.sharding == "zero1":
-        vol = r * p_dev * (2.0 + 2.0)
+        dp_total = r * p_dev * (2.0 + 2.0) / dp_bw
+        dp_exposed = max(0.0, dp_total - last)
     else:
-        vol = r * p_dev * 2.0 * (2.0 * layout.micro_batches + 1.0)
-    dp_total = vol / dp_bw
-    # gradients are reduced once a step, so only the last micro-batch's backward can hide them (FSDP's gathers
-    # overlap every micro-batch's own compute)
-    hide = DP_OVERLAP * compute / (1 if layout.sharding == "fsdp" else layout.micro_batches)
-    dp_exposed = max(0.0, dp_total - hide)
+        # FSDP: gathers every micro-batch (forward and backward) and one reduce-scatter, hidden behind each
+        # micro-batch's own compute; HSDP does that inside the node and all-reduces its gradient shard across
+        # the replicas once a step
+        bw = system.intra_bytes_s if layout.sharding == "hsdp" else dp_bw
+        inside = r * p_dev * 2.0 * (2.0 * layout.micro_batches + 1.0) / bw
+        replicas = layout.dp * layout.cp // shards
+        across = 2.0 * _ring(replicas) * p_dev / shards * 2.0 / system.inter_bytes_s
+        dp_total = inside + across
+        dp_exposed = max(0.0, inside - DP_OVERLAP * compute) + max(0.0, across - last)
     return StepTime(compute, bubble, mem, tp_comm, dp_exposed, dp_total, tokens, layout.devices)
 
 
@@ -337,40 +435,67 @@ def _divisors(n: int, cap: int) -> list[int]:
     return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
 
 
-def _virtual(layers: int, pp: int) -> list[int]:
+def virtual_stages(layers: int, pp: int) -> list[int]:
     """Virtual (interleaved) pipeline stages per device: 1, or 2 / 4 / 8 where the layers split evenly."""
     if pp == 1:
         return [1]
     return [1] + [v for v in VIRTUAL if layers % (pp * v) == 0]
 
 
-def layouts(work: ModelWork, system: System, *, nodes: int, seq_len: int, global_batch: int) -> list[Layout]:
-    """Every layout chipswap tries on `nodes` nodes: TP inside a node (dividing the heads), PP up to 16 stages
-    dividing the layers, CP 2 for sequences >= 8192, each sharding / recompute / micro-batch / virtual stages;
-    only layouts whose data-parallel replicas split the global batch into whole micro-batches."""
+def degrees(work: ModelWork, system: System, *, nodes: int, seq_len: int) -> dict[str, list[int]]:
+    """The TP / PP / CP degrees the search tries: TP inside a node dividing the heads; PP up to 16 stages
+    (uneven splits allowed, at least one layer a stage); CP powers of two while each shard keeps
+    CP_MIN_TOKENS tokens (decoders only)."""
     d = work.dims
     devices = nodes * system.devices_per_node
-    out = []
     tps = [t for t in _divisors(system.devices_per_node, system.devices_per_node) if d.heads % t == 0]
-    pps = [p for p in _divisors(d.layers, MAX_PP) if devices % p == 0]
-    cps = (1, 2) if seq_len >= 8192 and d.kind == "decoder" else (1,)
-    for tp in tps:
-        for pp in pps:
-            for cp in cps:
+    pps = [p for p in _divisors(devices, min(MAX_PP, d.layers))]
+    cps = [1]
+    while d.kind == "decoder" and cps[-1] * 2 <= MAX_CP and seq_len // (cps[-1] * 2) >= CP_MIN_TOKENS:
+        cps.append(cps[-1] * 2)
+    return {"tp": tps, "pp": pps, "cp": cps}
+
+
+def layouts(work: ModelWork, system: System, *, nodes: int, seq_len: int, global_batch: int) -> list[Layout]:
+    """Every layout chipswap tries on `nodes` nodes (`degrees`), each sharding / recompute / micro-batch /
+    virtual stages; only layouts whose data-parallel replicas split the global batch into whole
+    micro-batches."""
+    d = work.dims
+    devices = nodes * system.devices_per_node
+    deg = degrees(work, system, nodes=nodes, seq_len=seq_len)
+    out = []
+    for tp in deg["tp"]:
+        for pp in deg["pp"]:
+            for cp in deg["cp"]:
                 if devices % (tp * pp * cp):
                     continue
                 dp = devices // (tp * pp * cp)
                 for mb in MICRO_BATCHES:
                     if global_batch % (dp * mb):
                         continue  # the global batch is the user's: it must split into whole micro-batches
-                    gb = global_batch
                     for sh in SHARDINGS:
-                        if sh != "ddp" and dp == 1:
+                        if (sh != "ddp" and dp * cp == 1) or (sh == "hsdp" and nodes == 1):
                             continue
                         for rc in RECOMPUTE:
-                            for vp in _virtual(d.layers, pp):
-                                out.append(Layout(tp, pp, dp, cp, sh, rc, mb, vp, gb))
+                            for vp in virtual_stages(d.layers, pp):
+                                out.append(Layout(tp, pp, dp, cp, sh, rc, mb, vp, global_batch))
     return out
+
+
+def batch_split_reason(
+    work: ModelWork, system: System, *, nodes: int, seq_len: int, global_batch: int
+) -> str:
+    """Why no layout splits the global batch: the fewest data-parallel replicas any layout needs."""
+    devices = nodes * system.devices_per_node
+    deg = degrees(work, system, nodes=nodes, seq_len=seq_len)
+    block = max(t * p * c for t in deg["tp"] for p in deg["pp"] for c in deg["cp"] if devices % (t * p * c) == 0)
+    least = devices // block
+    return (
+        f"a global batch of {global_batch} sequence{'s' if global_batch != 1 else ''} cannot split over "
+        f"{devices} {system.device_unit}s: the largest model-parallel block tried (TP x PP x CP) is {block}, "
+        f"so at least {least} data-parallel replicas need a sequence each; raise the global batch to a "
+        f"multiple of {least} or use fewer nodes"
+    )
 
 
 def search(
@@ -383,11 +508,16 @@ def search(
     dtype: str,
     global_batch: int,
     fixed: Layout | None = None,
+    candidates: list[Layout] | None = None,
+    stack: str | None = None,
 ) -> SearchResult:
-    """The fastest layout that fits in memory (or `fixed` alone), with why the others were not chosen."""
+    """The fastest layout that fits in memory (among `candidates`, or `fixed` alone, or every layout of
+    the search), with why the others were not chosen."""
     cands = (
         [fixed]
         if fixed is not None
+        else candidates
+        if candidates is not None
         else layouts(work, system, nodes=nodes, seq_len=seq_len, global_batch=global_batch)
     )
     best: Candidate | None = None
@@ -402,13 +532,13 @@ def search(
             rejected.append(
                 (
                     lay.label(),
-                    f"does not fit: {mem.total / GiB:,.1f} GiB per {system.device_unit} > "
-                    f"{mem.usable / GiB:,.1f} GiB usable",
+                    f"does not fit: {mem.peak / GiB:,.1f} GiB peak per {system.device_unit} > "
+                    f"{mem.capacity / GiB:,.1f} GiB",
                 )
             )
             continue
         feasible += 1
-        t = step_time(work, system, lay, coef, seq_len=seq_len, dtype=dtype, nodes=nodes)
+        t = step_time(work, system, lay, coef, seq_len=seq_len, dtype=dtype, nodes=nodes, stack=stack)
         c = Candidate(lay, mem, t)
         if best is None or t.tokens_per_s_per_device > best.time.tokens_per_s_per_device:  # type: ignore[union-attr]
             if best is not None:
