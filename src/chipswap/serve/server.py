@@ -10,6 +10,9 @@ Routes:
                      load, and while draining
   GET  /metrics      Prometheus text (chipswap.serve.metrics)
 
+Connections pass the gate first (chipswap.serve.gate): caps per client and in all, header/body read timeouts,
+and /healthz, /readyz still served to a connection over a cap (the probe lane).
+
 Every client mistake is a 4xx JSON error ``{"error": {"code", "message"}}`` naming the problem (malformed
 JSON, wrong types, empty or over-long input, token ids outside the vocabulary, oversized body, unknown model,
 missing or wrong bearer token); the server keeps serving. 429 (queue full) and 503 (loading, draining) carry
@@ -42,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chipswap.compile.padding import InputTooLong
 from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
+from chipswap.serve.gate import ConnectionLimits, Gate, check_fd_limit
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.served import ServedModel
 from chipswap.serve.shedding import (
@@ -74,6 +78,9 @@ class ServeConfig:
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # longer "text" gets 413 before tokenizing
     drain_timeout_s: float = 30.0  # on SIGTERM, how long admitted requests may take to finish
     batcher: BatcherConfig = field(default_factory=BatcherConfig)
+    # caps and read timeouts per connection (serve/gate.py); None = uvicorn alone, as before issue 32 (only
+    # the flood benchmark's baseline: no header or body timeout, no cap)
+    connections: ConnectionLimits | None = field(default_factory=ConnectionLimits)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -622,14 +629,27 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
                 for s, h in old.items():
                     signal.signal(s, h)
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            if gate is not None:
+                gate.close()
+            await super().shutdown(sockets)
+
+    limits = engine.config.connections
+    gate = Gate(limits, engine.metrics.connection_event) if limits is not None else None
+    gated: dict[str, Any] = {}
+    if gate is not None:
+        engine.metrics.connections_open.set_function(lambda: len(gate.admitted))
+        gated = {"http": gate.factory, "timeout_keep_alive": limits.keep_alive_s}  # type: ignore[union-attr]
     config = uvicorn.Config(
         create_app(engine),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=int(max(1, engine.config.drain_timeout_s)),
         lifespan="on",
+        **gated,
     )
     server = DrainingServer(config)
+    server.gate = gate  # type: ignore[attr-defined]
 
     def failed(message: str) -> None:
         server.should_exit = True
@@ -642,6 +662,8 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
 def run_server(engine: ServingEngine, *, announce: Callable[[str], None] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, 2 when the model failed to load."""
     cfg = engine.config
+    if cfg.connections is not None:
+        check_fd_limit(cfg.connections)  # before listening: a cap the fd limit cannot hold is one error line
     sock = bind_socket(cfg.host, cfg.port)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in str(host) else host
