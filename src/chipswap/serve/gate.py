@@ -10,9 +10,9 @@ accepted). The gate is an asyncio Protocol wrapped around uvicorn's h11 protocol
   connection is closed after ``keep_alive_s`` (uvicorn's own timer). Deadlines are totals, not idle timers,
   so trickling one byte at a time does not extend them;
 * the probe lane: a connection over a cap is never handed to the parser. Its request line alone decides:
-  ``GET``/``HEAD`` of ``/healthz`` or ``/readyz`` is served (that one request, then closed); anything else gets
-  503 + ``Connection: close`` at once. The lane holds at most ``max_connections`` undecided connections, each
-  for at most ``LANE_TIMEOUT_S``; a newcomer beyond that is reset.
+  ``GET``/``HEAD`` of ``/healthz`` or ``/readyz`` is served (that one request, then closed); anything else
+  gets 503 + ``Connection: close`` at once. The lane holds at most ``max_connections`` undecided connections,
+  each for at most ``LANE_TIMEOUT_S``; a newcomer beyond that is reset.
 
 One sweep every ``SWEEP_S`` closes what is past its deadline (no timer per connection).
 
@@ -60,15 +60,18 @@ class ConnectionLimits:
     keep_alive_s: float = 5.0  # idle between requests on one connection
 
     def __post_init__(self) -> None:
-        for flag, value, lo, hi in (
-            ("--max-connections", self.max_connections, 1, 1_000_000),
-            ("--max-connections-per-client", self.max_per_client, 1, self.max_connections),
-            ("--header-timeout", self.header_timeout_s, 0.1, 3600),
-            ("--body-timeout", self.body_timeout_s, 0.1, 3600),
-            ("--keep-alive-timeout", self.keep_alive_s, 0.1, 3600),
+        for flag, value, lo, hi, default in (
+            ("--max-connections", self.max_connections, 1, 1_000_000, "2048"),
+            ("--max-connections-per-client", self.max_per_client, 1, self.max_connections, "1024"),
+            ("--header-timeout", self.header_timeout_s, 0.1, 3600, "10 s"),
+            ("--body-timeout", self.body_timeout_s, 0.1, 3600, "30 s"),
+            ("--keep-alive-timeout", self.keep_alive_s, 0.1, 3600, "5 s"),
         ):
             if isinstance(value, bool) or not lo <= value <= hi:
-                raise ChipswapError(f"{flag} must be {lo:,}..{hi:,}, got {value}; the default suits most servers")
+                top = " (--max-connections)" if flag == "--max-connections-per-client" else ""
+                raise ChipswapError(
+                    f"{flag} must be {lo:,}..{hi:,}{top}, got {value}; the default is {default}"
+                )
 
 
 def fd_budget(limits: ConnectionLimits) -> int:
@@ -77,7 +80,8 @@ def fd_budget(limits: ConnectionLimits) -> int:
 
 
 def check_fd_limit(limits: ConnectionLimits) -> None:
-    """Refuse caps the process's descriptor limit cannot hold (else the cap is never reached: accept fails)."""
+    """Raise the soft descriptor limit to what the caps need, or refuse caps the hard limit cannot hold
+    (else the cap is never reached: accept fails first)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -111,7 +115,9 @@ class Gate:
         self._sweeper: asyncio.TimerHandle | None = None
 
     # uvicorn calls this once per connection (it is passed as uvicorn.Config(http=...))
-    def factory(self, *, config: Any, server_state: Any, app_state: Any, _loop: Any = None) -> GatedConnection:
+    def factory(
+        self, *, config: Any, server_state: Any, app_state: Any, _loop: Any = None
+    ) -> GatedConnection:
         from uvicorn.protocols.http.h11_impl import H11Protocol
 
         def inner() -> asyncio.Protocol:
@@ -275,7 +281,8 @@ class GatedConnection(asyncio.Protocol):
         answering = inner is not None and inner.conn.our_state is not h11.IDLE
         if started and not answering:
             what = "request head" if why == "header_timeout" else "request body"
-            limit = self.gate.limits.header_timeout_s if why == "header_timeout" else self.gate.limits.body_timeout_s
+            lim = self.gate.limits
+            limit = lim.header_timeout_s if why == "header_timeout" else lim.body_timeout_s
             if inner is None or self in self.gate.probes:
                 limit = LANE_TIMEOUT_S
             body = _json_body("request_timeout", f"the {what} did not arrive within {limit:g} s")

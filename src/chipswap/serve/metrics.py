@@ -18,7 +18,7 @@ Exposed names (all prefixed ``chipswap_``):
   inflight                                 requests admitted and not yet answered
   ready                                    1 once every bucket is loaded and warmed, 0 while loading/draining
   connections_open                         connections the gate admitted and holds now (serve/gate.py)
-  connections_dropped_total{reason}        closed by the gate: header_timeout, body_timeout, over_cap, lane_full
+  connections_dropped_total{reason}        closed by the gate (DROP_REASONS)
   probe_lane_total                         /healthz or /readyz served to a connection over a cap
 """
 
