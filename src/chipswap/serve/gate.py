@@ -278,7 +278,7 @@ class GatedConnection(asyncio.Protocol):
         self.gate.on_event(why)
         inner = self.inner
         started = self.head_since is not None or self.body_since is not None or bool(self.lane_buf)
-        answering = inner is not None and inner.conn.our_state is not h11.IDLE
+        answering = inner is not None and inner.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
         if started and not answering:
             what = "request head" if why == "header_timeout" else "request body"
             lim = self.gate.limits
