@@ -266,7 +266,8 @@ def _row(r: dict) -> str:
     dropped = ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items() if v) or "-"
     label = "gate (defaults)" if r["mode"] == "guarded" else "plain uvicorn (before issue 32)"
     return (
-        f"| {label} | {r['opened']:,} ({r['closed_by_server']:,} closed by the server) | {held_s} |"
+        f"| {label} | {r['opened']:,} ({r['closed_by_server']:,} closed or reset on the server side) |"
+        f" {held_s} |"
         f" **{len(ok)} / {len(probes)} ({share:.1f} %)** | {lat} |"
         f" {mib[0]:.0f} / {mib[1]:.0f} / {mib[2]:.0f} MiB |"
         f" {dropped}; lane probes {r['lane']:,} | {after} / 3 |"

@@ -275,6 +275,8 @@ class GatedConnection(asyncio.Protocol):
 
     def expire(self, why: str) -> None:
         """Close a connection past its deadline: 408 when part of a request came and no answer started."""
+        if self.transport.is_closing():  # already on its way out (a later sweep, before connection_lost)
+            return
         self.gate.on_event(why)
         inner = self.inner
         started = self.head_since is not None or self.body_since is not None or bool(self.lane_buf)
