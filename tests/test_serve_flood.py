@@ -197,3 +197,28 @@ def test_caps_the_descriptor_limit_cannot_hold_are_refused():
         pytest.skip("no finite descriptor limit to exceed")
     with pytest.raises(ChipswapError, match=r"needs [\d,]+ file descriptors .* ulimit -n allows"):
         check_fd_limit(ConnectionLimits(max_connections=hard, max_per_client=1))
+
+
+def test_the_health_port_answers_probes_while_the_main_port_and_its_lane_are_full():
+    limits = ConnectionLimits(max_connections=20, max_per_client=20, header_timeout_s=10.0)
+    cfg = ServeConfig(port=0, connections=limits, health_port=0, drain_timeout_s=5.0)
+    with start_background(ServingEngine("rec", lambda: RecordingModel(), cfg)) as srv, _sockets() as held:
+        assert srv.health_url is not None and srv.health_url != srv.url
+        for _ in range(45):  # silent sockets: 20 admitted, 20 undecided in the lane, 5 reset
+            held.append(_open(srv.url, "127.0.0.1", b""))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if srv.engine.metrics.value("chipswap_connections_dropped_total", reason="lane_full") >= 5:
+                break
+            time.sleep(0.05)
+        assert srv.engine.metrics.value("chipswap_connections_dropped_total", reason="lane_full") == 5
+        with httpx.Client(timeout=5.0) as client:
+            assert client.get(f"{srv.health_url}/healthz").status_code == 200
+            assert client.get(f"{srv.health_url}/readyz").json() == {"status": "ready", "model": "rec"}
+            other = client.get(f"{srv.health_url}/v1/models")
+        assert other.status_code == 404 and "serves only GET /healthz and GET /readyz" in other.text
+
+
+def test_a_health_port_equal_to_the_serving_port_is_refused():
+    with pytest.raises(ChipswapError, match="--health-port 8000 is the serving --port"):
+        ServeConfig(port=8000, health_port=8000)

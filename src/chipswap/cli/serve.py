@@ -111,6 +111,9 @@ def _serve(
     keep_alive_s: float = typer.Option(
         5.0, "--keep-alive-timeout", help="Seconds an idle keep-alive connection stays open."
     ),
+    health_port: int | None = maybe_flag(
+        "--health-port", help="Also answer /healthz and /readyz (only) on this port; 0 picks a free one."
+    ),
     as_json: bool = switch("--json", help="Start/stop announcements as JSON lines on stderr."),
 ) -> int:
     from chipswap.serve.batcher import BatcherConfig
@@ -157,6 +160,7 @@ def _serve(
             body_timeout_s=body_timeout_s,
             keep_alive_s=keep_alive_s,
         ),
+        health_port=health_port,
     )
     tok = None
     if tokenizer is not None:

@@ -12,7 +12,10 @@ accepted). The gate is an asyncio Protocol wrapped around uvicorn's h11 protocol
 * the probe lane: a connection over a cap is never handed to the parser. Its request line alone decides:
   ``GET``/``HEAD`` of ``/healthz`` or ``/readyz`` is served (that one request, then closed); anything else
   gets 503 + ``Connection: close`` at once. The lane holds at most ``max_connections`` undecided connections,
-  each for at most ``LANE_TIMEOUT_S``; a newcomer beyond that is reset.
+  each for at most ``LANE_TIMEOUT_S``; a newcomer beyond that is reset;
+* the health port (``--health-port``, optional): a second listener whose connections all take the lane's
+  path (probes only, ``HEALTH_MAX`` at once, no cap shared with the main port), so a probe never waits behind
+  a flood in the main listener's accept queue either.
 
 One sweep every ``SWEEP_S`` closes what is past its deadline (no timer per connection).
 
@@ -37,7 +40,8 @@ LANE_TIMEOUT_S = 2.0  # an over-cap connection must show a probe's request head 
 LANE_LINE_MAX = 256  # bytes of request line the lane waits for before it decides
 PROBE_METHODS = (b"GET", b"HEAD")
 PROBE_PATHS = (b"/healthz", b"/readyz")
-FD_SPARE = 256  # descriptors besides connections: listeners, model files, threads, logs
+FD_SPARE = 256  # descriptors besides connections: listeners, the health port, model files, threads, logs
+HEALTH_MAX = 64  # undecided + answering connections on the health port at once
 
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -46,6 +50,10 @@ _REQUEST_TIMEOUT = (
 _OVER_CAP = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_NOT_HERE = (
+    b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s"
 )
 
 
@@ -97,6 +105,11 @@ def check_fd_limit(limits: ConnectionLimits) -> None:
         )
 
 
+def _local_port(transport: Any) -> int | None:
+    name = transport.get_extra_info("sockname")
+    return name[1] if isinstance(name, tuple) and len(name) >= 2 else None
+
+
 def _json_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
@@ -104,11 +117,18 @@ def _json_body(code: str, message: str) -> bytes:
 class Gate:
     """The shared state of one listener's connections: counts per client, the lane, the sweep."""
 
-    def __init__(self, limits: ConnectionLimits, on_event: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        on_event: Callable[[str], None] | None = None,
+        health_port: int | None = None,
+    ) -> None:
         self.limits = limits
+        self.health_port = health_port  # the local port whose connections may only probe
         self.on_event = on_event or (lambda _reason: None)  # serve.metrics.DROP_REASONS, or "lane_probe"
         self.admitted: set[GatedConnection] = set()
         self.lane: set[GatedConnection] = set()  # over a cap, request line not seen yet
+        self.health: set[GatedConnection] = set()  # on the health port, request line not seen yet
         self.probes: set[GatedConnection] = set()  # over a cap, serving one /healthz or /readyz
         self.per_client: dict[str, int] = {}
         self.closed = False
@@ -149,6 +169,7 @@ class Gate:
                 self.per_client.pop(c.client, None)
         else:
             self.lane.discard(c)
+            self.health.discard(c)
             self.probes.discard(c)
 
     def start_sweeping(self) -> None:
@@ -157,7 +178,7 @@ class Gate:
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        for c in [c for c in self.lane if now - c.opened > LANE_TIMEOUT_S]:
+        for c in [c for c in (*self.lane, *self.health) if now - c.opened > LANE_TIMEOUT_S]:
             c.expire("header_timeout")
         for group, head_s in ((self.admitted, self.limits.header_timeout_s), (self.probes, LANE_TIMEOUT_S)):
             late = [(c, why) for c in group if (why := c.overdue(now, head_s, self.limits.body_timeout_s))]
@@ -171,7 +192,7 @@ class Gate:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for c in list(self.lane):
+        for c in (*self.lane, *self.health):
             c.transport.abort()
 
 
@@ -201,6 +222,14 @@ class GatedConnection(asyncio.Protocol):
             transport.abort()
             return
         gate.start_sweeping()
+        if gate.health_port is not None and _local_port(transport) == gate.health_port:
+            if len(gate.health) < HEALTH_MAX:
+                self.refusal = f"port {gate.health_port} serves only GET /healthz and GET /readyz"
+                gate.health.add(self)
+            else:
+                gate.on_event("lane_full")
+                transport.abort()
+            return
         refusal = gate.over_cap(self.client)
         if refusal is None:
             gate.admit(self)
@@ -216,7 +245,7 @@ class GatedConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         inner = self.inner
         if inner is None:
-            if self in self.gate.lane:
+            if self in self.gate.lane or self in self.gate.health:
                 self._lane_data(data)
             return
         if self.head_since is None and inner.conn.their_state is h11.IDLE:
@@ -302,8 +331,15 @@ class GatedConnection(asyncio.Protocol):
             return
         parts = (buf[:end] if end >= 0 else buf).split()
         gate = self.gate
+        health = self in gate.health
         gate.lane.discard(self)
+        gate.health.discard(self)
         probe = len(parts) >= 2 and parts[0] in PROBE_METHODS and parts[1].split(b"?", 1)[0] in PROBE_PATHS
+        if not probe and health:
+            body = _json_body("not_found", self.refusal)
+            self.transport.write(_NOT_HERE % (len(body), body))
+            self.transport.close()
+            return
         if not probe:
             gate.on_event("over_cap")
             body = _json_body("over_capacity", self.refusal)
