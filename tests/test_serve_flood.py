@@ -10,12 +10,13 @@ import selectors
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import httpx
 import pytest
 
 from chipswap.errors import ChipswapError
-from chipswap.serve.gate import ConnectionLimits, check_fd_limit
+from chipswap.serve.gate import ConnectionLimits, fd_budget, fit_fd_limit
 from chipswap.serve.server import ServeConfig, ServingEngine, start_background
 from tests.test_serve_batcher import RecordingModel
 
@@ -189,14 +190,21 @@ def test_limits_out_of_range_are_one_line_errors():
         assert str(ei.value).startswith(flag) and "\n" not in str(ei.value)
 
 
-def test_caps_the_descriptor_limit_cannot_hold_are_refused():
+def test_caps_the_descriptor_limit_cannot_hold_are_refused_and_the_default_is_fitted(monkeypatch):
     import resource
 
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard >= 500_000:
-        pytest.skip("no finite descriptor limit to exceed")
-    with pytest.raises(ChipswapError, match=r"needs [\d,]+ file descriptors .* ulimit -n allows"):
-        check_fd_limit(ConnectionLimits(max_connections=hard, max_per_client=1))
+    hard = 1024  # as in many containers: the default caps (4,352 descriptors) do not fit
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(resource, "getrlimit", lambda _what: (hard, hard))
+    monkeypatch.setattr(resource, "setrlimit", lambda _what, lim: calls.append(lim))
+    with pytest.raises(ChipswapError, match=r"needs 2,256 file descriptors .* ulimit -n allows 1,024"):
+        fit_fd_limit(ConnectionLimits(max_connections=1000, max_per_client=10))  # explicit: refused
+    fitted = fit_fd_limit(ConnectionLimits())  # the default: lowered to what fits
+    assert fd_budget(fitted) <= hard < fd_budget(replace(fitted, max_connections=fitted.max_connections + 1))
+    assert fitted.max_per_client == fitted.max_connections and calls == [(hard, hard)]
+    monkeypatch.setattr(resource, "getrlimit", lambda _what: (256, 100_000))
+    assert fit_fd_limit(ConnectionLimits()) == ConnectionLimits()  # the soft limit is raised instead
+    assert calls[-1] == (fd_budget(ConnectionLimits()), 100_000)
 
 
 def test_the_health_port_answers_probes_while_the_main_port_and_its_lane_are_full():

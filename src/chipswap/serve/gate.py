@@ -42,6 +42,7 @@ PROBE_METHODS = (b"GET", b"HEAD")
 PROBE_PATHS = (b"/healthz", b"/readyz")
 FD_SPARE = 256  # descriptors besides connections: listeners, the health port, model files, threads, logs
 HEALTH_MAX = 64  # undecided + answering connections on the health port at once
+MIN_FITTED = 64  # the default cap is lowered to fit ulimit -n, but not below this
 
 _REQUEST_TIMEOUT = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
@@ -87,22 +88,30 @@ def fd_budget(limits: ConnectionLimits) -> int:
     return 2 * limits.max_connections + FD_SPARE
 
 
-def check_fd_limit(limits: ConnectionLimits) -> None:
-    """Raise the soft descriptor limit to what the caps need, or refuse caps the hard limit cannot hold
-    (else the cap is never reached: accept fails first)."""
+def fit_fd_limit(limits: ConnectionLimits) -> ConnectionLimits:
+    """The caps this process can hold: raises the soft descriptor limit to what they need; where the hard
+    limit is lower, the default --max-connections is lowered to fit and an explicit one is refused (else
+    accept fails before the cap is ever reached)."""
+    import dataclasses
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = fd_budget(limits)
-    if soft != resource.RLIM_INFINITY and need > soft:
-        if hard == resource.RLIM_INFINITY or need <= hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-            return
-        raise ChipswapError(
-            f"--max-connections {limits.max_connections:,} needs {need:,} file descriptors (the connections,"
-            f" as many in the probe lane, {FD_SPARE} spare) but ulimit -n allows {hard:,};"
-            f" use --max-connections {max((hard - FD_SPARE) // 2, 1):,} or less"
-        )
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return limits
+    if hard == resource.RLIM_INFINITY or need <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        return limits
+    fits = (hard - FD_SPARE) // 2
+    if limits.max_connections == ConnectionLimits.max_connections and fits >= MIN_FITTED:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        per_client = min(limits.max_per_client, fits)
+        return dataclasses.replace(limits, max_connections=fits, max_per_client=per_client)
+    raise ChipswapError(
+        f"--max-connections {limits.max_connections:,} needs {need:,} file descriptors (the connections,"
+        f" as many in the probe lane, {FD_SPARE} spare) but ulimit -n allows {hard:,};"
+        f" use --max-connections {max(fits, 1):,} or less, or raise ulimit -n"
+    )
 
 
 def _local_port(transport: Any) -> int | None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -45,7 +46,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chipswap.compile.padding import InputTooLong
 from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
-from chipswap.serve.gate import ConnectionLimits, Gate, check_fd_limit
+from chipswap.serve.gate import ConnectionLimits, Gate, fit_fd_limit
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.served import ServedModel
 from chipswap.serve.shedding import (
@@ -684,10 +685,16 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool, health_port
 def run_server(engine: ServingEngine, *, announce: Callable[[str], None] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, 2 when the model failed to load."""
     cfg = engine.config
-    if cfg.connections is not None:
-        check_fd_limit(cfg.connections)  # before listening: a cap the fd limit cannot hold is one error line
-    socks, shown, port, health = _listeners(cfg)
     say = announce or (lambda line: (sys.stderr.write(line + "\n"), sys.stderr.flush()))
+    if cfg.connections is not None:  # before listening: a cap the fd limit cannot hold is one error line
+        fitted = fit_fd_limit(cfg.connections)
+        if fitted != cfg.connections:
+            say(
+                f"chipswap serve: --max-connections lowered to {fitted.max_connections:,}"
+                " to fit ulimit -n (raise it to keep the default 2,048)"
+            )
+            cfg = engine.config = dataclasses.replace(cfg, connections=fitted)
+    socks, shown, port, health = _listeners(cfg)
     say(
         f"chipswap serve: listening on http://{shown}:{port}"
         f" (model {engine.name}; /readyz turns 200 when warm)"
