@@ -167,6 +167,15 @@ def _failed(tag: str, what: str) -> None:
         FAILED.setdefault(tag, {})[what] = FAILED.setdefault(tag, {}).get(what, 0) + 1
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _open_fds(pid: int) -> int:
     try:
         return len(os.listdir(f"/proc/{pid}/fd"))
@@ -226,6 +235,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
             clients.append(subprocess.Popen(cmd))
         time.sleep(ramp)
         FAILED.clear()
+        cpu0, wall0 = _cpu_s(proc.pid), time.monotonic()
         probes: list[float | None] = []
         probes_health: list[float | None] = []
         rss: list[int] = []
@@ -245,6 +255,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
                 c.kill()
                 c.wait(5)
         failed = {k: dict(v) for k, v in FAILED.items()}
+        cpu = (_cpu_s(proc.pid) - cpu0) / max(time.monotonic() - wall0, 1e-9)
         time.sleep(args.settle)
         rss_after = rss_bytes(proc.pid)
         after = [_probe(port, 5.0) for _ in range(3)]
@@ -278,6 +289,7 @@ def run_one(mode: str, args: argparse.Namespace) -> dict:
         "rss": (rss0, max(rss or [rss0]), rss_after),
         "fds": max(fds or [0]),
         "failed": failed,
+        "cpu": cpu,
         "opened": sum(f["opened"] for f in floods),
         "closed_by_server": sum(f["closed_by_server"] for f in floods),
         "connect_failed": sum(f["connect_failed"] for f in floods),
@@ -315,7 +327,7 @@ def _row(r: dict) -> str:
         f" {held_s} |"
         f" {_share(r['probes'], r['failed'].get('serving', {}))} |"
         f" {_share(r['probes_health'], r['failed'].get('health', {}))} |"
-        f" {mib[0]:.0f} / {mib[1]:.0f} / {mib[2]:.0f} MiB | {r['fds']:,} |"
+        f" {mib[0]:.0f} / {mib[1]:.0f} / {mib[2]:.0f} MiB | {r['fds']:,} | {r['cpu']:.2f} |"
         f" {dropped}; lane probes {r['lane']:,} | {after} / 3 |"
     )
 
@@ -360,9 +372,9 @@ def main() -> None:
     header = (
         "| server | flood sockets opened (incl. reopens) | flood sockets held, client side: median / max |"
         " /healthz within 1 s, serving port | /healthz within 1 s, --health-port |"
-        " server RSS before / peak / after | server open descriptors, peak | closed by the gate |"
-        " /healthz after |"
-        "\n|---|---|---|---|---|---|---|---|---|"
+        " server RSS before / peak / after | server open descriptors, peak | server CPU (cores) |"
+        " closed by the gate | /healthz after |"
+        "\n|---|---|---|---|---|---|---|---|---|---|"
     )
     plain = results[1] if len(results) > 1 else None
     tail = ""
