@@ -328,7 +328,7 @@ def _row(r: dict) -> str:
         f" {_share(r['probes'], r['failed'].get('serving', {}))} |"
         f" {_share(r['probes_health'], r['failed'].get('health', {}))} |"
         f" {mib[0]:.0f} / {mib[1]:.0f} / {mib[2]:.0f} MiB | {r['fds']:,} | {r['cpu']:.2f} |"
-        f" {dropped}; lane probes {r['lane']:,} | {after} / 3 |"
+        f" {dropped}; probes served by the lane or the health port {r['lane']:,} | {after} / 3 |"
     )
 
 
@@ -386,7 +386,7 @@ def main() -> None:
             f"The plain server's descriptors peaked at {plain['fds']:,} of its limit of {soft:,} (ulimit -n)"
         )
         tail += (
-            ": it holds every half-open socket until accept fails, and the probes wait in the kernel's queue."
+            ": it holds every half-open socket until accept fails; a probe is then reset or never answered."
             if plain["fds"] >= 0.95 * soft
             else "."
         )
