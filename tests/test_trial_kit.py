@@ -119,6 +119,26 @@ def test_bench_script_warms_up_replays_sweeps_to_saturation_and_picks_the_capaci
     ]  # one file per instance
 
 
+def test_bench_script_keeps_the_users_terminal_type(tmp_path):
+    """TERM is the terminal's (issue 32: every bench.sh reset it to the price term "on-demand"); the price
+    term travels in its own variable and still reaches --term."""
+    kit = _write(llm_spec(), tmp_path)
+    log, seen = tmp_path / "argv.log", tmp_path / "term.log"
+    stub = stub_bin(tmp_path) / "chipswap"
+    lines = stub.read_text().splitlines(keepends=True)
+    lines.insert(2, f"printf '%s\\n' \"${{TERM-unset}}\" >>{seen}\n")  # after set -euo pipefail
+    stub.write_text("".join(lines))
+    users = "xterm-direct-test"
+    env = script_env(stub.parent, STUB_LOG=str(log), SAT_RATE="1", SWEEP_RATES="2", TERM=users)
+    r = subprocess.run(
+        ["bash", str(kit / "bench.sh"), "neuron"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    terms = seen.read_text().splitlines()
+    assert len(terms) == len(log.read_text().splitlines()) >= 3 and set(terms) == {users}
+    assert all("--term on-demand " in c for c in log.read_text().splitlines())
+
+
 def test_a_hostile_title_and_endpoint_stay_text(tmp_path):
     spec = _kits()["hostile"]
     kit = _write(spec, tmp_path)

@@ -11,8 +11,8 @@ Readers (for `chipswap plan` and the shape planner):
 
 File layout (numbers are measured; money is a decimal string; absent figures are null)::
 
-  schema            "chipswap.bench/2" (/1 files carry no identity and are refused with the command that
-                    regenerates them)
+  schema            "chipswap.bench/2" (/1 files carry no identity and are refused with the generic command
+                    that regenerates them, never the file's own recorded command)
   tool              {name, version, command}
   measured_at       ISO 8601 UTC
   machine           {platform, cpus, load_avg_1m}           where the load generator ran
@@ -54,10 +54,11 @@ from typing import Any
 from chipswap.bench.identity import BenchIdentity, parse_identity
 from chipswap.datafile import read_json, strict_int, strict_number
 from chipswap.errors import ChipswapError
-from chipswap.textsafe import one_line
 
 SCHEMA = "chipswap.bench/2"
 OLD_SCHEMAS = ("chipswap.bench/1",)
+# what a refused old file is told to run: always this text, never the command recorded in the file
+REGENERATE = "chipswap bench URL --instance TYPE --out FILE"
 PROTOCOLS = ("chipswap-predict", "openai-completions", "openai-chat")
 MAX_BUCKETS = 100_000
 MAX_COUNT = 10**9
@@ -219,14 +220,11 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
     """Validate a parsed chipswap.bench/2 document (pure: no I/O)."""
     doc = _obj(data, source, "the file")
     if doc.get("schema") in OLD_SCHEMAS:
-        tool = doc.get("tool") if isinstance(doc.get("tool"), dict) else {}
-        cmd = tool.get("command") if isinstance(tool.get("command"), str) else None
-        again = "chipswap bench URL --instance TYPE --out FILE"
-        if cmd and cmd.startswith("chipswap bench "):
-            again = one_line(cmd, 300)
+        # the file's own recorded command is never echoed: it is the file's text, and a refusal that prints
+        # it as "regenerate with: ..." would hand a crafted file's shell line to the user (issue 32)
         raise ChipswapError(
             f"bench results {source} are {doc.get('schema')}: they do not say which model, server and machine"
-            f" were measured; regenerate them with: {again}"
+            f" were measured; regenerate them with: {REGENERATE}"
         )
     if doc.get("schema") != SCHEMA:
         raise ChipswapError(

@@ -26,7 +26,8 @@ TOKEN_ENV = "CHIPSWAP_SERVE_TOKEN"
 HELP = (
     "Serve a model's compiled buckets over HTTP: POST /v1/predict with token ids (or text, with "
     "--tokenizer), per-bucket dynamic batching (compiled batch sizes, --max-batch-delay-ms), a bounded queue "
-    "that answers 429 with Retry-After, per-request timeouts, a body-size limit, /healthz, /readyz (200 once "
+    "that answers 429 with Retry-After, per-request timeouts, a body-size limit, connection caps (per client "
+    "and in all) and header/body read timeouts, /healthz, /readyz (200 once "
     "every bucket is loaded and warmed), Prometheus /metrics, and a graceful drain on SIGTERM. SOURCE is a "
     "compiled set (chipswap compile --out compiled.json), or a model (preset, config.json) with "
     "--plan/--seq-len to compile first through the cache, or a model with --eager (a benchmark reference: "
@@ -95,9 +96,28 @@ def _serve(
     token_file: Path | None = maybe_flag(
         "--token-file", help=f"File holding the bearer token (or set {TOKEN_ENV})."
     ),
+    max_connections: int = typer.Option(
+        2048, "--max-connections", help="Open connections in all; over it only /healthz and /readyz answer."
+    ),
+    max_per_client: int = typer.Option(
+        1024, "--max-connections-per-client", help="Open connections from one client address."
+    ),
+    header_timeout_s: float = typer.Option(
+        10.0, "--header-timeout", help="Seconds from connect to the end of the request head (else 408)."
+    ),
+    body_timeout_s: float = typer.Option(
+        30.0, "--body-timeout", help="Seconds from the end of the head to the end of the body (else 408)."
+    ),
+    keep_alive_s: float = typer.Option(
+        5.0, "--keep-alive-timeout", help="Seconds an idle keep-alive connection stays open."
+    ),
+    health_port: int | None = maybe_flag(
+        "--health-port", help="Also answer /healthz and /readyz (only) on this port; 0 picks a free one."
+    ),
     as_json: bool = switch("--json", help="Start/stop announcements as JSON lines on stderr."),
 ) -> int:
     from chipswap.serve.batcher import BatcherConfig
+    from chipswap.serve.gate import ConnectionLimits
     from chipswap.serve.router import POLICIES
     from chipswap.serve.server import ServeConfig, ServingEngine, run_server
 
@@ -133,6 +153,14 @@ def _serve(
         max_body_bytes=max_body_bytes,
         drain_timeout_s=drain_timeout_s,
         batcher=batcher,
+        connections=ConnectionLimits(
+            max_connections=max_connections,
+            max_per_client=max_per_client,
+            header_timeout_s=header_timeout_s,
+            body_timeout_s=body_timeout_s,
+            keep_alive_s=keep_alive_s,
+        ),
+        health_port=health_port,
     )
     tok = None
     if tokenizer is not None:

@@ -17,6 +17,9 @@ Exposed names (all prefixed ``chipswap_``):
   rejects_total{reason}                    queue_full, timeout, draining, not_ready
   inflight                                 requests admitted and not yet answered
   ready                                    1 once every bucket is loaded and warmed, 0 while loading/draining
+  connections_open                         connections the gate admitted and holds now (serve/gate.py)
+  connections_dropped_total{reason}        closed by the gate (DROP_REASONS)
+  probe_lane_total                         /healthz or /readyz served to a connection over a cap
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 FILL_BUCKETS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
 REJECT_REASONS = ("queue_full", "timeout", "draining", "not_ready", "loop_busy")
+# why the connection gate (serve/gate.py) closed a connection
+DROP_REASONS = ("header_timeout", "body_timeout", "over_cap", "lane_full")
 
 
 class ServeMetrics:
@@ -89,8 +94,19 @@ class ServeMetrics:
         self.loop_lag = Gauge(
             "chipswap_event_loop_lag_seconds", "How late the HTTP event loop wakes up (smoothed)", registry=r
         )
+        self.connections_open = Gauge(
+            "chipswap_connections_open", "Connections the gate admitted and holds now", registry=r
+        )
+        self.connections_dropped = Counter(
+            "chipswap_connections_dropped", "Connections the gate closed, by reason", ["reason"], registry=r
+        )
+        self.lane_probes = Counter(
+            "chipswap_probe_lane", "Probes served to a connection over a connection cap", registry=r
+        )
         for reason in REJECT_REASONS:
             self.rejects.labels(reason)
+        for reason in DROP_REASONS:
+            self.connections_dropped.labels(reason)
         self._tokens: dict[str, list[int]] = {}
 
     # --- events from the batcher -----------------------------------------------------------------------
@@ -123,6 +139,13 @@ class ServeMetrics:
             self.request_s.labels(str(bucket)).observe(request_s)
         if bucket is not None and queue_s is not None:
             self.queue_s.labels(str(bucket)).observe(queue_s)
+
+    def connection_event(self, reason: str) -> None:
+        """From the connection gate: a DROP_REASONS entry, or "lane_probe"."""
+        if reason == "lane_probe":
+            self.lane_probes.inc()
+        else:
+            self.connections_dropped.labels(reason).inc()
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -10,6 +10,9 @@ Routes:
                      load, and while draining
   GET  /metrics      Prometheus text (chipswap.serve.metrics)
 
+Connections pass the gate first (chipswap.serve.gate): caps per client and in all, header/body read timeouts,
+and /healthz, /readyz still served to a connection over a cap (the probe lane).
+
 Every client mistake is a 4xx JSON error ``{"error": {"code", "message"}}`` naming the problem (malformed
 JSON, wrong types, empty or over-long input, token ids outside the vocabulary, oversized body, unknown model,
 missing or wrong bearer token); the server keeps serving. 429 (queue full) and 503 (loading, draining) carry
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -42,6 +46,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chipswap.compile.padding import InputTooLong
 from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
+from chipswap.serve.gate import ConnectionLimits, Gate, fit_fd_limit
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.served import ServedModel
 from chipswap.serve.shedding import (
@@ -74,10 +79,23 @@ class ServeConfig:
     max_text_chars: int = DEFAULT_MAX_TEXT_CHARS  # longer "text" gets 413 before tokenizing
     drain_timeout_s: float = 30.0  # on SIGTERM, how long admitted requests may take to finish
     batcher: BatcherConfig = field(default_factory=BatcherConfig)
+    # caps and read timeouts per connection (serve/gate.py); None = uvicorn alone, as before issue 32 (only
+    # the flood benchmark's baseline: no header or body timeout, no cap)
+    connections: ConnectionLimits | None = field(default_factory=ConnectionLimits)
+    health_port: int | None = None  # a second listener for /healthz and /readyz only (0 = a free port)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ChipswapError(f"--port must be 0..65535, got {self.port}; 0 picks a free port")
+        if self.health_port is not None:
+            if not 0 <= self.health_port <= 65535:
+                raise ChipswapError(
+                    f"--health-port must be 0..65535, got {self.health_port}; 0 picks a free port"
+                )
+            if self.health_port == self.port != 0:
+                raise ChipswapError(
+                    f"--health-port {self.health_port} is the serving --port; pick another port for probes"
+                )
         if not 64 <= self.max_body_bytes <= 1 << 30:
             raise ChipswapError(f"--max-body-bytes must be 64..1 GiB, got {self.max_body_bytes:,}")
         if not 1 <= self.max_text_chars <= 1 << 30:
@@ -589,7 +607,19 @@ def _identity(model: Any) -> dict[str, Any]:
     return out
 
 
-def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
+def _listeners(cfg: ServeConfig) -> tuple[list[socket.socket], str, int, int | None]:
+    """The bound sockets (serving, then health if any), the shown host, the serving and health ports."""
+    sock = bind_socket(cfg.host, cfg.port)
+    socks = [sock]
+    if cfg.health_port is not None and cfg.connections is not None:
+        socks.append(bind_socket(cfg.host, cfg.health_port))
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in str(host) else str(host)
+    health = int(socks[1].getsockname()[1]) if len(socks) > 1 else None
+    return socks, shown, int(port), health
+
+
+def _uvicorn_server(engine: ServingEngine, *, install_signals: bool, health_port: int | None = None) -> Any:
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
@@ -622,14 +652,27 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
                 for s, h in old.items():
                     signal.signal(s, h)
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            if gate is not None:
+                gate.close()
+            await super().shutdown(sockets)
+
+    limits = engine.config.connections
+    gate = Gate(limits, engine.metrics.connection_event, health_port) if limits is not None else None
+    gated: dict[str, Any] = {}
+    if gate is not None:
+        engine.metrics.connections_open.set_function(lambda: len(gate.admitted))
+        gated = {"http": gate.factory, "timeout_keep_alive": limits.keep_alive_s}  # type: ignore[union-attr]
     config = uvicorn.Config(
         create_app(engine),
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=int(max(1, engine.config.drain_timeout_s)),
         lifespan="on",
+        **gated,
     )
     server = DrainingServer(config)
+    server.gate = gate  # type: ignore[attr-defined]
 
     def failed(message: str) -> None:
         server.should_exit = True
@@ -642,21 +685,29 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
 def run_server(engine: ServingEngine, *, announce: Callable[[str], None] | None = None) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean drain, 2 when the model failed to load."""
     cfg = engine.config
-    sock = bind_socket(cfg.host, cfg.port)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in str(host) else host
     say = announce or (lambda line: (sys.stderr.write(line + "\n"), sys.stderr.flush()))
+    if cfg.connections is not None:  # before listening: a cap the fd limit cannot hold is one error line
+        fitted = fit_fd_limit(cfg.connections)
+        if fitted != cfg.connections:
+            say(
+                f"chipswap serve: --max-connections lowered to {fitted.max_connections:,}"
+                " to fit ulimit -n (raise it to keep the default 2,048)"
+            )
+            cfg = engine.config = dataclasses.replace(cfg, connections=fitted)
+    socks, shown, port, health = _listeners(cfg)
     say(
         f"chipswap serve: listening on http://{shown}:{port}"
         f" (model {engine.name}; /readyz turns 200 when warm)"
     )
+    if health is not None:
+        say(f"chipswap serve: /healthz and /readyz also on http://{shown}:{health} (probes only)")
     if cfg.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         say(
             f"chipswap serve: warning: listening on {cfg.host} without a bearer token;"
             " anyone who can reach it can use it"
         )
-    server = _uvicorn_server(engine, install_signals=True)
-    server.run(sockets=[sock])
+    server = _uvicorn_server(engine, install_signals=True, health_port=health)
+    server.run(sockets=socks)
     if engine.state == "failed":
         raise ChipswapError(f"the model failed to load: {engine.error}")
     say(f"chipswap serve: stopped after draining {engine.drained} in-flight request(s)")
@@ -671,6 +722,7 @@ class BackgroundServer:
     server: Any
     thread: threading.Thread
     url: str
+    health_url: str | None = None  # the probes-only listener, when ServeConfig.health_port is set
 
     def stop(self, timeout: float = 30.0) -> None:
         self.server.should_exit = True
@@ -686,14 +738,13 @@ class BackgroundServer:
 def start_background(engine: ServingEngine, *, ready_timeout: float = 120.0) -> BackgroundServer:
     """Start ``engine`` on 127.0.0.1 (or its configured host) in a thread; waits until it listens and
     has loaded (or ``ready_timeout`` passes)."""
-    sock = bind_socket(engine.config.host, engine.config.port)
-    host, port = sock.getsockname()[:2]
-    server = _uvicorn_server(engine, install_signals=False)
-    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="chipswap-serve", daemon=True)
+    socks, shown, port, health = _listeners(engine.config)
+    server = _uvicorn_server(engine, install_signals=False, health_port=health)
+    t = threading.Thread(target=server.run, kwargs={"sockets": socks}, name="chipswap-serve", daemon=True)
     t.start()
     deadline = time.monotonic() + ready_timeout
     while not server.started and t.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     engine.loaded.wait(max(deadline - time.monotonic(), 0.0))
-    shown = f"[{host}]" if ":" in str(host) else host
-    return BackgroundServer(engine, server, t, f"http://{shown}:{port}")
+    health_url = f"http://{shown}:{health}" if health is not None else None
+    return BackgroundServer(engine, server, t, f"http://{shown}:{port}", health_url)

@@ -75,7 +75,7 @@ def _target_case(spec: TrialSpec, t: Target) -> str:
         f"  {t.side})\n"
         f"    DEFAULT_URL={q(url)}\n"
         f'    URL="${{{var}:-$DEFAULT_URL}}"\n'
-        f"    INSTANCE={q(t.instance)} TERM={q(t.term)}\n"
+        f"    INSTANCE={q(t.instance)} PRICE_TERM={q(t.term)}  # not TERM: that is the terminal's\n"
         f'    RATE="${{RATE:-{fmt_rate(per_instance_rate(spec, t))}}}"  # busiest window / {t.count} '
         "instances\n"
         f'    SWEEP_RATES="${{SWEEP_RATES:-{" ".join(fmt_rate(r) for r in sweep_rates(spec, t))}}}"\n'
@@ -154,7 +154,7 @@ def bench_script(spec: TrialSpec) -> str:
 run() {  # NAME RATE SECONDS [more chipswap bench flags]
   local name="$1" rate="$2" secs="$3"
   shift 3
-  chipswap bench "$URL" "${COMMON[@]}" --instance "$INSTANCE" --term "$TERM" --region "$REGION" \\
+  chipswap bench "$URL" "${COMMON[@]}" --instance "$INSTANCE" --term "$PRICE_TERM" --region "$REGION" \\
     --rate "$rate" --duration "$secs" --out "$OUT/${name}.json" "$@"
 }
 
