@@ -7,6 +7,12 @@
   (``zstd`` writes it by default).
 * Binary or sparse files: NUL bytes in the first ``SAMPLE_BYTES`` of a (decompressed) text trace mean it is
   not a text trace (a sparse file is all NUL bytes) and are refused before any line is read.
+* Long rows and fields (issue 32): every line of a CSV/TSV/JSONL trace (plain or gzip) is at most
+  ``MAX_ROW_BYTES`` and every field (a run of bytes without a delimiter or line break) at most
+  ``MAX_FIELD_BYTES``, checked over the whole file before the engine parses a value (``check_lengths``:
+  two ``bytes.translate`` + substring searches per 8 MiB block, linear, about 1 GB/s). The error names the
+  line, the data row and the value's first characters. A zstd file is left to the reader's own line limit
+  (no zstd decoder in the standard library).
 * Long lines: readers here never hold more than ``MAX_LINE_BYTES`` of one line (``bounded_lines``).
 
 Pure file reads of the named files only; no engine, no writes.
@@ -26,6 +32,11 @@ MAX_EXPANSION = 200  # decompressed / compressed bytes; above this a file is tre
 MAX_DECOMPRESSED_BYTES = 64 << 30  # one trace file, decompressed (projected from the sample's ratio)
 SAMPLE_BYTES = 4 << 20  # decompressed bytes looked at per file (~20 ms of gzip)
 MAX_LINE_BYTES = 16 << 20  # one line (a longer line is itself the error)
+MAX_ROW_BYTES = 2 << 20  # one CSV/TSV/JSONL line (the engine's own CSV default, max_line_size, is the same)
+MAX_FIELD_BYTES = 256 << 10  # one field: a run of bytes without a delimiter or a line break
+BLOCK_BYTES = 8 << 20  # read and searched at a time
+# bytes that end a field, per format (a JSON value also ends at : and brackets)
+FIELD_ENDS = {"csv": b",\r\n", "tsv": b"\t\r\n", "jsonl": b",:{}[]\r\n", "json": b",:{}[]\r\n"}
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -120,6 +131,91 @@ def check_trace_file(file: str, fmt: str) -> None:
         )
 
 
+def _table(ends: bytes) -> bytes:
+    """A translate table: bytes in ``ends`` -> "|", every other byte -> "x"."""
+    return bytes(ord("|") if i in ends else ord("x") for i in range(256))
+
+
+_ROW_TABLE = _table(b"\n")
+_FIELD_TABLES = {fmt: _table(ends) for fmt, ends in FIELD_ENDS.items()}
+
+
+def _blocks(file: str) -> Iterator[bytes]:
+    """The file's (decompressed) bytes in blocks of BLOCK_BYTES."""
+    import gzip
+
+    opener = gzip.open if file.lower().endswith((".gz", ".gzip")) else open
+    with opener(file, "rb") as fh:
+        yield from iter(lambda: fh.read(BLOCK_BYTES), b"")
+
+
+def long_run(data: bytes, fmt: str, *, rows: bool = True) -> tuple[int, int, str] | None:
+    """(offset, limit, what) of the first line over MAX_ROW_BYTES or field over MAX_FIELD_BYTES in ``data``
+    (pure; linear in len(data)); None if there is none. rows=False: only fields (a JSON array may be one
+    line)."""
+    found = []
+    if rows:
+        at = data.translate(_ROW_TABLE).find(b"x" * (MAX_ROW_BYTES + 1))
+        if at >= 0:
+            found.append((at, MAX_ROW_BYTES, "line"))
+    at = data.translate(_FIELD_TABLES[fmt]).find(b"x" * (MAX_FIELD_BYTES + 1))
+    if at >= 0:
+        found.append((at, MAX_FIELD_BYTES, "field"))
+    return min(found) if found else None
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def _refuse_long(where: str, fmt: str, line: int, what: str, limit: int, head: bytes) -> ChipswapError:
+    row = f"row {line - 1} (line {line})" if fmt in ("csv", "tsv") else f"row {line} (line {line})"
+    start = head[:24].decode("utf-8", "replace")
+    return ChipswapError(
+        f"{one_line(where)}: {row if fmt != 'json' else f'line {line}'} holds a {what} longer than "
+        f"{_size(limit)}, starting {one_line(start, 40)!r}...; a trace value is a token count, a request "
+        "count or a time, never that long: fix or drop that row"
+    )
+
+
+def check_lengths(file: str, fmt: str, where: str | None = None) -> None:
+    """Refuse a text trace with a line over MAX_ROW_BYTES or a field over MAX_FIELD_BYTES before any value is
+    parsed (linear: the engine's type detection on a 1 MiB number is quadratic). One pass; memory: a block
+    and the unfinished field before it.
+
+    Rows are counted as the user sees them: line L of a CSV/TSV is data row L - 1 (the header is line 1), of
+    a JSONL file row L; a quoted field with line breaks moves the row, so the line is named too."""
+    if fmt not in FIELD_ENDS or file.lower().endswith((".zst", ".zstd")):
+        return
+    where = where or file
+    rows = fmt != "json"  # a JSON array may be one line: only its fields are bounded
+    carry = b""  # the unfinished field at the end of the block before (<= MAX_FIELD_BYTES, or refused)
+    line_len = 0  # bytes of the current line before ``carry``
+    line_head = b""  # the current line's first bytes (for the message)
+    lines_before = 0  # line breaks before ``carry``
+    ends = FIELD_ENDS[fmt]
+    for block in _blocks(file):
+        data = carry + block
+        if rows and line_len:  # the line that started in an earlier block
+            nl = data.find(b"\n")
+            if line_len + (nl if nl >= 0 else len(data)) > MAX_ROW_BYTES:
+                raise _refuse_long(where, fmt, lines_before + 1, "line", MAX_ROW_BYTES, line_head)
+        hit = long_run(data, fmt, rows=rows)
+        if hit is not None:
+            at, limit, what = hit
+            line = lines_before + data.count(b"\n", 0, at) + 1
+            head = data[at : at + 24] if at or not line_len else line_head
+            raise _refuse_long(where, fmt, line, what, limit, head)
+        cut = max(data.rfind(bytes([c])) for c in ends) + 1  # after the last field end
+        last_nl = data.rfind(b"\n", 0, cut)
+        if last_nl >= 0:
+            line_len, line_head = cut - last_nl - 1, data[last_nl + 1 : last_nl + 25]
+        else:
+            line_len, line_head = line_len + cut, (line_head or data[:24])
+        lines_before += data.count(b"\n", 0, cut)
+        carry = data[cut:]
+
+
 def bounded_lines(fh: Any, where: str) -> Iterator[str]:
     """Lines of a text file, none longer than MAX_LINE_BYTES (a longer one is one error line, not memory)."""
     for line in iter(lambda: fh.readline(MAX_LINE_BYTES), ""):
@@ -128,4 +224,13 @@ def bounded_lines(fh: Any, where: str) -> Iterator[str]:
         yield line
 
 
-__all__ = ["MAX_EXPANSION", "MAX_LINE_BYTES", "bounded_lines", "check_trace_file"]
+__all__ = [
+    "MAX_EXPANSION",
+    "MAX_FIELD_BYTES",
+    "MAX_LINE_BYTES",
+    "MAX_ROW_BYTES",
+    "bounded_lines",
+    "check_lengths",
+    "check_trace_file",
+    "long_run",
+]
