@@ -35,7 +35,11 @@ MAX_LIST = 64
 PARAMETER_TOLERANCE = 0.10
 # instance kinds of the catalog -> the device a server on it must use for the instance's figure
 KIND_DEVICE = {"gpu": "gpu", "inferentia": "neuron", "trainium": "neuron"}
-KIND_WORDS = {"gpu": "an NVIDIA GPU", "inferentia": "an Inferentia (Neuron)", "trainium": "a Trainium (Neuron)"}
+KIND_WORDS = {
+    "gpu": "an NVIDIA GPU",
+    "inferentia": "an Inferentia (Neuron)",
+    "trainium": "a Trainium (Neuron)",
+}
 # the first word of a server's self-reported device, lower case -> the device family it names
 DEVICE_FAMILY = {
     "cpu": "cpu",
@@ -246,7 +250,7 @@ def model_mismatch(
 
 
 def device_family(device: str | None) -> str | None:
-    """"cpu", "gpu" or "neuron" for a server's own word for its device ("cuda:0", "Neuron"); None: unknown."""
+    """The device family (cpu, gpu or neuron) a server's own word for its device names; None: unknown."""
     m = re.match(r"[a-z]+", (device or "").strip().lower())
     return DEVICE_FAMILY.get(m.group(0)) if m else None
 
