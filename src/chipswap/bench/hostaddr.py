@@ -6,7 +6,7 @@ octal ``0177``, hex ``0x7f``, one to four parts: ``127.1``, ``2130706433``, ``0x
 ``127.000.000.001``), IPv6 with brackets, a zone id (``%eth0`` or ``%25eth0``) and embedded IPv4
 (``::ffff:127.0.0.1``, ``::127.0.0.1``, ``::ffff:0:127.0.0.1``) unwrapped to the IPv4 address, names in lower
 case, Unicode compatibility forms folded (fullwidth digits and dots), trailing dots dropped. "This machine"
-is then: a loopback or unspecified address (``127.0.0.0/8``, ``0.0.0.0/8``, ``::1``, ``::``), a loopback
+is then: a loopback or unspecified address (``127.0.0.0/8``, ``0.0.0.0``, ``::1``, ``::``), a loopback
 name (``localhost``, ``*.localhost``, ``localhost.localdomain``, ``ip6-localhost``, ``ip6-loopback``), or one
 of the machine's own addresses or names, or a name that resolved to any of these.
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 MAX_HOST = 300  # longer than any DNS name (253) or IPv6 literal with a zone: not a host, compared as text
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 LOCAL_NETS = tuple(
-    ipaddress.ip_network(n) for n in ("127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128")
+    ipaddress.ip_network(n) for n in ("127.0.0.0/8", "0.0.0.0/32", "::1/128", "::/128")
 )  # loopback, and the unspecified address (a connection to it reaches this machine)
 _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})  # ideographic / fullwidth full stops
 _PART = {
