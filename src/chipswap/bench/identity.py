@@ -35,11 +35,7 @@ MAX_LIST = 64
 PARAMETER_TOLERANCE = 0.10
 # instance kinds of the catalog -> the device a server on it must use for the instance's figure
 KIND_DEVICE = {"gpu": "gpu", "inferentia": "neuron", "trainium": "neuron"}
-KIND_WORDS = {
-    "gpu": "an NVIDIA GPU",
-    "inferentia": "an Inferentia (Neuron)",
-    "trainium": "a Trainium (Neuron)",
-}
+KIND_WORDS = {"gpu": "an NVIDIA GPU", "inferentia": "a Neuron device", "trainium": "a Neuron device"}
 # the first word of a server's self-reported device, lower case -> the device family it names
 DEVICE_FAMILY = {
     "cpu": "cpu",
@@ -270,8 +266,8 @@ def host_mismatch(
         )
     if have is not None and need is not None and have != need:
         return (
-            f"the server reports device {ident.device!r} (backend {ident.backend or '?'}), but {instance} is "
-            f"{KIND_WORDS[kind]} instance ({accelerator}), so its figure is not {instance}'s"
+            f"the server reports device {ident.device!r} (backend {ident.backend or '?'}), but {instance} "
+            f"runs on {accelerator}, {KIND_WORDS[kind]}, so its figure is not {instance}'s"
         )
     if not ident.beside_server:
         return None
