@@ -152,7 +152,7 @@ def test_check_lengths_agrees_with_the_oracle_and_touches_each_byte_a_bounded_nu
     mp = pytest.MonkeyPatch()
     mp.setattr(bounds, "MAX_ROW_BYTES", row)
     mp.setattr(bounds, "MAX_FIELD_BYTES", field)
-    mp.setattr(bounds, "BLOCK_BYTES", max(block, field + 1))
+    mp.setattr(bounds, "BLOCK_BYTES", max(block, row + 1))
     mp.setattr(bounds, "long_run", lambda d, fmt, **k: touched.append(len(d)) or real(d, fmt, **k))
     try:
         with tempfile.NamedTemporaryFile(suffix=".csv") as fh:
@@ -167,4 +167,4 @@ def test_check_lengths_agrees_with_the_oracle_and_touches_each_byte_a_bounded_nu
     finally:
         mp.undo()
     assert got == want, (data, got, want)
-    assert sum(touched) <= 2 * len(data) + max(block, field + 1)  # each byte at most twice (the carry)
+    assert sum(touched) <= 2 * len(data) + max(block, row + 1)  # each byte at most twice (the carry)

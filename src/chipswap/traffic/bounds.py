@@ -10,9 +10,9 @@
 * Long rows and fields (issue 32): every line of a CSV/TSV/JSONL trace (plain or gzip) is at most
   ``MAX_ROW_BYTES`` and every field (a run of bytes without a delimiter or line break) at most
   ``MAX_FIELD_BYTES``, checked over the whole file before the engine parses a value (``check_lengths``:
-  two ``bytes.translate`` + substring searches per 8 MiB block, linear, about 1 GB/s). The error names the
-  line, the data row and the value's first characters. A zstd file is left to the reader's own line limit
-  (no zstd decoder in the standard library).
+  backward byte searches from each run start, linear and on ordinary data mostly sublinear). The error
+  names the line, the data row and the value's first characters. A zstd file is left to the reader's own
+  line limit (no zstd decoder in the standard library).
 * Long lines: readers here never hold more than ``MAX_LINE_BYTES`` of one line (``bounded_lines``).
 
 Pure file reads of the named files only; no engine, no writes.
@@ -131,13 +131,39 @@ def check_trace_file(file: str, fmt: str) -> None:
         )
 
 
-def _table(ends: bytes) -> bytes:
-    """A translate table: bytes in ``ends`` -> "|", every other byte -> "x"."""
-    return bytes(ord("|") if i in ends else ord("x") for i in range(256))
+def _first_run_over(data: bytes, ends: bytes, limit: int) -> int | None:
+    """Offset of the first run of more than ``limit`` bytes of ``data`` holding none of ``ends`` (pure), or
+    None. A run still open at the end of ``data`` is not judged (it goes on in the next block).
+
+    Linear and mostly sublinear: from a run start it looks for the last end byte in the next ``limit + 1``
+    bytes (memrchr); none means a longer run, else the search restarts after it. Each byte is looked at at
+    most twice per end byte, and ordinary data advances ~``limit`` bytes per step."""
+    start, n = 0, len(data)
+    while start + limit < n:
+        j = max(data.rfind(ends[i : i + 1], start, start + limit + 1) for i in range(len(ends)))
+        if j < 0:
+            return start
+        start = j + 1
+    return None
 
 
-_ROW_TABLE = _table(b"\n")
-_FIELD_TABLES = {fmt: _table(ends) for fmt, ends in FIELD_ENDS.items()}
+def long_run(data: bytes, fmt: str, *, rows: bool = True) -> tuple[int, int, str] | None:
+    """(offset, limit, what) of the first line over MAX_ROW_BYTES or field over MAX_FIELD_BYTES in ``data``
+    (pure; linear in len(data)), which starts at a line start; None if there is none. rows=False: only
+    fields (a JSON array may be one line)."""
+    found = []
+    if rows:
+        at = _first_run_over(data, b"\n", MAX_ROW_BYTES)
+        if at is not None:
+            found.append((at, MAX_ROW_BYTES, "line"))
+    at = _first_run_over(data, FIELD_ENDS[fmt], MAX_FIELD_BYTES)
+    if at is not None:
+        found.append((at, MAX_FIELD_BYTES, "field"))
+    return min(found) if found else None
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 def _blocks(file: str) -> Iterator[bytes]:
@@ -149,70 +175,45 @@ def _blocks(file: str) -> Iterator[bytes]:
         yield from iter(lambda: fh.read(BLOCK_BYTES), b"")
 
 
-def long_run(data: bytes, fmt: str, *, rows: bool = True) -> tuple[int, int, str] | None:
-    """(offset, limit, what) of the first line over MAX_ROW_BYTES or field over MAX_FIELD_BYTES in ``data``
-    (pure; linear in len(data)); None if there is none. rows=False: only fields (a JSON array may be one
-    line)."""
-    found = []
-    if rows:
-        at = data.translate(_ROW_TABLE).find(b"x" * (MAX_ROW_BYTES + 1))
-        if at >= 0:
-            found.append((at, MAX_ROW_BYTES, "line"))
-    at = data.translate(_FIELD_TABLES[fmt]).find(b"x" * (MAX_FIELD_BYTES + 1))
-    if at >= 0:
-        found.append((at, MAX_FIELD_BYTES, "field"))
-    return min(found) if found else None
-
-
-def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
-
-
-def _refuse_long(where: str, fmt: str, line: int, what: str, limit: int, head: bytes) -> ChipswapError:
-    row = f"row {line - 1} (line {line})" if fmt in ("csv", "tsv") else f"row {line} (line {line})"
-    start = head[:24].decode("utf-8", "replace")
-    return ChipswapError(
-        f"{one_line(where)}: {row if fmt != 'json' else f'line {line}'} holds a {what} longer than "
-        f"{_size(limit)}, starting {one_line(start, 40)!r}...; a trace value is a token count, a request "
-        "count or a time, never that long: fix or drop that row"
-    )
+def _line_at(file: str, offset: int) -> int:
+    """The 1-based line of the (decompressed) byte ``offset`` (a second pass, only to word an error)."""
+    seen = breaks = 0
+    for block in _blocks(file):
+        if seen + len(block) > offset:
+            return breaks + block.count(b"\n", 0, offset - seen) + 1
+        breaks += block.count(b"\n")
+        seen += len(block)
+    return breaks + 1
 
 
 def check_lengths(file: str, fmt: str, where: str | None = None) -> None:
     """Refuse a text trace with a line over MAX_ROW_BYTES or a field over MAX_FIELD_BYTES before any value is
-    parsed (linear: the engine's type detection on a 1 MiB number is quadratic). One pass; memory: a block
-    and the unfinished field before it.
+    parsed (the engine's type guess on one 1 MiB number was quadratic). One pass; memory: a block and the
+    unfinished line (field, for a JSON array) before it.
 
     Rows are counted as the user sees them: line L of a CSV/TSV is data row L - 1 (the header is line 1), of
     a JSONL file row L; a quoted field with line breaks moves the row, so the line is named too."""
     if fmt not in FIELD_ENDS or file.lower().endswith((".zst", ".zstd")):
         return
-    where = where or file
     rows = fmt != "json"  # a JSON array may be one line: only its fields are bounded
-    carry = b""  # the unfinished field at the end of the block before (<= MAX_FIELD_BYTES, or refused)
-    line_len = 0  # bytes of the current line before ``carry``
-    line_head = b""  # the current line's first bytes (for the message)
-    lines_before = 0  # line breaks before ``carry``
-    ends = FIELD_ENDS[fmt]
+    cut_at = b"\n" if rows else FIELD_ENDS[fmt]
+    carry = b""  # the unfinished line (field) at the end of the block before, within the limit
+    consumed = 0  # (decompressed) file offset of ``carry``
     for block in _blocks(file):
         data = carry + block
-        if rows and line_len:  # the line that started in an earlier block
-            nl = data.find(b"\n")
-            if line_len + (nl if nl >= 0 else len(data)) > MAX_ROW_BYTES:
-                raise _refuse_long(where, fmt, lines_before + 1, "line", MAX_ROW_BYTES, line_head)
         hit = long_run(data, fmt, rows=rows)
         if hit is not None:
             at, limit, what = hit
-            line = lines_before + data.count(b"\n", 0, at) + 1
-            head = data[at : at + 24] if at or not line_len else line_head
-            raise _refuse_long(where, fmt, line, what, limit, head)
-        cut = max(data.rfind(bytes([c])) for c in ends) + 1  # after the last field end
-        last_nl = data.rfind(b"\n", 0, cut)
-        if last_nl >= 0:
-            line_len, line_head = cut - last_nl - 1, data[last_nl + 1 : last_nl + 25]
-        else:
-            line_len, line_head = line_len + cut, (line_head or data[:24])
-        lines_before += data.count(b"\n", 0, cut)
+            line = _line_at(file, consumed + at)
+            row = f"row {line - 1} (line {line})" if fmt in ("csv", "tsv") else f"row {line} (line {line})"
+            start = data[at : at + 24].decode("utf-8", "replace")
+            raise ChipswapError(
+                f"{one_line(where or file)}: {row if rows else f'line {line}'} holds a {what} longer than "
+                f"{_size(limit)}, starting {one_line(start, 40)!r}...; a trace value is a token count, a "
+                "request count or a time, never that long: fix or drop that row"
+            )
+        cut = max(data.rfind(cut_at[i : i + 1]) for i in range(len(cut_at))) + 1
+        consumed += cut
         carry = data[cut:]
 
 
