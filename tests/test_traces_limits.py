@@ -168,3 +168,25 @@ def test_check_lengths_agrees_with_the_oracle_and_touches_each_byte_a_bounded_nu
         mp.undo()
     assert got == want, (data, got, want)
     assert sum(touched) <= 2 * len(data) + max(block, row + 1)  # each byte at most twice (the carry)
+
+
+def test_past_the_gzip_check_the_engine_still_names_the_row_in_linear_time(
+    capsys, tmp_path, monkeypatch
+) -> None:
+    """Only the first GZIP_CHECK_BYTES of a gzip trace are scanned (decompressing is the scan's cost); a huge
+    value after them is still refused in linear time, by the value limit, naming its row."""
+    monkeypatch.setattr(bounds, "GZIP_CHECK_BYTES", 64 << 10)
+    times = {}
+    for size in (64 << 10, 1 << 20):
+        d = tmp_path / str(size)
+        d.mkdir()
+        err, times[size] = _shapes_error(capsys, _trace(d / "t.csv.gz", "9" * size, before=30_000))
+        assert "row 30001, column ContextTokens" in err and f"({size:,} characters)" in err, err
+    assert times[1 << 20] <= 64 * times[64 << 10] + 1.0, times
+
+
+def test_a_bad_value_after_the_type_sample_is_named_by_its_row_in_llm_mode(capsys, tmp_path) -> None:
+    """The llm path streams the engine's batches through Arrow, which turned the engine's conversion error
+    into a bare OSError ("a path: Conversion Error: ..."); it is re-read as text and named like any value."""
+    err, _ = _shapes_error(capsys, _trace(tmp_path / "t.csv", "abc", before=30_000), "--mode", "llm")
+    assert "row 30001, column ContextTokens: 'abc' is not a token count" in err, err
