@@ -116,11 +116,21 @@ async def _get_json(http: httpx.AsyncClient, path: str) -> tuple[int, Any]:
     return r.status_code, _json_or_kind(r)
 
 
-async def _probe_models(http: httpx.AsyncClient) -> tuple[int, Any, dict[str, str]]:
-    """GET /v1/models: status, parsed JSON (or _NotJson) and the identity headers of the answer."""
-    r = await http.get("/v1/models")
+def _peer(r: httpx.Response) -> str | None:
+    """The address the answer came from (the connected socket's peer), or None when the transport hides it."""
+    stream = r.extensions.get("network_stream")
+    addr = stream.get_extra_info("server_addr") if stream is not None else None
+    return str(addr[0]) if isinstance(addr, tuple) and addr else None
+
+
+async def _probe_models(http: httpx.AsyncClient) -> tuple[int, Any, dict[str, str], str | None]:
+    """GET /v1/models: status, parsed JSON (or _NotJson), the identity headers of the answer and the address
+    it came from (read while the connection is open: whether the server is on this machine)."""
+    async with http.stream("GET", "/v1/models") as r:
+        peer = _peer(r)
+        await r.aread()
     heads = {k: one_line(r.headers[k], 120) for k in IDENTITY_HEADERS if k in r.headers}
-    return r.status_code, _json_or_kind(r), heads
+    return r.status_code, _json_or_kind(r), heads, peer
 
 
 @dataclass(frozen=True)
@@ -173,9 +183,10 @@ class PredictClient:
     info: dict[str, Any] | None = None
     name: str = "predict"
     headers: dict[str, str] = field(default_factory=dict)
+    peer: str | None = None  # the address the probe's answer came from
 
     async def probe(self, http: httpx.AsyncClient) -> dict[str, Any]:
-        status, obj, self.headers = await _probe_models(http)
+        status, obj, self.headers, self.peer = await _probe_models(http)
         if status == 401:
             raise ChipswapError(f"{http.base_url} needs a bearer token (HTTP 401); set CHIPSWAP_BENCH_TOKEN")
         if status == 503:
@@ -266,6 +277,7 @@ class OpenAIClient:
     extra_body: dict[str, Any] | None = None
     info: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    peer: str | None = None  # the address the probe's answer came from
 
     @property
     def name(self) -> str:
@@ -276,7 +288,7 @@ class OpenAIClient:
         return "/v1/completions" if self.kind == "completions" else "/v1/chat/completions"
 
     async def probe(self, http: httpx.AsyncClient) -> dict[str, Any]:
-        status, obj, self.headers = await _probe_models(http)
+        status, obj, self.headers, self.peer = await _probe_models(http)
         if status == 401:
             raise ChipswapError(f"{http.base_url} needs a bearer token (HTTP 401); set CHIPSWAP_BENCH_TOKEN")
         hint = _not_a_model_server(http.base_url, status, obj)

@@ -35,6 +35,18 @@ MAX_LIST = 64
 PARAMETER_TOLERANCE = 0.10
 # instance kinds of the catalog -> the device a server on it must use for the instance's figure
 KIND_DEVICE = {"gpu": "gpu", "inferentia": "neuron", "trainium": "neuron"}
+KIND_WORDS = {"gpu": "an NVIDIA GPU", "inferentia": "a Neuron device", "trainium": "a Neuron device"}
+# the first word of a server's self-reported device, lower case -> the device family it names
+DEVICE_FAMILY = {
+    "cpu": "cpu",
+    "gpu": "gpu",
+    "cuda": "gpu",
+    "nvidia": "gpu",
+    "neuron": "neuron",
+    "neuroncore": "neuron",
+    "inferentia": "neuron",
+    "trainium": "neuron",
+}
 _SUFFIXES = ("instruct", "chat", "hf", "it", "base")  # name parts that do not change the weights' shape
 
 
@@ -233,6 +245,12 @@ def model_mismatch(
     return None
 
 
+def device_family(device: str | None) -> str | None:
+    """The device family (cpu, gpu or neuron) a server's own word for its device names; None: unknown."""
+    m = re.match(r"[a-z]+", (device or "").strip().lower())
+    return DEVICE_FAMILY.get(m.group(0)) if m else None
+
+
 def host_mismatch(
     ident: BenchIdentity, instance: str, kind: str, accelerator: str, accelerator_count: int
 ) -> str | None:
@@ -240,10 +258,16 @@ def host_mismatch(
 
     kind / accelerator: the catalog's instance kind ("gpu", "inferentia", "trainium") and chip name."""
     need = KIND_DEVICE.get(kind)
-    if ident.device == "cpu" and need is not None:
+    have = device_family(ident.device)
+    if have == "cpu" and need is not None:
         return (
             f"the server runs the model on the CPU (backend {ident.backend or '?'}), so its figure is not "
             f"{instance}'s ({accelerator})"
+        )
+    if have is not None and need is not None and have != need:
+        return (
+            f"the server reports device {ident.device!r} (backend {ident.backend or '?'}), but {instance} "
+            f"runs on {accelerator}, {KIND_WORDS[kind]}, so its figure is not {instance}'s"
         )
     if not ident.beside_server:
         return None

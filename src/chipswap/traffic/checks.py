@@ -21,6 +21,9 @@ from chipswap.traffic.source import ident
 
 # A histogram row may stand for at most this many requests (float64 stays exact below it).
 MAX_COUNT = 1 << 53
+# A value read as text is parsed only up to this length (a count or a time needs a few dozen characters);
+# longer is invalid without being parsed, so the work per row stays linear in its bytes (issue 32).
+MAX_VALUE_CHARS = 1000
 
 INTEGER_TYPES = {
     "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT",
@@ -29,6 +32,7 @@ INTEGER_TYPES = {
 WIDE_INTEGER_TYPES = {"HUGEINT", "UBIGINT", "UHUGEINT"}
 FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL"}
 TEXT_TYPES = {"VARCHAR", "JSON"}
+UNBOUNDED_TYPES = {"BIGNUM", "VARINT"}  # arbitrary precision: read as text instead
 TIME_TYPES = {
     "TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS", "TIMESTAMP WITH TIME ZONE", "DATE",
 }  # fmt: skip
@@ -61,8 +65,9 @@ def number_sql(column: str, dtype: str) -> str | None:
     base = _base(dtype)
     if base in INTEGER_TYPES or base in FLOAT_TYPES or base == "DECIMAL":
         return c
-    if base in TEXT_TYPES:
-        return f"TRY_CAST(CAST({c} AS VARCHAR) AS DOUBLE)"
+    if base in TEXT_TYPES:  # the length first: no value is parsed past MAX_VALUE_CHARS (issue 32)
+        s = f"CAST({c} AS VARCHAR)"
+        return f"(CASE WHEN length({s}) <= {MAX_VALUE_CHARS} THEN TRY_CAST({s} AS DOUBLE) END)"
     return None
 
 
@@ -98,15 +103,34 @@ def time_sql(column: str, dtype: str) -> tuple[str, str]:
         x = f"CAST({c} AS DOUBLE)"
     elif base in TEXT_TYPES:
         s = f"CAST({c} AS VARCHAR)"
-        x = f"COALESCE(TRY_CAST({s} AS DOUBLE), epoch_us(TRY_CAST({s} AS TIMESTAMPTZ)) / 1e6)"
+        x = (
+            f"(CASE WHEN length({s}) <= {MAX_VALUE_CHARS} THEN "
+            f"COALESCE(TRY_CAST({s} AS DOUBLE), epoch_us(TRY_CAST({s} AS TIMESTAMPTZ)) / 1e6) END)"
+        )
     else:
         return "CAST(NULL AS DOUBLE)", "false"
     return x, f"({x} IS NOT NULL AND isfinite({x}))"
 
 
+SHOWN_CHARS = 40  # a value is quoted up to this many characters (a 1 MiB value is not echoed whole)
+
+
+def shown_value(raw: str) -> str:
+    """A value as messages quote it: repr of at most SHOWN_CHARS characters, then its length."""
+    if len(raw) <= SHOWN_CHARS:
+        return repr(raw)
+    return f"{raw[:SHOWN_CHARS]!r}... ({len(raw):,} characters)"
+
+
 def explain(field: str, column: str, dtype: str, raw: str | None, number: float | None) -> str:
     """Why the value `raw` (as text; None when missing) of `column` is not valid for `field`."""
-    shown = "an empty value" if raw is None or not str(raw).strip() else repr(raw)
+    shown = "an empty value" if raw is None or not str(raw).strip() else shown_value(str(raw))
+    if raw is not None and len(str(raw)) > MAX_VALUE_CHARS:
+        what = "a timestamp" if field == "timestamp" else RULES[field].what
+        return (
+            f"column {column}: {shown} is longer than {MAX_VALUE_CHARS:,} characters, so not {what}; fix or "
+            "drop that row"
+        )
     if field == "timestamp":
         return (
             f"column {column}: {shown} is not a timestamp; use ISO 8601 (2023-11-16 18:17:03.98) or seconds "
@@ -120,7 +144,7 @@ def explain(field: str, column: str, dtype: str, raw: str | None, number: float 
         return f"column {column}: {shown} is a boolean, not {rule.what}; fix or drop that row"
     if number is None:
         return f"column {column}: {shown} is not {rule.what}; fix or drop that row"
-    if not math.isfinite(number) or number != math.floor(number):
+    if math.isnan(number) or (math.isfinite(number) and number != math.floor(number)):
         return f"column {column}: {shown} is not a whole number; {rule.fix}"
     if number < rule.minimum:
         need = "positive (>= 1)" if rule.minimum == 1 else f">= {rule.minimum}"

@@ -140,6 +140,10 @@ def stream_sql(con: Any, sql: str, params: list[Any], source: Any, consume: Call
         raise NeedsText(str(exc)) from None
     except duckdb.Error as exc:
         raise engine_error(exc, source) from None
+    except OSError as exc:  # an engine error raised while Arrow reads the batches arrives as a bare OSError
+        if str(exc).startswith("Conversion Error"):
+            raise NeedsText(str(exc)) from None
+        raise engine_error(exc, source) from None
 
 
 def describe(con: Any, source: TraceSource, files: Sequence[str] | None = None) -> dict[str, str]:

@@ -32,6 +32,7 @@ from chipswap.traffic.source import (
 )
 
 INTEGER_FIELDS = ("prompt_tokens", "output_tokens", "count")
+_OVERFLOWED = ("inf", "-inf")  # a DOUBLE column's text for a number too large for it
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,10 @@ def open_scan(
             raise located from None
         raise
     scan = Scan(source, mapping, types)
-    # JSON values of one key may mix numbers, strings and booleans: always validate them as text
-    return scan.as_text() if source.fmt in ("jsonl", "json") else scan
+    # JSON values of one key may mix numbers, strings and booleans: always validate them as text; so is an
+    # arbitrary-precision column (no trace value needs one, and its parse is quadratic in the digits)
+    wide = any(checks._base(types.get(c, "")) in checks.UNBOUNDED_TYPES for c in mapping.values())
+    return scan.as_text() if source.fmt in ("jsonl", "json") or wide else scan
 
 
 def execute(
@@ -166,6 +169,9 @@ def first_bad_row(con: Any, scan: Scan) -> ChipswapError:
     n = int(row[0])
     for i, f in enumerate(fields):
         raw, number, ok = row[1 + 3 * i], row[2 + 3 * i], row[3 + 3 * i]
+        if not ok and raw in _OVERFLOWED and scan.mapping[f] not in scan.text:
+            # the reader turned a huge number into inf: quote the value as the file has it
+            return first_bad_row(con, replace(scan.as_text(), source=source))
         if not ok:
             reason = checks.explain(f, one_line(scan.mapping[f]), scan.dtype(f), raw, number)
             return ChipswapError(f"{where}: row {n}, {reason}")

@@ -89,6 +89,11 @@ MAX_FILES = 100_000  # files in one folder or glob
 DUCKDB_MEMORY_LIMIT = "256MB"  # the engine spills to its temp folder beyond this
 DUCKDB_THREADS = max(1, min(4, os.cpu_count() or 1))
 _GLOB_CHARS = set("*?[")
+# The types the engine may guess for a CSV column: its default list without BIGNUM, whose parse of one long
+# number is quadratic (a 1 MiB number took 173 s) and which no trace value needs (issue 32).
+CSV_TYPE_CANDIDATES = (
+    "BOOLEAN", "BIGINT", "HUGEINT", "DOUBLE", "TIME", "DATE", "TIMESTAMP", "TIMESTAMPTZ", "VARCHAR",
+)  # fmt: skip
 
 
 def bundled_trace_path() -> Path:
@@ -226,10 +231,11 @@ def resolve_source(path: str | Path, *, fmt: str | None = None, what: str = "tra
         raise ChipswapError(
             f"{one_line(given)}: the {what} is empty (no requests); give a {what} with at least one row"
         )
-    from chipswap.traffic.bounds import check_trace_file
+    from chipswap.traffic.bounds import check_lengths, check_trace_file
 
-    for f in non_empty:  # compression bombs, binary/sparse files: refused before the engine reads them
+    for f in non_empty:  # compression bombs, binary/sparse files, huge fields: refused before the engine
         check_trace_file(f, next(iter(kinds)))
+        check_lengths(f, next(iter(kinds)), one_line(given) if len(non_empty) == 1 else one_line(f))
     return TraceSource(given=given, files=tuple(non_empty), fmt=next(iter(kinds)))
 
 
@@ -307,6 +313,7 @@ def relation(
         opts.append("filename = '__chipswap_file'")
     if source.fmt in ("csv", "tsv"):
         opts += ["header = true", "delim = " + sql_string("\t" if source.fmt == "tsv" else ",")]
+        opts.append("auto_type_candidates = [" + ", ".join(map(sql_string, CSV_TYPE_CANDIDATES)) + "]")
         if text_columns:
             opts.append("types = {" + ", ".join(f"{sql_string(c)}: 'VARCHAR'" for c in text_columns) + "}")
         fn = "read_csv"
