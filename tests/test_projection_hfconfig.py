@@ -154,6 +154,13 @@ def test_a_nested_text_config_is_a_causal_lm_not_seq2seq(tmp_path):
     assert w.kind == "decoder" and w.dims.moe_layers == 2 and w.dims.shared_expert_intermediate == 32
 
 
+def test_text_config_keys_agree():
+    from chipswap.models.spec import TEXT_CONFIG_KEYS
+    from chipswap.projection.hfconfig import TEXT_CONFIG_KEYS as READ
+
+    assert READ == TEXT_CONFIG_KEYS
+
+
 def test_a_config_without_architectures_asks_for_task(tmp_path):
     cfg = {k: v for k, v in load("seed-oss-36b").items() if k != "architectures"}
     cfg.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

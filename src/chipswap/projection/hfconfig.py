@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from chipswap.errors import ChipswapError
-from chipswap.models.spec import TEXT_CONFIG_KEYS
 from chipswap.textsafe import one_line
 
 # size -> config field names, in the order tried (transformers' attribute names and the aliases of other
@@ -155,6 +154,9 @@ IGNORED = frozenset(
      "moe_router_topk", "routed_scaling_factor", "num_experts_per_group", "use_sliding_window",
      "max_batch_size", "attention_window_size"}
 )  # fmt: skip
+# the sub-config holding a multimodal model's language model (the keys models.spec.TEXT_CONFIG_KEYS names,
+# which the task guess reads; a pure core may not import models, and a test checks the two agree)
+TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
 # a field name that looks like a size: an unknown one is refused (it may change the work)
 SIZE_LIKE = re.compile(r"(^num_|^n_|_size$|_dim$|_dims$|_layers$|_heads$|_experts$|_rank$|_step$|_freq$)")
 
