@@ -55,7 +55,13 @@ from chipswap.projection.search_common import (
     devices_of,
 )
 from chipswap.projection.stackmodel import steady_rps
-from chipswap.projection.work import GiB, ModelWork, dtype_bytes
+from chipswap.projection.work import (
+    GiB,
+    ModelWork,
+    decode_weight_params,
+    dtype_bytes,
+    expected_experts_touched,
+)
 from chipswap.simulation.servicetime import ServingConfig
 
 MODES = ("llm", "encoder")
@@ -272,11 +278,14 @@ def project_serving(
             if d.experts % best.tp == 0
             else "experts tensor-parallel"
         )
+        touched = expected_experts_touched(d.experts, d.experts_per_token, best.max_batch)
         notes.append(
-            f"MoE: {d.experts} experts, top-{d.experts_per_token}; work per token from the active parameters "
-            f"({(work.matmul_params + work.head_params) / 1e9:,.1f} B), every expert in memory and read "
-            "each decode "
-            f"step ({(work.streamed_params + work.head_params) / 1e9:,.1f} B); {ep}"
+            f"MoE: {d.experts} experts, top-{d.experts_per_token}"
+            + (f", {d.moe_layers} of {d.layers} layers MoE" if d.moe_layers else "")
+            + f"; work per token from the active parameters ({(work.matmul_params + work.head_params) / 1e9:,.1f}"
+            f" B), every expert in memory; a decode step reads the experts its batch touches ({touched:,.1f} of "
+            f"{d.experts} per layer at batch {best.max_batch} under uniform routing: "
+            f"{decode_weight_params(work, best.max_batch) / 1e9:,.1f} B); {ep}"
         )
     if ctx.terms is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
         notes.append(
