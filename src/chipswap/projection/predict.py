@@ -141,8 +141,8 @@ def project_serving(
     d = work.dims
     if d.max_positions and lengths.max_total > d.max_positions:
         reason = (
-            f"the traffic's longest request is {lengths.max_total:,} tokens but {work.name} accepts "
-            f"{d.max_positions:,} positions"
+            f"the traffic's longest request holds {lengths.max_total:,} positions (prompt + output - 1: the "
+            f"last token is never fed back) but {work.name} accepts {d.max_positions:,}"
         )
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     tps = tp_degrees(work, devices, platform.padded)
@@ -420,6 +420,7 @@ def _llm_result(
         rejected=tuple(rejected),
         stack=ctx.stack,
         kv_tokens=best.kv_tokens,
+        slot_occupancy=best.occupancy,
     )
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(
