@@ -142,7 +142,7 @@ def project_serving(
     if d.max_positions and lengths.max_total > d.max_positions:
         reason = (
             f"the traffic's longest request holds {lengths.max_total:,} positions (prompt + output - 1: the "
-            f"last token is never fed back) but {work.name} accepts {d.max_positions:,}"
+            f"last token is never fed back) but {work.name} accepts {d.max_positions:,} positions"
         )
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     tps = tp_degrees(work, devices, platform.padded)
