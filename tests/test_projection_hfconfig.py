@@ -80,6 +80,9 @@ def test_llama4_maverick_interleaves_dense_and_moe_layers_and_keeps_the_shared_e
         ({"moe_layer_freq": [1, 0] * 24}, 24),
         ({"first_k_dense_replace": 1, "moe_layer_freq": 2}, 23),
         ({"mlp_layer_types": ["dense"] * 8 + ["sparse"] * 40}, 40),
+        ({"moe_layer_interval": 2, "moe_layer_start_index": 1, "moe_layer_end_index": -1}, 24),
+        ({"moe_layer_interval": 2, "moe_layer_end_index": 40}, 20),
+        ({"num_dense_layers": 2}, 46),
     ],
 )
 def test_moe_layer_pattern_fields(over, moe_layers):

@@ -26,7 +26,7 @@ from chipswap.textsafe import one_line
 FIELDS: dict[str, tuple[str, ...]] = {
     "hidden": ("hidden_size", "d_model", "n_embd", "dim", "model_dim"),
     "layers": ("num_hidden_layers", "num_layers", "n_layer", "n_layers"),
-    "heads": ("num_attention_heads", "num_heads", "n_head", "n_heads"),
+    "heads": ("num_attention_heads", "num_heads", "n_head", "n_heads", "attention_heads"),
     "kv_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "multi_query_group_num"),
     "head_dim": ("head_dim", "d_kv", "kv_channels", "attention_head_dim"),
     "intermediate": ("intermediate_size", "d_ff", "hidden_dim", "n_inner", "ffn_dim", "ffn_hidden_size"),
@@ -36,7 +36,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # intermediate_size, the Mixtral / Llama 4 / MiniMax convention), the always-on shared expert (a width,
     # or a count of expert-wide shared experts), and the MLP width of the dense layers of an MoE model
     "experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts"),
-    "top_k": ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k_experts", "moe_k"),
+    "top_k": ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k_experts", "moe_k", "moe_topk"),
     "expert_width": ("moe_intermediate_size", "expert_intermediate_size", "moe_ffn_hidden_size"),
     "shared_width": ("shared_expert_intermediate_size", "shared_intermediate_size"),
     "shared_count": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
@@ -51,14 +51,20 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #   moe_layers [i, ...] (Llama 4), mlp_layer_types ["dense" | "sparse", ...] (MiMo-V2), moe_layer_freq
 #   (an int: every n-th layer, DeepSeek; a list of 0/1 per layer), interleave_moe_layer_step (Llama 4: layer
 #   i is MoE when (i + 1) % step == 0), decoder_sparse_step (Qwen MoE: the same rule), first_k_dense_replace
-#   (DeepSeek, GLM-4.5: the first k layers dense), mlp_only_layers [i, ...] (Qwen MoE: these layers dense)
+#   (DeepSeek, GLM-4.5: the first k layers dense), mlp_only_layers [i, ...] (Qwen MoE: these layers dense),
+#   moe_layer_interval / moe_layer_start_index / moe_layer_end_index (ERNIE 4.5: MoE when (i + 1) % interval
+#   == 0 and start <= i <= end, end -1 = the last layer), num_dense_layers (LFM2-MoE, AFMoE: the first n dense)
 MOE_PATTERN_FIELDS = (
     "moe_layers",
     "mlp_layer_types",
     "moe_layer_freq",
     "interleave_moe_layer_step",
     "decoder_sparse_step",
+    "moe_layer_interval",
     "first_k_dense_replace",
+    "num_dense_layers",
+    "moe_layer_start_index",
+    "moe_layer_end_index",
     "mlp_only_layers",
 )
 # layer_types entries: what each layer's attention sees (bounded-window kinds count as sliding layers)
@@ -78,7 +84,8 @@ class Family:
     reuses the embedding when the config does not say. positions: the field giving learned position rows.
     shared_experts: always-on shared experts of the expert width in every MoE layer (Llama 4: one).
     window_pattern: with no layer_types, every n-th layer attends fully and the others over the sliding
-    window (Gemma 2: 2; a config's sliding_window_pattern says it for Gemma 3); 0 = every layer windowed."""
+    window (Gemma 2: 2; a config's sliding_window_pattern says it for Gemma 3); 0 = every layer windowed.
+    mlp_ratio: the MLP width in units of hidden when the config gives none (GPT-2-style n_inner = null: 4)."""
 
     gated: bool = True
     biases: bool = False
@@ -87,6 +94,7 @@ class Family:
     positions: str = ""
     shared_experts: int = 0
     window_pattern: int = 0
+    mlp_ratio: int = 0
 
 
 # Llama-style is the default: gated MLP, two RMSNorms, no biases, rotary positions. A config.json written by
@@ -102,15 +110,16 @@ FAMILIES: dict[str, Family] = {
     "llama4": Family(tied=False, shared_experts=1),
     "gemma2": Family(norms=4, window_pattern=2),
     **dict.fromkeys(("gemma3", "gemma3_text"), Family(norms=4, window_pattern=6)),
-    "gpt2": Family(gated=False, biases=True, norms=4, positions="n_positions"),
-    "gptj": Family(gated=False, tied=False),
-    "falcon": Family(gated=False),
+    "gpt2": Family(gated=False, biases=True, norms=4, positions="n_positions", mlp_ratio=4),
+    "gptj": Family(gated=False, tied=False, mlp_ratio=4),
+    "codegen": Family(gated=False, tied=False, mlp_ratio=4),
+    "falcon": Family(gated=False, mlp_ratio=4),
     "gpt_neox": Family(gated=False, biases=True, norms=4, tied=False),
-    "gpt_bigcode": Family(gated=False, biases=True, norms=4, positions="n_positions"),
+    "gpt_bigcode": Family(gated=False, biases=True, norms=4, positions="n_positions", mlp_ratio=4),
     "starcoder2": Family(gated=False, biases=True, norms=4),
     "phi": Family(gated=False, biases=True, norms=2, tied=False),
     "opt": Family(gated=False, biases=True, norms=4, positions="max_position_embeddings"),
-    "bloom": Family(gated=False, biases=True, norms=4),
+    "bloom": Family(gated=False, biases=True, norms=4, mlp_ratio=4),
 }
 # families that are not attention transformers: no closed form here (a measured figure is needed)
 NOT_TRANSFORMERS = frozenset(
@@ -152,13 +161,16 @@ IGNORED = frozenset(
      "num_channels", "image_size", "patch_size", "mm_tokens_per_image",
      "original_max_position_embeddings", "max_window_size", "pad_vocab_size_multiple", "window_size",
      "moe_router_topk", "routed_scaling_factor", "num_experts_per_group", "use_sliding_window",
-     "max_batch_size", "attention_window_size"}
+     "max_batch_size", "attention_window_size", "n_ctx", "moe_norm_min", "unpadded_vocab_size"}
 )  # fmt: skip
 # the sub-config holding a multimodal model's language model (the keys models.spec.TEXT_CONFIG_KEYS names,
 # which the task guess reads; a pure core may not import models, and a test checks the two agree)
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
-# a field name that looks like a size: an unknown one is refused (it may change the work)
-SIZE_LIKE = re.compile(r"(^num_|^n_|_size$|_dim$|_dims$|_layers$|_heads$|_experts$|_rank$|_step$|_freq$)")
+# a field name that looks like a size, or like an MoE setting: an unknown one is refused (it may change the
+# work)
+SIZE_LIKE = re.compile(
+    r"(^num_|^n_|_size$|_dim$|_dims$|_layers$|_heads$|_experts$|_rank$|_step$|_freq$|_interval$|^moe_|expert)"
+)
 
 
 def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -241,14 +253,18 @@ def moe_layer_count(cfg: dict[str, Any], layers: int, where: str) -> int:
         elif freq is not None:
             f = _step(freq, "moe_layer_freq", where)
             mask = [m and i % f == 0 for i, m in enumerate(mask)]
-        for key in ("interleave_moe_layer_step", "decoder_sparse_step"):
+        for key in ("interleave_moe_layer_step", "decoder_sparse_step", "moe_layer_interval"):
             if cfg.get(key) is not None:
                 s = _step(cfg[key], key, where)
                 mask = [m and (i + 1) % s == 0 for i, m in enumerate(mask)]
-        k = cfg.get("first_k_dense_replace")
-        if k is not None:
-            k = _step(k, "first_k_dense_replace", where, zero_ok=True)
-            mask = [m and i >= k for i, m in enumerate(mask)]
+        for key in ("first_k_dense_replace", "num_dense_layers", "moe_layer_start_index"):
+            if cfg.get(key) is not None:
+                k = _step(cfg[key], key, where, zero_ok=True)
+                mask = [m and i >= k for i, m in enumerate(mask)]
+        end = cfg.get("moe_layer_end_index")
+        if end is not None and end != -1:
+            end = _step(end, "moe_layer_end_index", where, zero_ok=True)
+            mask = [m and i <= end for i, m in enumerate(mask)]
         if cfg.get("mlp_only_layers") is not None:
             dense = set(ints("mlp_only_layers"))
             mask = [m and i not in dense for i, m in enumerate(mask)]
@@ -294,12 +310,19 @@ def sliding_layer_count(cfg: dict[str, Any], layers: int, where: str, fam: Famil
     return layers
 
 
+# embedding widths that change nothing when they equal the hidden size (OPT-350m projects 512 -> 1,024)
+SAME_AS_HIDDEN = frozenset({"word_embed_proj_dim", "embedding_size", "input_embedding_size", "emb_dim"})
+
+
 def check_unread_fields(cfg: dict[str, Any], where: str) -> None:
     """Refuse, in one line naming it, a field that changes the work and that chipswap does not read: a
     known one (UNMODELLED) set to a non-empty value, or an unknown size-like field (SIZE_LIKE)."""
     known = {k for names in FIELDS.values() for k in names} | set(MOE_PATTERN_FIELDS)
+    hidden = field(cfg, "hidden")
     for key, v in cfg.items():
         if v is None or v is False or v == 0 or isinstance(v, dict) or key in known or key in IGNORED:
+            continue
+        if key in SAME_AS_HIDDEN and hidden is not None and v == hidden[1]:
             continue
         if key in UNMODELLED:
             raise ChipswapError(

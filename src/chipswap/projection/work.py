@@ -327,10 +327,9 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
     hidden = hf.need(cfg, "hidden", where)
     layers = hf.need(cfg, "layers", where)
     heads = hf.need(cfg, "heads", where)
-    if mtype == "gpt2" and cfg.get("n_inner") is None:
-        intermediate = 4 * hidden
-    else:
-        intermediate = hf.need(cfg, "intermediate", where)
+    intermediate = hf.positive(cfg, "intermediate", where) or fam.mlp_ratio * hidden
+    if not intermediate:
+        intermediate = hf.need(cfg, "intermediate", where)  # the one-line error naming the field
     vocab = hf.need(cfg, "vocab", where)
     kv_heads = hf.positive(cfg, "kv_heads", where) or heads
     if mtype == "falcon" and cfg.get("multi_query", False) and not cfg.get("new_decoder_architecture"):
