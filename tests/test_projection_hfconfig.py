@@ -144,7 +144,8 @@ def _tiny_llama4(tmp_path: Path, **top) -> Path:
     cfg = {**load("llama-4-maverick"), "text_config": text, **top}
     cfg["vision_config"] = {**cfg["vision_config"], "hidden_size": 32, "intermediate_size": 64,
                             "num_attention_heads": 2, "num_hidden_layers": 1, "image_size": 28,
-                            "vision_output_dim": 32, "projector_input_dim": 32, "projector_output_dim": 32}  # fmt: skip
+                            "vision_output_dim": 32, "projector_input_dim": 32,
+                            "projector_output_dim": 32}  # fmt: skip
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     return path

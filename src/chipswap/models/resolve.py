@@ -15,8 +15,8 @@ from chipswap.models.build import build_model
 from chipswap.models.entry import _import_factory, _split_factory
 from chipswap.models.spec import (
     _ARCH_TASKS,
-    TEXT_CONFIG_KEYS,
     _DEFAULT_TASK,
+    TEXT_CONFIG_KEYS,
     ModelRef,
     _check_task,
     _normalize,

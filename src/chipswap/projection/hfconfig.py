@@ -35,8 +35,21 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # mixture of experts: routed experts per MoE layer, experts per token, one expert's MLP width (absent:
     # intermediate_size, the Mixtral / Llama 4 / MiniMax convention), the always-on shared expert (a width,
     # or a count of expert-wide shared experts), and the MLP width of the dense layers of an MoE model
-    "experts": ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts"),
-    "top_k": ("num_experts_per_tok", "num_experts_per_token", "moe_top_k", "top_k_experts", "moe_k", "moe_topk"),
+    "experts": (
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        "moe_num_experts",
+        "num_routed_experts",
+    ),
+    "top_k": (
+        "num_experts_per_tok",
+        "num_experts_per_token",
+        "moe_top_k",
+        "top_k_experts",
+        "moe_k",
+        "moe_topk",
+    ),
     "expert_width": ("moe_intermediate_size", "expert_intermediate_size", "moe_ffn_hidden_size"),
     "shared_width": ("shared_expert_intermediate_size", "shared_intermediate_size"),
     "shared_count": ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts"),
@@ -53,7 +66,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #   i is MoE when (i + 1) % step == 0), decoder_sparse_step (Qwen MoE: the same rule), first_k_dense_replace
 #   (DeepSeek, GLM-4.5: the first k layers dense), mlp_only_layers [i, ...] (Qwen MoE: these layers dense),
 #   moe_layer_interval / moe_layer_start_index / moe_layer_end_index (ERNIE 4.5: MoE when (i + 1) % interval
-#   == 0 and start <= i <= end, end -1 = the last layer), num_dense_layers (LFM2-MoE, AFMoE: the first n dense)
+#   == 0 and start <= i <= end, end -1 = the last layer), num_dense_layers (LFM2-MoE, AFMoE: the first n
+#   dense)
 MOE_PATTERN_FIELDS = (
     "moe_layers",
     "mlp_layer_types",
@@ -231,7 +245,9 @@ def moe_layer_count(cfg: dict[str, Any], layers: int, where: str) -> int:
     def ints(key: str) -> list[int]:
         v = cfg.get(key)
         if not isinstance(v, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in v):
-            raise ChipswapError(f"{where}: {key} must be a list of layer numbers, got {one_line(repr(v), 60)}")
+            raise ChipswapError(
+                f"{where}: {key} must be a list of layer numbers, got {one_line(repr(v), 60)}"
+            )
         return v
 
     if cfg.get("moe_layers") is not None:
@@ -248,7 +264,9 @@ def moe_layer_count(cfg: dict[str, Any], layers: int, where: str) -> int:
         freq = cfg.get("moe_layer_freq")
         if isinstance(freq, list):
             if len(freq) != layers:
-                raise ChipswapError(f"{where}: moe_layer_freq lists {len(freq)} layers, the model has {layers}")
+                raise ChipswapError(
+                    f"{where}: moe_layer_freq lists {len(freq)} layers, the model has {layers}"
+                )
             mask = [bool(x) for x in freq]
         elif freq is not None:
             f = _step(freq, "moe_layer_freq", where)
@@ -331,7 +349,7 @@ def check_unread_fields(cfg: dict[str, Any], where: str) -> None:
             )
         if SIZE_LIKE.search(key) and isinstance(v, (int, float, list)) and not key.endswith("_token_id"):
             raise ChipswapError(
-                f"{where}: config field {key} = {one_line(repr(v), 40)} is not one chipswap reads, and a size "
-                "like it may change the model's work; give a measured figure for this model (or remove the "
-                "field if it does not apply)"
+                f"{where}: config field {key} = {one_line(repr(v), 40)} is not one chipswap reads, and a "
+                "size like it may change the model's work; give a measured figure for this model (or remove "
+                "the field if it does not apply)"
             )

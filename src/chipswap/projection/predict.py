@@ -282,8 +282,9 @@ def project_serving(
         notes.append(
             f"MoE: {d.experts} experts, top-{d.experts_per_token}"
             + (f", {d.moe_layers} of {d.layers} layers MoE" if d.moe_layers else "")
-            + f"; work per token from the active parameters ({(work.matmul_params + work.head_params) / 1e9:,.1f}"
-            f" B), every expert in memory; a decode step reads the experts its batch touches ({touched:,.1f} of "
+            + f"; work per token from the active parameters "
+            f"({(work.matmul_params + work.head_params) / 1e9:,.1f} B), every expert in memory; a decode "
+            f"step reads the experts its batch touches ({touched:,.1f} of "
             f"{d.experts} per layer at batch {best.max_batch} under uniform routing: "
             f"{decode_weight_params(work, best.max_batch) / 1e9:,.1f} B); {ep}"
         )

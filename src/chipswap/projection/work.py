@@ -168,7 +168,9 @@ class ModelWork:
         for a dense model). Embeddings count, as the published "active" figures of Qwen3 MoE and Llama 4
         count them."""
         d = self.dims
-        return int(self.params - (d.experts - d.experts_per_token) * self.expert_params) if d.experts else self.params
+        if not d.experts:
+            return self.params
+        return int(self.params - (d.experts - d.experts_per_token) * self.expert_params)
 
     def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> float:
         """KV-cache bytes per token on ONE device of a tensor-parallel group of `tp` devices:
@@ -272,8 +274,8 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         raise ChipswapError(f'{where}: config has no model_type; add "model_type" as config.json does')
     if mtype in hf.NOT_TRANSFORMERS:
         raise ChipswapError(
-            f"{where}: no closed-form work for model_type {mtype!r} (not an attention transformer: state-space "
-            "or hybrid layers); give a measured figure for this model instead"
+            f"{where}: no closed-form work for model_type {mtype!r} (not an attention transformer: "
+            "state-space or hybrid layers); give a measured figure for this model instead"
         )
     if mtype not in _ENCODERS:
         return _decoder_dims(cfg, mtype, name=name, task=task)
@@ -338,7 +340,8 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
     if head_dim is None:
         if hidden % heads:
             raise ChipswapError(
-                f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads; add head_dim"
+                f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads; add "
+                "head_dim"
             )
         head_dim = hidden // heads
     biases = fam.biases or bool(cfg.get("attention_bias") or cfg.get("mlp_bias") or cfg.get("qkv_bias"))
@@ -356,7 +359,7 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
         sliding_window=hf.positive(cfg, "sliding_window", where, zero_ok=True) or 0,
         sliding_layers=hf.sliding_layer_count(cfg, layers, where, fam),
         logit_softcap=float(softcap[1]) if softcap else 0.0,
-        **_moe_sizes(cfg, fam, layers, intermediate, where),
+        **_moe_sizes(cfg, fam, layers, intermediate, where),  # type: ignore[arg-type]
     )  # fmt: skip
 
 
@@ -372,7 +375,8 @@ def _moe_sizes(
     top_k = hf.positive(cfg, "top_k", where)
     if top_k is None:
         raise ChipswapError(
-            f"{where}: config gives {experts} experts but no {hf.FIELDS['top_k'][0]} (experts per token); add it"
+            f"{where}: config gives {experts} experts but no {hf.FIELDS['top_k'][0]} (experts per token); "
+            "add it"
         )
     if top_k > experts:
         raise ChipswapError(

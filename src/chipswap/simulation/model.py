@@ -145,7 +145,7 @@ def setup_from_serving(
     kv_tokens = int(getattr(config, "kv_tokens", 0) or 0)
     slots, kv_blocks = config.max_batch, 0
     if mode == "llm" and config.padded:
-        # the stack keeps `slot_occupancy` of the compiled slots busy; every step still runs the compiled batch
+        # the stack keeps `slot_occupancy` of the compiled slots busy; each step still runs the compiled batch
         slots = live_slots(config.max_batch, float(getattr(config, "slot_occupancy", 1.0) or 1.0))
     if mode == "llm" and not config.padded and kv_tokens:
         kv_blocks = kv_tokens // DEFAULT_CONTEXT_BLOCK
