@@ -36,6 +36,7 @@ PUBLISHED = [
     ("llama-4-scout", 109e9, 17e9, True, 0.03),
     ("llama-4-maverick", 400e9, 17e9, True, 0.03),
     ("qwen3-30b-a3b", 30.5e9, 3.3e9, True, 0.03),
+    ("mimo-v2-flash", 309e9, 15e9, True, 0.04),
 ]
 
 
@@ -179,3 +180,17 @@ def test_a_config_without_architectures_asks_for_task(tmp_path):
     assert "\n" not in str(e.value)
     assert model_work(ref, task="causal-lm").kind == "decoder"
     assert model_work(models.resolve_model(str(path), task="causal-lm")).kind == "decoder"
+
+
+def test_mimo_v2_value_heads_and_sliding_layers():
+    """MiMo-V2-Flash: 192-wide query / key heads, 128-wide value heads (every attention weight, KV byte and
+    attention FLOP is linear in their sum: counted at the mean width, exactly), 8 KV heads on its 39
+    sliding-window layers and 4 on the 9 full ones (counted 8 everywhere, an upper bound said in a note)."""
+    d = work_of("mimo-v2-flash").dims
+    assert d.head_dim == (192 + 128) // 2 and d.kv_heads == 8 and d.sliding_layers == 39
+    assert d.moe_layers == 47 and any("upper bound" in n for n in d.notes)
+    kv = work_of("mimo-v2-flash").kv_bytes_per_token_total("bf16")
+    assert kv == 48 * 8 * (192 + 128) * 2  # K and V of their own widths
+    with pytest.raises(ChipswapError, match="swa_head_dim = 128") as e:
+        work_of("mimo-v2-flash", swa_head_dim=128)
+    assert "\n" not in str(e.value)

@@ -58,6 +58,13 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "sliding_window": ("sliding_window", "sliding_window_size", "attention_chunk_size"),
     # logit soft-capping (Gemma 2): an elementwise tanh, read and reported, no matmul work
     "softcap": ("final_logit_softcapping", "attn_logit_softcapping"),
+    # value heads of another width than the query / key heads (MiMo-V2: 192 / 128)
+    "v_head_dim": ("v_head_dim",),
+    # the attention shape of the sliding-window layers when the config gives it apart (MiMo-V2)
+    "swa_heads": ("swa_num_attention_heads",),
+    "swa_kv_heads": ("swa_num_key_value_heads",),
+    "swa_head_dim": ("swa_head_dim",),
+    "swa_v_head_dim": ("swa_v_head_dim",),
 }
 
 # fields that say which layers are MoE layers (dense layers use the dense MLP width):
@@ -147,7 +154,6 @@ UNMODELLED: dict[str, str] = {
     "q_lora_rank": "low-rank query projection",
     "qk_rope_head_dim": "split rotary / non-rotary head dims (latent attention)",
     "qk_nope_head_dim": "split rotary / non-rotary head dims (latent attention)",
-    "v_head_dim": "value heads narrower than key heads",
     "hidden_size_per_layer_input": "per-layer input embeddings",
     "vocab_size_per_layer_input": "per-layer input embeddings",
     "num_kv_shared_layers": "layers sharing another layer's KV cache",
@@ -161,9 +167,6 @@ UNMODELLED: dict[str, str] = {
     "expert_layer_period": "an MoE layer pattern chipswap does not read",
     "global_head_dim": "a separate head width on global layers",
     "num_global_key_value_heads": "separate KV heads on global layers",
-    "swa_num_attention_heads": "separate head counts on sliding-window layers",
-    "swa_num_key_value_heads": "separate head counts on sliding-window layers",
-    "swa_head_dim": "a separate head width on sliding-window layers",
 }
 # fields whose value does not change matmul weights, FLOPs or bytes beyond what the fitted terms absorb
 # (rotary settings, norms, routing rules, dropout, token ids, speculative-decoding heads not run when serving)
@@ -309,6 +312,13 @@ def sliding_layer_count(cfg: dict[str, Any], layers: int, where: str, fam: Famil
     window = field(cfg, "sliding_window")
     if window is None or not window[1]:
         return 0
+    pattern = cfg.get("hybrid_layer_pattern")
+    if isinstance(pattern, list) and pattern:  # MiMo-V2: 1 = a sliding-window layer, 0 = full attention
+        if len(pattern) != layers or any(x not in (0, 1) for x in pattern):
+            raise ChipswapError(
+                f"{where}: hybrid_layer_pattern must give 0 or 1 for each of the {layers} layers; fix it"
+            )
+        return sum(pattern)
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         unknown = sorted({str(t) for t in types} - set(LAYER_TYPES))
@@ -330,6 +340,34 @@ def sliding_layer_count(cfg: dict[str, Any], layers: int, where: str, fam: Famil
 
 # embedding widths that change nothing when they equal the hidden size (OPT-350m projects 512 -> 1,024)
 SAME_AS_HIDDEN = frozenset({"word_embed_proj_dim", "embedding_size", "input_embedding_size", "emb_dim"})
+
+
+def attention_shape(
+    cfg: dict[str, Any], heads: int, kv_heads: int, head_dim: int, where: str
+) -> tuple[int, int, str]:
+    """(KV heads, head width, note) as the closed form counts them. Value heads of another width v: every
+    attention weight, KV-cache byte and attention FLOP is linear in (head_dim + v), so the head width counted
+    is their mean (exact). Sliding-window layers with more KV heads than the full layers (MiMo-V2: 8 vs 4)
+    count them on every layer (an upper bound, said in the note); other per-layer shapes are refused."""
+    v = positive(cfg, "v_head_dim", where) or head_dim
+    for size, full in (("swa_heads", heads), ("swa_head_dim", head_dim), ("swa_v_head_dim", v)):
+        got = positive(cfg, size, where)
+        if got is not None and got != full:
+            raise ChipswapError(
+                f"{where}: config field {FIELDS[size][0]} = {got} differs from the full-attention layers' "
+                f"{full}; per-layer attention shapes are not sized; give a measured figure for this model"
+            )
+    if (head_dim + v) % 2:
+        raise ChipswapError(f"{where}: head_dim {head_dim} + v_head_dim {v} is odd; fix the config")
+    note = ""
+    swa_kv = positive(cfg, "swa_kv_heads", where)
+    if swa_kv is not None and swa_kv != kv_heads:
+        note = (
+            f"KV heads: {swa_kv} on the sliding-window layers, {kv_heads} on the others; counted as "
+            f"{max(swa_kv, kv_heads)} on every layer (an upper bound)"
+        )
+        kv_heads = max(swa_kv, kv_heads)
+    return kv_heads, (head_dim + v) // 2, note
 
 
 def check_unread_fields(cfg: dict[str, Any], where: str) -> None:

@@ -272,6 +272,7 @@ def project_serving(
         notes.append(
             f"attention heads padded from {d.heads} to {best.padded_heads} for TP{best.tp} (as NxDI does)"
         )
+    notes.extend(f"model {work.name}: {n}" for n in d.notes)
     if work.is_moe:
         ep = (
             "experts split across the group (expert parallel)"

@@ -106,6 +106,7 @@ class ModelDims:
     sliding_window: int = 0
     sliding_layers: int = 0
     logit_softcap: float = 0.0  # Gemma 2 logit soft-capping: an elementwise tanh, no matmul work
+    notes: tuple[str, ...] = ()  # what the closed form assumed about this config (shown with the projection)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -344,6 +345,7 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
                 "head_dim"
             )
         head_dim = hidden // heads
+    kv_heads, head_dim, note = hf.attention_shape(cfg, heads, int(kv_heads), head_dim, where)
     biases = fam.biases or bool(cfg.get("attention_bias") or cfg.get("mlp_bias") or cfg.get("qkv_bias"))
     positions = int(cfg.get(fam.positions) or 0) if fam.positions else 0
     decoder = task is None or task in DECODER_TASKS
@@ -358,7 +360,7 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
         max_positions=hf.positive(cfg, "max_positions", where, zero_ok=True) or 0,
         sliding_window=hf.positive(cfg, "sliding_window", where, zero_ok=True) or 0,
         sliding_layers=hf.sliding_layer_count(cfg, layers, where, fam),
-        logit_softcap=float(softcap[1]) if softcap else 0.0,
+        logit_softcap=float(softcap[1]) if softcap else 0.0, notes=(note,) if note else (),
         **_moe_sizes(cfg, fam, layers, intermediate, where),  # type: ignore[arg-type]
     )  # fmt: skip
 
