@@ -55,6 +55,7 @@ PURE_CORES = {
     "chipswap.shapes.baselines",
     "chipswap.readiness.rules",
     "chipswap.projection.work",
+    "chipswap.projection.hfconfig",
     "chipswap.projection.platform",
     "chipswap.projection.predict",
     "chipswap.projection.predict_encoder",

@@ -111,7 +111,7 @@ def test_figures_carry_bands_and_per_shape_and_per_batch_predictions():
         assert s.e2e.value == pytest.approx(s.ttft.value + s.shape.output * s.tpot.value)
     rps = [b.requests_per_s.value for b in p.batches]
     assert rps == sorted(rps) and p.batches[-1].batch == p.config.max_batch
-    assert p.config.max_length == 7400
+    assert p.config.max_length == 7000 + 400 - 1  # positions held: the last output token is never fed back
     # explicit buckets replace the power-of-two default
     q = project_serving(
         W8, "trn1.32xlarge", prompt_tokens=trace_p, output_tokens=trace_o, buckets=[2500, 7400], catalog=CAT

@@ -16,6 +16,7 @@ from chipswap.models.entry import _import_factory, _split_factory
 from chipswap.models.spec import (
     _ARCH_TASKS,
     _DEFAULT_TASK,
+    TEXT_CONFIG_KEYS,
     ModelRef,
     _check_task,
     _normalize,
@@ -110,10 +111,12 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     if not isinstance(cfg, dict):
         raise ChipswapError(f"config is not a JSON object: {f}; pass a transformers config.json")
     _validate_hf_config(cfg, str(f))
-    t = task or _task_from_config(cfg)
-    name = cfg.get("_name_or_path") or f.parent.name or f.stem
+    guessed = task is None and _task_from_config(cfg) is None
+    t = task or _task_from_config(cfg) or "base"
+    name = cfg.get("_name_or_path") or (f.parent.name if f.name == "config.json" else f.stem) or f.stem
     ref = ModelRef(
-        kind="hf-config", name=one_line(name, 80), config=_normalize(cfg), task=t, source=str(f), path=str(f)
+        kind="hf-config", name=one_line(name, 80), config=_normalize(cfg), task=t, source=str(f), path=str(f),
+        task_guessed=guessed,
     )
     # some checks (e.g. heads vs hidden size) only run when the model is built: build once on meta
     try:
@@ -124,7 +127,8 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     return ref
 
 
-def _task_from_config(cfg: dict[str, Any]) -> str:
+def _task_from_config(cfg: dict[str, Any]) -> str | None:
+    """The task a config's `architectures` (or its model_type's default) names; None when neither says."""
     archs = cfg.get("architectures") or []
     if not isinstance(archs, list):
         archs = []
@@ -137,5 +141,7 @@ def _task_from_config(cfg: dict[str, Any]) -> str:
         if a.endswith("ForConditionalGeneration"):
             if cfg.get("model_type") == "t5":
                 return "encoder"
+            if any(isinstance(cfg.get(k), dict) for k in TEXT_CONFIG_KEYS):
+                return "causal-lm"  # a decoder LM with a vision / audio tower (Llama 4, Gemma 3, ...)
             return "speech-seq2seq" if "num_mel_bins" in cfg else "seq2seq-lm"
-    return _DEFAULT_TASK.get(str(cfg.get("model_type")), "base")
+    return _DEFAULT_TASK.get(str(cfg.get("model_type")))

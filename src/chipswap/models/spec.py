@@ -40,6 +40,9 @@ _DEFAULT_TASK = {
     "mistral": "causal-lm",
 }
 
+# the sub-config holding a multimodal model's language model (Llama 4, Gemma 3: text_config)
+TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
+
 # architecture suffix in config.json -> task
 _ARCH_TASKS = (
     ("ForSequenceClassification", "sequence-classification"),
@@ -118,8 +121,9 @@ CONFIG_BOUNDS: dict[str, int] = {
     "vocab_size": 1 << 24,
     "type_vocab_size": 1 << 16,
     "num_labels": 1 << 20,
+    # positions: Llama 4 Scout publishes 10,485,760 (meta builds allocate nothing per position)
     **dict.fromkeys(
-        ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions"), 1 << 21
+        ("max_position_embeddings", "n_positions", "max_source_positions", "max_target_positions"), 1 << 24
     ),
     "image_size": 16_384,
     "patch_size": 16_384,
@@ -205,6 +209,9 @@ class ModelRef:
     trust_pickle: bool = False  # a .pt2 may unpickle objects (only with --trust-pickle)
     trust_native: bool = False  # a .pt2 may load its AOTInductor shared objects (only with --trust-native)
     factory_dirs: tuple[str, ...] = ()  # extra folders a factory may be imported from (--factory-path)
+    # the task was guessed: a config.json with no `architectures` and no --task (readiness checks the bare
+    # model; a projection asks for --task, since a decoder LM and an encoder do different work)
+    task_guessed: bool = False
 
     @property
     def model_type(self) -> str | None:

@@ -19,6 +19,7 @@ from chipswap.plan.figures import Figure
 from chipswap.plan.result import ShapeSummary
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.traffic import Load
+from chipswap.simulation.servicetime import positions_held
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def _lengths(s: PlanSetup, load: Load, shapes: ShapeSummary | None, work: Any) -
     limit = work.dims.max_positions or 0
     keep = np.ones(prompt.size, dtype=bool)
     if limit:
-        keep &= prompt + (out if tr.mode == "llm" else 0) <= limit
+        keep &= (positions_held(prompt, out) if tr.mode == "llm" else prompt) <= limit
     if shapes is not None and shapes.sequence_buckets:
         keep &= prompt <= max(shapes.sequence_buckets)
     if not keep.any():
@@ -180,6 +181,27 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     return InstanceProjection(inst.name, tokens_per_s=fig, note=note, detail=t)
 
 
+def _measured(s: PlanSetup, name: str, is_gpu: bool) -> bool:
+    """Does the workload (or a bench file) give a measured figure of what the projection would predict for
+    `name` (serving throughput; training tokens/s or run hours)?"""
+    if s.measured.get(name) is not None:
+        return True
+    wl = s.workload
+    figs = wl.figures.get(name)
+    quantities = ("throughput",) if s.kind == "serving" else ("tokens_per_s", "run_hours")
+    if figs is not None and any(
+        getattr(figs, q) is not None and getattr(figs, q).source == "measured" for q in quantities
+    ):
+        return True
+    tp = wl.throughput if s.kind == "serving" else None
+    if tp is None:
+        return False
+    if is_gpu:
+        return tp.gpu_requests_per_s is not None and tp.gpu_source == "measured"
+    ct = tp.candidates.get(name)
+    return ct is not None and ct.requests_per_s is not None and ct.source == "measured"
+
+
 def projection(s: PlanSetup, load: Load | None, shapes: ShapeSummary | None) -> ProjectionStage:
     instances = (s.fleet, *s.candidates)
     engine = _engine() if s.model is not None else None
@@ -193,7 +215,10 @@ def projection(s: PlanSetup, load: Load | None, shapes: ShapeSummary | None) -> 
     try:
         work = engine.model_work(s.model, task=s.workload.model.task if s.workload.model else None)
     except ChipswapError as exc:
-        raise ChipswapError(f"{s.path}: model: {exc}") from None
+        if not all(_measured(s, i.name, i is s.fleet) for i in instances):
+            raise ChipswapError(f"{s.path}: model: {exc}") from None
+        why = f"every figure is measured, so the model's work is not needed and nothing is projected ({exc})"
+        return ProjectionStage({i.name: InstanceProjection(i.name) for i in instances}, None, False, (why,))
     weights = _weights(work)
     out: dict[str, InstanceProjection] = {}
     for inst in instances:

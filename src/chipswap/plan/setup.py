@@ -190,8 +190,13 @@ def _bench_check(wl: Workload, model: Any, catalog: Any, accept: bool) -> Callab
 
 
 def max_positions(ref: Any) -> int | None:
-    """The model's max_position_embeddings, when its config states it."""
+    """The model's max_position_embeddings, when its config states it (a multimodal config's text_config)."""
+    from chipswap.models.spec import TEXT_CONFIG_KEYS
+
     cfg = getattr(ref, "config", None) or {}
+    text = next((cfg[k] for k in TEXT_CONFIG_KEYS if isinstance(cfg.get(k), dict)), None)
+    if text is not None and "max_position_embeddings" not in cfg:
+        cfg = text
     try:
         v = int(cfg.get("max_position_embeddings") or 0)
     except (TypeError, ValueError, AttributeError):

@@ -305,7 +305,8 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         tried.append(f"{_layout_words(lay.config)}: {z.instances} instance{'s' if z.instances != 1 else ''}")
         best = (int(z.instances), f)
     what = f"simulated: {load.what}, {load.requests:,} requests in the window"
-    band = float(p.times.band or 0.0)
+    # the band of the layout sized (the fewest instances), not of the projection's own pick
+    band = float((best[1].lay.times if best is not None else p.times).band or 0.0)
     if best is None:
         return InstanceSim(
             p.instance,

@@ -2,7 +2,10 @@
 latency with error bands (or training tokens/s), and the calibration that fits the platform models.
 
 Pure core (no I/O, no torch, no clock):
-- work.py        a model's parameters, bytes and FLOPs in closed form (ModelWork);
+- work.py        a model's parameters, bytes and FLOPs in closed form (ModelWork), the MoE experts a decode
+                 step touches;
+- hfconfig.py    which Hugging Face config fields give which size (aliases, family traits, MoE layer pattern,
+                 unread fields refused) - any decoder config, no list of model types;
 - platform.py    a chip family's spec sheet + fitted coefficients -> seconds for a model's work;
 - predict.py     the serving projection itself (ServingProjection); records in projected.py,
                  the encoder search in predict_encoder.py;

@@ -118,6 +118,12 @@ def model_work(ref: Any, *, task: str | None = None) -> ModelWork:
     a factory states no layer / KV-head sizes, so it cannot be projected as an LLM). Exported .pt2 programs
     are refused (no sizes, fixed shapes)."""
     t = task or ref.task
+    if task is None and getattr(ref, "task_guessed", False):
+        raise ChipswapError(
+            f"model {ref.name}: its config.json has no `architectures`, so chipswap cannot tell a decoder LM "
+            "from an encoder; pass --task causal-lm for a decoder (or the encoder's task, e.g. --task base; "
+            "in a workload: model.task)"
+        )
     if ref.kind in ("preset", "hf-config"):
         return work_from_config(ref.config, name=ref.name, task=t)
     if ref.kind == "factory":

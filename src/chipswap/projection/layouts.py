@@ -22,6 +22,7 @@ from chipswap.economics.catalog import Instance
 from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel
 from chipswap.projection.stackmodel import StackTerms, band_for, stack_poly, steady_rps
 from chipswap.projection.work import ModelWork
+from chipswap.simulation.servicetime import live_slots
 
 NEURON_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # compiled batch sizes tried on Neuron (up to the family cap)
 METRICS = ("requests_per_s", "out_tok_s", "tpot_s", "ttft_s")
@@ -162,6 +163,8 @@ def evaluate(
         sampling=ctx.sampling, family=platform.family,
     )  # fmt: skip
     occ = ctx.terms.get("slot_occupancy") if ctx.terms is not None else 1.0
+    if platform.padded:  # the whole slots the simulator runs (servicetime.live_slots), as a share
+        occ = live_slots(batch, occ) / batch
     rps = replicas * steady_rps(poly, batch, mean_prompt, mean_output, mean_pad, occ)
     distance: float = 0.0
     outside: tuple[str, ...] = ()

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.work import ModelWork, dtype_bytes
+from chipswap.projection.work import ModelWork, dtype_bytes, expected_experts_touched
 
 ACTIVATION_BYTES = 2.0  # bf16/fp16 activations travel through the tensor-parallel all-reduces
 ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
@@ -151,7 +151,9 @@ class Coefficients:
 class LlmPoly:
     """Seconds of one replica's calls as polynomials (coefficients precomputed for one configuration):
 
-    prefill(b, l) = p0 + p_bl*b*l + p_bll*b*l*l + p_b*b ; decode(b, c) = d0 + d_b*b + d_bc*b*c."""
+    prefill(b, l) = p0 + p_bl*b*l + p_bll*b*l*l + p_b*b ; decode(b, c) = d0 + d_b*b + d_bc*b*c
+    + d_expert x expected_experts_touched(experts, top_k, b) (MoE: streaming the routed experts the batch's
+    tokens touch; d0 then holds every other weight; 0 for a dense model)."""
 
     p0: float
     p_b: float
@@ -160,12 +162,18 @@ class LlmPoly:
     d0: float
     d_b: float
     d_bc: float
+    d_expert: float = 0.0
+    experts: int = 0
+    top_k: int = 0
 
     def prefill_s(self, batch: int, length: int) -> float:
         return self.p0 + batch * (self.p_b + length * (self.p_bl + length * self.p_bll))
 
     def decode_step_s(self, batch: int, context: int) -> float:
-        return self.d0 + batch * (self.d_b + context * self.d_bc)
+        step = self.d0 + batch * (self.d_b + context * self.d_bc)
+        if self.d_expert:
+            step += self.d_expert * expected_experts_touched(self.experts, self.top_k, batch)
+        return step
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,7 @@ def llm_poly(
     le = coef.need("link_eff", family or device.chip) if tp > 1 else 1.0
     d = work.dims
     weights_s = work.streamed_weight_bytes(weight_dtype) / (tp * device.hbm_bytes_s * we)
+    expert_s, routed_s = _expert_stream_s(work, weight_dtype, tp * device.hbm_bytes_s * we)
     per_token_comm = _collective_s_per_token(work, tp, device, le)
     mm_flops_per_token = 2.0 * work.matmul_params
     head_flops_per_row = 2.0 * work.head_params
@@ -226,10 +235,20 @@ def llm_poly(
         p_b=head_flops_per_row / compute_rate,
         p_bl=per_token_comm + mm_flops_per_token / compute_rate,
         p_bll=attn_flops_per_qk / attention_rate,
-        d0=d.layers * coef.need("decode_layer_s", "") + weights_s,
+        d0=d.layers * coef.need("decode_layer_s", "") + weights_s - routed_s,
         d_b=per_token_comm + (mm_flops_per_token + head_flops_per_row) / compute_rate,
         d_bc=kv_dev / (device.hbm_bytes_s * ke) + attn_flops_per_qk / attention_rate,
+        d_expert=expert_s, experts=d.experts, top_k=d.experts_per_token,
     )
+
+
+def _expert_stream_s(work: ModelWork, weight_dtype: str, bytes_s: float) -> tuple[float, float]:
+    """(seconds to stream one routed expert of every MoE layer, seconds to stream all of them) at `bytes_s`:
+    a decode step reads the experts its batch touches (work.expected_experts_touched), a prefill all."""
+    if not work.is_moe:
+        return 0.0, 0.0
+    one = work.expert_params * dtype_bytes(weight_dtype) / bytes_s
+    return one, one * work.dims.experts
 
 
 def encoder_output_bytes(work: ModelWork, out_dtype_bytes: float = 4.0) -> tuple[float, float]:
@@ -308,14 +327,16 @@ def roofline_llm_poly(
         d_bc=attn / rate,
     )
     weights_s = work.streamed_weight_bytes(weight_dtype) / (tp * device.hbm_bytes_s)
+    expert_s, routed_s = _expert_stream_s(work, weight_dtype, tp * device.hbm_bytes_s)
     memory = LlmPoly(
         p0=weights_s,
         p_b=0.0,
         p_bl=work.kv_bytes_per_token_total(kv_dtype) / (tp * device.hbm_bytes_s),
         p_bll=0.0,
-        d0=weights_s,
+        d0=weights_s - routed_s,
         d_b=0.0,
         d_bc=work.kv_bytes_per_token_total(kv_dtype) / (tp * device.hbm_bytes_s),
+        d_expert=expert_s, experts=work.dims.experts, top_k=work.dims.experts_per_token,
     )
     return compute, memory
 

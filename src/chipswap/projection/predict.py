@@ -55,7 +55,13 @@ from chipswap.projection.search_common import (
     devices_of,
 )
 from chipswap.projection.stackmodel import steady_rps
-from chipswap.projection.work import GiB, ModelWork, dtype_bytes
+from chipswap.projection.work import (
+    GiB,
+    ModelWork,
+    decode_weight_params,
+    dtype_bytes,
+    expected_experts_touched,
+)
 from chipswap.simulation.servicetime import ServingConfig
 
 MODES = ("llm", "encoder")
@@ -135,8 +141,8 @@ def project_serving(
     d = work.dims
     if d.max_positions and lengths.max_total > d.max_positions:
         reason = (
-            f"the traffic's longest request is {lengths.max_total:,} tokens but {work.name} accepts "
-            f"{d.max_positions:,} positions"
+            f"the traffic's longest request holds {lengths.max_total:,} positions (prompt + output - 1: the "
+            f"last token is never fed back) but {work.name} accepts {d.max_positions:,} positions"
         )
         return _empty(work, platform, instance, mode, reason, [("all", reason)], notes)
     tps = tp_degrees(work, devices, platform.padded)
@@ -266,17 +272,22 @@ def project_serving(
         notes.append(
             f"attention heads padded from {d.heads} to {best.padded_heads} for TP{best.tp} (as NxDI does)"
         )
+    notes.extend(f"model {work.name}: {n}" for n in d.notes)
     if work.is_moe:
         ep = (
             "experts split across the group (expert parallel)"
             if d.experts % best.tp == 0
             else "experts tensor-parallel"
         )
+        touched = expected_experts_touched(d.experts, d.experts_per_token, best.max_batch)
         notes.append(
-            f"MoE: {d.experts} experts, top-{d.experts_per_token}; work per token from the active parameters "
-            f"({(work.matmul_params + work.head_params) / 1e9:,.1f} B), every expert in memory and read "
-            "each decode "
-            f"step ({(work.streamed_params + work.head_params) / 1e9:,.1f} B); {ep}"
+            f"MoE: {d.experts} experts, top-{d.experts_per_token}"
+            + (f", {d.moe_layers} of {d.layers} layers MoE" if d.moe_layers else "")
+            + f"; work per token from the active parameters "
+            f"({(work.matmul_params + work.head_params) / 1e9:,.1f} B), every expert in memory; a decode "
+            f"step reads the experts its batch touches ({touched:,.1f} of "
+            f"{d.experts} per layer at batch {best.max_batch} under uniform routing: "
+            f"{decode_weight_params(work, best.max_batch) / 1e9:,.1f} B); {ep}"
         )
     if ctx.terms is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
         notes.append(
@@ -411,6 +422,7 @@ def _llm_result(
         rejected=tuple(rejected),
         stack=ctx.stack,
         kv_tokens=best.kv_tokens,
+        slot_occupancy=best.occupancy,
     )
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(

@@ -15,7 +15,7 @@ import numpy as np
 
 from chipswap.errors import ChipswapError
 from chipswap.projection.platform import EncoderPoly, LlmPoly
-from chipswap.simulation.servicetime import ServingConfig
+from chipswap.simulation.servicetime import ServingConfig, positions_held
 
 MAX_LENGTH_LIMIT = 1 << 20  # longest prompt + output accepted (bounds every length-sized computation)
 
@@ -100,7 +100,7 @@ class Lengths:
     shapes: tuple[Shape, ...]
     mean_prompt: float
     mean_output: float
-    max_total: int
+    max_total: int  # most positions one request holds: prompt + output - 1 (servicetime.positions_held)
     requests: int
 
     @staticmethod
@@ -124,7 +124,7 @@ class Lengths:
                 f"lengths must be >= 1 (prompt) and >= 0 (output), got min {int(p.min())} / {int(o.min())}; "
                 "fix the lengths"
             )
-        total = int((p + o).max())
+        total = int(positions_held(p, o).max())  # the last output token is sampled, never fed back
         if total > MAX_LENGTH_LIMIT:
             raise ChipswapError(
                 f"longest request is {total:,} tokens, over the {MAX_LENGTH_LIMIT:,} chipswap projects; "

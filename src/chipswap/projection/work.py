@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chipswap.errors import ChipswapError
+from chipswap.projection import hfconfig as hf
 
 GiB = float(2**30)  # bytes in a GiB (the one definition the projection uses)
 
@@ -96,6 +97,16 @@ class ModelDims:
     experts_per_token: int = 0
     expert_intermediate: int = 0
     shared_expert_intermediate: int = 0
+    # MoE layers among the blocks (0 = every block; Llama 4 Maverick interleaves dense and MoE blocks) and
+    # the MLP width of the dense blocks of an MoE model (0 = intermediate)
+    moe_layers: int = 0
+    dense_intermediate: int = 0
+    # attention over a bounded window on `sliding_layers` of the blocks (0 = none; read and reported: the
+    # time model counts every layer at full attention, an upper bound at contexts beyond the window)
+    sliding_window: int = 0
+    sliding_layers: int = 0
+    logit_softcap: float = 0.0  # Gemma 2 logit soft-capping: an elementwise tanh, no matmul work
+    notes: tuple[str, ...] = ()  # what the closed form assumed about this config (shown with the projection)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -125,9 +136,11 @@ class ModelWork:
     embedding_params: int  # token (+ position) embedding rows; gathered, not multiplied
     # or "graph count (torch.utils.flop_counter)" when projection/flops.py made it
     source: str = "closed form"
-    # MoE: matmul weights read by one decode step (every expert's: at the batches served, the tokens of a
-    # step together touch all experts); 0 = matmul_params (dense)
+    # MoE: the matmul weights of every expert (what a step that touches all experts reads: a prefill of
+    # many tokens); 0 = matmul_params (dense). A decode step of a batch reads the experts its tokens touch:
+    # see decode_weight_bytes.
     streamed_params: int = 0
+    expert_params: int = 0  # MoE: weights of one routed expert summed over the MoE layers
 
     # --- sizes -----------------------------------------------------------------------------------
     @property
@@ -149,6 +162,16 @@ class ModelWork:
     @property
     def is_moe(self) -> bool:
         return self.dims.experts > 0
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: every parameter less the routed experts it is not sent to (= params
+        for a dense model). Embeddings count, as the published "active" figures of Qwen3 MoE and Llama 4
+        count them."""
+        d = self.dims
+        if not d.experts:
+            return self.params
+        return int(self.params - (d.experts - d.experts_per_token) * self.expert_params)
 
     def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> float:
         """KV-cache bytes per token on ONE device of a tensor-parallel group of `tp` devices:
@@ -224,98 +247,58 @@ class ModelWork:
 
 # --- building ModelDims from a transformers-style config ----------------------------------------
 
-# config keys, in the order tried, for each dimension (transformers' own attribute names and aliases)
-_KEYS: dict[str, tuple[str, ...]] = {
-    "hidden": ("hidden_size", "d_model", "n_embd", "dim"),
-    "layers": ("num_hidden_layers", "num_layers", "n_layer", "n_layers"),
-    "heads": ("num_attention_heads", "num_heads", "n_head", "n_heads"),
-    "intermediate": ("intermediate_size", "d_ff", "hidden_dim", "n_inner", "ffn_dim"),
-    "vocab": ("vocab_size",),
+# encoder families (their heads, learned positions and LayerNorms are not in a decoder's config fields):
+# model_type -> (gated MLP, biases, norm params per layer in units of hidden, tied by default). Every other
+# model_type is read as a decoder from its config fields (chipswap.projection.hfconfig).
+_ENCODERS: dict[str, tuple[bool, bool, int, bool]] = {
+    "bert": (False, True, 4, True),
+    "roberta": (False, True, 4, True),
+    "xlm-roberta": (False, True, 4, True),
+    "electra": (False, True, 4, True),
+    "distilbert": (False, True, 4, True),
+    "albert": (False, True, 4, True),
+    "t5": (False, False, 2, True),
+    "vit": (False, True, 4, True),
 }
-# model_type -> (kind, gated MLP, biases, norm params per layer in units of hidden, tied by default)
-_ARCH: dict[str, tuple[str, bool, bool, int, bool]] = {
-    "llama": ("decoder", True, False, 2, False),
-    "mistral": ("decoder", True, False, 2, False),
-    "qwen2": ("decoder", True, False, 2, False),
-    "qwen3": ("decoder", True, False, 2, False),
-    "mixtral": ("decoder", True, False, 2, False),
-    "qwen3_moe": ("decoder", True, False, 2, False),
-    "llama4_text": ("decoder", True, False, 2, False),
-    "gptj": ("decoder", False, False, 2, False),
-    "gpt2": ("decoder", False, True, 4, True),
-    "falcon": ("decoder", False, False, 2, True),
-    "bert": ("encoder", False, True, 4, True),
-    "roberta": ("encoder", False, True, 4, True),
-    "xlm-roberta": ("encoder", False, True, 4, True),
-    "electra": ("encoder", False, True, 4, True),
-    "distilbert": ("encoder", False, True, 4, True),
-    "albert": ("encoder", False, True, 4, True),
-    "t5": ("encoder", False, False, 2, True),
-    "vit": ("encoder", False, True, 4, True),
-}
+_LEARNED_POSITIONS = ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert")
 DECODER_TASKS = ("causal-lm",)
 
 
-def _need(cfg: dict[str, Any], dim: str, where: str) -> int:
-    for key in _KEYS[dim]:
-        v = cfg.get(key)
-        if v is not None:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ChipswapError(f"{where}: {key} must be a positive integer, got {v!r}; fix the config")
-            return int(v)
-    raise ChipswapError(
-        f"{where}: config has no {_KEYS[dim][0]} (or {', '.join(_KEYS[dim][1:]) or 'alias'}); "
-        f"add the model's {dim} size to the config"
-    )
-
-
 def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None) -> ModelDims:
-    """ModelDims from a transformers-style config dict (preset or config.json). A missing size is a
-    one-line error naming the field; an architecture outside the dense-transformer families is refused."""
+    """ModelDims from a transformers-style config dict (preset or config.json; a multimodal config's nested
+    text_config). Decoders of any family are read from their config fields (hfconfig.FIELDS); a missing
+    size or a field that changes the work but is not read is a one-line error naming the field."""
     where = f"model {name}"
+    cfg = hf.text_part(cfg)
     mtype = str(cfg.get("model_type") or "")
-    if mtype not in _ARCH:
+    if not mtype:
+        raise ChipswapError(f'{where}: config has no model_type; add "model_type" as config.json does')
+    if mtype in hf.NOT_TRANSFORMERS:
         raise ChipswapError(
-            f"{where}: no closed-form work for model_type {mtype!r}; supported: {', '.join(sorted(_ARCH))} "
-            "(dense transformers); give a measured figure for this model instead"
+            f"{where}: no closed-form work for model_type {mtype!r} (not an attention transformer: "
+            "state-space or hybrid layers); give a measured figure for this model instead"
         )
-    kind, gated, biases, norm_units, tied_default = _ARCH[mtype]
-    hidden = _need(cfg, "hidden", where)
-    layers = _need(cfg, "layers", where)
-    heads = _need(cfg, "heads", where)
-    if mtype == "gpt2" and cfg.get("n_inner") is None:
-        intermediate = 4 * hidden
-    else:
-        intermediate = _need(cfg, "intermediate", where)
-    vocab = 0 if mtype == "vit" else _need(cfg, "vocab", where)
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    if mtype == "falcon" and cfg.get("multi_query", False) and not cfg.get("new_decoder_architecture"):
-        kv_heads = 1
-    head_dim = cfg.get("head_dim") or cfg.get("d_kv") or (hidden // heads)
+    if mtype not in _ENCODERS:
+        return _decoder_dims(cfg, mtype, name=name, task=task)
+    gated, biases, norm_units, tied_default = _ENCODERS[mtype]
+    hidden = hf.need(cfg, "hidden", where)
+    layers = hf.need(cfg, "layers", where)
+    heads = hf.need(cfg, "heads", where)
+    intermediate = hf.need(cfg, "intermediate", where)
+    vocab = 0 if mtype == "vit" else hf.need(cfg, "vocab", where)
+    kv_heads = hf.positive(cfg, "kv_heads", where) or heads
+    head_dim = hf.positive(cfg, "head_dim", where) or (hidden // heads)
     if mtype != "t5" and not cfg.get("head_dim") and hidden % heads:
         raise ChipswapError(
             f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads; add head_dim"
         )
-    if mtype in ("llama", "mistral", "qwen2", "qwen3") and cfg.get("hidden_act", "silu") not in (
-        "silu",
-        "swish",
-    ):
-        gated = True  # Llama-style blocks are always gated; the activation only changes elementwise work
     if mtype == "t5":
         gated = str(cfg.get("feed_forward_proj", "relu")).startswith("gated")
-    tied = bool(cfg.get("tie_word_embeddings", tied_default))
-    positions = 0
-    if mtype in ("gpt2",):
-        positions = int(cfg.get("n_positions") or cfg.get("max_position_embeddings") or 0)
-    elif mtype in ("bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert"):
-        positions = int(cfg.get("max_position_embeddings") or 0)
-    decoder = kind == "decoder" and (task is None or task in DECODER_TASKS)
-    if kind == "decoder" and not decoder:
-        kind = "encoder"
-    head = "lm" if decoder else _encoder_head(task)
+    positions = int(cfg.get("max_position_embeddings") or 0) if mtype in _LEARNED_POSITIONS else 0
     embed_dim = int(cfg.get("embedding_size") or 0) if mtype in ("albert", "electra") else 0
     if embed_dim == hidden:
         embed_dim = 0
+    head = _encoder_head(task)
     patch_tokens = 0
     patch_flops = 0.0
     if mtype == "vit":
@@ -326,69 +309,96 @@ def dims_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None)
         patch_tokens = n_patches + 1
         patch_flops = 2.0 * n_patches * hidden * channels * patch * patch
         head = "classifier" if task in (None, "image-classification") else "none"
-    max_pos = int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 0)
-    moe = _moe_sizes(cfg, mtype, intermediate, where)
     return ModelDims(
-        name=name,
-        kind="decoder" if decoder else "encoder",
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        kv_heads=int(kv_heads),
-        head_dim=int(head_dim),
-        intermediate=intermediate,
-        vocab=vocab,
-        gated_mlp=gated,
-        tied_embeddings=tied,
-        positions=positions,
-        biases=biases,
-        norm_params_per_layer=norm_units * hidden,
-        embed_dim=embed_dim,
-        shared_layers=mtype == "albert",
-        head=head,
+        name=name, kind="encoder", hidden=hidden, layers=layers, heads=heads, kv_heads=int(kv_heads),
+        head_dim=int(head_dim), intermediate=intermediate, vocab=vocab, gated_mlp=gated,
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", tied_default)), positions=positions,
+        biases=biases, norm_params_per_layer=norm_units * hidden, embed_dim=embed_dim,
+        shared_layers=mtype == "albert", head=head,
         num_labels=int(cfg.get("num_labels") or len(cfg.get("id2label") or {}) or 2),
-        max_positions=max_pos,
-        patch_tokens=patch_tokens,
-        patch_flops=patch_flops,
-        pooler=mtype != "vit",
-        **moe,
-    )
+        max_positions=int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 0),
+        patch_tokens=patch_tokens, patch_flops=patch_flops, pooler=mtype != "vit",
+    )  # fmt: skip
 
 
-# model_type -> (experts key, top-k key, expert width key or None = intermediate_size,
-#                shared expert width key or None)
-_MOE_KEYS: dict[str, tuple[str, str, str | None, str | None]] = {
-    "mixtral": ("num_local_experts", "num_experts_per_tok", None, None),
-    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", None),
-    "llama4_text": ("num_local_experts", "num_experts_per_tok", None, "shared_expert_intermediate_size"),
-}
+def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | None) -> ModelDims:
+    """A decoder of any family from its config fields; the family's unstated traits from hfconfig.FAMILIES
+    (Llama-style when the family is not listed)."""
+    where = f"model {name}"
+    fam = hf.family(mtype)
+    hf.check_unread_fields(cfg, where)
+    hidden = hf.need(cfg, "hidden", where)
+    layers = hf.need(cfg, "layers", where)
+    heads = hf.need(cfg, "heads", where)
+    intermediate = hf.positive(cfg, "intermediate", where) or fam.mlp_ratio * hidden
+    if not intermediate:
+        intermediate = hf.need(cfg, "intermediate", where)  # the one-line error naming the field
+    vocab = hf.need(cfg, "vocab", where)
+    kv_heads = hf.positive(cfg, "kv_heads", where) or heads
+    if mtype == "falcon" and cfg.get("multi_query", False) and not cfg.get("new_decoder_architecture"):
+        kv_heads = 1
+    head_dim = hf.positive(cfg, "head_dim", where)
+    if head_dim is None:
+        if hidden % heads:
+            raise ChipswapError(
+                f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads; add "
+                "head_dim"
+            )
+        head_dim = hidden // heads
+    kv_heads, head_dim, note = hf.attention_shape(cfg, heads, int(kv_heads), head_dim, where)
+    biases = fam.biases or bool(cfg.get("attention_bias") or cfg.get("mlp_bias") or cfg.get("qkv_bias"))
+    positions = int(cfg.get(fam.positions) or 0) if fam.positions else 0
+    decoder = task is None or task in DECODER_TASKS
+    softcap = hf.field(cfg, "softcap")
+    return ModelDims(
+        name=name, kind="decoder" if decoder else "encoder", hidden=hidden, layers=layers, heads=heads,
+        kv_heads=int(kv_heads), head_dim=int(head_dim), intermediate=intermediate, vocab=vocab,
+        gated_mlp=fam.gated, tied_embeddings=bool(cfg.get("tie_word_embeddings", fam.tied)),
+        positions=positions, biases=biases, norm_params_per_layer=fam.norms * hidden,
+        head="lm" if decoder else _encoder_head(task),
+        num_labels=int(cfg.get("num_labels") or len(cfg.get("id2label") or {}) or 2),
+        max_positions=hf.positive(cfg, "max_positions", where, zero_ok=True) or 0,
+        sliding_window=hf.positive(cfg, "sliding_window", where, zero_ok=True) or 0,
+        sliding_layers=hf.sliding_layer_count(cfg, layers, where, fam),
+        logit_softcap=float(softcap[1]) if softcap else 0.0, notes=(note,) if note else (),
+        **_moe_sizes(cfg, fam, layers, intermediate, where),  # type: ignore[arg-type]
+    )  # fmt: skip
 
 
-def _moe_sizes(cfg: dict[str, Any], mtype: str, intermediate: int, where: str) -> dict[str, int]:
-    """The MoE fields of ModelDims from a config (empty for a dense model). Every MoE layer is assumed
-    routed (Mixtral, Qwen3-MoE, Llama 4 Scout: no interleaved dense layers)."""
-    keys = _MOE_KEYS.get(mtype)
-    if keys is None:
+def _moe_sizes(
+    cfg: dict[str, Any], fam: hf.Family, layers: int, intermediate: int, where: str
+) -> dict[str, int]:
+    """The MoE fields of ModelDims from a config's expert fields (empty for a dense model): experts and
+    top-k, one expert's width, the shared experts' total width, which layers are MoE layers and the dense
+    layers' MLP width."""
+    experts = hf.positive(cfg, "experts", where, zero_ok=True)
+    if not experts:
         return {}
-    e_key, k_key, w_key, s_key = keys
-    out = {}
-    for name, key in (("experts", e_key), ("experts_per_token", k_key)):
-        v = cfg.get(key)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ChipswapError(f"{where}: {key} must be a positive integer, got {v!r}; fix the config")
-        out[name] = v
-    if out["experts_per_token"] > out["experts"]:
+    top_k = hf.positive(cfg, "top_k", where)
+    if top_k is None:
         raise ChipswapError(
-            f"{where}: {k_key} ({out['experts_per_token']}) exceeds {e_key} ({out['experts']}); "
-            "fix the config"
+            f"{where}: config gives {experts} experts but no {hf.FIELDS['top_k'][0]} (experts per token); "
+            "add it"
         )
-    width = cfg.get(w_key) if w_key else intermediate
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise ChipswapError(f"{where}: {w_key} must be a positive integer, got {width!r}; fix the config")
-    out["expert_intermediate"] = width
-    shared = cfg.get(s_key, 0) if s_key else 0
-    out["shared_expert_intermediate"] = int(shared or 0)
-    return out
+    if top_k > experts:
+        raise ChipswapError(
+            f"{where}: {top_k} experts per token exceeds the {experts} experts; fix the config"
+        )
+    width = hf.positive(cfg, "expert_width", where) or intermediate
+    shared = hf.positive(cfg, "shared_width", where, zero_ok=True) or 0
+    if not shared:
+        count = hf.positive(cfg, "shared_count", where, zero_ok=True) or fam.shared_experts
+        shared = count * width
+    moe_layers = hf.moe_layer_count(cfg, layers, where)
+    dense = hf.positive(cfg, "dense_width", where) or intermediate
+    return {
+        "experts": experts,
+        "experts_per_token": top_k,
+        "expert_intermediate": width,
+        "shared_expert_intermediate": shared,
+        "moe_layers": moe_layers if moe_layers < layers else 0,
+        "dense_intermediate": dense if dense != intermediate else 0,
+    }
 
 
 def _encoder_head(task: str | None) -> str:
@@ -405,20 +415,25 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
     q_out = d.heads * d.head_dim
     kv_out = d.kv_heads * d.head_dim
     attn = d.hidden * q_out + 2 * d.hidden * kv_out + q_out * d.hidden
-    mlp = (3 if d.gated_mlp else 2) * d.hidden * d.intermediate
-    stored_mlp = mlp
+    matrices = 3 if d.gated_mlp else 2
+    mlp = matrices * d.hidden * d.intermediate
+    layers_mm = layers_stored = d.layers * (attn + mlp)
+    one = 0
     if d.experts:
-        # MoE: every expert is stored; a token runs its top-k experts, the shared expert and the router
-        one = (3 if d.gated_mlp else 2) * d.hidden * d.expert_intermediate
-        shared = (3 if d.gated_mlp else 2) * d.hidden * d.shared_expert_intermediate
+        # MoE: every expert is stored; a token runs its top-k experts, the shared experts and the router on
+        # the MoE blocks, the dense MLP on the others
+        one = matrices * d.hidden * d.expert_intermediate
+        shared = matrices * d.hidden * d.shared_expert_intermediate
         router = d.hidden * d.experts
-        mlp = d.experts_per_token * one + shared + router
-        stored_mlp = d.experts * one + shared + router
-    per_layer_mm = attn + mlp
-    per_layer_stored = attn + stored_mlp
+        n_moe = d.moe_layers or d.layers
+        dense = (d.layers - n_moe) * matrices * d.hidden * (d.dense_intermediate or d.intermediate)
+        layers_mm = d.layers * attn + dense + n_moe * (d.experts_per_token * one + shared + router)
+        layers_stored = d.layers * attn + dense + n_moe * (d.experts * one + shared + router)
+        one *= n_moe
     bias = (q_out + 2 * kv_out + d.hidden + d.intermediate + d.hidden) if d.biases else 0
-    per_layer_params = per_layer_stored + bias + d.norm_params_per_layer
     stored_layers = 1 if d.shared_layers else d.layers
+    stored_blocks = layers_stored // d.layers if d.shared_layers else layers_stored
+    blocks = stored_blocks + stored_layers * (bias + d.norm_params_per_layer)
     embed_width = d.embed_dim or d.hidden
     embeddings = d.vocab * embed_width + d.positions * embed_width
     projection = d.embed_dim * d.hidden if d.embed_dim else 0  # ALBERT/ELECTRA embedding -> hidden
@@ -440,19 +455,49 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
         if d.patch_tokens
         else 0
     )
-    params = stored_layers * per_layer_params + embeddings + projection + head_stored + int(patch)
+    params = blocks + embeddings + projection + head_stored + int(patch)
     params += d.norm_params_per_layer // 2  # the final (or embedding) norm
     return ModelWork(
         dims=d,
         params=int(params),
-        matmul_params=int(d.layers * per_layer_mm),
+        matmul_params=int(layers_mm),
         head_params=int(head),
         embedding_params=int(embeddings),
         source=source,
-        streamed_params=int(d.layers * per_layer_stored) if d.experts else 0,
+        streamed_params=int(layers_stored) if d.experts else 0,
+        expert_params=int(one),
     )
 
 
 def work_from_config(cfg: dict[str, Any], *, name: str, task: str | None = None) -> ModelWork:
     """Closed-form ModelWork from a transformers-style config dict."""
     return work_from_dims(dims_from_config(cfg, name=name, task=task))
+
+
+# --- MoE decode: the experts a step's batch touches -------------------------------------------------------
+
+
+def expected_experts_touched(experts: int, top_k: int, tokens: float) -> float:
+    """Expected number of distinct experts (of `experts`, per MoE layer) that `tokens` tokens routed top-k
+    touch, under uniform routing: E x (1 - (1 - k/E)^tokens). = k at one token, grows with the tokens,
+    tends to E. (Real routers are skewed, which touches fewer; uniform is the upper side.)"""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    k = min(max(top_k, 0), experts)
+    return experts * (1.0 - (1.0 - k / experts) ** tokens)
+
+
+def decode_weight_params(work: ModelWork, batch: float) -> float:
+    """Matmul weights (plus the head) one decode step of `batch` sequences reads: everything but the routed
+    experts, plus the experts the batch's tokens touch on each MoE layer (expected_experts_touched). A dense
+    model reads all its matmul weights at any batch."""
+    if not work.is_moe:
+        return float(work.matmul_params + work.head_params)
+    d = work.dims
+    touched = expected_experts_touched(d.experts, d.experts_per_token, batch)
+    return work.streamed_params - (d.experts - touched) * work.expert_params + work.head_params
+
+
+def decode_weight_bytes(work: ModelWork, batch: float, dtype: str) -> float:
+    """HBM bytes of weights one decode step of `batch` sequences reads (see decode_weight_params)."""
+    return decode_weight_params(work, batch) * dtype_bytes(dtype)

@@ -26,7 +26,7 @@ from chipswap.simulation.model import (
     padded_lengths,
     prefill_times,
 )
-from chipswap.simulation.servicetime import ServiceTimes
+from chipswap.simulation.servicetime import ServiceTimes, positions_held
 from chipswap.simulation.traffic import Traffic
 
 
@@ -46,7 +46,8 @@ class _LlmFleet:
         self.pre_np = np.zeros(n)
         if accepted.size:
             self.pre_np[accepted] = prefill_times(service, self.prefill_len)
-        top = int((self.prompts_np[accepted] + self.outs_np[accepted]).max()) if accepted.size else 1
+        held = positions_held(self.prompts_np[accepted], self.outs_np[accepted])
+        top = int(held.max()) if accepted.size else 1
         self.tables = _DecodeTables(service, setup, top)
         self.arrivals_np = traffic.arrivals_s
         self.arrive = traffic.arrivals_s.tolist() + [float("inf")]

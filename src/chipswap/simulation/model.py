@@ -24,7 +24,7 @@ from chipswap.simulation.policies import (
     PREFILL_FIRST,
     check_policy,
 )
-from chipswap.simulation.servicetime import ServiceTimes, ServingConfig
+from chipswap.simulation.servicetime import ServiceTimes, ServingConfig, live_slots, positions_held
 from chipswap.simulation.traffic import Traffic
 
 MODES = ("llm", "encoder")
@@ -49,7 +49,7 @@ class ReplicaSetup:
     decode_buckets: tuple[
         int, ...
     ] = ()  # decode context buckets (Neuron); () = mean context in KV blocks (GPU)
-    max_length: int = 0  # longest prompt + output accepted; 0 = only the buckets limit it
+    max_length: int = 0  # most positions a sequence may hold (positions_held); 0 = only the buckets limit it
     context_block: int = DEFAULT_CONTEXT_BLOCK  # GPU decode context granularity (tokens)
     max_queue_delay_s: float = (
         DEFAULT_MAX_QUEUE_DELAY_S  # encoder dynamic batching: longest wait to fill a batch
@@ -144,6 +144,9 @@ def setup_from_serving(
     check_policy(policy)
     kv_tokens = int(getattr(config, "kv_tokens", 0) or 0)
     slots, kv_blocks = config.max_batch, 0
+    if mode == "llm" and config.padded:
+        # the stack keeps `slot_occupancy` of the compiled slots busy; each step still runs the compiled batch
+        slots = live_slots(config.max_batch, float(getattr(config, "slot_occupancy", 1.0) or 1.0))
     if mode == "llm" and not config.padded and kv_tokens:
         kv_blocks = kv_tokens // DEFAULT_CONTEXT_BLOCK
         slots = max(config.max_batch, max_num_seqs or DEFAULT_MAX_NUM_SEQS)
@@ -383,7 +386,7 @@ def reject_mask(
 ) -> tuple[np.ndarray, tuple[tuple[str, int], ...]]:
     """Which requests cannot be served by this setup, and why (reason, count)."""
     p, o = traffic.prompt_tokens, traffic.output_tokens
-    total = p + o if mode == "llm" else p
+    total = positions_held(p, o) if mode == "llm" else p
     rules: list[tuple[str, np.ndarray]] = []
     if setup.prefill_buckets:
         rules.append(("prompt longer than the largest prefill bucket", p > setup.prefill_buckets[-1]))

@@ -18,7 +18,23 @@ Conventions (both sides rely on them):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+def positions_held(prompt: Any, output: Any) -> Any:
+    """The positions a request's sequence holds at its longest (ints or numpy arrays): the prompt plus every
+    generated token but the last, which is sampled and never fed back (the simulator's last decode step
+    attends over prompt + output - 1 positions). The one length rule a max sequence length, a decode bucket
+    or a KV cache is checked against: a 2,048-token prompt with one output token fits 2,048 positions."""
+    return prompt + np.maximum(output - 1, 0)
+
+
+def live_slots(compiled_batch: int, occupancy: float) -> int:
+    """Sequences a replica with `compiled_batch` compiled slots keeps running when the stack fills
+    `occupancy` of them (the one rule the projection's steady throughput and the simulator share)."""
+    return max(1, min(compiled_batch, round(compiled_batch * occupancy)))
 
 
 @runtime_checkable
@@ -58,13 +74,16 @@ class ServingConfig:
     replicas: int  # replicas per instance
     max_batch: int  # largest batch one replica runs (continuous batching slots, or largest compiled batch)
     weight_dtype: str  # "bf16", "fp16", "int8", "fp8", ...
-    max_length: int  # longest prompt + output one replica accepts
+    max_length: int  # most positions a sequence may hold on one replica (positions_held: prompt + output - 1)
     batch_sizes: tuple[int, ...] = ()  # compiled batch sizes (Neuron encoders); () = any 1..max_batch
     padded: bool = False  # True on Neuron: requests are padded to buckets; False on GPUs
     why: str = ""  # one line: why this configuration won
     rejected: tuple[tuple[str, str], ...] = field(default=())  # (configuration, why it lost)
     stack: str = ""  # serving stack id the figures assume (chipswap.projection.stacks); "" = not stated
     kv_tokens: int = 0  # KV-cache capacity of one replica in tokens (memory left after weights); 0 = unknown
+    # share of the compiled batch slots a saturated replica of this stack keeps busy (the stack's fitted
+    # slot_occupancy, Neuron static batching; 1 = every slot): the simulator runs live_slots() sequences
+    slot_occupancy: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ from chipswap.simulation.model import (
     setup_from_serving,
 )
 from chipswap.simulation.policies import DYNAMIC_BATCHING, scheduler_policy_for
-from chipswap.simulation.servicetime import ServiceTimes
+from chipswap.simulation.servicetime import ServiceTimes, positions_held
 from chipswap.simulation.steps import needs_steps, simulate_steps
 from chipswap.simulation.traffic import (
     DEFAULT_SCALE_METHOD,
@@ -170,7 +170,7 @@ def request_work(
         return ttft, e2e, work
     o = traffic.output_tokens[ok]
     pre = prefill_times(service, padded_lengths(p, setup.prefill_buckets))
-    tables = _DecodeTables(service, setup, int((p + o).max()))
+    tables = _DecodeTables(service, setup, int(positions_held(p, o).max()))
     lo, hi = p + 1, p + np.maximum(o, 1)  # decode step j of o - 1 runs at context p + j
     ttft[ok] = pre
     e2e[ok] = pre + (_take(tables.row(1), hi) - _take(tables.row(1), lo))

@@ -40,6 +40,7 @@ import numpy as np
 
 from chipswap.simulation.model import _take
 from chipswap.simulation.policies import CHUNKED_PREFILL
+from chipswap.simulation.servicetime import positions_held
 
 INF = float("inf")
 
@@ -625,7 +626,7 @@ def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -
         return True
     if not setup.kv_blocks or accepted.size == 0:
         return False
-    longest = int((traffic.prompt_tokens[accepted] + traffic.output_tokens[accepted]).max())
+    longest = int(positions_held(traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]).max())
     return setup.max_batch * -(-longest // setup.context_block) > setup.kv_blocks
 
 
@@ -636,7 +637,7 @@ def simulate_steps(
     from chipswap.simulation.model import _DecodeTables, _Run, padded_lengths
 
     p, o = traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]
-    top = int((p + o).max()) if accepted.size else 1
+    top = int(positions_held(p, o).max()) if accepted.size else 1
     tables = _DecodeTables(service, setup, top)
     sim = StepSim(
         traffic, service, setup, R, accepted, dispatch, tables, padded_lengths(p, setup.prefill_buckets)
