@@ -17,7 +17,18 @@ from rich.console import Console
 from rich.table import Table
 
 from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
-from chipswap.economics.catalog import TERMS, Catalog, Chip, Instance, PriceChange, Rate, diff_rates
+from chipswap.economics.catalog import (
+    CAPACITY_BLOCK,
+    TERMS,
+    Catalog,
+    Chip,
+    Instance,
+    PriceChange,
+    Rate,
+    block_terms_text,
+    diff_rates,
+    term_words,
+)
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
@@ -56,6 +67,17 @@ def rate_json(r: Rate, catalog: Catalog) -> dict:
         "source_text": catalog.source_text(r.source),
         "as_of": r.as_of,
         "note": r.note,
+        **(capacity_block_json(r, catalog) if r.is_capacity_block else {}),
+    }
+
+
+def capacity_block_json(r: Rate, catalog: Catalog) -> dict:
+    """The Capacity Block purchase terms of a rate, for --json output."""
+    return {
+        "term_words": term_words(r),
+        "usd_per_accelerator_hour": float(catalog.accelerator_rate(r)),
+        "block_days": list(r.lengths),
+        "terms": block_terms_text(r),
     }
 
 
@@ -207,6 +229,7 @@ def catalog_list(
         ("mem GiB", "right"),
         ("on-demand", "right"),
         ("spot", "right"),
+        ("cap. block", "right"),
         ("regions", "right"),
     ):
         table.add_column(col, justify=just)
@@ -221,11 +244,20 @@ def catalog_list(
             _fmt(i.memory_gib),
             _price_cell(catalog, i.name, price_region, "on-demand"),
             _price_cell(catalog, i.name, price_region, "spot"),
+            _price_cell(catalog, i.name, price_region, CAPACITY_BLOCK),
             str(len(i.regions)),
         )
     out = console()
     out.print(table)
     out.print("Spot is one observed crawl (median over AZs). Sources: `chipswap catalog show NAME`.")
+    blocks = sorted({r.as_of for r in catalog.rates if r.is_capacity_block})
+    if blocks:
+        out.print(
+            "cap. block: EC2 Capacity Blocks for ML (booked ahead, paid up front, dynamic price), a dated "
+            f"snapshot (as of {', '.join(blocks)}); `chipswap capacity INSTANCE` looks up live offerings.",
+            markup=False,
+            highlight=False,
+        )
 
 
 @catalog_app.command("show")
@@ -294,11 +326,21 @@ def catalog_show(
         if r.note:
             head, detail = split_note(r.note)
             mark = f"[{notes.setdefault(head, len(notes) + 1)}]" + (f" {detail}" if detail else "")
-        prices.add_row(r.region, r.term, _fmt(r.usd_per_hour), r.source, r.as_of, mark)
+        prices.add_row(r.region, term_words(r), _fmt(r.usd_per_hour), r.source, r.as_of, mark)
     if rates:
         out.print(prices)
     else:
         out.print(f"no known price for {inst.name}" + (f" in {region}" if region else ""))
+    for r in rates:
+        if r.is_capacity_block:
+            out.print(
+                f"{r.region} Capacity Block: ${_fmt(r.usd_per_hour)}/h per instance = "
+                f"${catalog.accelerator_rate(r).quantize(Decimal('0.0001')).normalize():f} per "
+                f"{inst.accelerator} accelerator-hour; {block_terms_text(r)}; a dated snapshot: "
+                f"`chipswap capacity {inst.name}` looks up live offerings",
+                markup=False,
+                highlight=False,
+            )
     for note, n in notes.items():
         out.print(f"[{n}] {note}", markup=False, highlight=False)
     for key in sorted({r.source for r in rates}):
