@@ -66,8 +66,9 @@ SOURCES = {
     "neuron-docs": "aws-neuron/aws-neuron-sdk@81ce03ae about-neuron/arch/neuron-hardware/*.rst (2026-08-21)",
     "ml-engineering": "stas00/ml-engineering@7bc7c305 compute/accelerator/README.md (2026-08-10)",
     "cb-research-note-2026": (
-        "aws.amazon.com/ec2/capacityblocks/pricing, as quoted (with the accelerator rate $2.235/h) by a public "
-        "2026 research note on Trainium serving economics; shared/reference/pricing/capacity_blocks_trn2_2026.csv"
+        "aws.amazon.com/ec2/capacityblocks/pricing, as quoted (with the accelerator rate $2.235/h) by a "
+        "public 2026 research note on Trainium serving economics; "
+        "shared/reference/pricing/capacity_blocks_trn2_2026.csv"
         " (four independent 2026 sources agree on $2.235 per Trainium2 accelerator-hour)"
     ),
     "cb-page-capture-2026-08-06": (
@@ -215,8 +216,8 @@ GROUP_NOTE = {
     "1yr": "effective hourly rate of a 1-year commitment as the seed states it (payment option not stated)",
     "3yr": "effective hourly rate of a 3-year commitment as the seed states it (payment option not stated)",
     "ri-effective": "reserved-instance effective rate; term (1 or 3 years) and payment option NOT stated",
-    "capacity-block": "EC2 Capacity Block rate per instance-hour: booked ahead, paid up front, price set by AWS "
-    "on a schedule (the page named the next update for Oct 2026)",
+    "capacity-block": "EC2 Capacity Block rate per instance-hour: booked ahead, paid up front, price set by "
+    "AWS on a schedule (the page named the next update for Oct 2026)",
 }
 
 
@@ -355,18 +356,20 @@ def instances_and_prices(shared: Path) -> tuple[list[str], list[dict]]:
 
 
 TRN2_SMALL_NOTE = (
-    "one Trainium2 chip; 8 NeuronCores and 96 GiB from the Trainium2 chip entry (neuron-docs); vCPUs and host "
-    "memory are trn2.48xlarge's per chip (192/16, 2,048/16 GiB), stated, not from a source; regions are where "
+    "one Trainium2 chip; 8 NeuronCores and 96 GiB from the Trainium2 chip entry (neuron-docs); vCPUs and "
+    "host memory are trn2.48xlarge's per chip (192/16, 2,048/16 GiB), stated, not from a source; regions are "
+    "where "
     "capacity_blocks_trn2_2026.csv prices it (a lower bound)"
 )
 ULTRA_NOTE = (
-    "Trn2 UltraServer: 4 x trn2u.48xlarge joined by NeuronLink (64 Trainium2 chips), neuron_instance_specs.csv "
+    "Trn2 UltraServer: 4 x trn2u.48xlarge joined by NeuronLink (64 Trainium2 chips), "
+    "neuron_instance_specs.csv "
     "from trn2-arch.rst; the v2.21 docs name it u-trn2x64; no price in any source and no region list"
 )
 
 
 def trn2_extras(shared: Path) -> tuple[list[str], list[dict]]:
-    """trn2.3xlarge and the Trn2 UltraServer, and the Capacity Block prices of capacity_blocks_trn2_2026.csv."""
+    """trn2.3xlarge, the Trn2 UltraServer and the Capacity Block prices of capacity_blocks_trn2_2026.csv."""
     pricing = shared / "reference" / "pricing"
     specs = {r["instance_or_system"]: r for r in csv.DictReader(open(pricing / "neuron_instance_specs.csv"))}
     cb = list(csv.DictReader(open(pricing / "capacity_blocks_trn2_2026.csv", encoding="utf-8")))
@@ -389,7 +392,8 @@ def trn2_extras(shared: Path) -> tuple[list[str], list[dict]]:
                 "memory_gib": num(big["host_mem_gib"]) // chips,
                 "regions": small_regions,
                 "price_note": "sold as EC2 Capacity Blocks for ML; no on-demand price in any source",
-                "source": "cb-page-capture-2026-08-06 + cb-research-note-2026 + neuron-docs; " + TRN2_SMALL_NOTE,
+                "source": "cb-page-capture-2026-08-06 + cb-research-note-2026 + neuron-docs; "
+                + TRN2_SMALL_NOTE,
                 "as_of": "2026-08-06",
             },
         ),

@@ -136,7 +136,7 @@ def block_days_covering(hours: object, lengths: tuple[int, ...] = BLOCK_DAYS) ->
     h = D(hours, "hours")
     if h <= 0:
         raise ChipswapError(f"hours must be greater than 0, got {hours}; pass a positive number")
-    whole = -(-h // HOURS_PER_DAY)  # ceiling division on Decimal
+    whole = int((h / HOURS_PER_DAY).to_integral_value(rounding="ROUND_CEILING"))
     return next((d for d in lengths if d >= whole), None)
 
 
