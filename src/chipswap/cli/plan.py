@@ -23,6 +23,7 @@ EXAMPLES = {
     "llama-serving": "llama-serving.toml",
     "classifier-serving": "classifier-serving.toml",
     "finetune": "finetune.toml",
+    "trn2-serving": "trn2-serving.toml",
 }
 DEFAULT_EXAMPLE = "llama-serving"
 
@@ -181,17 +182,21 @@ def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | 
     from datetime import date
 
     from chipswap.economics.aws import access as aws_access
-    from chipswap.economics.aws.capacity import capacity_for_plan
+    from chipswap.economics.aws.capacity import capacity_for_plan, longest_block_for_plan
     from chipswap.economics.catalog_io import load_catalog
 
     cat = catalog if catalog is not None else load_catalog()
     access = aws_access.access_from_environment(no_aws)
     today = date.today().isoformat()
 
-    def check(instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
-        return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
+    class Check:
+        def __call__(self, instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
+            return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
 
-    return check
+        def blocks(self, instance: str, region: str, count: int | None, days: int) -> tuple[Any, ...]:
+            return longest_block_for_plan(cat, instance, region, count, days, access=access, today=today)
+
+    return Check()
 
 
 def _with_train_hours(wl: Any, hours: float) -> Any:

@@ -581,3 +581,45 @@ def capacity_for_plan(
             )
             screen = screen_capacity(facts, count, more.rows)
     return screen, found.note
+
+
+def longest_block_for_plan(
+    catalog: Catalog,
+    instance: str,
+    region: str,
+    count: int | None,
+    days: int,
+    *,
+    access: AwsAccess | None,
+    today: str,
+) -> tuple[int | None, bool, str, str]:
+    """The longest Capacity Block on offer for `count` x `instance` in `region`, asked for the shortest sold
+    length covering `days` (at most the longest AWS sells): (days or 0 when none / None when not asked,
+    checked with AWS?, as of, one-line note). Offline / --no-aws: (None, False, snapshot date, why)."""
+    from chipswap.economics.catalog import BLOCK_DAYS
+
+    want = next((d for d in BLOCK_DAYS if d >= days), BLOCK_DAYS[-1])
+    snap = SnapshotCapacity(catalog, "")
+    if access is None:
+        return (
+            None,
+            False,
+            snap.snapshot_date(instance),
+            f"Capacity Block offerings: not read (--no-aws; {SNAPSHOT_WORDS})",
+        )
+    try:
+        account = access.probe(region)
+        info = resolve_type(catalog, instance, access, region)
+        source = AwsCapacity(access, today, block_hours=want * 24)
+        offers, note = source.blocks(info, region, count if count is not None and count >= 1 else 1)
+    except AwsOffline as off:
+        return None, False, snap.snapshot_date(instance), f"Capacity Block offerings: offline: {off.reason}"
+    except ApiProblem as problem:
+        return None, False, snap.snapshot_date(instance), f"Capacity Block offerings: {problem.note}"
+    longest = max((o.hours // 24 for o in offers), default=0)
+    return (
+        longest,
+        True,
+        today,
+        f"Capacity Block offerings checked with AWS on {today} (account {account}): {note}",
+    )
