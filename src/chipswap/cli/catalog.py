@@ -456,7 +456,11 @@ def catalog_refresh(
         help="Only this region (repeatable; default: the catalog's regions).",
     ),
     term: list[str] | None = typer.Option(
-        None, "--term", metavar="TERM", help="on-demand and/or spot (repeatable; default both)."
+        None,
+        "--term",
+        metavar="TERM",
+        help="on-demand, spot and/or capacity-block (repeatable; default on-demand and spot, plus "
+        "capacity-block for types sold only that way, e.g. trn2).",
     ),
     no_aws: bool = typer.Option(False, "--no-aws", help="Do not call AWS (refresh then has nothing to do)."),
     force: bool = typer.Option(False, "--force", help="Replace --out even if it was not written by refresh."),
@@ -467,14 +471,20 @@ def catalog_refresh(
     snapshot. All or nothing: on any AWS failure nothing is written (exit 3)."""
     from chipswap.atomic import atomic_write_text
     from chipswap.economics.aws import access as aws_access
-    from chipswap.economics.aws.prices import TERMS_REFRESHED, AwsPriceSource, refresh_prices, render_refresh
+    from chipswap.economics.aws.prices import (
+        DEFAULT_TERMS,
+        TERMS_REFRESHED,
+        AwsPriceSource,
+        refresh_prices,
+        render_refresh,
+    )
     from chipswap.economics.catalog_io import parse_catalog
 
     as_json = as_json or (ctx.obj or {}).get("json", False)
-    terms = list(dict.fromkeys(term or TERMS_REFRESHED))
+    terms = list(dict.fromkeys(term or DEFAULT_TERMS))
     bad = [t for t in terms if t not in TERMS_REFRESHED]
     if bad:
-        raise ChipswapError(f"--term {bad[0]!r} cannot be refreshed; use on-demand or spot")
+        raise ChipswapError(f"--term {bad[0]!r} cannot be refreshed; use {', '.join(TERMS_REFRESHED)}")
     snapshot = load_catalog()
     names, regions = _refresh_scope(snapshot, family or [], region or [])
     out_path = Path(out_file)
@@ -499,6 +509,7 @@ def catalog_refresh(
             instances=names,
             regions=regions or None,
             terms=terms,
+            block_instances=[] if term else [n for n in names if snapshot.capacity_block_only(n)],
             account=account,
             progress=step,
         )
