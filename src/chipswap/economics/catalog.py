@@ -275,9 +275,10 @@ class Catalog:
         return rate.usd_per_hour / Decimal(self.instance(rate.instance).accelerator_count)
 
     def capacity_block_only(self, instance: str) -> bool:
-        """True when every price the catalog has for `instance` is a Capacity Block rate (and it has one)."""
-        mine = self.rates_for(instance)
-        return bool(mine) and all(r.is_capacity_block for r in mine)
+        """True when `instance` has a Capacity Block rate and no committed or on-demand price (on-demand,
+        1yr, 3yr, ri-effective): it is bought as Capacity Blocks (a spot price, if any, is not a plan)."""
+        terms = {r.term for r in self.rates_for(instance)}
+        return CAPACITY_BLOCK in terms and not terms & {"on-demand", "1yr", "3yr", "ri-effective"}
 
     def purchase_rate(self, instance: str, region: str, term: str) -> Rate | None:
         """The price at `term`, or, for an instance sold only as Capacity Blocks, its Capacity Block rate in
