@@ -26,6 +26,8 @@ EXAMPLES = {
     "trn2-serving": "trn2-serving.toml",
 }
 DEFAULT_EXAMPLE = "llama-serving"
+# not a workload: `--example trn2-claims` prints the seed's numeric claims checked (chipswap.plan.claims)
+CLAIMS_EXAMPLE = "trn2-claims"
 
 
 def example_path(name: str) -> Path:
@@ -177,6 +179,22 @@ def summary_lines(result: object) -> list[str]:
     return [one_line(line, 2000) for line in lines]
 
 
+def _print_claims(as_json: bool, catalog_file: str | None) -> None:
+    """`--example trn2-claims`: the seed's claims, checked (chipswap.plan.claims does the work)."""
+    import json
+
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.plan.claims import as_json as claims_json
+    from chipswap.plan.claims import evaluate_claims, render_text
+
+    lines = evaluate_claims(load_catalog(catalog_file))
+    if as_json:
+        typer.echo(json.dumps(claims_json(lines), indent=2))
+        return
+    for line in render_text(lines):
+        typer.echo(line)
+
+
 def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | None, str], tuple[Any, str]]:
     """The capacity screen of the pick: AWS read-only (or the shipped snapshot when offline / --no-aws)."""
     from datetime import date
@@ -225,7 +243,9 @@ def _plan(
         help="Workload TOML file (see `chipswap workload-help`). Default: the bundled Llama serving example.",
     ),
     example: str | None = maybe_flag(
-        "--example", help=f"Run a bundled example instead: {', '.join(EXAMPLES)}."
+        "--example",
+        help=f"Run a bundled example instead: {', '.join(EXAMPLES)}; or {CLAIMS_EXAMPLE}: the seed's numeric "
+        "claims checked with chipswap's projection and bands (docs/claims.md).",
     ),
     out: Path = typer.Option(
         Path("chipswap-report"), "--out", help="Folder for report.html, report.json, report.md."
@@ -299,6 +319,9 @@ def _plan(
         raise ChipswapError(f"--out {out} is a file; pass a folder (it is created if missing)")
     if workload is not None and example is not None:
         raise ChipswapError("give a workload file or --example, not both; drop one of them")
+    if example == CLAIMS_EXAMPLE:
+        _print_claims(as_json, catalog_file)
+        return
     if accept_bench_mismatch and not bench:
         raise ChipswapError("--accept-bench-mismatch applies to --bench files; add --bench FILE or drop it")
     margin = None
