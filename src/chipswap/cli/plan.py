@@ -148,6 +148,10 @@ def summary_lines(result: object) -> list[str]:
         )
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"
+        if getattr(b, "block", "") and b.rate is not None:
+            lines.append(
+                f"    priced: ${b.rate.value}/h, {b.rate.source.removeprefix('catalog: ')}; {b.block}"
+            )
     fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in getattr(r, "candidates", ()))) if f]
     trains = [str(f.note).split(";")[0] for f in fleets if " trains in " in str(getattr(f, "note", "") or "")]
     if getattr(r, "kind", "serving") == "training" and trains:
