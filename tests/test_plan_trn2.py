@@ -1,8 +1,8 @@
 """`chipswap plan` with a trn2 candidate (the bundled trn2-serving example): priced from the shipped
-Capacity Block snapshot ("Capacity Block only, as of 2026-07-15" beside the figure), the fleet held for the horizon as a
-chain of blocks, the availability caveat among the reasons, and the capacity rule saying the 12-month horizon
-needs more block-days than one block; then the same with a live offering (botocore Stubber; moto on loopback
-for the rest). Slow: each runs the whole plan."""
+Capacity Block snapshot ("Capacity Block only, as of 2026-07-15" beside the figure), the fleet held for the
+horizon as a chain of blocks, the availability caveat among the reasons, and the capacity rule saying the
+12-month horizon needs more block-days than one block; then the same with a live offering (botocore Stubber;
+moto on loopback for the rest). Slow: each runs the whole plan."""
 
 from __future__ import annotations
 
