@@ -183,7 +183,7 @@ def summary_lines(result: object) -> list[str]:
     return [one_line(line, 2000) for line in lines]
 
 
-def _print_claims(as_json: bool, catalog_file: str | None) -> None:
+def _print_claims(as_json: bool, catalog_file: str | Path | None) -> None:
     """`--example trn2-claims`: the seed's claims, checked (chipswap.plan.claims does the work)."""
     import json
 
@@ -216,7 +216,15 @@ def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | 
             return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
 
         def blocks(self, instance: str, region: str, count: int | None, days: int) -> tuple[Any, ...]:
-            return longest_block_for_plan(cat, instance, region, count, days, access=access, today=today)
+            return longest_block_for_plan(
+                cat,  # type: ignore[arg-type]  # the same catalog capacity_for_plan gets
+                instance,
+                region,
+                count,
+                days,
+                access=access,
+                today=today,
+            )
 
     return Check()
 

@@ -37,7 +37,9 @@ CUT_PAIRS: tuple[tuple[str, str, str, str], ...] = (
     ("trn2.48xlarge", "us-east-2", "p5en.48xlarge", "us-east-1"),
 )
 # the worked example: 20 h on a p5.48xlarge, Llama 3 8B fine-tuning at 4,096-token sequences, bf16
-WORKED = {"model": "llama-3-8b", "gpu": "p5.48xlarge", "trn": "trn1.32xlarge", "gpu_hours": 20.0, "seq": 4096}
+WORKED: dict[str, str] = {"model": "llama-3-8b", "gpu": "p5.48xlarge", "trn": "trn1.32xlarge"}
+WORKED_GPU_HOURS = 20.0
+WORKED_SEQ = 4096
 
 
 CATALOG = "the catalog (data/catalog/catalog.toml: every price with source and date)"
@@ -173,11 +175,9 @@ def _training_price_performance(catalog: Catalog) -> ClaimLine:
     from chipswap.projection.api import model_work
     from chipswap.projection.training import project_training
 
-    what = (
-        f"training {WORKED['model']}, {WORKED['seq']:,}-token sequences, bf16: trn2.48xlarge vs p5en.48xlarge"
-    )
+    what = f"training {WORKED['model']}, {WORKED_SEQ:,}-token sequences, bf16: trn2.48xlarge vs p5en.48xlarge"
     try:
-        project_training(model_work(str(WORKED["model"])), "trn2.48xlarge", seq_len=int(WORKED["seq"]),
+        project_training(model_work(WORKED["model"]), "trn2.48xlarge", seq_len=WORKED_SEQ,
                          catalog=catalog)  # fmt: skip
     except ChipswapError as exc:
         return ClaimLine(
@@ -234,20 +234,20 @@ def _worked(catalog: Catalog) -> tuple[Any, Any, float]:
     from chipswap.projection.api import model_work
     from chipswap.projection.training import project_training
 
-    work = model_work(str(WORKED["model"]))
-    seq = int(WORKED["seq"])
-    gpu = project_training(work, str(WORKED["gpu"]), seq_len=seq, catalog=catalog)
-    tokens = gpu.tokens_per_s_per_node.value * float(WORKED["gpu_hours"]) * 3600
-    trn = project_training(work, str(WORKED["trn"]), tokens=tokens, seq_len=seq, catalog=catalog)
+    work = model_work(WORKED["model"])
+    seq = WORKED_SEQ
+    gpu = project_training(work, WORKED["gpu"], seq_len=seq, catalog=catalog)
+    tokens = gpu.tokens_per_s_per_node.value * WORKED_GPU_HOURS * 3600
+    trn = project_training(work, WORKED["trn"], tokens=tokens, seq_len=seq, catalog=catalog)
     return gpu, trn, tokens
 
 
 def _worked_cut(catalog: Catalog) -> tuple[ClaimLine, ClaimLine]:
     gpu, trn, tokens = _worked(catalog)
-    gname, tname = str(WORKED["gpu"]), str(WORKED["trn"])
+    gname, tname = WORKED["gpu"], WORKED["trn"]
     pg, pn = _price(catalog, gname, "us-east-1"), _price(catalog, tname, "us-east-1")
     assert pg.rate is not None and pn.rate is not None and trn.hours is not None
-    g_hours = float(WORKED["gpu_hours"])
+    g_hours = WORKED_GPU_HOURS
     cost_g = g_hours * float(pg.rate.usd_per_hour)
     rate_n = float(pn.rate.usd_per_hour)
     hours = trn.hours.value
