@@ -267,3 +267,40 @@ def test_the_plans_horizon_check_asks_for_the_horizons_block(aws) -> None:
         load_catalog(), "trn2.48xlarge", "us-east-2", 2, 28, access=None, today="x"
     )
     assert offline[:2] == (None, False) and "not read" in offline[3]
+
+
+# ------------------------------------------------------------------------------ the plan's money (pure)
+
+
+def test_the_plans_money_on_blocks_serving_chain_and_training_one_block_per_run() -> None:
+    from chipswap.plan.economics import Scenario, economics
+
+    class Fixed:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def count(self, traffic: float = 1.0, speed: float = 1.0) -> int:
+            return self.n
+
+    rate = SNAP.usd_per_hour
+    base = dict(
+        monthly_today=Decimal(50_000),
+        fleet_count=2,
+        hours_per_month=Decimal(730),
+        gpu_rate=Decimal(60),
+        cand_rate=rate,
+        porting_usd=Decimal(0),
+        horizon_months=7,
+        cand_block_lengths=BLOCK_DAYS,
+    )
+    serving = economics(Scenario(kind="serving", cand_sizer=Fixed(3), **base))
+    days = sum(block_chain(-(-7 * 730 // 24)))  # 213 days -> 182 + 35 (the shortest weekly block covering 31)
+    assert days == 182 + 35
+    assert serving.monthly_after == days * 24 * rate * 3 / 7
+    per_hour = economics(
+        Scenario(kind="serving", cand_sizer=Fixed(3), **{**base, "cand_block_lengths": None})
+    )
+    assert per_hour.monthly_after == 730 * rate * 3 and serving.monthly_after > per_hour.monthly_after
+    train = dict(base, fleet_count=1)
+    run = economics(Scenario(kind="training", gpu_hours=20.0, cand_hours=30.0, runs_per_month=4.0, **train))
+    assert run.monthly_after == 4 * 48 * rate  # each 30 h run is one 2-day block
