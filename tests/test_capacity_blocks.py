@@ -31,6 +31,7 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from tests.aws_helpers import Moto, Stubs, routed_factory, sealed
 from tests.cli_helpers import run_inproc
+from tests.test_cost_cli import TRN2_JOB
 
 SNAP = load_catalog().rate("trn2.48xlarge", "us-east-2", "capacity-block")
 
@@ -132,21 +133,7 @@ def test_a_user_block_price_with_its_lengths_prices_the_cost_engine(capsys, tmp_
     f.write_text(
         PRICE.format(usd="30") + 'region = "us-east-2"\nterm = "capacity-block"\nblock_days = [7, 14]\n'
     )
-    args = [
-        "cost",
-        "job",
-        "--baseline",
-        "p5.48xlarge",
-        "--baseline-hours",
-        "20",
-        "--candidate",
-        "trn2.48xlarge",
-        "--candidate-hours",
-        "26",
-        "--catalog",
-        str(f),
-        "--json",
-    ]
+    args = [*TRN2_JOB, "--candidate-hours", "26", "--catalog", str(f), "--json"]
     code, out, err = run_inproc(capsys, *args)
     assert code == 0, err
     block = json.loads(out)["candidates"][1]
@@ -159,10 +146,9 @@ def test_a_user_block_price_with_its_lengths_prices_the_cost_engine(capsys, tmp_
 @pytest.fixture
 def aws(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Moto, Stubs]]:
     stubs = sealed(monkeypatch)
+    factory = routed_factory(moto, stubs)
     monkeypatch.setattr(
-        aws_access,
-        "access_from_environment",
-        lambda no_aws: AwsAccess(client_factory=routed_factory(moto, stubs)),
+        aws_access, "access_from_environment", lambda no_aws: AwsAccess(client_factory=factory)
     )
     yield moto, stubs
     moto.terminate_all()

@@ -213,18 +213,14 @@ def test_trn2_is_priced_as_a_capacity_block_and_a_rate_replaces_it(
     assert json.loads(out)["fleets"][0]["source"] == "user --rate"
 
 
+# the seed's worked example with trn2 as the candidate (priced as a Capacity Block); add --candidate-hours
+TRN2_JOB = ["cost", "job", "--baseline", "p5.48xlarge", "--baseline-hours", "20"]
+TRN2_JOB += ["--candidate", "trn2.48xlarge"]
+
+
 def test_trn2_job_is_one_block_covering_the_hours_and_per_hour(capsys: pytest.CaptureFixture[str]) -> None:
     rate = load_catalog().rate("trn2.48xlarge", "us-east-2", "capacity-block").usd_per_hour
-    args = [
-        "cost",
-        "job",
-        "--baseline",
-        "p5.48xlarge",
-        "--baseline-hours",
-        "20",
-        "--candidate",
-        "trn2.48xlarge",
-    ]
+    args = TRN2_JOB
     code, out, _ = run_inproc(capsys, *args, "--candidate-hours", "26", "--json")
     assert code == 0
     cands = json.loads(out)["candidates"]
