@@ -65,6 +65,23 @@ SOURCES = {
     ),
     "neuron-docs": "aws-neuron/aws-neuron-sdk@81ce03ae about-neuron/arch/neuron-hardware/*.rst (2026-08-21)",
     "ml-engineering": "stas00/ml-engineering@7bc7c305 compute/accelerator/README.md (2026-08-10)",
+    "cb-research-note-2026": (
+        "aws.amazon.com/ec2/capacityblocks/pricing, as quoted (with the accelerator rate $2.235/h) by a "
+        "public 2026 research note on Trainium serving economics; "
+        "shared/reference/pricing/capacity_blocks_trn2_2026.csv"
+        " (four independent 2026 sources agree on $2.235 per Trainium2 accelerator-hour)"
+    ),
+    "cb-page-capture-2026-08-06": (
+        "capture of aws.amazon.com/ec2/capacityblocks/pricing in a public repository, 2026-08-06; "
+        "shared/reference/pricing/capacity_blocks_trn2_2026.csv"
+    ),
+}
+# capacity_blocks_trn2_2026.csv: its `source` column -> a [sources] key (rows whose region is not a region,
+# e.g. an author's cost line, are not prices of an instance and are left out)
+CB_SOURCES = {
+    "aws.amazon.com/ec2/capacityblocks/pricing, as quoted": "cb-research-note-2026",
+    "same research note": "cb-research-note-2026",
+    "capture of aws.amazon.com/ec2/capacityblocks/pricing": "cb-page-capture-2026-08-06",
 }
 SPOT_NOTE = "spot observed once per AZ when the crawl ran; value is the median over AZs"
 
@@ -199,6 +216,8 @@ GROUP_NOTE = {
     "1yr": "effective hourly rate of a 1-year commitment as the seed states it (payment option not stated)",
     "3yr": "effective hourly rate of a 3-year commitment as the seed states it (payment option not stated)",
     "ri-effective": "reserved-instance effective rate; term (1 or 3 years) and payment option NOT stated",
+    "capacity-block": "EC2 Capacity Block rate per instance-hour: booked ahead, paid up front, price set by "
+    "AWS on a schedule (the page named the next update for Oct 2026)",
 }
 
 
@@ -336,6 +355,95 @@ def instances_and_prices(shared: Path) -> tuple[list[str], list[dict]]:
     return inst_out, price_out
 
 
+TRN2_SMALL_NOTE = (
+    "one Trainium2 chip; 8 NeuronCores and 96 GiB from the Trainium2 chip entry (neuron-docs); vCPUs and "
+    "host memory are trn2.48xlarge's per chip (192/16, 2,048/16 GiB), stated, not from a source; regions are "
+    "where "
+    "capacity_blocks_trn2_2026.csv prices it (a lower bound)"
+)
+ULTRA_NOTE = (
+    "Trn2 UltraServer: 4 x trn2u.48xlarge joined by NeuronLink (64 Trainium2 chips), "
+    "neuron_instance_specs.csv "
+    "from trn2-arch.rst; the v2.21 docs name it u-trn2x64; no price in any source and no region list"
+)
+
+
+def trn2_extras(shared: Path) -> tuple[list[str], list[dict]]:
+    """trn2.3xlarge, the Trn2 UltraServer and the Capacity Block prices of capacity_blocks_trn2_2026.csv."""
+    pricing = shared / "reference" / "pricing"
+    specs = {r["instance_or_system"]: r for r in csv.DictReader(open(pricing / "neuron_instance_specs.csv"))}
+    cb = list(csv.DictReader(open(pricing / "capacity_blocks_trn2_2026.csv", encoding="utf-8")))
+    big = specs["trn2.48xlarge"]
+    chips = int(big["chips"])
+    small_regions = sorted(r["region"] for r in cb if r["instance_type"] == "trn2.3xlarge")
+    ultra = next(v for k, v in specs.items() if k.startswith("Trn2 UltraServer"))
+    inst = [
+        table(
+            "instance",
+            {
+                "name": "trn2.3xlarge",
+                "family": "trn2",
+                "kind": "trainium",
+                "accelerator": "Trainium2",
+                "accelerator_count": 1,
+                "accelerator_memory_gib": num(big["device_mem_gib"]) // chips,
+                "neuron_cores": int(big["neuron_cores"]) // chips,
+                "vcpus": int(big["vcpus"]) // chips,
+                "memory_gib": num(big["host_mem_gib"]) // chips,
+                "regions": small_regions,
+                "price_note": "sold as EC2 Capacity Blocks for ML; no on-demand price in any source",
+                "source": "cb-page-capture-2026-08-06 + cb-research-note-2026 + neuron-docs; "
+                + TRN2_SMALL_NOTE,
+                "as_of": "2026-08-06",
+            },
+        ),
+        table(
+            "instance",
+            {
+                "name": "u-trn2x64",
+                "family": "trn2u",
+                "kind": "trainium",
+                "accelerator": "Trainium2",
+                "accelerator_count": int(ultra["chips"]),
+                "accelerator_memory_gib": num(ultra["device_mem_gib"]),
+                "neuron_cores": int(ultra["neuron_cores"]),
+                "vcpus": int(ultra["vcpus"]),
+                "memory_gib": num(ultra["host_mem_gib"]),
+                "network_gbps": num(ultra["efa_gbps"]),
+                "regions": [],
+                "price_note": "no price in any source (UltraServers are sold as Capacity Blocks)",
+                "source": "neuron-docs; " + ULTRA_NOTE,
+                "as_of": "2026-08-21",
+            },
+        ),
+    ]
+    prices = []
+    for r in cb:
+        key = next((v for k, v in CB_SOURCES.items() if r["source"].startswith(k)), None)
+        if key is None or not r["region"].startswith(("us-", "sa-", "ap-", "eu-", "ca-", "me-", "af-")):
+            continue
+        if "launch" in r["term"]:
+            continue  # historical (2024-12); quoted in the current row's note
+        note = f"${r['effective_accelerator_usd_hr']} per Trainium2 accelerator-hour ({r['region_name']})"
+        if "(1 day)" in r["term"]:
+            note += "; quoted for a 1-day block"
+        if r["instance_type"] == "trn2.48xlarge":
+            launch = next(x for x in cb if "launch" in x["term"])
+            note += f"; launch rate ({launch['as_of']}) ${launch['effective_instance_usd_hr']}/h"
+        prices.append(
+            {
+                "instance": r["instance_type"],
+                "region": r["region"],
+                "term": "capacity-block",
+                "usd_per_hour": Decimal(r["effective_instance_usd_hr"]),
+                "source": key,
+                "as_of": r["as_of"],
+                "note": note,
+            }
+        )
+    return inst, prices
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shared", type=Path, help="path of the shared/ folder")
@@ -346,6 +454,10 @@ def main() -> None:
     )
     args = ap.parse_args()
     inst, prices = instances_and_prices(args.shared)
+    more_inst, cb_prices = trn2_extras(args.shared)
+    at = next(n for n, t in enumerate(inst) if 'name = "trn2.48xlarge"' in t) + 1
+    inst[at:at] = more_inst
+    prices += cb_prices
     chip_tables = chips(args.shared / "reference" / "pricing")
     head = [
         "# chipswap instance / price / chip catalog.",
@@ -354,6 +466,7 @@ def main() -> None:
         "# A price that is not known is absent (never guessed); see each instance's price_note.",
         "# terms: on-demand | spot (observed) | 1yr | 3yr (effective hourly)",
         "#        | ri-effective (term not stated)",
+        "#        | capacity-block (EC2 Capacity Blocks for ML: booked ahead, paid up front, dynamic price)",
         "schema = 1",
         "",
         "[sources]",

@@ -48,7 +48,9 @@ def test_show_json_has_chip_and_priced_terms(capsys: pytest.CaptureFixture[str])
 
 def test_show_table_and_chips(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "catalog", "show", "trn2.48xlarge")
-    assert code == 0 and "Capacity Blocks" in out and "no known price" in out
+    assert code == 0 and "Capacity Blocks" in out and "Capacity Block, as of 2026-07-15" in out
+    code, out, _ = run(capsys, "catalog", "show", "u-trn2x64")
+    assert code == 0 and "no known price" in out and "64 x Trainium2" in out
     code, out, _ = run(capsys, "catalog", "chips", "--json")
     assert code == 0
     assert {c["name"] for c in json.loads(out)} >= {"Trainium3", "B200", "A10G"}

@@ -158,7 +158,7 @@ def test_job_bad_input_one_line_exit_2(
         (["--instance", "inf2.xlarge", "--throughput", "0"], "--throughput"),
         (["--instance", "inf2.xlarge", "--throughput", "-5"], "--throughput"),
         (["--instance", "inf2.xlarge", "--throughput", "5", "--utilization", "2"], "--utilization"),
-        (["--instance", "trn2.48xlarge", "--throughput", "5", "--region", "us-east-2"], "Capacity Blocks"),
+        (["--instance", "trn2.48xlarge", "--throughput", "5", "--region", "us-west-2"], "Capacity Blocks"),
         (
             ["--instance", "inf2.xlarge", "--throughput", "5", "--baseline", "g5.xlarge"],
             "--baseline-throughput",
@@ -194,13 +194,45 @@ def test_bad_input_via_real_cli_has_no_traceback() -> None:
     assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
-def test_trn2_needs_a_user_rate_then_works(capsys: pytest.CaptureFixture[str]) -> None:
-    trn2 = serve("trn2.48xlarge", "5", "--region", "us-east-2")
-    code, _, err = run_inproc(capsys, *trn2)
-    assert code == 2 and "supply your own" in err
-    code, out, _ = run_inproc(capsys, *trn2, "--rate", "40", "--json")
+def test_trn2_is_priced_as_a_capacity_block_and_a_rate_replaces_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    snap = load_catalog().rate("trn2.48xlarge", "us-east-2", "capacity-block")
+    for region in ((), ("--region", "us-east-2")):
+        code, out, _ = run_inproc(capsys, *serve("trn2.48xlarge", "5", *region), "--json")
+        assert code == 0
+        fleet = json.loads(out)["fleets"][0]
+        assert (fleet["term"], fleet["region"]) == ("capacity-block", "us-east-2")
+        assert fleet["monthly_usd"] == float((snap.usd_per_hour * 730).quantize(Decimal("0.01")))
+    code, out, _ = run_inproc(capsys, *serve("trn2.48xlarge", "5"))
+    assert code == 0 and f"Capacity Block, as of {snap.as_of}" in out and "renewals assumed" in out
+    code, out, _ = run_inproc(
+        capsys, *serve("trn2.48xlarge", "5", "--region", "us-east-2"), "--rate", "40", "--json"
+    )
     assert code == 0
     assert json.loads(out)["fleets"][0]["source"] == "user --rate"
+
+
+# the seed's worked example with trn2 as the candidate (priced as a Capacity Block); add --candidate-hours
+TRN2_JOB = ["cost", "job", "--baseline", "p5.48xlarge", "--baseline-hours", "20"]
+TRN2_JOB += ["--candidate", "trn2.48xlarge"]
+
+
+def test_trn2_job_is_one_block_covering_the_hours_and_per_hour(capsys: pytest.CaptureFixture[str]) -> None:
+    rate = load_catalog().rate("trn2.48xlarge", "us-east-2", "capacity-block").usd_per_hour
+    args = TRN2_JOB
+    code, out, _ = run_inproc(capsys, *args, "--candidate-hours", "26", "--json")
+    assert code == 0
+    cands = json.loads(out)["candidates"]
+    assert [c["cost_usd"] for c in cands] == [
+        float((rate * 26).quantize(Decimal("0.01"))),
+        float((rate * 48).quantize(Decimal("0.01"))),  # 26 h -> one 2-day block
+    ]
+    code, out, _ = run_inproc(capsys, *args, "--candidate-hours", "26", "--block-days", "7", "--json")
+    assert code == 0 and json.loads(out)["candidates"][1]["hours"] == 7 * 24
+    for days, needle in (("15", "not sold"), ("1", "does not cover")):
+        code, _, err = run_inproc(capsys, *args, "--candidate-hours", "26", "--block-days", days)
+        assert code == 2 and needle in err and err.count("\n") == 1
 
 
 def test_docs_worked_example_command_gives_the_seed_numbers() -> None:

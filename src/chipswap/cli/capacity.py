@@ -21,7 +21,7 @@ from rich.table import Table
 from chipswap.cli.catalog import console
 from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
 from chipswap.economics.aws import access as aws_access
-from chipswap.economics.aws.capacity import CapacityLookup, gather_capacity
+from chipswap.economics.aws.capacity import CapacityLookup, block_rate_lines, gather_capacity
 from chipswap.economics.capacity import (
     CHECK_QUOTA,
     CapacityScreen,
@@ -29,11 +29,10 @@ from chipswap.economics.capacity import (
     quota_class,
     screen_capacity,
 )
+from chipswap.economics.catalog import BLOCK_DAYS, check_block_days
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
-
-BLOCK_DAYS = (*range(1, 15), *range(21, 183, 7))  # Capacity Block lengths AWS sells: 1-14 days, then weekly
 
 
 def _fmt_usd(d: Decimal | None) -> str:
@@ -191,9 +190,10 @@ def run_capacity(
     if count < 1 or count > 100_000:
         raise ChipswapError(f"--count must be between 1 and 100000, got {count}; pass the fleet size")
     if block_days not in BLOCK_DAYS:
-        raise ChipswapError(
-            f"--block-days {block_days} is not a Capacity Block length; use 1-14, or 21, 28, ... up to 182"
-        )
+        try:
+            check_block_days(block_days)
+        except ChipswapError as exc:
+            raise ChipswapError(f"--block-days: {exc}") from None
     catalog = load_catalog(catalog_file)
     found = gather_capacity(
         catalog,
@@ -254,6 +254,8 @@ def capacity_command(
     out.print(table)
     for note, n in notes.items.items():
         out.print(f"[{n}] {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
+    for line in block_rate_lines(load_catalog(catalog_file), found):
+        out.print(one_line(line), markup=False, highlight=False, soft_wrap=True)
     for s in screens:
         if s.status in ("quota-too-low", "not-offered"):
             out.print(one_line(s.text), markup=False, highlight=False, soft_wrap=True)

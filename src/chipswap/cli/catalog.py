@@ -17,7 +17,18 @@ from rich.console import Console
 from rich.table import Table
 
 from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
-from chipswap.economics.catalog import TERMS, Catalog, Chip, Instance, PriceChange, Rate, diff_rates
+from chipswap.economics.catalog import (
+    CAPACITY_BLOCK,
+    TERMS,
+    Catalog,
+    Chip,
+    Instance,
+    PriceChange,
+    Rate,
+    block_terms_text,
+    diff_rates,
+    term_words,
+)
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
@@ -56,6 +67,17 @@ def rate_json(r: Rate, catalog: Catalog) -> dict:
         "source_text": catalog.source_text(r.source),
         "as_of": r.as_of,
         "note": r.note,
+        **(capacity_block_json(r, catalog) if r.is_capacity_block else {}),
+    }
+
+
+def capacity_block_json(r: Rate, catalog: Catalog) -> dict:
+    """The Capacity Block purchase terms of a rate, for --json output."""
+    return {
+        "term_words": term_words(r),
+        "usd_per_accelerator_hour": float(catalog.accelerator_rate(r)),
+        "block_days": list(r.lengths),
+        "terms": block_terms_text(r),
     }
 
 
@@ -207,6 +229,7 @@ def catalog_list(
         ("mem GiB", "right"),
         ("on-demand", "right"),
         ("spot", "right"),
+        ("cap. block", "right"),
         ("regions", "right"),
     ):
         table.add_column(col, justify=just)
@@ -221,11 +244,20 @@ def catalog_list(
             _fmt(i.memory_gib),
             _price_cell(catalog, i.name, price_region, "on-demand"),
             _price_cell(catalog, i.name, price_region, "spot"),
+            _price_cell(catalog, i.name, price_region, CAPACITY_BLOCK),
             str(len(i.regions)),
         )
     out = console()
     out.print(table)
     out.print("Spot is one observed crawl (median over AZs). Sources: `chipswap catalog show NAME`.")
+    blocks = sorted({r.as_of for r in catalog.rates if r.is_capacity_block})
+    if blocks:
+        out.print(
+            "cap. block: EC2 Capacity Blocks for ML (booked ahead, paid up front, dynamic price), a dated "
+            f"snapshot (as of {', '.join(blocks)}); `chipswap capacity INSTANCE` looks up live offerings.",
+            markup=False,
+            highlight=False,
+        )
 
 
 @catalog_app.command("show")
@@ -294,11 +326,21 @@ def catalog_show(
         if r.note:
             head, detail = split_note(r.note)
             mark = f"[{notes.setdefault(head, len(notes) + 1)}]" + (f" {detail}" if detail else "")
-        prices.add_row(r.region, r.term, _fmt(r.usd_per_hour), r.source, r.as_of, mark)
+        prices.add_row(r.region, term_words(r), _fmt(r.usd_per_hour), r.source, r.as_of, mark)
     if rates:
         out.print(prices)
     else:
         out.print(f"no known price for {inst.name}" + (f" in {region}" if region else ""))
+    for r in rates:
+        if r.is_capacity_block:
+            out.print(
+                f"{r.region} Capacity Block: ${_fmt(r.usd_per_hour)}/h per instance = "
+                f"${catalog.accelerator_rate(r).quantize(Decimal('0.0001')).normalize():f} per "
+                f"{inst.accelerator} accelerator-hour; {block_terms_text(r)}; a dated snapshot: "
+                f"`chipswap capacity {inst.name}` looks up live offerings",
+                markup=False,
+                highlight=False,
+            )
     for note, n in notes.items():
         out.print(f"[{n}] {note}", markup=False, highlight=False)
     for key in sorted({r.source for r in rates}):
@@ -414,7 +456,11 @@ def catalog_refresh(
         help="Only this region (repeatable; default: the catalog's regions).",
     ),
     term: list[str] | None = typer.Option(
-        None, "--term", metavar="TERM", help="on-demand and/or spot (repeatable; default both)."
+        None,
+        "--term",
+        metavar="TERM",
+        help="on-demand, spot and/or capacity-block (repeatable; default on-demand and spot, plus "
+        "capacity-block for types sold only that way, e.g. trn2).",
     ),
     no_aws: bool = typer.Option(False, "--no-aws", help="Do not call AWS (refresh then has nothing to do)."),
     force: bool = typer.Option(False, "--force", help="Replace --out even if it was not written by refresh."),
@@ -425,14 +471,20 @@ def catalog_refresh(
     snapshot. All or nothing: on any AWS failure nothing is written (exit 3)."""
     from chipswap.atomic import atomic_write_text
     from chipswap.economics.aws import access as aws_access
-    from chipswap.economics.aws.prices import TERMS_REFRESHED, AwsPriceSource, refresh_prices, render_refresh
+    from chipswap.economics.aws.prices import (
+        DEFAULT_TERMS,
+        TERMS_REFRESHED,
+        AwsPriceSource,
+        refresh_prices,
+        render_refresh,
+    )
     from chipswap.economics.catalog_io import parse_catalog
 
     as_json = as_json or (ctx.obj or {}).get("json", False)
-    terms = list(dict.fromkeys(term or TERMS_REFRESHED))
+    terms = list(dict.fromkeys(term or DEFAULT_TERMS))
     bad = [t for t in terms if t not in TERMS_REFRESHED]
     if bad:
-        raise ChipswapError(f"--term {bad[0]!r} cannot be refreshed; use on-demand or spot")
+        raise ChipswapError(f"--term {bad[0]!r} cannot be refreshed; use {', '.join(TERMS_REFRESHED)}")
     snapshot = load_catalog()
     names, regions = _refresh_scope(snapshot, family or [], region or [])
     out_path = Path(out_file)
@@ -457,6 +509,7 @@ def catalog_refresh(
             instances=names,
             regions=regions or None,
             terms=terms,
+            block_instances=[] if term else [n for n in names if snapshot.capacity_block_only(n)],
             account=account,
             progress=step,
         )

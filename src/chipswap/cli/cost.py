@@ -21,7 +21,14 @@ from chipswap.cli.common import (
 )
 from chipswap.cli.fit import print_table
 from chipswap.economics import cost as C
-from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
+from chipswap.economics.catalog import (
+    TERMS,
+    Catalog,
+    Rate,
+    ReservedTerm,
+    block_terms_text,
+    term_words,
+)
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
@@ -37,6 +44,43 @@ RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 
 MAX_HOURS_PER_MONTH = 744  # 31 days x 24 h
 DEFAULT_PORTING_DAYS = "3"  # the seed's worked example; always printed as an assumption
 DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; default 800)."
+
+
+DEFAULT_REGION = "us-east-1"
+REGION_HELP = (
+    "AWS region for prices (default us-east-1; an instance sold only as Capacity Blocks is priced where a "
+    "Capacity Block rate is known)."
+)
+BLOCK_DAYS_HELP = (
+    "Capacity Block length in days for a capacity-block candidate (1-14, then 21, 28, ... 182); default: the "
+    "shortest block covering the hours."
+)
+
+
+def priced(catalog: Catalog, instance: str, region: str | None, term: str) -> Rate:
+    """The price of `instance` at `term` in `region` (default us-east-1). An instance sold only as Capacity
+    Blocks gets its Capacity Block rate: in `region` when given, else the cheapest region that has one."""
+    where = region or DEFAULT_REGION
+    found = catalog.purchase_rate(instance, where, term)
+    if found is None and region is None and catalog.capacity_block_only(instance):
+        blocks = [r for r in catalog.rates_for(instance) if r.is_capacity_block]
+        found = min(blocks, key=lambda r: (r.usd_per_hour, r.region))
+    return found if found is not None else catalog.rate(instance, where, term)
+
+
+def block_lines(catalog: Catalog, r: Rate, region: str | None) -> list[str]:
+    """Assumption lines for a Capacity Block rate: the purchase terms, the accelerator rate, where priced."""
+    acc = catalog.accelerator_rate(r).quantize(Decimal("0.0001")).normalize()
+    out = [
+        f"{r.instance} is priced as an EC2 Capacity Block: {block_terms_text(r)}; "
+        f"${acc:f} per accelerator-hour; a dated snapshot, not a live offering (`chipswap capacity "
+        f"{r.instance}` looks up live offerings; --rate replaces it)"
+    ]
+    if region is None and r.region != DEFAULT_REGION:
+        out.append(
+            f"{r.instance} priced in {r.region}: the catalog has its Capacity Block rate there; pass --region"
+        )
+    return out
 
 
 def _user_rate(instance: str, region: str, usd: Decimal, flag: str) -> Rate:
@@ -101,7 +145,7 @@ def cost_job(
     candidate_hours: str = typer.Option(
         ..., "--candidate-hours", metavar="HOURS", help="Wall-clock hours the job takes there."
     ),
-    region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for both prices."),
+    region_flag: str | None = maybe_flag("--region", metavar="REGION", help=REGION_HELP),
     baseline_count: str = typer.Option(
         "1", "--baseline-count", metavar="N", help="Baseline instances used by the job."
     ),
@@ -133,6 +177,7 @@ def cost_job(
     runs_per_month: str | None = maybe_flag(
         "--runs-per-month", metavar="N", help="Identical runs per month; adds the month the move pays back."
     ),
+    block_days: str | None = maybe_flag("--block-days", metavar="DAYS", help=BLOCK_DAYS_HELP),
     as_json: bool = JSON_TABLE_FLAG,
     catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
@@ -149,22 +194,50 @@ def cost_job(
     res = flag_reserved(reserved, "--reserved")
     b_term = flag_term(baseline_term, "--baseline-term")
     c_terms = [flag_term(t, "--candidate-term") for t in candidate_term]
+    block = int(flag_count(block_days, "--block-days")) if block_days is not None else None
 
     catalog = load_catalog(catalog_file)
-    check_region(catalog, region)
+    check_region(catalog, region_flag)
+    region = region_flag or DEFAULT_REGION
     b_inst = catalog.instance(baseline)
     c_inst = catalog.instance(candidate)
     b_rate = (
         _user_rate(b_inst.name, region, b_rate_user, "--baseline-rate")
         if b_rate_user is not None
-        else catalog.rate(b_inst.name, region, b_term)
+        else priced(catalog, b_inst.name, region_flag, b_term)
     )
-    c_rates = _candidate_rates(catalog, c_inst.name, region, c_terms, c_rate_user, res)
+    c_rates = _candidate_rates(catalog, c_inst.name, region_flag, c_terms, c_rate_user, res)
 
     base = C.job_option(b_rate.term, b_inst.name, b_hours, b_rate.usd_per_hour, baseline_count)
-    options = [C.job_option(r.term, c_inst.name, c_hours, r.usd_per_hour, candidate_count) for r in c_rates]
+    options, rows_rates, extra = [], [], []
+    for r in c_rates:
+        if not r.is_capacity_block:
+            options.append(C.job_option(r.term, c_inst.name, c_hours, r.usd_per_hour, candidate_count))
+            rows_rates.append(r)
+            continue
+        blk = C.block_job_cost(c_hours, r.usd_per_hour, candidate_count, r.lengths, block)
+        per_hour = f"{term_words(r)}, per hour"
+        options.append(C.job_option(per_hour, c_inst.name, c_hours, r.usd_per_hour, candidate_count))
+        options.append(
+            C.JobOption(
+                f"{term_words(r)}, {blk.days}-day block",
+                c_inst.name,
+                Decimal(blk.billed_hours),
+                candidate_count,
+                r.usd_per_hour,
+                blk.usd,
+            )
+        )
+        rows_rates += [r, r]
+        extra += block_lines(catalog, r, region_flag) + [
+            f"the run as {blk.words}: {c_hours.normalize():f} h rounded up to whole days "
+            f"({blk.billed_hours} h billed, paid up front); the per-hour row is the same hours at the "
+            "same rate"
+        ]
+    c_rates = rows_rates
     result = C.compare_jobs(base, options, days, rate, rpm)
     assumptions = _job_assumptions(result, days, porting_days, rate, day_rate, [b_rate, *c_rates], catalog)
+    assumptions += extra
 
     if as_json:
         typer.echo(json.dumps(_job_json(result, region, b_rate, c_rates, assumptions), indent=2))
@@ -210,16 +283,22 @@ def cost_job(
 
 
 def _candidate_rates(
-    catalog: Catalog, name: str, region: str, terms: list[str], user: Decimal | None, res: ReservedTerm | None
+    catalog: Catalog,
+    name: str,
+    region_flag: str | None,
+    terms: list[str],
+    user: Decimal | None,
+    res: ReservedTerm | None,
 ) -> list[Rate]:
+    region = region_flag or DEFAULT_REGION
     rates: list[Rate] = []
     if terms:
-        rates = [catalog.rate(name, region, t) for t in dict.fromkeys(terms)]
+        rates = [priced(catalog, name, region_flag, t) for t in dict.fromkeys(terms)]
     elif user is None and res is None:
         have = {r.term: r for r in catalog.rates_for(name, region)}
         rates = [have[t] for t in TERMS if t in have]
         if not rates:
-            catalog.rate(name, region, "on-demand")  # raises, naming regions that have a price
+            rates = [priced(catalog, name, region_flag, "on-demand")]  # raises, naming priced regions
     if res is not None:
         rates.append(catalog.rate(name, region, res))
     if user is not None:
@@ -253,7 +332,11 @@ def _job_assumptions(
             continue
         seen.add(key)
         text = f"{r.term} price: {one_line(r.source)} ({one_line(_as_of(r))})"
-        if r.note and r.term in ("1yr", "3yr", "ri-effective", "spot") or r.term.startswith("reserved"):
+        if (
+            r.note
+            and r.term in ("1yr", "3yr", "ri-effective", "spot", "capacity-block")
+            or r.term.startswith("reserved")
+        ):
             text += f"; {r.note}"
         out.append(text)
     return out
@@ -305,7 +388,7 @@ def cost_serve(
     throughput: str = typer.Option(
         ..., "--throughput", metavar="REQ_PER_S", help="Requests per second one instance sustains."
     ),
-    region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for prices."),
+    region_flag: str | None = maybe_flag("--region", metavar="REGION", help=REGION_HELP),
     term: str = typer.Option("on-demand", "--term", metavar="TERM", help=TERM_HELP),
     rate_usd: str | None = maybe_flag(
         "--rate", metavar="USD_PER_H", help="Your own $/h for --instance (overrides --term)."
@@ -378,21 +461,22 @@ def cost_serve(
     b_term = flag_term(baseline_term, "--baseline-term")
 
     catalog = load_catalog(catalog_file)
-    check_region(catalog, region)
+    check_region(catalog, region_flag)
+    region = region_flag or DEFAULT_REGION
     inst = catalog.instance(instance)
     if user_rate is not None:
         r = _user_rate(inst.name, region, user_rate, "--rate")
     elif res is not None:
         r = catalog.rate(inst.name, region, res)
     else:
-        r = catalog.rate(inst.name, region, t)
+        r = priced(catalog, inst.name, region_flag, t)
     sides = [("candidate" if baseline else "serve", inst.name, r, tput, count)]
     if baseline is not None:
         b_inst = catalog.instance(baseline)
         br = (
             _user_rate(b_inst.name, region, b_user, "--baseline-rate")
             if b_user is not None
-            else catalog.rate(b_inst.name, region, b_term)
+            else priced(catalog, b_inst.name, region_flag, b_term)
         )
         sides.insert(0, ("baseline", b_inst.name, br, b_tput, baseline_count))
 
@@ -407,7 +491,10 @@ def cost_serve(
                 "throughput": tp,
                 "count": fleet,
                 "per_million": C.cost_per_million(tp, rate.usd_per_hour, util),
-                "monthly": C.monthly_cost(rate.usd_per_hour, fleet, hpm),
+                # a Capacity Block bills every hour it is held: 730 h a month, whatever is used
+                "monthly": C.monthly_cost(
+                    rate.usd_per_hour, fleet, C.HOURS_PER_MONTH if rate.is_capacity_block else hpm
+                ),
             }
         )
     summary = None
@@ -443,18 +530,27 @@ def cost_serve(
             f"{row['instance']} {rr.term} price: {one_line(rr.source)} ({one_line(_as_of(rr))})"
             + (f"; {rr.note}" if rr.note and rr.term != "on-demand" else "")
         )
+        if rr.is_capacity_block:
+            assumptions += block_lines(catalog, rr, region_flag)
+            assumptions.append(
+                f"{row['instance']} per month: held as a chain of Capacity Blocks (at most 182 days each), "
+                f"every hour billed ({C.HOURS_PER_MONTH} h/month), renewals assumed at today's rate "
+                "(an assumption: the price is dynamic and each renewal is a new booking, not guaranteed)"
+            )
     if as_json:
         typer.echo(json.dumps(_serve_json(rows, summary, region, util, req, hpm, assumptions), indent=2))
         return
     out = console()
     table = Table(title=f"Serving cost ({region})")
-    for col in ("", "instance", "term", "$/h", "req/s each", "$ per 1M req", "instances", "per month"):
-        table.add_column(col, justify="left" if col in ("", "instance", "term") else "right")
+    cols = ("", "instance", "region", "term", "$/h", "req/s each", "$ per 1M req", "instances", "per month")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("", "instance", "region", "term") else "right")
     for row in rows:
         table.add_row(
             row["role"],
             row["instance"],
-            row["rate"].term,
+            row["rate"].region,
+            term_words(row["rate"]),
             rate_text(row["rate"].usd_per_hour),
             f"{row['throughput'].normalize():f}",
             f"${row['per_million'].quantize(Decimal('0.0001')):,}",

@@ -23,8 +23,11 @@ EXAMPLES = {
     "llama-serving": "llama-serving.toml",
     "classifier-serving": "classifier-serving.toml",
     "finetune": "finetune.toml",
+    "trn2-serving": "trn2-serving.toml",
 }
 DEFAULT_EXAMPLE = "llama-serving"
+# not a workload: `--example trn2-claims` prints the seed's numeric claims checked (chipswap.plan.claims)
+CLAIMS_EXAMPLE = "trn2-claims"
 
 
 def example_path(name: str) -> Path:
@@ -145,6 +148,10 @@ def summary_lines(result: object) -> list[str]:
         )
         if b.payback_run:
             lines[-1] += f"; per run: pays back on run {b.payback_run}"
+        if getattr(b, "block", "") and b.rate is not None:
+            lines.append(
+                f"    priced: ${b.rate.value}/h, {b.rate.source.removeprefix('catalog: ')}; {b.block}"
+            )
     fleets = [f for f in (gpu, *(getattr(c, "fleet", None) for c in getattr(r, "candidates", ()))) if f]
     trains = [str(f.note).split(";")[0] for f in fleets if " trains in " in str(getattr(f, "note", "") or "")]
     if getattr(r, "kind", "serving") == "training" and trains:
@@ -176,22 +183,50 @@ def summary_lines(result: object) -> list[str]:
     return [one_line(line, 2000) for line in lines]
 
 
+def _print_claims(as_json: bool, catalog_file: str | Path | None) -> None:
+    """`--example trn2-claims`: the seed's claims, checked (chipswap.plan.claims does the work)."""
+    import json
+
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.plan.claims import as_json as claims_json
+    from chipswap.plan.claims import evaluate_claims, render_text
+
+    lines = evaluate_claims(load_catalog(catalog_file))
+    if as_json:
+        typer.echo(json.dumps(claims_json(lines), indent=2))
+        return
+    for line in render_text(lines):
+        typer.echo(line)
+
+
 def _capacity_check(catalog: object, no_aws: bool) -> Callable[[str, str, int | None, str], tuple[Any, str]]:
     """The capacity screen of the pick: AWS read-only (or the shipped snapshot when offline / --no-aws)."""
     from datetime import date
 
     from chipswap.economics.aws import access as aws_access
-    from chipswap.economics.aws.capacity import capacity_for_plan
+    from chipswap.economics.aws.capacity import capacity_for_plan, longest_block_for_plan
     from chipswap.economics.catalog_io import load_catalog
 
     cat = catalog if catalog is not None else load_catalog()
     access = aws_access.access_from_environment(no_aws)
     today = date.today().isoformat()
 
-    def check(instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
-        return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
+    class Check:
+        def __call__(self, instance: str, region: str, count: int | None, term: str) -> tuple[Any, str]:
+            return capacity_for_plan(cat, instance, region, count, term=term, access=access, today=today)
 
-    return check
+        def blocks(self, instance: str, region: str, count: int | None, days: int) -> tuple[Any, ...]:
+            return longest_block_for_plan(
+                cat,  # type: ignore[arg-type]  # the same catalog capacity_for_plan gets
+                instance,
+                region,
+                count,
+                days,
+                access=access,
+                today=today,
+            )
+
+    return Check()
 
 
 def _with_train_hours(wl: Any, hours: float) -> Any:
@@ -220,7 +255,9 @@ def _plan(
         help="Workload TOML file (see `chipswap workload-help`). Default: the bundled Llama serving example.",
     ),
     example: str | None = maybe_flag(
-        "--example", help=f"Run a bundled example instead: {', '.join(EXAMPLES)}."
+        "--example",
+        help=f"Run a bundled example instead: {', '.join(EXAMPLES)}; or {CLAIMS_EXAMPLE}: the seed's numeric "
+        "claims checked with chipswap's projection and bands (docs/claims.md).",
     ),
     out: Path = typer.Option(
         Path("chipswap-report"), "--out", help="Folder for report.html, report.json, report.md."
@@ -294,6 +331,9 @@ def _plan(
         raise ChipswapError(f"--out {out} is a file; pass a folder (it is created if missing)")
     if workload is not None and example is not None:
         raise ChipswapError("give a workload file or --example, not both; drop one of them")
+    if example == CLAIMS_EXAMPLE:
+        _print_claims(as_json, catalog_file)
+        return
     if accept_bench_mismatch and not bench:
         raise ChipswapError("--accept-bench-mismatch applies to --bench files; add --bench FILE or drop it")
     margin = None

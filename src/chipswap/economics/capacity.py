@@ -23,10 +23,11 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
+from chipswap.economics.catalog import BLOCK_DAYS, BLOCK_LENGTHS_TEXT, MAX_BLOCK_DAYS, block_chain
 from chipswap.verdict.rules import MOVES, Reason
 
 Outcome = Literal["pass", "fail", "unknown"]
-Status = Literal["fits", "not-offered", "quota-too-low", "unknown"]
+Status = Literal["fits", "not-offered", "quota-too-low", "unknown", "horizon-too-long", "blocks-fit"]
 Purchase = Literal["on-demand", "spot"]
 
 CHECK_QUOTA = "check quota before committing"
@@ -206,6 +207,7 @@ class CapacityScreen:
     requested_limit_vcpus: int | None = None  # quota-too-low: the quota value to ask for
     quota_code: str = ""
     recommended_region: str | None = None
+    block_days_needed: int | None = None  # Capacity Blocks: the days the plan's horizon needs
 
     @property
     def is_pass(self) -> bool:
@@ -391,6 +393,73 @@ def screen_capacity(
     return replace(base, text=text, qualifier=CHECK_QUOTA, recommended_region=alt)
 
 
+# ------------------------------------------------------------------------------ Capacity Blocks vs horizon
+
+EXTEND_WORDS = (
+    "an extension can be requested up to 56 days before a block ends, in the same day/week steps, and is "
+    "granted only if capacity is available (EC2 User Guide, 'Extend Capacity Blocks')"
+)
+
+
+def screen_block_horizon(
+    instance: str,
+    region: str,
+    count: int | None,
+    horizon_months: int,
+    longest_days: int | None,
+    *,
+    checked: bool,
+    as_of: str,
+) -> CapacityScreen:
+    """Can `count` x `instance` be held for the plan's horizon on Capacity Blocks?
+
+    `longest_days`: the longest block on offer — from AWS's offerings when `checked`, else (None) the
+    longest AWS sells (MAX_BLOCK_DAYS, a snapshot fact); 0 = no offering found. A horizon longer than the
+    longest block is a fail with the fix (a chain of blocks, each booked or extended ahead, or a shorter
+    horizon)."""
+    days = -(-horizon_months * 730 // 24)  # 730 h a month, whole days
+    offered = longest_days if longest_days is not None else MAX_BLOCK_DAYS
+    where = f"{count if count is not None else 'the'} x {instance} in {region}"
+    source = (
+        f"offerings checked with AWS on {as_of}"
+        if checked
+        else f"the longest block AWS sells ({BLOCK_LENGTHS_TEXT}); offerings not checked (snapshot {as_of})"
+    )
+    base = CapacityScreen(
+        "blocks-fit", "pass", instance, region, count, None, text="", block_days_needed=days
+    )
+    if offered >= days:
+        return replace(
+            base,
+            text=f"capacity: the {horizon_months}-month horizon ({days:,} days) fits one Capacity Block for "
+            f"{where}; the longest on offer is {offered} days ({source})",
+        )
+    if offered <= 0:
+        return replace(
+            base,
+            status="horizon-too-long",
+            outcome="fail",
+            text=f"capacity: no Capacity Block offering for {where} right now ({source}); the "
+            f"{horizon_months}-month horizon needs {days:,} block-days each",
+            qualifier="find a Capacity Block offering first (`chipswap capacity "
+            f"{instance} --block-days N`: another length, date or region)",
+        )
+    chain = block_chain(days, tuple(d for d in BLOCK_DAYS if d <= offered) or (offered,))
+    fit_months = max(1, offered * 24 // 730)
+    blocks = " + ".join(map(str, chain))
+    return replace(
+        base,
+        status="horizon-too-long",
+        outcome="fail",
+        text=f"capacity: the {horizon_months}-month horizon needs {days:,} days of Capacity Blocks for "
+        f"{where}, more than the longest block on offer ({offered} days; {source}): it is a chain of "
+        f"{len(chain)} blocks ({blocks} days), each a new booking at the price of its day and none "
+        f"guaranteed; fix: book the first block and extend or re-book each one before it ends "
+        f"({EXTEND_WORDS}), or set horizon_months = {fit_months} to fit one block, or price another term",
+        qualifier=f"book {len(chain)} consecutive Capacity Blocks (or extend each before it ends) first",
+    )
+
+
 def qualify_verdict(verdict: str, screen: CapacityScreen) -> str:
     """The verdict line with the capacity rule applied: a move that cannot launch as-is gets
     "— but <what to do> first"; stay / close-call verdicts are returned unchanged."""
@@ -404,6 +473,16 @@ def capacity_reason(screen: CapacityScreen) -> Reason:
     favours: Literal["neuron", "gpu"] | None = None
     if screen.outcome != "unknown":
         favours = "neuron" if screen.outcome == "pass" else "gpu"
+    if screen.block_days_needed is not None:
+        return Reason(
+            "capacity",
+            screen.outcome,
+            favours,
+            screen.text,
+            "Capacity Block days needed",
+            screen.block_days_needed,
+            "the horizon fits the longest Capacity Block on offer",
+        )
     threshold = "fits the region's vCPU quota and the type is offered there"
     return Reason(
         "capacity",

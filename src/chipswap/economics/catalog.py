@@ -17,8 +17,25 @@ from chipswap.errors import ChipswapError, closest
 KINDS = ("gpu", "inferentia", "trainium")
 # Catalog terms. 1yr/3yr are effective hourly rates of a commitment; ri-effective is the Neuron
 # benchmark pages' "RI-Effective hourly rate", whose term (1 or 3 years) and payment option are not stated.
-TERMS = ("on-demand", "spot", "1yr", "3yr", "ri-effective")
+# capacity-block: EC2 Capacity Blocks for ML, a reservation booked ahead and paid up front at a price AWS
+# sets on a schedule (the rate is per instance-hour, for a block of one of BLOCK_DAYS lengths).
+TERMS = ("on-demand", "spot", "1yr", "3yr", "ri-effective", "capacity-block")
+CAPACITY_BLOCK = "capacity-block"
 HOURS_PER_YEAR = 8760
+HOURS_PER_DAY = 24
+
+# Block lengths AWS sells: 1-14 days in 1-day steps, then 7-day steps up to 182 days (26 weeks). Source:
+# the EC2 API reference, DescribeCapacityBlockOfferings CapacityDurationHours ("You must specify the duration
+# in 1-day increments up 14 days, and in 7-day increments up to 182 days"), and the EC2 User Guide page
+# "Extend Capacity Blocks" (same steps), both read 2026-12-01.
+BLOCK_DAYS: tuple[int, ...] = tuple(range(1, 15)) + tuple(range(21, 183, 7))
+MAX_BLOCK_DAYS = BLOCK_DAYS[-1]
+BLOCK_DAYS_SOURCE = (
+    "EC2 API reference, DescribeCapacityBlockOfferings CapacityDurationHours, and EC2 User Guide "
+    "'Extend Capacity Blocks' (read 2026-12-01)"
+)
+BLOCK_WORDS = "booked ahead, paid up front, dynamic price"
+BLOCK_LENGTHS_TEXT = "1-14 days in 1-day steps, then 7-day steps up to 182 days"
 
 
 @dataclass(frozen=True)
@@ -76,6 +93,62 @@ class Rate:
     as_of: str
     instance: str = ""
     note: str = ""
+    block_days: tuple[int, ...] = ()  # capacity-block: the block lengths this price is sold for (() = all)
+
+    @property
+    def is_capacity_block(self) -> bool:
+        return self.term == CAPACITY_BLOCK
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """Block lengths (days) this rate can be bought in: its own list, or every length AWS sells."""
+        return self.block_days or BLOCK_DAYS
+
+
+def term_words(rate: Rate) -> str:
+    """How a price is bought, as the tables show it: "Capacity Block, as of 2026-07-15"; other terms as is."""
+    if rate.is_capacity_block:
+        return f"Capacity Block, as of {rate.as_of}"
+    return rate.term
+
+
+def block_terms_text(rate: Rate) -> str:
+    """The Capacity Block purchase terms in one clause, for assumption lines."""
+    return f"{BLOCK_WORDS} (as of {rate.as_of}); blocks of {BLOCK_LENGTHS_TEXT} ({BLOCK_DAYS_SOURCE})"
+
+
+def check_block_days(days: int, lengths: tuple[int, ...] = BLOCK_DAYS) -> int:
+    """`days` when a Capacity Block of that length is sold, else one error line naming the nearest lengths."""
+    if isinstance(days, bool) or not isinstance(days, int) or days not in lengths:
+        below = [d for d in lengths if isinstance(days, int) and d < days]
+        above = [d for d in lengths if isinstance(days, int) and d > days]
+        near = [str(x) for x in (below[-1:] + above[:1])] or [str(lengths[0])]
+        raise ChipswapError(
+            f"a Capacity Block of {days!r} days is not sold; blocks are {BLOCK_LENGTHS_TEXT}: "
+            f"use {' or '.join(near)} days"
+        )
+    return days
+
+
+def block_days_covering(hours: object, lengths: tuple[int, ...] = BLOCK_DAYS) -> int | None:
+    """The shortest sold block (days) that covers `hours` (rounded up to whole days); None when no single
+    block is that long."""
+    h = D(hours, "hours")
+    if h <= 0:
+        raise ChipswapError(f"hours must be greater than 0, got {hours}; pass a positive number")
+    whole = int((h / HOURS_PER_DAY).to_integral_value(rounding="ROUND_CEILING"))
+    return next((d for d in lengths if d >= whole), None)
+
+
+def block_chain(days: int, lengths: tuple[int, ...] = BLOCK_DAYS) -> tuple[int, ...]:
+    """Consecutive blocks covering `days`: the longest block as often as it fits, then the shortest sold
+    block that covers the rest (each renewal is a new booking; none is guaranteed)."""
+    if days < 1:
+        raise ChipswapError(f"a Capacity Block chain must cover at least 1 day, got {days}; pass 1 or more")
+    longest = lengths[-1]
+    full, rest = divmod(days, longest)
+    tail = () if rest == 0 else (next(d for d in lengths if d >= rest),)
+    return (longest,) * full + tail
 
 
 @dataclass(frozen=True)
@@ -197,6 +270,24 @@ class Catalog:
             raise ChipswapError(f"unknown price term: {term!r}; use one of {', '.join(TERMS)}")
         return self._rates.get((inst.name.lower(), region, term))
 
+    def accelerator_rate(self, rate: Rate) -> Decimal:
+        """The rate per accelerator-hour (instance rate / accelerators)."""
+        return rate.usd_per_hour / Decimal(self.instance(rate.instance).accelerator_count)
+
+    def capacity_block_only(self, instance: str) -> bool:
+        """True when `instance` has a Capacity Block rate and no committed or on-demand price (on-demand,
+        1yr, 3yr, ri-effective): it is bought as Capacity Blocks (a spot price, if any, is not a plan)."""
+        terms = {r.term for r in self.rates_for(instance)}
+        return CAPACITY_BLOCK in terms and not terms & {"on-demand", "1yr", "3yr", "ri-effective"}
+
+    def purchase_rate(self, instance: str, region: str, term: str) -> Rate | None:
+        """The price at `term`, or, for an instance sold only as Capacity Blocks, its Capacity Block rate in
+        `region` (callers say "Capacity Block only" beside it); None when neither is known."""
+        found = self.find_rate(instance, region, term)
+        if found is None and self.capacity_block_only(instance):
+            found = self.find_rate(instance, region, CAPACITY_BLOCK)
+        return found
+
     # --- filters -------------------------------------------------------------------------------------------
     def select(
         self,
@@ -255,6 +346,14 @@ def validate(catalog: Catalog) -> list[str]:
             problems.append(f"price {r.instance} {r.region} {r.term}: usd_per_hour must be > 0")
         if not r.source or not r.as_of:
             problems.append(f"price {r.instance} {r.region} {r.term}: source and as_of are required")
+        if r.block_days and not r.is_capacity_block:
+            problems.append(f"price {r.instance} {r.region} {r.term}: block_days is for capacity-block only")
+        unsold = [d for d in r.block_days if d not in BLOCK_DAYS]
+        if unsold:
+            problems.append(
+                f"price {r.instance} {r.region} {r.term}: block length {unsold[0]} days is not sold "
+                f"({BLOCK_LENGTHS_TEXT})"
+            )
     return problems
 
 

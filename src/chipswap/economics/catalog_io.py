@@ -22,7 +22,16 @@ from typing import Any
 
 from chipswap.datafile import MAX_NESTING, _depth_ok, read_text
 from chipswap.economics.capacity import is_region_name
-from chipswap.economics.catalog import KINDS, TERMS, Catalog, Chip, Instance, Rate, validate
+from chipswap.economics.catalog import (
+    KINDS,
+    TERMS,
+    Catalog,
+    Chip,
+    Instance,
+    Rate,
+    check_block_days,
+    validate,
+)
 from chipswap.errors import ChipswapError
 
 SHIPPED = "catalog.toml"
@@ -287,6 +296,7 @@ def _rate(doc: _Doc, e: dict, where: str, line: int | None) -> Rate:
     usd = _num(doc, e, "usd_per_hour", where, line)
     assert usd is not None
     return Rate(
+        block_days=_block_days(doc, e, term, where, line),
         usd_per_hour=usd,
         term=term,
         region=region,
@@ -295,6 +305,25 @@ def _rate(doc: _Doc, e: dict, where: str, line: int | None) -> Rate:
         instance=_str(doc, e, "instance", where, line),
         note=_str(doc, e, "note", where, line, optional=True),
     )
+
+
+def _block_days(doc: _Doc, e: dict, term: str, where: str, line: int | None) -> tuple[int, ...]:
+    """A capacity-block price's optional `block_days` (lengths it is sold for), each a length AWS sells."""
+    if "block_days" not in e:
+        return ()
+    value = e["block_days"]
+    if term != "capacity-block":
+        raise ChipswapError(
+            doc.where(line, f"{where}: field 'block_days' is only for term capacity-block; remove it")
+        )
+    if not isinstance(value, list) or not value or not all(isinstance(d, int) for d in value):
+        raise ChipswapError(
+            doc.where(line, f"{where}: field 'block_days' must be a list of whole days, got {value!r}")
+        )
+    try:
+        return tuple(check_block_days(d) for d in value)
+    except ChipswapError as exc:
+        raise ChipswapError(doc.where(line, f"{where}: {exc}")) from None
 
 
 def _rates(doc: _Doc) -> list[Rate]:
@@ -330,6 +359,8 @@ def _rates(doc: _Doc) -> list[Rate]:
                 "source": group["source"],
                 "as_of": group["as_of"],
             }
+            if "block_days" in group:
+                entry["block_days"] = group["block_days"]
             if len(row) == 4 and not isinstance(row[3], str):
                 raise ChipswapError(
                     doc.where(line, f"{where}: the 4th cell (a note) must be text, got {row[3]!r}")

@@ -10,6 +10,14 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
+from chipswap.economics.catalog import (
+    BLOCK_DAYS,
+    HOURS_PER_DAY,
+    MAX_BLOCK_DAYS,
+    block_chain,
+    block_days_covering,
+    check_block_days,
+)
 from chipswap.economics.money import D
 from chipswap.errors import ChipswapError
 
@@ -185,3 +193,84 @@ def compare_jobs(
         per_month = break_even(one_time, cmp.saving_usd * rpm, max_periods) if rpm is not None else None
         lines.append(JobLine(cand, cmp, per_run, per_month))
     return JobComparison(baseline, tuple(lines), one_time, days, rate, rpm)
+
+
+# --- Capacity Blocks: a reservation of whole days, paid up front ------------------------------------------
+@dataclass(frozen=True)
+class BlockCost:
+    """What a run or a horizon costs as EC2 Capacity Blocks: the blocks (days each), the hours billed (every
+    hour of each block, used or not) and the total paid up front."""
+
+    blocks: tuple[int, ...]
+    count: int
+    usd_per_hour: Decimal
+    used_hours: Decimal
+
+    @property
+    def days(self) -> int:
+        return sum(self.blocks)
+
+    @property
+    def billed_hours(self) -> int:
+        return self.days * HOURS_PER_DAY
+
+    @property
+    def usd(self) -> Decimal:
+        return Decimal(self.billed_hours) * self.usd_per_hour * self.count
+
+    @property
+    def per_hour_usd(self) -> Decimal:
+        """The same hours priced per hour (what the block would cost if only the used hours were billed)."""
+        return self.used_hours * self.usd_per_hour * self.count
+
+    @property
+    def words(self) -> str:
+        if len(self.blocks) == 1:
+            return f"one {self.blocks[0]}-day Capacity Block"
+        return f"a chain of {len(self.blocks)} Capacity Blocks ({' + '.join(map(str, self.blocks))} days)"
+
+
+def block_job_cost(
+    hours: object,
+    usd_per_hour: object,
+    count: object = 1,
+    lengths: tuple[int, ...] = BLOCK_DAYS,
+    days: int | None = None,
+) -> BlockCost:
+    """One run as one Capacity Block: the shortest sold block covering `hours` (whole days), or the given
+    `days` (it must be sold and cover the hours). Longer than the longest block: ChipswapError, with
+    the fix."""
+    h = _positive(hours, "hours")
+    r = _non_negative(usd_per_hour, "usd_per_hour")
+    n = int(_positive(count, "count"))
+    if days is not None:
+        check_block_days(days, lengths)
+        if days * HOURS_PER_DAY < h:
+            raise ChipswapError(
+                f"a {days}-day Capacity Block does not cover {h.normalize():f} h; "
+                f"use at least {block_days_covering(h, lengths) or MAX_BLOCK_DAYS} days"
+            )
+        return BlockCost((days,), n, r, h)
+    need = block_days_covering(h, lengths)
+    if need is None:
+        raise ChipswapError(
+            f"{h.normalize():f} h is longer than the longest Capacity Block ({lengths[-1]} days); "
+            "split the run, or price it as a chain of blocks"
+        )
+    return BlockCost((need,), n, r, h)
+
+
+def block_chain_cost(
+    hours: object, usd_per_hour: object, count: object = 1, lengths: tuple[int, ...] = BLOCK_DAYS
+) -> BlockCost:
+    """A fleet held for `hours` as consecutive Capacity Blocks (block_chain), each renewed at today's rate."""
+    h = _positive(hours, "hours")
+    r = _non_negative(usd_per_hour, "usd_per_hour")
+    n = int(_positive(count, "count"))
+    whole_days = int((h / HOURS_PER_DAY).to_integral_value(rounding="ROUND_CEILING"))
+    return BlockCost(block_chain(whole_days, lengths), n, r, h)
+
+
+def horizon_hours(months: object) -> Decimal:
+    """Hours in a horizon of `months` (730 h a month, AWS's convention)."""
+    return _positive(months, "months") * HOURS_PER_MONTH

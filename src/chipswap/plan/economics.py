@@ -43,6 +43,9 @@ class Scenario:
     runs_per_month: float | None = None
     overflow_share: float | None = None  # share of requests no compiled shape holds (0..1)
     overflow_policy: str | None = None
+    # the candidate bought as EC2 Capacity Blocks: the block lengths its rate is sold in (None: billed per
+    # hour). Serving: the horizon as a chain of blocks, renewals at today's rate; training: one block per run
+    cand_block_lengths: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,11 @@ def economics(s: Scenario) -> Money:
         count = s.cand_sizer.count(s.traffic_factor, s.cand_speed) if s.cand_sizer is not None else None
         if s.cand_rate is None or count is None:
             return Money(now, count, None, None, None, None, None, gpu_count)
-        after = cost.monthly_cost(s.cand_rate, count, s.hours_per_month)
+        if s.cand_block_lengths:
+            chain = held_as_blocks(s, count)
+            after = chain.usd / cost.D(s.horizon_months)
+        else:
+            after = cost.monthly_cost(s.cand_rate, count, s.hours_per_month)
     else:
         assert s.gpu_hours is not None and s.gpu_rate is not None and s.runs_per_month is not None
         runs = cost.D(s.runs_per_month * s.traffic_factor)
@@ -80,13 +87,32 @@ def economics(s: Scenario) -> Money:
         if s.cand_rate is None or s.cand_hours is None:
             return Money(now, None, None, None, None, None, None)
         count = s.fleet_count
-        per_run_after = cost.job_cost(s.cand_hours / s.cand_speed, s.cand_rate, s.fleet_count)
+        if s.cand_block_lengths:
+            per_run_after = run_as_block(s, s.cand_hours / s.cand_speed).usd
+        else:
+            per_run_after = cost.job_cost(s.cand_hours / s.cand_speed, s.cand_rate, s.fleet_count)
         after = per_run_after * runs
         run = cost.break_even(s.porting_usd, per_run_now - per_run_after).period
     saving = now - after
     pct = saving / now * 100 if now > 0 else None
     month = cost.break_even(s.porting_usd, saving).period
     return Money(now, count, after, saving, pct, month, run, gpu_count)
+
+
+def held_as_blocks(s: Scenario, count: int) -> cost.BlockCost:
+    """The candidate fleet held for the whole horizon as consecutive Capacity Blocks (today's rate)."""
+    assert s.cand_rate is not None and s.cand_block_lengths
+    hours = cost.horizon_hours(s.horizon_months)
+    return cost.block_chain_cost(hours, s.cand_rate, count, s.cand_block_lengths)
+
+
+def run_as_block(s: Scenario, hours: float) -> cost.BlockCost:
+    """One training run as the shortest Capacity Block covering its hours (a chain when longer than any)."""
+    assert s.cand_rate is not None and s.cand_block_lengths
+    lengths = s.cand_block_lengths
+    if cost.block_days_covering(hours, lengths) is None:
+        return cost.block_chain_cost(hours, s.cand_rate, s.fleet_count, lengths)
+    return cost.block_job_cost(hours, s.cand_rate, s.fleet_count, lengths)
 
 
 def facts_for(base: Facts, s: Scenario, money: Money) -> Facts:

@@ -143,6 +143,8 @@ class CandidateResult:
     excluded: str | None  # why the candidate cannot be chosen
     saving_pct_range: tuple[Decimal | None, Decimal | None] = (None, None)  # at the band's edges (low, high)
     fleet: FleetPlan | None = None
+    term: str = ""  # the price term the money uses ("capacity-block" for an instance sold only that way)
+    block: str = ""  # Capacity Blocks: how the money is bought, in words (the chain, or one block per run)
 
 
 @dataclass(frozen=True)

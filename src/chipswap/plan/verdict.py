@@ -19,7 +19,7 @@ from typing import Any
 
 from chipswap.economics import cost
 from chipswap.errors import ChipswapError
-from chipswap.plan.economics import Money, Scenario, economics, evaluate
+from chipswap.plan.economics import Money, Scenario, economics, evaluate, held_as_blocks, run_as_block
 from chipswap.plan.figures import Figure
 from chipswap.plan.fleets import FleetsStage
 from chipswap.plan.result import CandidateResult, FleetPlan, ReadinessSummary, ShapeSummary, TrafficSummary
@@ -53,6 +53,67 @@ def rate(catalog: Any, instance: str, region: str, term: str) -> Figure | None:
     return Figure(
         Decimal(r.usd_per_hour), "USD/h", f"catalog: {r.source} ({r.as_of})", getattr(r, "note", "")
     )
+
+
+def candidate_rate(catalog: Any, instance: str, region: str, term: str) -> tuple[Figure | None, Any]:
+    """A candidate's hourly price and its catalog Rate: at `term`, or, for an instance sold only as Capacity
+    Blocks, its Capacity Block rate, labelled "Capacity Block only" beside the figure; (None, None) when
+    neither is known."""
+    from chipswap.economics.catalog import term_words
+
+    try:
+        r = catalog.purchase_rate(instance, region, term)
+    except ChipswapError:
+        return None, None
+    if r is None:
+        return None, None
+    if not r.is_capacity_block:
+        return rate(catalog, instance, region, term), r
+    only = " only" if term != r.term else ""
+    label = f"catalog: {term_words(r).replace('Capacity Block', 'Capacity Block' + only)}: {r.source}"
+    note = f"{r.note}; " if r.note else ""
+    return Figure(
+        Decimal(r.usd_per_hour), "USD/h", label, note + "booked ahead, paid up front, dynamic price"
+    ), r
+
+
+def block_caveat(s: PlanSetup, scn: Scenario, money: Money, r: Any) -> tuple[str, Any]:
+    """How a Capacity Block candidate's money is bought, in words, and the availability caveat as a Reason
+    (rule "capacity-block": listed beside the verdict, never decided on)."""
+    from chipswap.economics.catalog import block_terms_text
+    from chipswap.verdict.rules import Reason
+
+    count = money.count if money.count is not None else scn.fleet_count
+    if s.kind == "serving":
+        chain = held_as_blocks(scn, count)
+        how = (
+            f"{count} x {r.instance} held for the {scn.horizon_months}-month horizon as {chain.words}, "
+            f"{chain.usd.quantize(Decimal('0.01')):,} USD up front in all; renewals assumed at today's rate"
+        )
+    elif scn.cand_hours is not None:
+        blk = run_as_block(scn, scn.cand_hours)
+        how = (
+            f"each run as {blk.words} ({scn.cand_hours:,.1f} h rounded up to whole days: "
+            f"{blk.usd.quantize(Decimal('0.01')):,} USD a run; per hour it would be "
+            f"{blk.per_hour_usd.quantize(Decimal('0.01')):,} USD)"
+        )
+    else:
+        how = "priced per Capacity Block"
+    text = (
+        f"availability: {r.instance} is priced as an EC2 Capacity Block ({block_terms_text(r)}); {how}; "
+        "whether a block is on offer when it is booked is not known ahead (check `chipswap capacity "
+        f"{r.instance} --block-days N` before committing)"
+    )
+    reason = Reason(
+        "capacity-block",
+        "unknown",
+        None,
+        text,
+        "Capacity Block rate (USD/h)",
+        Decimal(r.usd_per_hour),
+        "a caveat: listed, not decided on",
+    )
+    return how, reason
 
 
 def _pct(x: Decimal | None) -> str:
@@ -269,10 +330,16 @@ def verdict(
 
     results: list[tuple[CandidateResult, Scenario, Facts]] = []
     for inst, fleet in zip(s.candidates, fl.candidates, strict=True):
-        r = rate(s.catalog, inst.name, s.region, wl.pricing.term)
+        r, priced = candidate_rate(s.catalog, inst.name, s.region, wl.pricing.term)
+        blocks = priced.lengths if priced is not None and priced.is_capacity_block else None
         excluded = fl.excluded.get(inst.name)
         thr = fleet.throughput
-        scn = replace(base_scn, cand_rate=r.value if r else None, cand_sizer=fl.sizers.get(inst.name))
+        scn = replace(
+            base_scn,
+            cand_rate=r.value if r else None,
+            cand_sizer=fl.sizers.get(inst.name),
+            cand_block_lengths=blocks,
+        )
         if s.kind == "training":
             scn = replace(scn, cand_hours=float(thr.value) if thr is not None else None)
         if thr is None:
@@ -301,6 +368,10 @@ def verdict(
             throughput_assumed=thr is not None and thr.kind == "assumption",
             throughput_label=thr.label if thr is not None and thr.kind in ("projected", "measured") else None,
         )
+        block_words = ""
+        if blocks is not None and money.monthly_after is not None:
+            block_words, caveat = block_caveat(s, scn, money, priced)
+            facts = replace(facts, cautions=(*facts.cautions, caveat))
         cand = CandidateResult(
             inst.name,
             inst.kind,
@@ -316,6 +387,8 @@ def verdict(
             fleet.meets_slo,
             excluded,
             fleet=fleet,
+            term=priced.term if priced is not None else "",
+            block=block_words,
         )
         results.append((cand, scn, facts))
 

@@ -141,6 +141,8 @@ def render_markdown(r: Any, summary: list[str]) -> str:
     ]
     for c in r.candidates:
         rate = f"{c.rate.value} ({md_text(c.rate.source)})" if c.rate else "unknown"
+        if c.block:  # a Capacity Block price: how the money is bought, beside the figure
+            rate += f"; {md_text(c.block, 600)}"
         note = f" — excluded: {md_text(c.excluded, 1000)}" if c.excluded else ""
         out.append(
             f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {c.count} | "

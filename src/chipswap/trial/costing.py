@@ -1,7 +1,9 @@
 """How long the trial takes and what it costs: instance hours x the catalog price, compile time included.
 
 Pure core: TrialSpec in, labelled figures out (each `published` with its source, `stated` by this kit, or an
-`assumption`). No I/O; may not price anything the catalog did not (a Capacity Block's price is live-only).
+`assumption`). No I/O; may not price anything the catalog did not. A candidate priced as a Capacity Block (its
+term "capacity-block") costs the shortest block that covers the trial, paid up front: whole days, every hour
+billed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from chipswap.economics.capacity import sold_as_capacity_blocks
+from chipswap.economics.catalog import CAPACITY_BLOCK, HOURS_PER_DAY, block_days_covering
 from chipswap.trial.benchscript import bench_seconds
 from chipswap.trial.spec import TrialSpec
 
@@ -35,17 +38,27 @@ class TrialCost:
     rate_source: str
     capacity_block: bool
     compile_minutes: float
+    block_days: int | None = None  # priced as a Capacity Block: the shortest block covering the trial
+    per_hour_usd: Decimal | None = None  # the same hours at the block's hourly rate, for comparison
 
     def line(self, instance: str, term: str) -> str:
-        price = (
-            f"${self.usd:,.2f} {term} (${self.rate_usd_h}/h, {self.rate_source})"
-            if self.usd is not None
-            else f"no {term} price in the catalog for {instance}"
-        )
+        if self.block_days is not None and self.usd is not None:
+            price = (
+                f"one {self.block_days}-day Capacity Block, ${self.usd:,.2f} paid up front "
+                f"({self.block_days * HOURS_PER_DAY} h x ${self.rate_usd_h}/h, {self.rate_source}; booked "
+                f"ahead, every hour of the block billed: the trial's {self.hours:.2f} h per hour would be "
+                f"${self.per_hour_usd:,.2f})"
+            )
+        else:
+            price = (
+                f"${self.usd:,.2f} {term} (${self.rate_usd_h}/h, {self.rate_source})"
+                if self.usd is not None
+                else f"no {term} price in the catalog for {instance}"
+            )
         block = (
             f"; or one Capacity Block (whole days, 24 h minimum; price from `chipswap capacity {instance} "
             "--count 1 --block-days 1` with AWS credentials)"
-            if self.capacity_block
+            if self.capacity_block and self.block_days is None
             else ""
         )
         parts = ", ".join(f"{p.what} {p.hours:.2f} h ({p.label.split(':')[0]})" for p in self.parts)
@@ -88,12 +101,20 @@ def trial_cost(spec: TrialSpec) -> TrialCost:
         Part("bench", bench_h, "stated: this kit's bench.sh, every sweep step run (upper bound)"),
     )
     hours = sum(p.hours for p in parts)
-    usd = None
+    usd = per_hour = None
+    days = block_days_covering(Decimal(str(round(hours, 4)))) if n.term == CAPACITY_BLOCK else None
     if n.rate_usd_h is not None:
-        usd = (Decimal(str(round(hours, 4))) * Decimal(n.rate_usd_h)).quantize(
+        per_hour = (Decimal(str(round(hours, 4))) * Decimal(n.rate_usd_h)).quantize(
             Decimal("0.01"), rounding=ROUND_HALF_UP
         )
+        usd = per_hour
+        if days is not None:
+            usd = (Decimal(days * HOURS_PER_DAY) * Decimal(n.rate_usd_h)).quantize(
+                Decimal("0.01"), rounding=ROUND_HALF_UP
+            )
     return TrialCost(
+        block_days=days if n.rate_usd_h is not None else None,
+        per_hour_usd=per_hour,
         parts=parts,
         hours=hours,
         usd=usd,

@@ -60,6 +60,40 @@ def _image(spec: TrialSpec) -> str:
     )
 
 
+def capacity_block_steps(spec: TrialSpec, cost: TrialCost) -> list[str]:
+    """For an instance sold as EC2 Capacity Blocks: how to find and buy an offering (AWS CLI; the purchase
+    first with --dry-run), then launch into it. Empty for other instances."""
+    n = spec.neuron
+    if not cost.capacity_block:
+        return []
+    days = cost.block_days or 1
+    inst, region = md_text(n.instance), md_text(n.region)
+    return [
+        f"- A Capacity Block for 1 x {inst} in {region} ({days} day{'s' if days != 1 else ''}, the shortest "
+        "block covering the trial; booked ahead, paid up front, at the price of the day). Find an offering "
+        "(the `--dry-run` form checks your permissions first), buy it (first with `--dry-run`: the purchase "
+        "is charged up front, at once), then launch into it:",
+        "",
+        "  ```bash",
+        f"  aws ec2 describe-capacity-block-offerings --region {region} --instance-type {inst} \\",
+        f"      --instance-count 1 --capacity-duration-hours {days * 24} --dry-run",
+        f"  aws ec2 describe-capacity-block-offerings --region {region} --instance-type {inst} \\",
+        f"      --instance-count 1 --capacity-duration-hours {days * 24} \\",
+        "      --query 'CapacityBlockOfferings[].[CapacityBlockOfferingId,StartDate,UpfrontFee]'",
+        f"  aws ec2 purchase-capacity-block --region {region} --capacity-block-offering-id cbr-OFFERING \\",
+        "      --instance-platform Linux/UNIX --dry-run",
+        f"  aws ec2 purchase-capacity-block --region {region} --capacity-block-offering-id cbr-OFFERING \\",
+        "      --instance-platform Linux/UNIX",
+        f"  aws ec2 run-instances --region {region} --instance-type {inst} --count 1 --image-id AMI \\",
+        "      --instance-market-options MarketType=capacity-block \\",
+        "      --capacity-reservation-specification CapacityReservationTarget={CapacityReservationId=cr-ID}",
+        "  ```",
+        "",
+        f"  `chipswap capacity {inst} --region {region} --block-days {days}` shows the same offerings with "
+        "the catalog's dated rate beside them.",
+    ]
+
+
 def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
     n = spec.neuron
     kind = server_kind(spec)
@@ -97,6 +131,7 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "## Prerequisites",
         "",
         *(f"- {p}" for p in prereq),
+        *capacity_block_steps(spec, cost),
         f"- Image: {_image(spec)}.",
         "- On the host: `chipswap` (for the bench), `curl`, `python3`"
         + (", `nginx` (the replicas' balancer)" if n.replicas > 1 else "")

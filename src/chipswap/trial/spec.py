@@ -238,7 +238,7 @@ def build_spec(
         cand.fleet,
         cand.rate,
         catalog.instance(cand.instance),
-        pricing_term,
+        getattr(cand, "term", "") or pricing_term,  # "capacity-block" for a type sold only that way
         region,
         int(cand.count),
     )

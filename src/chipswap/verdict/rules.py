@@ -347,6 +347,9 @@ def screen(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
 
 # reasons that are not screening questions: a failing one does not mean "stay on GPU" by itself
 _NOT_SCREENING = frozenset({"slo"})
+# caveats: reasons the verdict lists beside the figure they qualify but never decides on, even when their
+# outcome is unknown (e.g. whether Capacity Blocks will be on offer for every renewal: nobody can know ahead)
+CAVEATS = frozenset({"capacity-block"})
 
 
 @dataclass(frozen=True)
@@ -362,7 +365,9 @@ class _Assessment:
 
     @property
     def unknown(self) -> tuple[Reason, ...]:
-        return tuple(r for r in self.reasons if r.outcome == "unknown" and r.rule != "slo")
+        return tuple(
+            r for r in self.reasons if r.outcome == "unknown" and r.rule != "slo" and r.rule not in CAVEATS
+        )
 
     @property
     def slo_unknown(self) -> bool:
@@ -370,7 +375,7 @@ class _Assessment:
 
     @property
     def cautions_failed(self) -> tuple[Reason, ...]:
-        return tuple(c for c in self.facts.cautions if c.outcome == "fail")
+        return tuple(c for c in self.facts.cautions if c.outcome == "fail" and c.rule not in CAVEATS)
 
 
 def _pays_back(a: _Assessment) -> bool:

@@ -581,3 +581,78 @@ def capacity_for_plan(
             )
             screen = screen_capacity(facts, count, more.rows)
     return screen, found.note
+
+
+def longest_block_for_plan(
+    catalog: Catalog,
+    instance: str,
+    region: str,
+    count: int | None,
+    days: int,
+    *,
+    access: AwsAccess | None,
+    today: str,
+) -> tuple[int | None, bool, str, str]:
+    """The longest Capacity Block on offer for `count` x `instance` in `region`, asked for the shortest sold
+    length covering `days` (at most the longest AWS sells): (days or 0 when none / None when not asked,
+    checked with AWS?, as of, one-line note). Offline / --no-aws: (None, False, snapshot date, why)."""
+    from chipswap.economics.catalog import BLOCK_DAYS
+
+    want = next((d for d in BLOCK_DAYS if d >= days), BLOCK_DAYS[-1])
+    snap = SnapshotCapacity(catalog, "")
+    if access is None:
+        return (
+            None,
+            False,
+            snap.snapshot_date(instance),
+            f"Capacity Block offerings: not read (--no-aws; {SNAPSHOT_WORDS})",
+        )
+    try:
+        account = access.probe(region)
+        info = resolve_type(catalog, instance, access, region)
+        source = AwsCapacity(access, today, block_hours=want * 24)
+        offers, note = source.blocks(info, region, count if count is not None and count >= 1 else 1)
+    except AwsOffline as off:
+        return None, False, snap.snapshot_date(instance), f"Capacity Block offerings: offline: {off.reason}"
+    except ApiProblem as problem:
+        return None, False, snap.snapshot_date(instance), f"Capacity Block offerings: {problem.note}"
+    longest = max((o.hours // 24 for o in offers), default=0)
+    return (
+        longest,
+        True,
+        today,
+        f"Capacity Block offerings checked with AWS on {today} (account {account}): {note}",
+    )
+
+
+def block_rate_lines(catalog: Catalog, found: CapacityLookup) -> list[str]:
+    """One line per region with a Capacity Block rate in the catalog or a live offering: the live offering's
+    rate (per instance-hour and per accelerator-hour) beside the catalog's dated rate, or, unchecked, that the
+    catalog's rate is a dated snapshot."""
+    from chipswap.economics.catalog import CAPACITY_BLOCK, term_words
+
+    try:
+        accel = catalog.instance(found.info.name).accelerator_count
+    except ChipswapError:
+        accel = None
+    out = []
+    for row in found.rows:
+        try:
+            snap = catalog.find_rate(found.info.name, row.region, CAPACITY_BLOCK)
+        except ChipswapError:
+            snap = None
+        have = f"the catalog's ${snap.usd_per_hour}/h ({term_words(snap)}, {snap.source})" if snap else ""
+        if row.blocks:
+            best = row.blocks[0]
+            per = best.usd_per_instance_hour.quantize(Decimal("0.0001"))
+            acc = f", ${(per / accel).quantize(Decimal('0.0001'))} per accelerator-hour" if accel else ""
+            vs = f"; {have}" if have else ""
+            out.append(
+                f"Capacity Block in {row.region}: live offering ${per}/instance-h{acc} "
+                f"({best.instance_count} x {best.hours} h from {best.start[:10]}, {best.zone}, "
+                f"paid up front){vs}"
+            )
+        elif snap is not None:
+            status = "no live offering" if row.checked else f"offerings not read ({SNAPSHOT_WORDS})"
+            out.append(f"Capacity Block in {row.region}: {status}; {have} is a dated snapshot")
+    return out

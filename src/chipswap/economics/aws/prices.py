@@ -18,12 +18,17 @@ from typing import Any, Protocol
 
 from chipswap.economics.aws.access import ApiProblem, AwsAccess, AwsOffline, AwsUnavailableError
 from chipswap.economics.aws.capacity import spot_median
+from chipswap.economics.capacity import sold_as_capacity_blocks
 from chipswap.economics.catalog import Catalog, Rate
 from chipswap.economics.catalog_io import NUMBER_BOUNDS, price_groups_toml, toml_value
 
 SOURCE_KEY = "aws-pricing-api"
 PRICING_REGION = "us-east-1"  # the Price List API answers from us-east-1 (also eu-central-1, ap-south-1)
-TERMS_REFRESHED = ("on-demand", "spot")
+TERMS_REFRESHED = ("on-demand", "spot", "capacity-block")
+# capacity-block is read by default only for instances the snapshot prices only that way (trn2); asking for it
+# with --term reads it for every family sold as Capacity Blocks
+DEFAULT_TERMS = ("on-demand", "spot")
+BLOCK_QUOTE_HOURS = 24  # the offering length a Capacity Block rate is quoted for (one day, one instance)
 
 # Price List attributes that pick the plain Linux, shared-tenancy, on-demand hourly price of an instance type
 PRODUCT_FILTERS = (
@@ -39,14 +44,17 @@ MAX_PRODUCT_BYTES = 1_000_000  # one Price List product is a few KB; a larger on
 def _source_text(today: str) -> str:
     return (
         "AWS Price List API (pricing:GetProducts, service AmazonEC2; Linux, shared tenancy, no pre-installed "
-        "software, on-demand hourly) and EC2 DescribeSpotPriceHistory (Linux/UNIX; each AZ's latest price, "
-        f"median over AZs), read by `chipswap catalog refresh` on {today}"
+        "software, on-demand hourly), EC2 DescribeSpotPriceHistory (Linux/UNIX; each AZ's latest price, "
+        "median over AZs) and EC2 DescribeCapacityBlockOfferings (the cheapest offering for one instance for "
+        f"24 h), read by `chipswap catalog refresh` on {today}"
     )
 
 
 GROUP_NOTES = {
     "on-demand": "on-demand hourly price from the AWS Price List API",
     "spot": "spot: each AZ's latest price in EC2 spot price history, median over AZs",
+    "capacity-block": "EC2 Capacity Block: the cheapest offering's upfront fee / (instances x hours) for one "
+    "instance for 24 h (DescribeCapacityBlockOfferings); booked ahead, paid up front, dynamic price",
 }
 
 
@@ -59,6 +67,10 @@ class PriceSource(Protocol):
 
     def spot(self, region: str, instances: Sequence[str]) -> dict[str, tuple[Decimal, str]]:
         """Instance -> (median USD/h over AZs, note) for the types with a spot price in `region`."""
+        ...
+
+    def capacity_block(self, region: str, instance: str) -> tuple[Decimal, str] | None:
+        """(USD per instance-hour of the cheapest Capacity Block offering, note), or None when none."""
         ...
 
 
@@ -100,6 +112,20 @@ class AwsPriceSource:
             except ValueError:
                 continue
         return out
+
+    def capacity_block(self, region: str, instance: str) -> tuple[Decimal, str] | None:
+        from chipswap.economics.aws.capacity import AwsCapacity, TypeInfo
+
+        source = AwsCapacity(self.access, self.now.date().isoformat(), block_hours=BLOCK_QUOTE_HOURS)
+        offers, _note = source.blocks(TypeInfo(instance, 1, "catalog"), region, 1)
+        if not offers:
+            return None
+        best = offers[0]
+        note = (
+            f"cheapest of {len(offers)} offering(s): {best.instance_count} x {best.hours} h from "
+            f"{best.start[:10]} in {best.zone}, {best.upfront_usd} USD up front"
+        )
+        return best.usd_per_instance_hour.quantize(Decimal("0.000001")).normalize(), note
 
 
 def _product(item: Any) -> dict[str, Any] | None:
@@ -202,7 +228,8 @@ def refresh_prices(
     *,
     instances: Sequence[str],
     regions: Sequence[str] | None,
-    terms: Sequence[str] = TERMS_REFRESHED,
+    terms: Sequence[str] = DEFAULT_TERMS,
+    block_instances: Sequence[str] = (),
     account: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> RefreshResult:
@@ -255,6 +282,27 @@ def refresh_prices(
                     if n in got:
                         price, detail = got[n]
                         rates.append(Rate(price, "spot", region, SOURCE_KEY, today, n, detail))
+        blocks = [n for n in instances if "capacity-block" in terms or n in block_instances]
+        for name in blocks:
+            if not sold_as_capacity_blocks(name):
+                continue
+            for region in listed[name]:
+                say(f"capacity block {name} {region}")
+                asked.append((name, region, "capacity-block"))
+                try:
+                    got_block = source.capacity_block(region, name)
+                except ApiProblem as problem:
+                    if problem.kind != "not-enabled":
+                        raise
+                    notes.append(
+                        f"capacity blocks in {region}: {problem.note}; snapshot prices stay in effect"
+                    )
+                    continue
+                if got_block is None:
+                    notes.append(f"no Capacity Block offering for {name} in {region} today")
+                    continue
+                price, detail = got_block
+                rates.append(Rate(price, "capacity-block", region, SOURCE_KEY, today, name, detail))
     except AwsOffline as off:
         raise AwsUnavailableError(
             f"offline: {off.reason}; catalog refresh needs AWS, so nothing was written and the shipped "
