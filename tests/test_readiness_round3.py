@@ -294,3 +294,27 @@ def test_a_blocker_is_not_restated_as_a_fallback_on_inf1():
     report = run_check("tests/badmodels.py:make_item", target="inf1")
     on_item = {f.rule for f in report.findings if "_local_scalar_dense" in f.op}
     assert on_item == {"NCC_EMOD025"}
+
+
+def test_distribution_validation_is_found_after_dynamo_turned_it_off(tmp_path):
+    """torch._dynamo switches validate_args off process-wide the first time it runs (a torch.cond export);
+    the check still reports validation as the model runs it on Neuron (PyTorch's default), and restores the
+    process's setting after."""
+    import torch
+
+    from chipswap.readiness.check import run_check
+
+    run_check("tests/badmodels.py:make_cond")
+    before = torch.distributions.Distribution._validate_args
+    src = tmp_path / "dist_after_cond.py"
+    src.write_text(
+        "import torch\n"
+        "class Sample(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.distributions.Normal(x, torch.ones_like(x)).rsample()\n"
+        "def make():\n"
+        "    return Sample(), {'x': torch.randn(2, 4)}\n"
+    )
+    report = run_check(f"{src}:make", factory_dirs=[tmp_path])
+    assert "CHIP_DIST_VALIDATE" in {f.rule for f in report.findings}
+    assert torch.distributions.Distribution._validate_args == before
