@@ -98,12 +98,30 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
-def parse_json(text: str, what: str, source: str = "") -> Any:
-    """JSON text to Python values; NaN/Infinity literals and nesting deeper than MAX_NESTING are refused."""
+# transformers writes a non-finite float as {"__float__": "Infinity"} (PreTrainedConfig.to_json_string) and an
+# older version wrote the bare literal; both are how a config.json holds e.g. Mamba-2's time_step_limit.
+_FLOAT_TAG = "__float__"
+_NONFINITE = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _tagged_float(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and _FLOAT_TAG in obj:
+        value = obj[_FLOAT_TAG]
+        if not isinstance(value, str) or value not in _NONFINITE:
+            raise ValueError(f"{_FLOAT_TAG} must be one of {', '.join(_NONFINITE)}, got {str(value)[:20]!r}")
+        return _NONFINITE[value]
+    return obj
+
+
+def parse_json(text: str, what: str, source: str = "", *, nonfinite: bool = False) -> Any:
+    """JSON text to Python values; nesting deeper than MAX_NESTING is refused, and NaN/Infinity too unless
+    `nonfinite` (model configs, which transformers writes with bare or tagged non-finite floats)."""
     where = f"{what} {source}".strip()
     if not _depth_ok(text, MAX_NESTING):
         raise ChipswapError(f"{where} is nested deeper than {MAX_NESTING} levels; not a chipswap file")
     try:
+        if nonfinite:
+            return json.loads(text, parse_constant=_NONFINITE.__getitem__, object_hook=_tagged_float)
         return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ChipswapError(
@@ -113,9 +131,11 @@ def parse_json(text: str, what: str, source: str = "") -> Any:
         raise ChipswapError(f"{where} is not valid JSON ({exc}); fix or regenerate it") from None
 
 
-def read_json(path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYTES) -> Any:
+def read_json(
+    path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYTES, nonfinite: bool = False
+) -> Any:
     """Read and parse a JSON data file with every failure as one error line."""
-    return parse_json(read_text(path, what, max_bytes=max_bytes), what, str(path))
+    return parse_json(read_text(path, what, max_bytes=max_bytes), what, str(path), nonfinite=nonfinite)
 
 
 def read_toml(

@@ -158,6 +158,9 @@ _LAYER_VARIANTS = (
     "interleave_moe_layer_step",
     "block_types",
     "attention_layers",
+    "window_block_indices",  # ViTDet: windowed and global-attention layers
+    "residual_block_indices",
+    "global_attn_indexes",  # SAM's vision encoder
 )
 
 
@@ -189,11 +192,36 @@ def representative(ref: ModelRef) -> tuple[ModelRef, str]:
             varies.append(key)
     if varies:
         return ref, f"the full model (its layers differ: {', '.join(varies)})"
-    small = {**cfg, **{k: min(v, REPRESENTATIVE_DEPTH) for k, v in depths.items()}}
+    small = {**cfg, **{k: min(v, REPRESENTATIVE_DEPTH) for k, v in depths.items()}, **_shallow_stages(cfg)}
+    small.pop("stage_names", None)  # derived from the depth by transformers' backbone configs
+    try:
+        _hf_config(replace(ref, config=small))
+    except ChipswapError:  # a depth-dependent field the copy cannot rewrite: check every layer instead
+        return ref, "the full model (a shallower copy of its config is not valid)"
     return replace(ref, config=small), (
         f"a {REPRESENTATIVE_DEPTH}-layer copy of its {deepest} identical layers (same operators, dtypes and "
         "findings; --full-model exports every layer)"
     )
+
+
+def _stage(value: Any) -> Any:
+    """A backbone output index or "stageN" name moved into the copy's depth (the stem, 0, stays)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > REPRESENTATIVE_DEPTH:
+        return REPRESENTATIVE_DEPTH
+    if isinstance(value, str) and value.startswith("stage") and value[5:].isdigit():
+        return f"stage{min(int(value[5:]), REPRESENTATIVE_DEPTH)}"
+    return value
+
+
+def _shallow_stages(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Backbone fields that name layers by depth (DINOv2, ViTDet: out_features=["stage12"], out_indices=[12]),
+    rewritten for the shallow copy: the same outputs, taken from its last layer (duplicates dropped)."""
+    out: dict[str, Any] = {}
+    for key in ("out_features", "out_indices"):
+        value = cfg.get(key)
+        if isinstance(value, list):
+            out[key] = list(dict.fromkeys(_stage(v) for v in value))
+    return out
 
 
 def parameter_count(ref: ModelRef, *, task: str | None = None) -> int:

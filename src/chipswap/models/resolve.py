@@ -107,7 +107,7 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     f = p / "config.json" if p.is_dir() else p
     if not f.is_file():
         raise ChipswapError(f"config file not found: {one_line(spec)}; pass a transformers config.json path")
-    cfg = read_json(f, "config")
+    cfg = read_json(f, "config", nonfinite=True)  # as transformers reads it
     if not isinstance(cfg, dict):
         raise ChipswapError(f"config is not a JSON object: {f}; pass a transformers config.json")
     _validate_hf_config(cfg, str(f))

@@ -674,6 +674,7 @@ def _run_torch_factory(
     import inspect
 
     from chipswap.readiness.capture import capture_module, make_inputs
+    from chipswap.readiness.capture.growth import with_growth
 
     specs = _coerce_specs(ref, asked)
     if specs is None:
@@ -713,6 +714,7 @@ def _run_config(
 
     from chipswap import models
     from chipswap.readiness.capture import capture_module, make_inputs
+    from chipswap.readiness.capture.growth import with_growth
 
     common["versions"]["transformers (capture)"] = transformers.__version__
     info = models.model_inputs(ref, task=task)
@@ -744,11 +746,12 @@ def _run_config(
         module,
         specs,
         device=device,
-        vocab_size=ref.config.get("vocab_size"),
+        vocab_size=(vocab := ref.config.get("vocab_size")),
         strip=strip,
         run_eager=not meta,
         highs=info.highs,
     )
+    inventory = with_growth(inventory, module, specs[0], device=device, vocab_size=vocab, highs=info.highs)
     if training:
         train_spec = _with_labels(info, specs[0])
         inputs = make_inputs(train_spec, device=device, highs=info.highs)

@@ -53,8 +53,14 @@ def watch_distribution_validation(found: list[CaptureIssue]) -> Iterator[None]:
             )
         )
 
+    # torch._dynamo turns validation off for the whole process the first time it runs (TorchPatcher.patch,
+    # e.g. once a torch.cond was exported); the model runs on Neuron with PyTorch's own default (on, unless
+    # Python runs with -O), so capture with that default, whatever ran before in this process
+    default = Distribution._validate_args
+    Distribution.set_default_validate_args(__debug__)
     Distribution.__init__ = init  # type: ignore[method-assign]
     try:
         yield
     finally:
         Distribution.__init__ = original  # type: ignore[method-assign]
+        Distribution.set_default_validate_args(default)
