@@ -49,10 +49,11 @@ UNITS: dict[str, Range] = {
     "hours_per_month": _r("billed hours per month", "hours/month", "0.001", "744", "730"),
     "days": _r("a number of days", "days", "0.001", "100000", "3"),
     "whole_days": _r("a number of days", "days", "1", "100000", "1", integer=True),
-    "months": _r("a number of months", "months", "1", "1200", "12", integer=True),
+    "months": _r("a number of months", "months", "0.001", "1200", "12"),
+    "epochs": _r("a number of epochs", "epochs", "0.0001", "10000", "3"),
     "years": _r("a term", "years", "1", "10", "1", integer=True),
     "seconds": _r("a duration", "s", "0.001", "31536000", "60"),
-    "ms": _r("a latency", "ms", "0.001", "3600000", "250"),
+    "ms": _r("a latency", "ms", "0.001", "86400000", "250"),
     "usd": _r("an amount of money", "USD", "0.000001", "10000000000", "2000"),
     "usd_per_hour": _r("a price", "USD/h", "0.000001", "100000", "5.50"),
     "usd_per_day": _r("a day rate", "USD/day", "0.01", "1000000", "800"),
@@ -63,12 +64,13 @@ UNITS: dict[str, Range] = {
     "tokens_total": _r("a number of tokens", "tokens", "1", "10000000000000000", "1e9"),
     "batch": _r("a batch size", "sequences", "1", "1048576", "8", integer=True),
     "model_dim": _r("a model dimension", "units", "1", "1048576", "4096", integer=True),
-    "fraction": _r("a fraction", "of 1", "0.0001", "1", "0.7"),
+    "fraction": _r("a fraction", "", "0.0001", "1", "0.7"),
+    "share": _r("a share", "", "0.000000001", "1", "0.01"),
     "percent": _r("a percentage", "%", "0.0001", "100", "20"),
     "percent_band": _r("an uncertainty", "%", "0.0001", "1000", "5"),
     "factor": _r("a speed factor", "x", "0.0001", "10000", "0.8"),
     "ratio": _r("a ratio", "x", "1", "1000000", "2"),
-    "gib": _r("a size", "GiB", "0.000001", "1000000", "16"),
+    "gib": _r("a size", "GiB", "0.001", "1000000", "16"),
     "bytes": _r("a size", "bytes", "1", "4294967296", "1048576", integer=True),
     "port": _r("a TCP port", "", "1", "65535", "8000", integer=True),
     "seed": _r("a seed", "", "1", "4294967295", "0", integer=True),
@@ -90,8 +92,8 @@ class Spec:
     own: bool = False
 
 
-def _s(unit: str, zero: bool = False, own: bool = False) -> Spec:
-    return Spec(unit, zero, own)
+def _s(unit: str, zero: bool = False) -> Spec:
+    return Spec(unit, zero)
 
 
 # Every numeric command-line flag: "command --flag" -> its unit. A comma-separated value (--seq-len 128,256,
@@ -99,14 +101,14 @@ def _s(unit: str, zero: bool = False, own: bool = False) -> Spec:
 # last repeats). A value that is not a number at all is left to the command's own parser ("trace", "12.5%").
 FLAGS: dict[str, tuple[Spec, ...]] = {
     "plan --close-margin": (_s("percent", zero=True),),
-    "plan --train-hours": (_s("hours", own=True),),
+    "plan --train-hours": (_s("hours"),),
     "shapes --k": (_s("batch"),),
-    "shapes --max-buckets": (_s("batch", own=True),),
+    "shapes --max-buckets": (_s("batch"),),
     "shapes --decode-k": (_s("batch"),),
     "shapes --max-length": (_s("tokens"),),
     "shapes --max-total-length": (_s("tokens"),),
     "shapes --max-positions": (_s("tokens"),),
-    "shapes --align": (_s("tokens", own=True),),
+    "shapes --align": (_s("tokens"),),
     "shapes --hidden-size": (_s("model_dim"),),
     "shapes --num-layers": (_s("model_dim"),),
     "shapes --intermediate-size": (_s("model_dim"),),
@@ -120,18 +122,18 @@ FLAGS: dict[str, tuple[Spec, ...]] = {
     "shapes --bucket-memory-per-token": (_s("bytes", zero=True),),
     "shapes --arrival-rate": (_s("rate"),),
     "shapes --batch-window-ms": (_s("ms"),),
-    "shapes --max-batch": (_s("batch", own=True),),
-    "check --timeout": (_s("seconds", own=True),),
+    "shapes --max-batch": (_s("batch"),),
+    "check --timeout": (_s("seconds"),),
     "project --prompt-tokens": (_s("tokens"),),
     "project --output-tokens": (_s("tokens", zero=True),),
     "project --bucket": (_s("tokens"),),
-    "project --train-tokens": (_s("tokens_total", own=True),),
-    "project --seq-len": (_s("tokens", own=True),),
-    "project --nodes": (_s("instances", own=True),),
-    "project --global-batch": (_s("batch", own=True),),
-    "project --tp": (_s("workers", own=True),),
-    "project --replicas": (_s("workers", own=True),),
-    "project --batch": (_s("batch", own=True),),
+    "project --train-tokens": (_s("tokens_total"),),
+    "project --seq-len": (_s("tokens"),),
+    "project --nodes": (_s("instances"),),
+    "project --global-batch": (_s("batch"),),
+    "project --tp": (_s("workers"),),
+    "project --replicas": (_s("workers"),),
+    "project --batch": (_s("batch"),),
     "capacity --count": (_s("instances"),),
     "capacity --block-days": (_s("whole_days"),),
     "compile --seq-len": (_s("tokens"),),
@@ -142,12 +144,12 @@ FLAGS: dict[str, tuple[Spec, ...]] = {
     "serve --max-length": (_s("tokens"),),
     "serve --port": (_s("port", zero=True),),
     "serve --max-batch-delay-ms": (_s("ms", zero=True),),
-    "serve --max-queue": (_s("count", own=True),),
-    "serve --max-queue-total": (_s("count", own=True),),
+    "serve --max-queue": (_s("count"),),
+    "serve --max-queue-total": (_s("count"),),
     "serve --max-queue-wait-ms": (_s("ms"),),
     "serve --timeout": (_s("seconds"),),
     "serve --workers": (_s("workers"),),
-    "serve --max-body-bytes": (_s("bytes", own=True),),
+    "serve --max-body-bytes": (_s("bytes"),),
     "serve --drain-timeout": (_s("seconds", zero=True),),
     "serve --threads": (_s("workers"),),
     "bench --requests": (_s("count"),),
@@ -187,6 +189,14 @@ FLAGS: dict[str, tuple[Spec, ...]] = {
     "cache prune --max-size": (_s("gib", zero=True),),
 }
 FLAG_ALIASES: dict[str, str] = {"shapes -k": "shapes --k", "capacity -n": "capacity --count"}
+# Commands that bound their own flags (rounds 1-2: their messages name tighter, command-specific limits, e.g.
+# "--tp must be 1..256"): for these the table refuses only what those "(0, max]" checks let through, a nonzero
+# value below the unit's smallest (5e-324). `cost` and `cache prune` rely on the table alone.
+OWN_BOUNDS = frozenset({"plan", "shapes", "check", "project", "capacity", "compile", "serve", "bench"})
+FLAGS = {
+    key: tuple(Spec(s.unit, s.zero, key.split(" ")[0] in OWN_BOUNDS) for s in specs)
+    for key, specs in FLAGS.items()
+}
 
 
 # ------------------------------------------------------------------------------------------------- checks
@@ -249,7 +259,7 @@ def check(value: Any, spec: Spec | str, where: str, fix: str = "") -> Decimal:
     spec = Spec(spec) if isinstance(spec, str) else spec
     why = problem(value, spec)
     if why is not None:
-        shown = value if isinstance(value, str) else repr(value)
+        shown = value if isinstance(value, (str, Decimal)) else repr(value)
         fix = fix or f"give a value in that range, e.g. {UNITS[spec.unit].example}"
         raise ChipswapError(f"{where} is {str(shown)[:60]}, {why}; {fix}")
     d = as_decimal(value)
@@ -304,7 +314,7 @@ def flag_problem(flag_key: str, value: str) -> str | None:
         if d is None and text.lower().lstrip("+-") not in ("nan", "inf", "infinity", "snan"):
             continue
         why = problem(text, spec)
-        if why is not None and spec.own and not _below_floor(d, spec):
+        if why is not None and spec.own and not below_floor(d, spec):
             continue  # the command's own bound names it
         if why is not None:
             part = f" (item {i + 1})" if len(items) > 1 else ""
@@ -313,7 +323,8 @@ def flag_problem(flag_key: str, value: str) -> str | None:
     return None
 
 
-def _below_floor(d: Decimal | None, spec: Spec) -> bool:
+def below_floor(d: Decimal | None, spec: Spec) -> bool:
+    """A nonzero finite value smaller in size than the unit's smallest (what "(0, max]" checks let through)."""
     return d is not None and d.is_finite() and not d.is_zero() and abs(d) < UNITS[spec.unit].lo
 
 

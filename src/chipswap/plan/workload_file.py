@@ -138,7 +138,8 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
         return f"{path}: unknown key {key}; {fix}{more}"
     if not msg.startswith("expected "):
         msg = f"expected {msg}"
-    return f"{path}: {key}: {msg}{shown}{more}"
+    form, sep, fix = msg.partition("; ")  # the value goes beside the form, before the fix
+    return f"{path}: {key}: {form}{shown}{sep}{fix}{more}"
 
 
 def _catalog_problem(data: dict[str, Any], catalog: Any = None) -> str | None:
