@@ -273,3 +273,38 @@ def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
         lines.append(f"  {key} = {_type_name(field.annotation)}{default}")
         lines.append(f"      {field.description or ''}")
     return "\n".join(line for line in lines if line != "")
+
+
+# ------------------------------------------------------------------------------------------- numeric fields
+def numeric_fields(model: type[BaseModel] = Workload, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """Every number a workload file may hold: key path (a table of tables as "<instance>") -> its
+    chipswap.ranges.Spec (from the field's In[...] type), or None for a number with no unit (a test fails on
+    one). The fuzz suite and docs/security.md derive their field lists from this."""
+    from chipswap.plan.workload import FIGURE_RANGES, In
+    from chipswap.ranges import Spec
+
+    out: dict[tuple[str, ...], Any] = {}
+    for name, field in model.model_fields.items():
+        key = (*prefix, name)
+        sub = _submodel(field.annotation)
+        if sub is not None:
+            out.update(numeric_fields(sub, (*key, "<instance>") if get_origin(field.annotation) is dict else key))
+            continue
+        if _type_name(field.annotation) not in ("number", "integer", "number | None", "integer | None"):
+            continue
+        found = [m for m in _metadata(field) if isinstance(m, In)]
+        out[key] = found[0].spec if found else None
+    if model.__name__ == "InstanceFigures":  # FigureIn.value: its unit is the figure's (checked after conversion)
+        for name, unit in FIGURE_RANGES.items():
+            out[(*prefix, name, "value")] = Spec(unit)
+    return out
+
+
+def _metadata(field: Any) -> list[Any]:
+    """The validators of a field's Annotated type (inside an Optional too), unwrapped from pydantic."""
+    found = []
+    for a in (field.annotation, *get_args(field.annotation)):
+        if get_origin(a) is Annotated:
+            found += [getattr(m, "func", m) for m in get_args(a)[1:]]
+    found += [getattr(m, "func", m) for m in field.metadata]
+    return found
