@@ -300,3 +300,9 @@ def test_workload_subnormal_refused_naming_the_field(tmp_path: Path, key: str) -
     data[table][name] = -0.0
     if key == "porting.engineer_days":  # zero is a real porting estimate; -0 is 0
         assert parse_workload(data, "w.toml").porting.engineer_days == 0.0
+
+
+def test_docs_list_the_table() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    for unit, r in R.UNITS.items():
+        assert f"| `{unit}` | {R.show(r.lo)} to {R.show(r.hi)}" in text, f"docs/security.md: update the row of {unit}"

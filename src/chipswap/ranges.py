@@ -52,7 +52,7 @@ UNITS: dict[str, Range] = {
     "months": _r("a number of months", "months", "0.001", "1200", "12"),
     "epochs": _r("a number of epochs", "epochs", "0.0001", "10000", "3"),
     "years": _r("a term", "years", "1", "10", "1", integer=True),
-    "seconds": _r("a duration", "s", "0.001", "31536000", "60"),
+    "seconds": _r("a duration", "s", "0.000001", "31536000", "60"),
     "ms": _r("a latency", "ms", "0.001", "86400000", "250"),
     "usd": _r("an amount of money", "USD", "0.000001", "10000000000", "2000"),
     "usd_per_hour": _r("a price", "USD/h", "0.000001", "100000", "5.50"),
