@@ -102,9 +102,9 @@ def _s(unit: str, zero: bool = False) -> Spec:
 FLAGS: dict[str, tuple[Spec, ...]] = {
     "plan --close-margin": (_s("percent", zero=True),),
     "plan --train-hours": (_s("hours"),),
-    "shapes --k": (_s("batch"),),
-    "shapes --max-buckets": (_s("batch"),),
-    "shapes --decode-k": (_s("batch"),),
+    "shapes --k": (_s("count"),),
+    "shapes --max-buckets": (_s("count"),),
+    "shapes --decode-k": (_s("count"),),
     "shapes --max-length": (_s("tokens"),),
     "shapes --max-total-length": (_s("tokens"),),
     "shapes --max-positions": (_s("tokens"),),
@@ -274,13 +274,6 @@ def data_number(value: Any, where: str, spec: Spec | str, fix: str = "") -> floa
     return float(check(value, spec, where, fix))
 
 
-def data_int(value: Any, where: str, spec: Spec | str, fix: str = "") -> int:
-    """A whole number read from a data file, in range."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ChipswapError(f"{where} must be an integer, got {value!r:.60}; write a whole number")
-    return int(check(value, spec, where, fix))
-
-
 # ------------------------------------------------------------------------------------ command-line values
 def _command_of(argv: list[str]) -> str | None:
     """'cost serve' / 'shapes': the leading words of argv that name a command in FLAGS."""
@@ -333,9 +326,7 @@ def check_flags(argv: list[str]) -> None:
     command = _command_of(argv)
     if command is None:
         return
-    it = iter(range(len(argv)))
-    for i in it:
-        a = argv[i]
+    for i, a in enumerate(argv):
         if a == "--":
             break
         name, eq, inline = a.partition("=")

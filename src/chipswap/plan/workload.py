@@ -88,10 +88,8 @@ Money = Annotated[Decimal, BeforeValidator(_money)]
 
 
 class In:
-    """`In[Real, "rate"]`: a strict number with a unit (chipswap.ranges.UNITS). The field's own gt/ge/le
-    name its bounds (tests/test_ranges.py: inside the unit's range); this refuses what they let through, a
-    nonzero value below the unit's smallest (5e-324), so no arithmetic downstream overflows or loses
-    precision. `In[Real, "days", 0]`: the unit also admits 0 (the field's ge/gt decide)."""
+    """`In[Real, "rate"]`: a number with a unit (chipswap.ranges); its gt/ge/le lie inside the unit's range, and
+    this refuses what they let through: a nonzero value below the unit's smallest (5e-324). `, 0]`: 0 is too."""
 
     def __init__(self, unit: str, zero: bool = False) -> None:
         self.spec = ranges.Spec(unit, zero)
@@ -216,7 +214,7 @@ class Traffic(_Model):
     mode: Literal["llm", "encoder"] = Field(
         "llm", description='"llm" (prefill + decode buckets) or "encoder" (one length per request).'
     )
-    max_buckets: In[Whole, "batch"] = Field(
+    max_buckets: In[Whole, "count"] = Field(
         6, ge=1, le=64, description="Most fixed shapes to compile (each is one Neuron graph)."
     )
     max_length: In[Whole, "tokens"] | None = Field(

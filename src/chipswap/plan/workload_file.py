@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from chipswap.errors import ChipswapError, closest
 from chipswap.plan.workload import Workload
+from chipswap.ranges import UNITS, show
 
 # --------------------------------------------------------------------------------------------------- loading
 
@@ -247,6 +248,27 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _within(field: Any) -> str:
+    """', 1 to 120 months': the numbers a field takes, its own bounds inside its unit's range."""
+    import annotated_types as at
+
+    specs = [m.spec for m in _metadata(field) if type(m).__name__ == "In"]
+    if not specs:
+        return ""
+    r = UNITS[specs[0].unit]
+    lo, hi, over, zero = r.lo, r.hi, None, False
+    for m in field.metadata:
+        if isinstance(m, (at.Le, at.Lt)):
+            hi = min(hi, Decimal(str(getattr(m, "le", None) or getattr(m, "lt", None))))
+        elif isinstance(m, at.Ge):
+            zero = specs[0].zero and m.ge == 0
+            lo = max(lo, Decimal(str(m.ge)))
+        elif isinstance(m, at.Gt) and Decimal(str(m.gt)) >= r.lo:
+            over = Decimal(str(m.gt))
+    start = f"more than {show(over)}, up to" if over is not None else f"{'0, or ' if zero else ''}{show(lo)} to"
+    return f", {start} {show(hi)} {r.unit}".rstrip()
+
+
 def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
     """The documented schema, built from the field descriptions (the single source of the help text)."""
     lines: list[str] = []
@@ -270,7 +292,7 @@ def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
             d = field.get_default(call_default_factory=True)
             shown = f'"{d}"' if isinstance(d, str) else str(d).lower() if isinstance(d, bool) else str(d)
             default = f" (default {shown})" if d is not None else " (optional)"
-        lines.append(f"  {key} = {_type_name(field.annotation)}{default}")
+        lines.append(f"  {key} = {_type_name(field.annotation)}{default}{_within(field)}")
         lines.append(f"      {field.description or ''}")
     return "\n".join(line for line in lines if line != "")
 
