@@ -306,3 +306,12 @@ def test_docs_list_the_table() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
     for unit, r in R.UNITS.items():
         assert f"| `{unit}` | {R.show(r.lo)} to {R.show(r.hi)}" in text, f"docs/security.md: update the row of {unit}"
+
+
+@pytest.mark.parametrize("value", ["1e-06", "0.000001", "0.00001"])
+def test_a_microsecond_check_timeout_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str
+) -> None:
+    """Found by the range fuzz (seed 3201): the deadline's timer fired before its guard was entered."""
+    err = _one_line_error(capsys, "check", str(tmp_path / "config.json"), "--timeout", value)
+    assert "did not finish within" in err and "--timeout" in err, err
