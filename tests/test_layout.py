@@ -26,8 +26,8 @@ LAYERS: dict[str, int] = {
     "atomic": 1,
     "datafile": 1,
     "nativeguard": 1,  # issue 19: the .pt2 native-code scan (models reads .pt2 files)
-    "deadline": 1,
-    "ranges": 1,  # issue 32: the physical range of every unit (workload, flags, bench files, catalogs)  # issue 19: check --timeout (models, readiness and cli use it)
+    "deadline": 1,  # issue 19: check --timeout (models, readiness and cli use it)
+    "ranges": 1,  # issue 32: the physical range of every unit (workload, flags, bench files, catalogs)
     "models": 2,
     "shapes": 2,
     "simulation": 2,

@@ -1,13 +1,14 @@
 """Physical ranges: one table of what a number in each unit may be, and the one check every boundary runs.
 
 Every number chipswap reads from a user (workload files, command-line flags, bench result files, catalog
-overrides) has a unit, and every unit a range (``UNITS``): generous enough that no real input is refused, narrow
-enough that the arithmetic downstream stays finite and exact (a rate of 5e-324 requests/s makes a fleet of
-infinitely many instances; a price of 1e30 $/h a Decimal that cannot be rounded to the cent). Zero is not in a
-range unless a field says it may be zero (``zero=True``): then 0 itself is accepted, never a subnormal next to
-it. ``FLAGS`` gives every numeric command-line flag its unit (``tests/test_ranges.py`` fails on a numeric flag
-missing here); workload fields carry theirs in their type (``chipswap.plan.workload``), bench and catalog
-fields at the call that reads them. docs/security.md lists the table.
+overrides) has a unit, and every unit a range (``UNITS``): generous enough that no real input is refused,
+narrow enough that the arithmetic downstream stays finite and exact (a rate of 5e-324 requests/s makes a
+fleet of infinitely many instances; a price of 1e30 $/h a Decimal that cannot be rounded to the cent). Zero
+is not in a range unless a field says it may be zero (``zero=True``): then 0 itself is accepted, never a
+subnormal next to it. ``FLAGS`` gives every numeric command-line flag its unit (``tests/test_ranges.py``
+fails on a numeric flag missing here); workload fields carry theirs in their type
+(``chipswap.plan.workload``), bench and catalog fields at the call that reads them. docs/security.md lists
+the table.
 
 Pure data and checks: no files, no clock, imports only chipswap.errors.
 """
@@ -317,7 +318,7 @@ def flag_problem(flag_key: str, value: str) -> str | None:
 
 
 def below_floor(d: Decimal | None, spec: Spec) -> bool:
-    """A nonzero finite value smaller in size than the unit's smallest (what "(0, max]" checks let through)."""
+    """A nonzero finite value smaller than the unit's smallest (what "(0, max]" checks let through)."""
     return d is not None and d.is_finite() and not d.is_zero() and abs(d) < UNITS[spec.unit].lo
 
 

@@ -247,7 +247,8 @@ def test_fuzz_extreme_ratios(box: Sandbox, template: str) -> None:
         f.write_bytes(S.to_toml(doc))
         argv = ["plan", str(f), "--no-aws", "--out", str(box.out / "report")]
         outcome = run(box, lambda: cli_main(argv), cli=True)
-        _check("range_ratios", template, outcome, allowed=(0, 2), extra=echoed_controls(outcome.out + outcome.err))
+        extra = echoed_controls(outcome.out + outcome.err)
+        _check("range_ratios", template, outcome, allowed=(0, 2), extra=extra)
 
     case()
 
@@ -276,7 +277,8 @@ def test_fuzz_cost_flags_at_their_edges(box: Sandbox, command: str) -> None:
                 del argv[i : i + 2]
             argv.append(f"{flag}={R.show(d)}")
         outcome = run(box, lambda: cli_main(argv), cli=True)
-        _check("range_cost", command, outcome, allowed=(0, 2), extra=echoed_controls(outcome.out + outcome.err))
+        extra = echoed_controls(outcome.out + outcome.err)
+        _check("range_cost", command, outcome, allowed=(0, 2), extra=extra)
 
     case()
 

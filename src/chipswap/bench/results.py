@@ -298,8 +298,8 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
                 raise ChipswapError(
                     f"{_where(source, 'cost.per_million_requests_usd')} must be a decimal string, got {raw!r}"
                 )
-            ranges.check(per_million, ranges.Spec("usd", zero=True), _where(source, "cost.per_million_requests_usd"),
-                         "rerun chipswap bench")
+            where = _where(source, "cost.per_million_requests_usd")
+            ranges.check(per_million, ranges.Spec("usd", zero=True), where, "rerun chipswap bench")
     buckets_raw = doc.get("buckets") or []
     if not isinstance(buckets_raw, list) or len(buckets_raw) > MAX_BUCKETS:
         raise ChipswapError(f"{_where(source, 'buckets')} must be a list of at most {MAX_BUCKETS:,} buckets")

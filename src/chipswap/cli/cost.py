@@ -8,6 +8,7 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
+from chipswap import ranges
 from chipswap.cli.catalog import check_region, console
 from chipswap.cli.common import (
     CATALOG_FLAG,
@@ -22,7 +23,6 @@ from chipswap.cli.common import (
 from chipswap.cli.fit import print_table
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
-from chipswap import ranges
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
@@ -407,8 +407,8 @@ def cost_serve(
         if ranges.problem(fleet, ranges.Spec("instances")):
             raise ChipswapError(
                 f"--rps {req.normalize():f} at {tp.normalize():f} requests/s per {name} and --utilization "
-                f"{util.normalize():f} needs {fleet:,} instances, outside {ranges.span(ranges.Spec('instances'))}"
-                "; check --rps, the throughput and --utilization"
+                f"{util.normalize():f} needs {fleet:,} instances, outside "
+                f"{ranges.span(ranges.Spec('instances'))}; check --rps, the throughput and --utilization"
             )
         rows.append(
             {

@@ -87,9 +87,9 @@ Whole = Annotated[int, BeforeValidator(_whole)]
 Money = Annotated[Decimal, BeforeValidator(_money)]
 
 
-class In:
-    """`In[Real, "rate"]`: a number with a unit (chipswap.ranges); its gt/ge/le lie inside the unit's range, and
-    this refuses what they let through: a nonzero value below the unit's smallest (5e-324). `, 0]`: 0 is too."""
+class InRange:
+    """A number with a unit (chipswap.ranges); the field's gt/ge/le lie inside the unit's range, and this
+    refuses what they let through: a nonzero value below the unit's smallest (5e-324)."""
 
     def __init__(self, unit: str, zero: bool = False) -> None:
         self.spec = ranges.Spec(unit, zero)
@@ -99,9 +99,10 @@ class In:
             raise ValueError(f"expected {ranges.span(self.spec)}; give a value in that range")
         return v + 0 if v == 0 else v  # -0.0 -> 0.0
 
-    def __class_getitem__(cls, args: tuple[Any, ...]) -> Any:
-        kind, unit, *zero = args
-        return Annotated[kind, AfterValidator(cls(unit, bool(zero)))]
+
+def In(unit: str, zero: bool = False) -> Any:  # noqa: N802 - reads as a type: Annotated[Real, In("rate")]
+    """`Annotated[Real, In("rate")]`: the field's unit; `In("days", zero=True)`: 0 is also a value."""
+    return AfterValidator(InRange(unit, zero))
 
 
 class _Model(BaseModel):
@@ -179,7 +180,7 @@ class Traffic(_Model):
     columns: ColumnMap | None = Field(
         None, description="Column mapping when the trace is not in the Azure schema."
     )
-    scale: In[Real, "factor"] = Field(
+    scale: Annotated[Real, In("factor")] = Field(
         1.0,
         gt=0,
         le=MAX_SCALE,
@@ -193,19 +194,19 @@ class Traffic(_Model):
         "trace (more users of the same kind; bursts are not multiplied); 'copy-in-place' copies each request "
         "next to itself (every burst multiplied by the scale).",
     )
-    steady_rps: In[Real, "rate"] | None = Field(
+    steady_rps: Annotated[Real, In("rate")] | None = Field(
         None,
         gt=0,
         le=MAX_RPS,
         description="Instead of a trace: a steady arrival rate in requests per second.",
     )
-    prompt_tokens: In[Whole, "tokens"] | None = Field(
+    prompt_tokens: Annotated[Whole, In("tokens")] | None = Field(
         None,
         gt=0,
         le=MAX_TOKENS,
         description="With steady_rps: the prompt length in tokens of every request.",
     )
-    output_tokens: In[Whole, "tokens", 0] | None = Field(
+    output_tokens: Annotated[Whole, In("tokens", zero=True)] | None = Field(
         None,
         ge=0,
         le=MAX_TOKENS,
@@ -214,16 +215,16 @@ class Traffic(_Model):
     mode: Literal["llm", "encoder"] = Field(
         "llm", description='"llm" (prefill + decode buckets) or "encoder" (one length per request).'
     )
-    max_buckets: In[Whole, "count"] = Field(
+    max_buckets: Annotated[Whole, In("count")] = Field(
         6, ge=1, le=64, description="Most fixed shapes to compile (each is one Neuron graph)."
     )
-    max_length: In[Whole, "tokens"] | None = Field(
+    max_length: Annotated[Whole, In("tokens")] | None = Field(
         None,
         gt=0,
         le=MAX_TOKENS,
         description="Longest sequence the model accepts; longer requests are reported (rejected).",
     )
-    burst_window_s: In[Real, "seconds"] = Field(
+    burst_window_s: Annotated[Real, In("seconds")] = Field(
         300.0,
         gt=0,
         le=604_800,
@@ -253,13 +254,13 @@ class Fleet(_Model):
         max_length=100,
         description='EC2 instance type of the current fleet, e.g. "g6e.12xlarge", "p5.48xlarge".',
     )
-    count: In[Whole, "instances"] = Field(
+    count: Annotated[Whole, In("instances")] = Field(
         1, ge=1, le=MAX_COUNT, description="How many instances run (average over the month)."
     )
-    hours_per_month: In[Real, "hours_per_month"] = Field(
+    hours_per_month: Annotated[Real, In("hours_per_month")] = Field(
         730.0, gt=0, le=744, description="Hours each instance runs per month (730 = always on)."
     )
-    monthly_bill_usd: In[Money, "usd"] | None = Field(
+    monthly_bill_usd: Annotated[Money, In("usd")] | None = Field(
         None,
         gt=0,
         le=MAX_USD,
@@ -313,19 +314,19 @@ class Slo(_Model):
     """Latency objectives the serving fleet must meet. Both fleets (GPU and every candidate) are sized by
     simulation so that the busiest traffic window meets every objective given here."""
 
-    p99_ms: In[Real, "ms"] | None = Field(
+    p99_ms: Annotated[Real, In("ms")] | None = Field(
         None,
         gt=0,
         le=MAX_MS,
         description="99th-percentile end-to-end latency objective (arrival to last token), milliseconds.",
     )
-    ttft_p99_ms: In[Real, "ms"] | None = Field(
+    ttft_p99_ms: Annotated[Real, In("ms")] | None = Field(
         None,
         gt=0,
         le=MAX_MS,
         description="99th-percentile time-to-first-token objective (LLM serving), milliseconds.",
     )
-    p50_ms: In[Real, "ms"] | None = Field(
+    p50_ms: Annotated[Real, In("ms")] | None = Field(
         None, gt=0, le=MAX_MS, description="Median end-to-end latency objective, milliseconds."
     )
 
@@ -383,10 +384,10 @@ class Pricing(_Model):
 class Porting(_Model):
     """One-time engineering cost of moving the model to Neuron."""
 
-    engineer_days: In[Real, "days", 0] = Field(
+    engineer_days: Annotated[Real, In("days", zero=True)] = Field(
         ge=0, le=100_000, description="Engineer-days to port and validate the model on Neuron."
     )
-    day_rate_usd: In[Money, "usd_per_day"] = Field(
+    day_rate_usd: Annotated[Money, In("usd_per_day")] = Field(
         Decimal("800"),
         gt=0,
         le=Decimal(1_000_000),
@@ -397,7 +398,7 @@ class Porting(_Model):
 class Stability(_Model):
     """How much the model moves: the seed's reasons to stay on GPU."""
 
-    model_changes_per_month: In[Real, "per_month", 0] = Field(
+    model_changes_per_month: Annotated[Real, In("per_month", zero=True)] = Field(
         0.0,
         ge=0,
         le=10_000,
@@ -424,8 +425,9 @@ FIGURE_UNITS: dict[str, tuple[str, dict[str, float]]] = {
     "tokens_per_s": ("tokens/s", {"tokens/s": 1.0, "tokens/min": 1 / 60, "tokens/h": 1 / 3600}),
     "run_hours": ("h", {"h": 1.0, "hours": 1.0, "min": 1 / 60, "s": 1 / 3600}),
 }
+# The unit (chipswap.ranges) of each figure, in its FIGURE_UNITS base unit.
 FIGURE_RANGES = {"throughput": "rate", "ttft_p99": "ms", "e2e_p99": "ms", "tokens_per_s": "token_rate",
-                 "run_hours": "hours"}  # the unit (chipswap.ranges) of each figure, in FIGURE_UNITS' base unit
+                 "run_hours": "hours"}
 
 
 class FigureIn(_Model):
@@ -440,7 +442,7 @@ class FigureIn(_Model):
         description='"measured" (you measured it: it outranks every projection), "published benchmark", '
         '"stated", "assumption".',
     )
-    band_pct: In[Real, "percent_band", 0] | None = Field(
+    band_pct: Annotated[Real, In("percent_band", zero=True)] | None = Field(
         None, ge=0, le=1000, description="Its uncertainty in percent (e.g. 5 for a load test's spread)."
     )
     note: str | None = Field(None, max_length=500, description="How it was obtained (shown beside it).")
@@ -493,17 +495,17 @@ class CandidateThroughput(_Model):
     """Serving throughput of one candidate instance: a stated figure or a speed factor relative to the GPU
     (a speed factor is always an assumption)."""
 
-    requests_per_s: In[Real, "rate"] | None = Field(
+    requests_per_s: Annotated[Real, In("rate")] | None = Field(
         None, gt=0, le=1e9, description="Requests per second one instance sustains at the SLO."
     )
-    speed_factor: In[Real, "factor"] | None = Field(
+    speed_factor: Annotated[Real, In("factor")] | None = Field(
         None,
         gt=0,
         le=10_000,
         description="Throughput relative to one instance of the current GPU fleet (0.8 = 20% slower); "
         "always labelled an assumption.",
     )
-    p99_ms: In[Real, "ms"] | None = Field(
+    p99_ms: Annotated[Real, In("ms")] | None = Field(
         None,
         gt=0,
         le=MAX_MS,
@@ -526,18 +528,18 @@ class Throughput(_Model):
     """Serving throughput you state for the GPU fleet and the candidates. Optional: with a [model], chipswap
     projects them; these figures take part in the same precedence rule as [figures]."""
 
-    gpu_requests_per_s: In[Real, "rate"] | None = Field(
+    gpu_requests_per_s: Annotated[Real, In("rate")] | None = Field(
         None,
         gt=0,
         le=1e9,
         description="Requests per second one instance of the current fleet sustains at the SLO.",
     )
-    gpu_p99_ms: In[Real, "ms"] | None = Field(
+    gpu_p99_ms: Annotated[Real, In("ms")] | None = Field(
         None, gt=0, le=MAX_MS, description="99th-percentile latency of the GPU fleet at that load."
     )
     gpu_source: Source = Field("stated", description="Where the GPU figure comes from.")
     gpu_note: str | None = Field(None, max_length=500, description="Free text shown next to the GPU figure.")
-    target_utilization: In[Real, "fraction"] = Field(
+    target_utilization: Annotated[Real, In("fraction")] = Field(
         0.7,
         gt=0,
         le=1,
@@ -553,10 +555,10 @@ class Throughput(_Model):
 class CandidateJob(_Model):
     """How long one training run takes on a candidate: stated hours or a speed factor relative to the GPU."""
 
-    hours: In[Real, "hours"] | None = Field(
+    hours: Annotated[Real, In("hours")] | None = Field(
         None, gt=0, le=1e6, description="Wall-clock hours of one run on one candidate instance."
     )
-    speed_factor: In[Real, "factor"] | None = Field(
+    speed_factor: Annotated[Real, In("factor")] | None = Field(
         None,
         gt=0,
         le=10_000,
@@ -577,21 +579,25 @@ class Job(_Model):
     dataset_tokens) and chipswap projects the hours on every instance; stated hours rank below a projection
     unless their source is "measured"."""
 
-    gpu_hours: In[Real, "hours"] | None = Field(
+    gpu_hours: Annotated[Real, In("hours")] | None = Field(
         None, gt=0, le=1e6, description="Wall-clock hours of one run on the fleet (all its instances)."
     )
     gpu_source: Source = Field("stated", description="Where the GPU hours come from.")
-    tokens: In[Real, "tokens_total"] | None = Field(
+    tokens: Annotated[Real, In("tokens_total")] | None = Field(
         None, gt=0, le=MAX_JOB_TOKENS, description="Tokens processed by one run (sequence tokens x steps)."
     )
-    epochs: In[Real, "epochs"] | None = Field(None, gt=0, le=10_000, description="Epochs per run (with dataset_tokens).")
-    dataset_tokens: In[Real, "tokens_total"] | None = Field(
+    epochs: Annotated[Real, In("epochs")] | None = Field(
+        None, gt=0, le=10_000, description="Epochs per run (with dataset_tokens)."
+    )
+    dataset_tokens: Annotated[Real, In("tokens_total")] | None = Field(
         None, gt=0, le=MAX_JOB_TOKENS, description="Tokens in the training set (with epochs)."
     )
-    sequence_length: In[Whole, "tokens"] | None = Field(
+    sequence_length: Annotated[Whole, In("tokens")] | None = Field(
         None, gt=0, le=MAX_TOKENS, description="Training sequence length in tokens (default: the model's)."
     )
-    runs_per_month: In[Real, "per_month"] = Field(gt=0, le=100_000, description="How many identical runs happen per month.")
+    runs_per_month: Annotated[Real, In("per_month")] = Field(
+        gt=0, le=100_000, description="How many identical runs happen per month."
+    )
     dtype: Literal["bf16", "fp8", "best"] = Field(
         "bf16",
         description=(
@@ -600,7 +606,7 @@ class Job(_Model):
             "fastest)."
         ),
     )
-    global_batch: In[Whole, "batch"] | None = Field(
+    global_batch: Annotated[Whole, In("batch")] | None = Field(
         None, gt=0, le=1 << 20, description="Global batch in sequences (default: about 2M tokens a step)."
     )
     candidates: dict[str, CandidateJob] = Field(
@@ -632,33 +638,33 @@ class Job(_Model):
 class VerdictSettings(_Model):
     """Thresholds of the screening rules and the close-call margin (defaults documented in docs/plan.md)."""
 
-    close_margin_pct: In[Money, "percent", 0] = Field(
+    close_margin_pct: Annotated[Money, In("percent", zero=True)] = Field(
         Decimal("20"),
         ge=0,
         le=100,
         description="A monthly saving below this percent of today's cost is a close call, and a close "
         "call is a no.",
     )
-    close_payback_months: In[Whole, "months"] = Field(
+    close_payback_months: Annotated[Whole, In("months")] = Field(
         6,
         ge=1,
         le=1200,
         description="A payback later than this many months is a close call, and a close call is a no.",
     )
-    bursty_peak_to_mean: In[Real, "ratio"] = Field(
+    bursty_peak_to_mean: Annotated[Real, In("ratio")] = Field(
         2.0,
         gt=1,
         le=1e6,
         description="Traffic whose peak-window rate exceeds this multiple of its mean is bursty (stay on "
         "GPU).",
     )
-    low_traffic_rps: In[Real, "rate"] = Field(
+    low_traffic_rps: Annotated[Real, In("rate")] = Field(
         1.0,
         gt=0,
         le=MAX_RPS,
         description="Below this mean rate (requests/s) traffic is too low for a port to pay (stay on GPU).",
     )
-    low_traffic_tokens_per_s: In[Real, "token_rate"] = Field(
+    low_traffic_tokens_per_s: Annotated[Real, In("token_rate")] = Field(
         250.0,
         gt=0,
         le=MAX_RPS * 100,
@@ -667,19 +673,19 @@ class VerdictSettings(_Model):
         "requests "
         "cost in proportion to their tokens (assumption: 1 request/s of a 250-token exchange).",
     )
-    min_monthly_bill_usd: In[Money, "usd", 0] = Field(
+    min_monthly_bill_usd: Annotated[Money, In("usd", zero=True)] = Field(
         Decimal("2000"),
         ge=0,
         le=MAX_USD,
         description="Below this monthly spend the bill is too small to matter (stay on GPU).",
     )
-    max_model_changes_per_month: In[Real, "per_month", 0] = Field(
+    max_model_changes_per_month: Annotated[Real, In("per_month", zero=True)] = Field(
         1.0,
         ge=0,
         le=10_000,
         description="Above this many architecture changes per month the model is not stable (stay on GPU).",
     )
-    min_horizon_months: In[Real, "months", 0] = Field(
+    min_horizon_months: Annotated[Real, In("months", zero=True)] = Field(
         6.0, ge=0, le=1200, description="Work that lives fewer months than this is short-lived (stay on GPU)."
     )
 
@@ -691,7 +697,7 @@ class Workload(_Model):
     kind: Literal["serving", "training"] = Field(
         "serving", description='"serving" (a fleet answering traffic) or "training" (a recurring job).'
     )
-    horizon_months: In[Whole, "months"] = Field(
+    horizon_months: Annotated[Whole, In("months")] = Field(
         12, ge=1, le=120, description="How many months the decision should pay off over."
     )
     model: ModelSpec | None = Field(

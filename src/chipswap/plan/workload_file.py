@@ -252,7 +252,7 @@ def _within(field: Any) -> str:
     """', 1 to 120 months': the numbers a field takes, its own bounds inside its unit's range."""
     import annotated_types as at
 
-    specs = [m.spec for m in _metadata(field) if type(m).__name__ == "In"]
+    specs = [m.spec for m in _metadata(field) if type(m).__name__ == "InRange"]
     if not specs:
         return ""
     r = UNITS[specs[0].unit]
@@ -265,7 +265,9 @@ def _within(field: Any) -> str:
             lo = max(lo, Decimal(str(m.ge)))
         elif isinstance(m, at.Gt) and Decimal(str(m.gt)) >= r.lo:
             over = Decimal(str(m.gt))
-    start = f"more than {show(over)}, up to" if over is not None else f"{'0, or ' if zero else ''}{show(lo)} to"
+    start = f"{'0, or ' if zero else ''}{show(lo)} to"
+    if over is not None:
+        start = f"more than {show(over)}, up to"
     return f", {start} {show(hi)} {r.unit}".rstrip()
 
 
@@ -298,11 +300,13 @@ def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
 
 
 # ------------------------------------------------------------------------------------------- numeric fields
-def numeric_fields(model: type[BaseModel] = Workload, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+def numeric_fields(
+    model: type[BaseModel] = Workload, prefix: tuple[str, ...] = ()
+) -> dict[tuple[str, ...], Any]:
     """Every number a workload file may hold: key path (a table of tables as "<instance>") -> its
     chipswap.ranges.Spec (from the field's In[...] type), or None for a number with no unit (a test fails on
     one). The fuzz suite and docs/security.md derive their field lists from this."""
-    from chipswap.plan.workload import FIGURE_RANGES, In
+    from chipswap.plan.workload import FIGURE_RANGES, InRange
     from chipswap.ranges import Spec
 
     out: dict[tuple[str, ...], Any] = {}
@@ -310,13 +314,14 @@ def numeric_fields(model: type[BaseModel] = Workload, prefix: tuple[str, ...] = 
         key = (*prefix, name)
         sub = _submodel(field.annotation)
         if sub is not None:
-            out.update(numeric_fields(sub, (*key, "<instance>") if get_origin(field.annotation) is dict else key))
+            table_of = get_origin(field.annotation) is dict
+            out.update(numeric_fields(sub, (*key, "<instance>") if table_of else key))
             continue
         if _type_name(field.annotation) not in ("number", "integer", "number | None", "integer | None"):
             continue
-        found = [m for m in _metadata(field) if isinstance(m, In)]
+        found = [m for m in _metadata(field) if isinstance(m, InRange)]
         out[key] = found[0].spec if found else None
-    if model.__name__ == "InstanceFigures":  # FigureIn.value: its unit is the figure's (checked after conversion)
+    if model.__name__ == "InstanceFigures":  # FigureIn.value: the figure's unit (checked after conversion)
         for name, unit in FIGURE_RANGES.items():
             out[(*prefix, name, "value")] = Spec(unit)
     return out
