@@ -255,7 +255,7 @@ def test_every_numeric_workload_field_has_a_unit_inside_the_table() -> None:
     fields = numeric_fields()
     assert len(fields) > 40
     missing = [".".join(k) for k, spec in fields.items() if spec is None]
-    assert not missing, f"give these workload fields a unit (In[Real, unit]): {missing}"
+    assert not missing, f"give these workload fields a unit (Annotated[Real, In(unit)]): {missing}"
     for key, spec in fields.items():
         assert spec.unit in R.UNITS, key
 
