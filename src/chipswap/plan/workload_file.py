@@ -304,8 +304,8 @@ def numeric_fields(
     model: type[BaseModel] = Workload, prefix: tuple[str, ...] = ()
 ) -> dict[tuple[str, ...], Any]:
     """Every number a workload file may hold: key path (a table of tables as "<instance>") -> its
-    chipswap.ranges.Spec (from the field's In(...) validator), or None for a number with no unit (a test fails on
-    one). The fuzz suite and docs/security.md derive their field lists from this."""
+    chipswap.ranges.Spec (from the field's In(...) validator), or None for a number with no unit (a test
+    fails on one). The fuzz suite and docs/security.md derive their field lists from this."""
     from chipswap.plan.workload import FIGURE_RANGES, InRange
     from chipswap.ranges import Spec
 
