@@ -61,7 +61,7 @@ UNITS: dict[str, Range] = {
     "instances": _r("a number of instances", "instances", "1", "100000", "2", integer=True),
     "count": _r("a count", "items", "1", "1000000000", "1000", integer=True),
     "per_month": _r("a number per month", "per month", "0.001", "100000", "4"),
-    "tokens": _r("a length", "tokens", "1", "1048576", "512", integer=True),
+    "tokens": _r("a length", "tokens", "1", "16777216", "512", integer=True),
     "tokens_total": _r("a number of tokens", "tokens", "1", "10000000000000000", "1e9"),
     "batch": _r("a batch size", "sequences", "1", "1048576", "8", integer=True),
     "model_dim": _r("a model dimension", "units", "1", "1048576", "4096", integer=True),
