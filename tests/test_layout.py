@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "datafile": 1,
     "nativeguard": 1,  # issue 19: the .pt2 native-code scan (models reads .pt2 files)
     "deadline": 1,  # issue 19: check --timeout (models, readiness and cli use it)
+    "ranges": 1,  # issue 32: the physical range of every unit (workload, flags, bench files, catalogs)
     "models": 2,
     "shapes": 2,
     "simulation": 2,

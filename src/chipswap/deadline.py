@@ -55,10 +55,10 @@ def deadline(seconds: float | None, what: str, fix: str) -> Iterator[None]:
             os._exit(2)
 
     old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # then every second, in case something swallows it
     dog = threading.Thread(target=watchdog, name="chipswap-deadline", daemon=True)
-    dog.start()
-    try:
+    try:  # the timer starts inside the try: a limit of a microsecond fires before the next line (issue 32)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)  # then every second, in case something swallows it
+        dog.start()
         yield
     except DeadlinePassed:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -26,6 +26,34 @@ HUGE = [
     1e300, -1e300, 1e-300, 5e-324, 1e9, 1e12,
 ]
 NUMERIC_STRINGS = ["1", "1e9", "nan", "inf", "-1", "0x10", "1_000", " 5 ", "12.5%", "1e999", "", "true"]
+# Issue 32: the numbers no physical quantity takes, in every spelling a file or a flag can hold them:
+# subnormals and tiny values (1/x overflows), negative zero, huge values (a Decimal that cannot be rounded to
+# the cent), integers past 2**63, and the text spellings of NaN/inf a number parser may accept.
+PHYSICAL = [
+    5e-324, -5e-324, 2.2250738585072014e-308, 1e-300, 1e-30, 1e-12, 1e-7, -0.0, 0.0,
+    1.7976931348623157e308, 1e300, 1e30, 1e22, 2.0**63, 10**22, 2**63, 10**30, -(10**22),
+]
+NAN_INF_SPELLINGS = [
+    "nan", "NaN", "-nan", "+nan", "snan", "inf", "+inf", "-inf", "INF", "Infinity", "-Infinity", "1e999",
+    "-1e999", "1e-999", "1e400", "4.9e-324", "2.4e-324", "0e0", "-0", "-0.0", "+0", "1" + "0" * 30,
+]
+
+
+def physical() -> st.SearchStrategy[Any]:
+    """A number at the edge of physics: one of PHYSICAL, a tiny positive float, or a huge one."""
+    return st.one_of(
+        st.sampled_from(PHYSICAL),
+        st.floats(min_value=5e-324, max_value=1e-6),
+        st.floats(min_value=1e9, max_value=1.7976931348623157e308),
+    )
+
+
+def edge_values(lo: float, hi: float, integer: bool) -> st.SearchStrategy[Any]:
+    """Numbers around a range [lo, hi]: its edges, just outside them, far outside, and PHYSICAL."""
+    near = [lo, hi, lo * (1 - 1e-9), hi * (1 + 1e-9), lo / 10, hi * 10, -lo, (lo * hi) ** 0.5]
+    if integer:
+        near = [int(lo), int(hi), int(lo) - 1, int(hi) + 1, int(hi) * 1000, 2**63, 10**22, -int(lo)]
+    return st.one_of(st.sampled_from(near), physical())
 HOSTILE_TEXT = [
     "\x1b[31mRED\x1b[0m\x1b]0;owned\x07",
     "title\nVerdict: move — saves 99%",
@@ -76,11 +104,12 @@ VALUE_KINDS: dict[str, Any] = {
     "numeric_string": lambda: st.sampled_from(NUMERIC_STRINGS),
     "non_finite": lambda: st.sampled_from(NON_FINITE),
     "huge": lambda: st.one_of(st.sampled_from(HUGE), st.integers(min_value=-(2**80), max_value=2**80)),
+    "physical": physical,
     "wrong_type": wrong_type,
     "control_chars": control_text,
     "traversal": lambda: st.sampled_from(TRAVERSAL),
 }
-NUMERIC_KINDS = {"bool_number", "numeric_string", "non_finite", "huge"}
+NUMERIC_KINDS = {"bool_number", "numeric_string", "non_finite", "huge", "physical"}
 TEXT_KINDS = {"control_chars", "traversal"}
 STRUCT_KINDS = ("drop_key", "extra_key", "long_list", "deep_nesting")
 BYTES_KINDS = ("invalid_utf8", "bom", "truncate", "nul_bytes", "empty")

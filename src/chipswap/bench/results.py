@@ -51,8 +51,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from chipswap import ranges
 from chipswap.bench.identity import BenchIdentity, parse_identity
-from chipswap.datafile import read_json, strict_int, strict_number
+from chipswap.datafile import read_json, strict_int
+from chipswap.datafile import strict_number as _strict_number
 from chipswap.errors import ChipswapError
 
 SCHEMA = "chipswap.bench/2"
@@ -183,6 +185,19 @@ def _obj(value: Any, source: str, field: str) -> dict[str, Any]:
     return value
 
 
+# The unit (chipswap.ranges) of each number read here, by the last part of its field name: a measured 0 is a
+# real outcome (no goodput, no errors), a nonzero value below the unit's smallest (5e-324) never is.
+FIELD_UNITS = {"duration_s": "seconds", "requests_per_s": "rate", "error": "share", "reject": "share",
+               "waste_fraction": "share", "padding_waste": "share"}
+
+
+def strict_number(value: Any, field: str, *, lo: float = 0.0, hi: float | None = None) -> float:
+    """datafile.strict_number, then the field's physical range (ms unless FIELD_UNITS names its unit)."""
+    v = _strict_number(value, field, lo=lo, hi=hi)
+    unit = FIELD_UNITS.get(field.rsplit(".", 1)[-1].rsplit(" ", 1)[-1], "ms")
+    return float(ranges.check(v, ranges.Spec(unit, zero=True), field, "rerun chipswap bench"))
+
+
 def _opt_num(value: Any, source: str, field: str, lo: float = 0.0, hi: float = MAX_MS) -> float | None:
     return None if value is None else strict_number(value, _where(source, field), lo=lo, hi=hi)
 
@@ -281,6 +296,8 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
                 raise ChipswapError(
                     f"{_where(source, 'cost.per_million_requests_usd')} must be a decimal string, got {raw!r}"
                 )
+            where = _where(source, "cost.per_million_requests_usd")
+            ranges.check(per_million, ranges.Spec("usd", zero=True), where, "rerun chipswap bench")
     buckets_raw = doc.get("buckets") or []
     if not isinstance(buckets_raw, list) or len(buckets_raw) > MAX_BUCKETS:
         raise ChipswapError(f"{_where(source, 'buckets')} must be a list of at most {MAX_BUCKETS:,} buckets")

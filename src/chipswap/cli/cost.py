@@ -8,6 +8,7 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
+from chipswap import ranges
 from chipswap.cli.catalog import check_region, console
 from chipswap.cli.common import (
     CATALOG_FLAG,
@@ -102,11 +103,15 @@ def rate_text(d: Decimal) -> str:
 
 
 def pct(d: Decimal) -> str:
+    if abs(d) >= 10**6:  # an extreme ratio of two in-range costs (1e-6 $/h beside 1e5 $/h)
+        return f"{float(d):,.4g} %"
     return f"{d.quantize(Decimal('0.1'), rounding='ROUND_HALF_UP')} %"
 
 
 def _n(d: Decimal | None, places: str = "0.01") -> float | None:
-    return None if d is None else float(d.quantize(Decimal(places), rounding="ROUND_HALF_UP"))
+    if d is None or abs(d) >= 10**15:  # beyond 1e15 the rounding is below a float's resolution anyway
+        return None if d is None else float(d)
+    return float(d.quantize(Decimal(places), rounding="ROUND_HALF_UP"))
 
 
 def _payback(be: C.BreakEven | None) -> str:
@@ -483,6 +488,12 @@ def cost_serve(
     rows = []
     for label, name, rate, tp, n in sides:
         fleet = C.fleet_size(req, tp, util) if req is not None else n
+        if ranges.problem(fleet, ranges.Spec("instances")):
+            raise ChipswapError(
+                f"--rps {req.normalize():f} at {tp.normalize():f} requests/s per {name} and --utilization "
+                f"{util.normalize():f} needs {fleet:,} instances, outside "
+                f"{ranges.span(ranges.Spec('instances'))}; check --rps, the throughput and --utilization"
+            )
         rows.append(
             {
                 "role": label,

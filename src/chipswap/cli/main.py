@@ -14,6 +14,7 @@ import typer
 
 from chipswap import __version__
 from chipswap.errors import ChipswapError
+from chipswap.ranges import check_flags
 from chipswap.textsafe import one_line
 
 try:  # typer >= 0.20 vendors click as typer._click; older releases use click itself
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         False
     )  # each run starts refusing symlinks out of a trace folder (shapes --follow-symlinks)
     try:
+        check_flags(sys.argv[1:] if argv is None else argv)  # every numeric flag in its physical range
         rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:
         for line in getattr(exc, "lines", ())[:-1]:  # several problems of one input: one line each

@@ -64,7 +64,8 @@ def _read_latency_table(path: Path) -> dict[int, float]:
 
     Read through chipswap.datafile (size-capped, UTF-8, no NaN); shapes are integers in 1..MAX_LENGTH and
     latencies finite numbers >= 0, so nothing sized by the table can grow beyond those bounds."""
-    from chipswap.datafile import parse_json, read_text, strict_int, strict_number
+    from chipswap.datafile import parse_json, read_text, strict_int
+    from chipswap.ranges import Spec, data_number
     from chipswap.shapes.histogram import MAX_LENGTH
 
     what = "latency table"
@@ -75,7 +76,7 @@ def _read_latency_table(path: Path) -> dict[int, float]:
     def pair(shape: object, latency: object, where: str) -> tuple[int, float]:
         return (
             strict_int(shape, f"{path}: {where} shape", lo=1, hi=MAX_LENGTH),
-            strict_number(latency, f"{path}: {where} latency", lo=0.0),
+            data_number(latency, f"{path}: {where} latency", Spec("seconds", zero=True), "fix the table"),
         )
 
     if path.suffix.lower() == ".csv":

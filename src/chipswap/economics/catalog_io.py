@@ -33,21 +33,20 @@ from chipswap.economics.catalog import (
     validate,
 )
 from chipswap.errors import ChipswapError
+from chipswap.ranges import UNITS
 
 SHIPPED = "catalog.toml"
 
 # Inclusive bounds for every number a catalog holds: far wider than any real instance or chip, narrow enough
 # that the cost engine's Decimal arithmetic can never overflow (1e300 $/h would) and no count sizes a huge
 # allocation. Documented in docs/cost.md.
+# Fields with a unit in chipswap.ranges take its range from there (the one table); the rest are listed here.
+RANGE_UNITS = {"usd_per_hour": "usd_per_hour", "accelerator_memory_gib": "gib", "memory_gib": "gib",
+               "memory_bandwidth_gb_s": "gbps", "interconnect_gb_s": "gbps", "tflops_dense": "tflops"}
 NUMBER_BOUNDS: dict[str, tuple[Decimal, Decimal]] = {
-    "usd_per_hour": (Decimal("0.000001"), Decimal("100000")),
-    "accelerator_memory_gib": (Decimal("0.001"), Decimal("1000000")),
-    "memory_gib": (Decimal("0.001"), Decimal("1000000")),
+    **{key: (UNITS[unit].lo, UNITS[unit].hi) for key, unit in RANGE_UNITS.items()},
     "network_gbps": (Decimal("0.001"), Decimal("1000000")),
     "local_nvme_gb": (Decimal("1"), Decimal("100000000")),
-    "memory_bandwidth_gb_s": (Decimal("0.001"), Decimal("1000000000")),
-    "interconnect_gb_s": (Decimal("0.001"), Decimal("1000000000")),
-    "tflops_dense": (Decimal("0.000001"), Decimal("1000000000")),
 }
 INT_BOUNDS: dict[str, tuple[int, int]] = {
     "accelerator_count": (1, 4096),

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -37,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from chipswap import ranges
 from chipswap.errors import closest
 
 Source = Literal["stated", "assumption", "seed example", "published benchmark", "projected", "measured"]
@@ -83,6 +85,24 @@ def _money(v: Any) -> Any:
 Real = Annotated[float, BeforeValidator(_number)]
 Whole = Annotated[int, BeforeValidator(_whole)]
 Money = Annotated[Decimal, BeforeValidator(_money)]
+
+
+class InRange:
+    """A number with a unit (chipswap.ranges); the field's gt/ge/le lie inside the unit's range, and this
+    refuses what they let through: a nonzero value below the unit's smallest (5e-324)."""
+
+    def __init__(self, unit: str, zero: bool = False) -> None:
+        self.spec = ranges.Spec(unit, zero)
+
+    def __call__(self, v: Any) -> Any:
+        if ranges.below_floor(ranges.as_decimal(v), self.spec):
+            raise ValueError(f"expected {ranges.span(self.spec)}; give a value in that range")
+        return v + 0 if v == 0 else v  # -0.0 -> 0.0
+
+
+def In(unit: str, zero: bool = False) -> Any:  # noqa: N802 - reads as a type: Annotated[Real, In("rate")]
+    """`Annotated[Real, In("rate")]`: the field's unit; `In("days", zero=True)`: 0 is also a value."""
+    return AfterValidator(InRange(unit, zero))
 
 
 class _Model(BaseModel):
@@ -160,7 +180,7 @@ class Traffic(_Model):
     columns: ColumnMap | None = Field(
         None, description="Column mapping when the trace is not in the Azure schema."
     )
-    scale: Real = Field(
+    scale: Annotated[Real, In("factor")] = Field(
         1.0,
         gt=0,
         le=MAX_SCALE,
@@ -174,19 +194,19 @@ class Traffic(_Model):
         "trace (more users of the same kind; bursts are not multiplied); 'copy-in-place' copies each request "
         "next to itself (every burst multiplied by the scale).",
     )
-    steady_rps: Real | None = Field(
+    steady_rps: Annotated[Real, In("rate")] | None = Field(
         None,
         gt=0,
         le=MAX_RPS,
         description="Instead of a trace: a steady arrival rate in requests per second.",
     )
-    prompt_tokens: Whole | None = Field(
+    prompt_tokens: Annotated[Whole, In("tokens")] | None = Field(
         None,
         gt=0,
         le=MAX_TOKENS,
         description="With steady_rps: the prompt length in tokens of every request.",
     )
-    output_tokens: Whole | None = Field(
+    output_tokens: Annotated[Whole, In("tokens", zero=True)] | None = Field(
         None,
         ge=0,
         le=MAX_TOKENS,
@@ -195,16 +215,16 @@ class Traffic(_Model):
     mode: Literal["llm", "encoder"] = Field(
         "llm", description='"llm" (prefill + decode buckets) or "encoder" (one length per request).'
     )
-    max_buckets: Whole = Field(
+    max_buckets: Annotated[Whole, In("count")] = Field(
         6, ge=1, le=64, description="Most fixed shapes to compile (each is one Neuron graph)."
     )
-    max_length: Whole | None = Field(
+    max_length: Annotated[Whole, In("tokens")] | None = Field(
         None,
         gt=0,
         le=MAX_TOKENS,
         description="Longest sequence the model accepts; longer requests are reported (rejected).",
     )
-    burst_window_s: Real = Field(
+    burst_window_s: Annotated[Real, In("seconds")] = Field(
         300.0,
         gt=0,
         le=604_800,
@@ -234,13 +254,13 @@ class Fleet(_Model):
         max_length=100,
         description='EC2 instance type of the current fleet, e.g. "g6e.12xlarge", "p5.48xlarge".',
     )
-    count: Whole = Field(
+    count: Annotated[Whole, In("instances")] = Field(
         1, ge=1, le=MAX_COUNT, description="How many instances run (average over the month)."
     )
-    hours_per_month: Real = Field(
+    hours_per_month: Annotated[Real, In("hours_per_month")] = Field(
         730.0, gt=0, le=744, description="Hours each instance runs per month (730 = always on)."
     )
-    monthly_bill_usd: Money | None = Field(
+    monthly_bill_usd: Annotated[Money, In("usd")] | None = Field(
         None,
         gt=0,
         le=MAX_USD,
@@ -294,19 +314,19 @@ class Slo(_Model):
     """Latency objectives the serving fleet must meet. Both fleets (GPU and every candidate) are sized by
     simulation so that the busiest traffic window meets every objective given here."""
 
-    p99_ms: Real | None = Field(
+    p99_ms: Annotated[Real, In("ms")] | None = Field(
         None,
         gt=0,
         le=MAX_MS,
         description="99th-percentile end-to-end latency objective (arrival to last token), milliseconds.",
     )
-    ttft_p99_ms: Real | None = Field(
+    ttft_p99_ms: Annotated[Real, In("ms")] | None = Field(
         None,
         gt=0,
         le=MAX_MS,
         description="99th-percentile time-to-first-token objective (LLM serving), milliseconds.",
     )
-    p50_ms: Real | None = Field(
+    p50_ms: Annotated[Real, In("ms")] | None = Field(
         None, gt=0, le=MAX_MS, description="Median end-to-end latency objective, milliseconds."
     )
 
@@ -364,10 +384,10 @@ class Pricing(_Model):
 class Porting(_Model):
     """One-time engineering cost of moving the model to Neuron."""
 
-    engineer_days: Real = Field(
+    engineer_days: Annotated[Real, In("days", zero=True)] = Field(
         ge=0, le=100_000, description="Engineer-days to port and validate the model on Neuron."
     )
-    day_rate_usd: Money = Field(
+    day_rate_usd: Annotated[Money, In("usd_per_day")] = Field(
         Decimal("800"),
         gt=0,
         le=Decimal(1_000_000),
@@ -378,7 +398,7 @@ class Porting(_Model):
 class Stability(_Model):
     """How much the model moves: the seed's reasons to stay on GPU."""
 
-    model_changes_per_month: Real = Field(
+    model_changes_per_month: Annotated[Real, In("per_month", zero=True)] = Field(
         0.0,
         ge=0,
         le=10_000,
@@ -405,6 +425,9 @@ FIGURE_UNITS: dict[str, tuple[str, dict[str, float]]] = {
     "tokens_per_s": ("tokens/s", {"tokens/s": 1.0, "tokens/min": 1 / 60, "tokens/h": 1 / 3600}),
     "run_hours": ("h", {"h": 1.0, "hours": 1.0, "min": 1 / 60, "s": 1 / 3600}),
 }
+# The unit (chipswap.ranges) of each figure, in its FIGURE_UNITS base unit.
+FIGURE_RANGES = {"throughput": "rate", "ttft_p99": "ms", "e2e_p99": "ms", "tokens_per_s": "token_rate",
+                 "run_hours": "hours"}
 
 
 class FigureIn(_Model):
@@ -419,7 +442,7 @@ class FigureIn(_Model):
         description='"measured" (you measured it: it outranks every projection), "published benchmark", '
         '"stated", "assumption".',
     )
-    band_pct: Real | None = Field(
+    band_pct: Annotated[Real, In("percent_band", zero=True)] | None = Field(
         None, ge=0, le=1000, description="Its uncertainty in percent (e.g. 5 for a load test's spread)."
     )
     note: str | None = Field(None, max_length=500, description="How it was obtained (shown beside it).")
@@ -459,6 +482,12 @@ class InstanceFigures(_Model):
             f = getattr(self, name)
             if f is not None and f.unit not in units:
                 raise ValueError(f"{name}.unit: expected one of {', '.join(units)} (got {f.unit!r})")
+            spec = ranges.Spec(FIGURE_RANGES[name])
+            if f is not None and f.value is not None and ranges.problem(f.value * units[f.unit], spec):
+                raise ValueError(
+                    f"{name}.value: expected {ranges.span(spec)} (got {f.value!r} {f.unit}); give a value "
+                    "in that range"
+                )
         return self
 
 
@@ -466,17 +495,17 @@ class CandidateThroughput(_Model):
     """Serving throughput of one candidate instance: a stated figure or a speed factor relative to the GPU
     (a speed factor is always an assumption)."""
 
-    requests_per_s: Real | None = Field(
+    requests_per_s: Annotated[Real, In("rate")] | None = Field(
         None, gt=0, le=1e9, description="Requests per second one instance sustains at the SLO."
     )
-    speed_factor: Real | None = Field(
+    speed_factor: Annotated[Real, In("factor")] | None = Field(
         None,
         gt=0,
         le=10_000,
         description="Throughput relative to one instance of the current GPU fleet (0.8 = 20% slower); "
         "always labelled an assumption.",
     )
-    p99_ms: Real | None = Field(
+    p99_ms: Annotated[Real, In("ms")] | None = Field(
         None,
         gt=0,
         le=MAX_MS,
@@ -499,18 +528,18 @@ class Throughput(_Model):
     """Serving throughput you state for the GPU fleet and the candidates. Optional: with a [model], chipswap
     projects them; these figures take part in the same precedence rule as [figures]."""
 
-    gpu_requests_per_s: Real | None = Field(
+    gpu_requests_per_s: Annotated[Real, In("rate")] | None = Field(
         None,
         gt=0,
         le=1e9,
         description="Requests per second one instance of the current fleet sustains at the SLO.",
     )
-    gpu_p99_ms: Real | None = Field(
+    gpu_p99_ms: Annotated[Real, In("ms")] | None = Field(
         None, gt=0, le=MAX_MS, description="99th-percentile latency of the GPU fleet at that load."
     )
     gpu_source: Source = Field("stated", description="Where the GPU figure comes from.")
     gpu_note: str | None = Field(None, max_length=500, description="Free text shown next to the GPU figure.")
-    target_utilization: Real = Field(
+    target_utilization: Annotated[Real, In("fraction")] = Field(
         0.7,
         gt=0,
         le=1,
@@ -526,10 +555,10 @@ class Throughput(_Model):
 class CandidateJob(_Model):
     """How long one training run takes on a candidate: stated hours or a speed factor relative to the GPU."""
 
-    hours: Real | None = Field(
+    hours: Annotated[Real, In("hours")] | None = Field(
         None, gt=0, le=1e6, description="Wall-clock hours of one run on one candidate instance."
     )
-    speed_factor: Real | None = Field(
+    speed_factor: Annotated[Real, In("factor")] | None = Field(
         None,
         gt=0,
         le=10_000,
@@ -569,21 +598,25 @@ class Job(_Model):
     dataset_tokens) and chipswap projects the hours on every instance; stated hours rank below a projection
     unless their source is "measured"."""
 
-    gpu_hours: Real | None = Field(
+    gpu_hours: Annotated[Real, In("hours")] | None = Field(
         None, gt=0, le=1e6, description="Wall-clock hours of one run on the fleet (all its instances)."
     )
     gpu_source: Source = Field("stated", description="Where the GPU hours come from.")
-    tokens: Real | None = Field(
+    tokens: Annotated[Real, In("tokens_total")] | None = Field(
         None, gt=0, le=MAX_JOB_TOKENS, description="Tokens processed by one run (sequence tokens x steps)."
     )
-    epochs: Real | None = Field(None, gt=0, le=10_000, description="Epochs per run (with dataset_tokens).")
-    dataset_tokens: Real | None = Field(
+    epochs: Annotated[Real, In("epochs")] | None = Field(
+        None, gt=0, le=10_000, description="Epochs per run (with dataset_tokens)."
+    )
+    dataset_tokens: Annotated[Real, In("tokens_total")] | None = Field(
         None, gt=0, le=MAX_JOB_TOKENS, description="Tokens in the training set (with epochs)."
     )
-    sequence_length: Whole | None = Field(
+    sequence_length: Annotated[Whole, In("tokens")] | None = Field(
         None, gt=0, le=MAX_TOKENS, description="Training sequence length in tokens (default: the model's)."
     )
-    runs_per_month: Real = Field(gt=0, le=100_000, description="How many identical runs happen per month.")
+    runs_per_month: Annotated[Real, In("per_month")] = Field(
+        gt=0, le=100_000, description="How many identical runs happen per month."
+    )
     dtype: Literal["bf16", "fp8", "best"] = Field(
         "bf16",
         description=(
@@ -592,7 +625,7 @@ class Job(_Model):
             "fastest)."
         ),
     )
-    global_batch: Whole | None = Field(
+    global_batch: Annotated[Whole, In("batch")] | None = Field(
         None, gt=0, le=1 << 20, description="Global batch in sequences (default: about 2M tokens a step)."
     )
     layout: TrainLayout | None = Field(
@@ -632,33 +665,33 @@ class Job(_Model):
 class VerdictSettings(_Model):
     """Thresholds of the screening rules and the close-call margin (defaults documented in docs/plan.md)."""
 
-    close_margin_pct: Money = Field(
+    close_margin_pct: Annotated[Money, In("percent", zero=True)] = Field(
         Decimal("20"),
         ge=0,
         le=100,
         description="A monthly saving below this percent of today's cost is a close call, and a close "
         "call is a no.",
     )
-    close_payback_months: Whole = Field(
+    close_payback_months: Annotated[Whole, In("months")] = Field(
         6,
         ge=1,
         le=1200,
         description="A payback later than this many months is a close call, and a close call is a no.",
     )
-    bursty_peak_to_mean: Real = Field(
+    bursty_peak_to_mean: Annotated[Real, In("ratio")] = Field(
         2.0,
         gt=1,
         le=1e6,
         description="Traffic whose peak-window rate exceeds this multiple of its mean is bursty (stay on "
         "GPU).",
     )
-    low_traffic_rps: Real = Field(
+    low_traffic_rps: Annotated[Real, In("rate")] = Field(
         1.0,
         gt=0,
         le=MAX_RPS,
         description="Below this mean rate (requests/s) traffic is too low for a port to pay (stay on GPU).",
     )
-    low_traffic_tokens_per_s: Real = Field(
+    low_traffic_tokens_per_s: Annotated[Real, In("token_rate")] = Field(
         250.0,
         gt=0,
         le=MAX_RPS * 100,
@@ -667,19 +700,19 @@ class VerdictSettings(_Model):
         "requests "
         "cost in proportion to their tokens (assumption: 1 request/s of a 250-token exchange).",
     )
-    min_monthly_bill_usd: Money = Field(
+    min_monthly_bill_usd: Annotated[Money, In("usd", zero=True)] = Field(
         Decimal("2000"),
         ge=0,
         le=MAX_USD,
         description="Below this monthly spend the bill is too small to matter (stay on GPU).",
     )
-    max_model_changes_per_month: Real = Field(
+    max_model_changes_per_month: Annotated[Real, In("per_month", zero=True)] = Field(
         1.0,
         ge=0,
         le=10_000,
         description="Above this many architecture changes per month the model is not stable (stay on GPU).",
     )
-    min_horizon_months: Real = Field(
+    min_horizon_months: Annotated[Real, In("months", zero=True)] = Field(
         6.0, ge=0, le=1200, description="Work that lives fewer months than this is short-lived (stay on GPU)."
     )
 
@@ -691,7 +724,7 @@ class Workload(_Model):
     kind: Literal["serving", "training"] = Field(
         "serving", description='"serving" (a fleet answering traffic) or "training" (a recurring job).'
     )
-    horizon_months: Whole = Field(
+    horizon_months: Annotated[Whole, In("months")] = Field(
         12, ge=1, le=120, description="How many months the decision should pay off over."
     )
     model: ModelSpec | None = Field(

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from chipswap.errors import ChipswapError, closest
 from chipswap.plan.workload import Workload
+from chipswap.ranges import UNITS, show
 
 # --------------------------------------------------------------------------------------------------- loading
 
@@ -138,7 +139,8 @@ def format_validation_error(path: str | Path, exc: ValidationError) -> str:
         return f"{path}: unknown key {key}; {fix}{more}"
     if not msg.startswith("expected "):
         msg = f"expected {msg}"
-    return f"{path}: {key}: {msg}{shown}{more}"
+    form, sep, fix = msg.partition("; ")  # the value goes beside the form, before the fix
+    return f"{path}: {key}: {form}{shown}{sep}{fix}{more}"
 
 
 def _catalog_problem(data: dict[str, Any], catalog: Any = None) -> str | None:
@@ -246,6 +248,29 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _within(field: Any) -> str:
+    """', 1 to 120 months': the numbers a field takes, its own bounds inside its unit's range."""
+    import annotated_types as at
+
+    specs = [m.spec for m in _metadata(field) if type(m).__name__ == "InRange"]
+    if not specs:
+        return ""
+    r = UNITS[specs[0].unit]
+    lo, hi, over, zero = r.lo, r.hi, None, False
+    for m in field.metadata:
+        if isinstance(m, (at.Le, at.Lt)):
+            hi = min(hi, Decimal(str(getattr(m, "le", None) or getattr(m, "lt", None))))
+        elif isinstance(m, at.Ge):
+            zero = specs[0].zero and m.ge == 0
+            lo = max(lo, Decimal(str(m.ge)))
+        elif isinstance(m, at.Gt) and Decimal(str(m.gt)) >= r.lo:
+            over = Decimal(str(m.gt))
+    start = f"{'0, or ' if zero else ''}{show(lo)} to"
+    if over is not None:
+        start = f"more than {show(over)}, up to"
+    return f", {start} {show(hi)} {r.unit}".rstrip()
+
+
 def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
     """The documented schema, built from the field descriptions (the single source of the help text)."""
     lines: list[str] = []
@@ -269,6 +294,44 @@ def schema_help(model: type[BaseModel] = Workload, prefix: str = "") -> str:
             d = field.get_default(call_default_factory=True)
             shown = f'"{d}"' if isinstance(d, str) else str(d).lower() if isinstance(d, bool) else str(d)
             default = f" (default {shown})" if d is not None else " (optional)"
-        lines.append(f"  {key} = {_type_name(field.annotation)}{default}")
+        lines.append(f"  {key} = {_type_name(field.annotation)}{default}{_within(field)}")
         lines.append(f"      {field.description or ''}")
     return "\n".join(line for line in lines if line != "")
+
+
+# ------------------------------------------------------------------------------------------- numeric fields
+def numeric_fields(
+    model: type[BaseModel] = Workload, prefix: tuple[str, ...] = ()
+) -> dict[tuple[str, ...], Any]:
+    """Every number a workload file may hold: key path (a table of tables as "<instance>") -> its
+    chipswap.ranges.Spec (from the field's In(...) validator), or None for a number with no unit (a test
+    fails on one). The fuzz suite and docs/security.md derive their field lists from this."""
+    from chipswap.plan.workload import FIGURE_RANGES, InRange
+    from chipswap.ranges import Spec
+
+    out: dict[tuple[str, ...], Any] = {}
+    for name, field in model.model_fields.items():
+        key = (*prefix, name)
+        sub = _submodel(field.annotation)
+        if sub is not None:
+            table_of = get_origin(field.annotation) is dict
+            out.update(numeric_fields(sub, (*key, "<instance>") if table_of else key))
+            continue
+        if _type_name(field.annotation) not in ("number", "integer", "number | None", "integer | None"):
+            continue
+        found = [m for m in _metadata(field) if isinstance(m, InRange)]
+        out[key] = found[0].spec if found else None
+    if model.__name__ == "InstanceFigures":  # FigureIn.value: the figure's unit (checked after conversion)
+        for name, unit in FIGURE_RANGES.items():
+            out[(*prefix, name, "value")] = Spec(unit)
+    return out
+
+
+def _metadata(field: Any) -> list[Any]:
+    """The validators of a field's Annotated type (inside an Optional too), unwrapped from pydantic."""
+    found = []
+    for a in (field.annotation, *get_args(field.annotation)):
+        if get_origin(a) is Annotated:
+            found += [getattr(m, "func", m) for m in get_args(a)[1:]]
+    found += [getattr(m, "func", m) for m in field.metadata]
+    return found
