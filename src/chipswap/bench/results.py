@@ -51,6 +51,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from chipswap.bench.evidence import Evidence, parse_evidence
 from chipswap.bench.identity import BenchIdentity, parse_identity
 from chipswap.datafile import read_json, strict_int, strict_number
 from chipswap.errors import ChipswapError
@@ -153,6 +154,7 @@ class BenchResults:
     cost_per_million_usd: Decimal | None
     buckets: tuple[BucketFigures, ...]
     identity: BenchIdentity = field(default_factory=BenchIdentity)
+    evidence: Evidence = field(default_factory=Evidence)  # chipswap.bench.evidence: beyond the name
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class MeasuredServing:
     basis: str  # "goodput at the SLO" or "throughput (no SLO given)"
     source: str = "measured"
     note: str = ""
+    evidence: Evidence | None = None  # what the file showed (lengths sent, latencies), for later notes
 
 
 def _where(source: str, field: str) -> str:
@@ -335,6 +338,7 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         cost_per_million_usd=per_million,
         buckets=tuple(buckets),
         identity=parse_identity(doc.get("identity"), source),
+        evidence=parse_evidence(doc, source),
     )
 
 
@@ -379,6 +383,7 @@ def measured_serving(results: BenchResults) -> MeasuredServing:
         ttft_p99_ms=results.ttft_p99_ms,
         basis=basis,
         note="; ".join(notes),
+        evidence=results.evidence,
     )
 
 
