@@ -299,9 +299,11 @@ def _gap(what: str, sent: tuple[float | None, float | None, float | None], want:
     if not (short or long_):
         return None
     way = "shorter" if short else "longer"
+    q, s_q, w_q = max((("p50", s50, w50), ("p99", s99, w99)), key=lambda t: abs(t[2] - t[1]) / max(t[2], 1))
     return (
         f"the bench sent {what} of p50 {s50:,.0f} / p99 {s99:,.0f} tokens (max {smax or s99:,.0f}), the workload's "
-        f"are p50 {w50:,.0f} / p99 {w99:,.0f}: p99 {abs(w99 - s99):,.0f} tokens ({abs(w99 - s99) / w99:.0%}) {way}"
+        f"are p50 {w50:,.0f} / p99 {w99:,.0f}: {q} {abs(w_q - s_q):,.0f} tokens ({abs(w_q - s_q) / max(w_q, 1):.0%}) "
+        f"{way}"
     )
 
 
