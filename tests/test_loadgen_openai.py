@@ -72,6 +72,10 @@ def make_openai_app(
     async def models():
         return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", **(entry or {})}]}
 
+    @app.get("/health")
+    async def health():  # vLLM's liveness route (guidellm checks it before a run)
+        return {}
+
     if info is not None:
 
         @app.get("/info")
@@ -83,8 +87,10 @@ def make_openai_app(
         body = await request.json()
         rid = request.headers.get("x-request-id", "?")
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        if isinstance(prompt, list):  # OpenAI content parts (guidellm sends [{"type": "text", ...}])
+            prompt = " ".join(p.get("text", "") for p in prompt if isinstance(p, dict))
         ids = tokenizer.encode(prompt, special=False)
-        n = int(body["max_tokens"])
+        n = int(body.get("max_tokens") or body["max_completion_tokens"])  # the newer OpenAI name
         entry = log[rid] = {
             "received": received,
             "prompt_tokens": len(ids),

@@ -231,11 +231,10 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
             f"bench results {source} are {doc.get('schema')}: they do not say which model, server and machine"
             f" were measured; regenerate them with: {again}"
         )
-    if doc.get("schema") != SCHEMA:
-        raise ChipswapError(
-            f"bench results {source} have schema {doc.get('schema')!r}, not {SCHEMA!r};"
-            " write them with chipswap bench --out"
-        )
+    if doc.get("schema") != SCHEMA:  # a peer's results (vllm bench serve, guidellm, ...), or one line
+        from chipswap.bench.importers import convert
+
+        doc = convert(doc, source)
     target = _obj(doc.get("target"), source, "target")
     protocol = target.get("protocol")
     if protocol not in PROTOCOLS:
