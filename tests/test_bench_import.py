@@ -152,3 +152,51 @@ def test_a_real_guidellm_file_feeds_plan_bench(tmp_path, capsys):
     best = _guidellm_best(_load("guidellm_benchmarks.json"))["metrics"]["requests_per_second"]["successful"]
     assert gpu["source"] == "measured" and gpu["value"] == pytest.approx(best["mean"], rel=1e-3)
     assert "identity by name only" in json.dumps(gpu)
+
+
+TRACE_WORKLOAD = """title = "code assistant"
+kind = "serving"
+
+[model]
+preset = "llama-3-8b"
+task = "causal-lm"
+
+[traffic]
+trace = "trace.csv"
+mode = "llm"
+
+[fleet]
+instance = "g6e.12xlarge"
+count = 2
+
+[slo]
+p99_ms = 60000
+
+[targets]
+candidates = ["inf2.48xlarge"]
+
+[porting]
+engineer_days = 5
+"""
+
+
+@pytest.mark.slow
+def test_the_length_note_fires_for_a_trace_workload(tmp_path, capsys):
+    """A trace's lengths (p99 7,168 prompt tokens) against a bench of prompts up to 2,048: the note states the
+    gap (it read traffic.prompt_tokens before, which a trace workload does not have)."""
+    rows = [
+        f"2023-11-16 18:{i // 120:02d}:{i % 120 // 2:02d}.{i % 2 * 5}00,{7168 if i % 5 < 2 else 300},200"
+        for i in range(900)
+    ]  # 2 requests/s for 450 s
+    (tmp_path / "trace.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    wl = tmp_path / "wl.toml"
+    wl.write_text(TRACE_WORKLOAD)
+    src = PEERS / "vllm_bench_serve.json"
+    code, out, err = run_inproc(
+        capsys, "plan", str(wl), "--bench", str(src), "--no-aws", "--json", "--out", str(tmp_path / "r")
+    )
+    assert code == 0, err
+    gpu = json.dumps(json.loads(out)["gpu_fleet"]["throughput"])
+    sent_p99 = sorted(_load("vllm_bench_serve.json")["input_lens"])[197]
+    assert f"p99 {sent_p99:,}" in gpu and "p99 7,168" in gpu and "may be optimistic" in gpu, gpu
+    assert f"p99 {7168 - sent_p99:,} tokens" in gpu

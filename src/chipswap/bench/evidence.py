@@ -290,36 +290,33 @@ GAP = 0.2  # a benched p50 or p99 more than 20 % off the workload's is a gap wor
 
 
 def _gap(what: str, sent: tuple[float | None, float | None, float | None], want: tuple[Any, Any]) -> str | None:
+    """The benched distribution against the workload's, each quantile off by more than GAP with its gap."""
     s50, s99, smax = sent
     w50, w99 = want
     if s50 is None or s99 is None or w50 is None or w99 is None:
         return None
-    short = s99 < (1 - GAP) * w99 or s50 < (1 - GAP) * w50
-    long_ = s99 > (1 + GAP) * w99 or s50 > (1 + GAP) * w50
-    if not (short or long_):
+    offs = [
+        f"{q} {abs(w - v):,.0f} tokens ({abs(w - v) / max(w, 1):.0%}) {'shorter' if v < w else 'longer'}"
+        for q, v, w in (("p99", s99, w99), ("p50", s50, w50))
+        if abs(w - v) > GAP * max(w, 1)
+    ]
+    if not offs:
         return None
-    way = "shorter" if short else "longer"
-    q, s_q, w_q = max((("p50", s50, w50), ("p99", s99, w99)), key=lambda t: abs(t[2] - t[1]) / max(t[2], 1))
     return (
         f"the bench sent {what} of p50 {s50:,.0f} / p99 {s99:,.0f} tokens (max {smax or s99:,.0f}), the workload's "
-        f"are p50 {w50:,.0f} / p99 {w99:,.0f}: {q} {abs(w_q - s_q):,.0f} tokens ({abs(w_q - s_q) / max(w_q, 1):.0%}) "
-        f"{way}"
+        f"are p50 {w50:,.0f} / p99 {w99:,.0f}: {', '.join(offs)}"
     )
 
 
 def length_note(ev: Evidence, prompt: tuple[Any, Any], output: tuple[Any, Any]) -> str | None:
     """The gap between the benched and the workload's prompt and output lengths, or None when they agree
-    within GAP: shorter prompts or outputs make the measured figure optimistic, longer ones pessimistic."""
+    within GAP: prompts or outputs shorter anywhere make the measured figure optimistic (for the workload's
+    longer requests), only longer ones pessimistic."""
     parts = [g for g in (_gap("prompts", ev.prompt, prompt), _gap("outputs", ev.output, output)) if g]
     if not parts:
         return None
-    shorter = any(p.endswith("shorter") for p in parts)
-    longer = any(p.endswith("longer") for p in parts)
+    shorter = any("shorter" in p for p in parts)
     verdict = (
-        "so the measured figure may be optimistic"
-        if shorter and not longer
-        else "so the measured figure may be pessimistic"
-        if longer and not shorter
-        else "so the measured figure is for other lengths"
+        "so the measured figure may be optimistic" if shorter else "so the measured figure may be pessimistic"
     )
     return "; ".join(parts) + f", {verdict}"
