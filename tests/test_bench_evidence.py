@@ -104,7 +104,9 @@ def test_another_name_is_the_same_model_when_tokenizer_and_metadata_agree():
     other = Evidence(max_context=4096, tokenizer_vocab=50257, tokens_compared=8, tokens_agree=1)
     bad = judge(other, d, name_problem=None)
     assert len(bad.problems) == 3 and any("7 of 8" in p for p in bad.problems)
-    assert any("50,257 tokens" in p for p in bad.problems) and any("4,096 tokens of context" in p for p in bad.problems)
+    assert any("50,257 tokens" in p for p in bad.problems) and any(
+        "4,096 tokens of context" in p for p in bad.problems
+    )
 
 
 def test_the_length_note_states_the_gap_against_a_trace():
@@ -217,7 +219,9 @@ def test_a_renamed_random_model_is_refused_on_physics(tmp_path, capsys, monkeypa
 
 
 @pytest.mark.slow
-def test_the_real_model_under_another_name_is_accepted_by_tokenizer_and_metadata(tmp_path, capsys, monkeypatch):
+def test_the_real_model_under_another_name_is_accepted_by_tokenizer_and_metadata(
+    tmp_path, capsys, monkeypatch
+):
     from chipswap.serve.tokenizer import example_tokenizer_path, load_tokenizer
     from tests.serve_helpers import run_app
     from tests.test_loadgen_openai import TinyGPT2, make_openai_app
@@ -247,5 +251,7 @@ def test_the_real_model_under_another_name_is_accepted_by_tokenizer_and_metadata
     d["identity"]["evidence"]["tokenizer"] = {"vocab_size": None, "compared": 0, "agree": 0}
     b2 = tmp_path / "b2.json"
     b2.write_text(json.dumps(d))
-    code, out, err = run_inproc(capsys, "plan", str(wl), "--bench", str(b2), "--no-aws", "--out", str(tmp_path / "r2"))
+    code, out, err = run_inproc(
+        capsys, "plan", str(wl), "--bench", str(b2), "--no-aws", "--out", str(tmp_path / "r2")
+    )
     assert code == 2 and "support-bot-v3" in err and "tiny-gpt2" in err, err

@@ -1,8 +1,8 @@
-"""Peers' benchmark results as chipswap.bench/2 (chipswap.bench.importers, `chipswap bench import`, `plan
---bench`): a guidellm benchmarks file produced for real against a loopback server (tests/peer_results/README.md
-says how), and `vllm bench serve`, GenAI-Perf and LLMPerf files written after their writers' documented
-schemas. Every converted figure is checked against the peer file's own value; an unknown schema names the
-formats read and the [figures] route."""
+"""Peers' benchmark results as chipswap.bench/2 (chipswap.bench.importers, `chipswap bench import`,
+`plan --bench`): a guidellm benchmarks file produced for real against a loopback server
+(tests/peer_results/README.md says how), and `vllm bench serve`, GenAI-Perf and LLMPerf files written
+after their writers' documented schemas. Every converted figure is checked against the peer file's own
+value; an unknown schema names the formats read and the [figures] route."""
 
 from __future__ import annotations
 
@@ -76,7 +76,9 @@ def test_each_peer_format_converts_with_its_own_figures(name):
     res = parse_bench_results(doc, name)  # the converted file passes the strict reader
     rps, p99, ttft50, prompt99 = want(raw)
     assert res.requests_per_s == pytest.approx(rps) and res.e2e_p99_ms == pytest.approx(p99)
-    assert res.evidence.ttft_p50_ms == pytest.approx(ttft50) and res.evidence.prompt[1] == pytest.approx(prompt99)
+    assert res.evidence.ttft_p50_ms == pytest.approx(ttft50) and res.evidence.prompt[1] == pytest.approx(
+        prompt99
+    )
     assert res.instance == (instance or raw.get("instance") or "g5.xlarge")
     m = measured_serving(res)
     assert m.requests_per_s == pytest.approx(rps) and m.basis == "throughput (no SLO given)"
@@ -99,15 +101,23 @@ def test_unknown_schema_and_missing_instance_are_one_line_with_the_way_out():
 def test_bench_import_writes_chipswap_bench_2_and_refuses_a_conflicting_instance(tmp_path, capsys):
     out = tmp_path / "g.json"
     src = PEERS / "genai_perf_profile_export_genai_perf.json"
-    code, stdout, err = run_inproc(capsys, "bench", "import", str(src), "--instance", "g6e.xlarge", "--out", str(out))
+    code, stdout, err = run_inproc(
+        capsys, "bench", "import", str(src), "--instance", "g6e.xlarge", "--out", str(out)
+    )
     assert code == 0, err
     doc = json.loads(out.read_text())
     assert doc["schema"] == "chipswap.bench/2" and doc["instance"]["name"] == "g6e.xlarge"
-    assert doc["identity"]["model"]["name"] == "TinyLlama-1.1B-Chat-v1.0" and "identity by name only" in stdout
+    assert (
+        doc["identity"]["model"]["name"] == "TinyLlama-1.1B-Chat-v1.0" and "identity by name only" in stdout
+    )
     src = PEERS / "vllm_bench_serve.json"
-    code, _, err = run_inproc(capsys, "bench", "import", str(src), "--instance", "g5.xlarge", "--out", str(out))
+    code, _, err = run_inproc(
+        capsys, "bench", "import", str(src), "--instance", "g5.xlarge", "--out", str(out)
+    )
     assert code == 2 and "says it ran on g6e.12xlarge" in err and err.count("\n") == 1
-    code, _, err = run_inproc(capsys, "bench", "import", str(src), "--instance", "nope.large", "--out", str(tmp_path / "n.json"))
+    code, _, err = run_inproc(
+        capsys, "bench", "import", str(src), "--instance", "nope.large", "--out", str(tmp_path / "n.json")
+    )
     assert code == 2 and not (tmp_path / "n.json").exists()
 
 

@@ -144,7 +144,9 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
         )
         last = r.stderr.strip().splitlines()[-1]
         # 2 warm-up requests, both refused: a run with 0 successes (5 or more would stop it early)
-        assert r.returncode == 1 and last.startswith("bench: error: the warmup run had 0 successful"), r.stderr
+        assert r.returncode == 1 and last.startswith("bench: error: the warmup run had 0 successful"), (
+            r.stderr
+        )
         assert "rerun as EXTRA_BODY= ./bench.sh gpu" in last and "HTTP 422" in last, last
         assert not (kit / "results" / "gpu.json").exists()
         # gpu: the endpoint comes from the workload, not the environment; EXTRA_BODY= because transformers

@@ -60,7 +60,9 @@ def _num(v: Any, where: str) -> float | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e9:
-        raise ChipswapError(f"{where} must be a number >= 0, got {one_line(repr(v), 60)}; rerun chipswap bench")
+        raise ChipswapError(
+            f"{where} must be a number >= 0, got {one_line(repr(v), 60)}; rerun chipswap bench"
+        )
     return float(v)
 
 
@@ -80,7 +82,9 @@ def parse_evidence(doc: Mapping[str, Any], source: str) -> Evidence:
 
     def p50(name: str) -> float | None:
         block = lat.get(name)
-        return _num(block.get("p50"), f"{where}: latency_ms.{name}.p50") if isinstance(block, Mapping) else None
+        return (
+            _num(block.get("p50"), f"{where}: latency_ms.{name}.p50") if isinstance(block, Mapping) else None
+        )
 
     def text(v: Any) -> str | None:
         return one_line(v, 200) if isinstance(v, str) and v else None
@@ -185,7 +189,8 @@ def _physics(ev: Evidence, d: Declared) -> list[str]:
     if floor is not None and ev.tpot_p50_ms is not None and ev.tpot_p50_ms < PHYSICS_MARGIN * floor:
         out.append(
             f"physics: the measured TPOT p50 {ev.tpot_p50_ms:.3g} ms is below the memory-bandwidth floor "
-            f"{floor:.3g} ms of {d.model} on {d.instance} ({d.weight_bytes / 1e9:,.2f} GB of {d.weight_dtype} "
+            f"{floor:.3g} ms of {d.model} on {d.instance} ({d.weight_bytes / 1e9:,.2f} GB of "
+            f"{d.weight_dtype} "
             f"weights / ({d.devices} x {d.device_name} at {d.hbm_bytes_s / 1e9:,.0f} GB/s)), so it cannot be "
             "that model on that instance"
         )
@@ -193,7 +198,8 @@ def _physics(ev: Evidence, d: Declared) -> list[str]:
     tfloor = ttft_floor_ms(d, prompt)
     if tfloor is not None and ev.ttft_p50_ms is not None and ev.ttft_p50_ms < PHYSICS_MARGIN * tfloor:
         out.append(
-            f"physics: the measured TTFT p50 {ev.ttft_p50_ms:.3g} ms is below the FLOPs floor {tfloor:.3g} ms "
+            f"physics: the measured TTFT p50 {ev.ttft_p50_ms:.3g} ms is below the FLOPs floor "
+            f"{tfloor:.3g} ms "
             f"of a {prompt:,.0f}-token prefill of {d.model} on {d.instance} (2 x {d.parameters / 1e9:,.2f} B "
             f"parameters x tokens / ({d.devices} x {d.peak_flops / 1e12:,.0f} TFLOPS)), so it cannot be "
             "that model on that instance"
@@ -206,12 +212,15 @@ def _tokenizer(ev: Evidence, d: Declared) -> tuple[bool, list[str], list[str]]:
     if ev.tokens_compared == 0:
         return False, [], []
     share = ev.tokens_agree / ev.tokens_compared
-    notes = [f"server token counts agree with the bench's on {ev.tokens_agree:,}/{ev.tokens_compared:,} prompts"]
+    notes = [
+        f"server token counts agree with the bench's on {ev.tokens_agree:,}/{ev.tokens_compared:,} prompts"
+    ]
     problems = []
     if share < TOKENIZER_AGREE:
         problems.append(
             f"tokenizer: the server counts the bench's prompts differently on "
-            f"{ev.tokens_compared - ev.tokens_agree:,} of {ev.tokens_compared:,} (another tokenizer, so another "
+            f"{ev.tokens_compared - ev.tokens_agree:,} of {ev.tokens_compared:,} (another tokenizer, so "
+            "another "
             "model)"
         )
     vocab_ok = True
@@ -289,7 +298,9 @@ def workload_lengths(values: Any) -> tuple[float | None, float | None]:
 GAP = 0.2  # a benched p50 or p99 more than 20 % off the workload's is a gap worth a note
 
 
-def _gap(what: str, sent: tuple[float | None, float | None, float | None], want: tuple[Any, Any]) -> str | None:
+def _gap(
+    what: str, sent: tuple[float | None, float | None, float | None], want: tuple[Any, Any]
+) -> str | None:
     """The benched distribution against the workload's, each quantile off by more than GAP with its gap."""
     s50, s99, smax = sent
     w50, w99 = want
@@ -303,7 +314,8 @@ def _gap(what: str, sent: tuple[float | None, float | None, float | None], want:
     if not offs:
         return None
     return (
-        f"the bench sent {what} of p50 {s50:,.0f} / p99 {s99:,.0f} tokens (max {smax or s99:,.0f}), the workload's "
+        f"the bench sent {what} of p50 {s50:,.0f} / p99 {s99:,.0f} tokens (max {smax or s99:,.0f}), "
+        "the workload's "
         f"are p50 {w50:,.0f} / p99 {w99:,.0f}: {', '.join(offs)}"
     )
 

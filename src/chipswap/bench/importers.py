@@ -83,7 +83,9 @@ def _figures(
     """The chipswap.bench/2 document of an imported run (no SLO, so no goodput: throughput is the figure)."""
     errors = max(sent - ok, 0)
 
-    def whole(dist: Mapping[str, Any]) -> dict[str, Any]:  # token counts are whole numbers in chipswap.bench/2
+    def whole(
+        dist: Mapping[str, Any],
+    ) -> dict[str, Any]:  # token counts are whole numbers in chipswap.bench/2
         return {k: (round(v) if k == "max" and v is not None else v) for k, v in dist.items()}
 
     return {
@@ -180,7 +182,11 @@ def _guidellm(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
 
     def lengths(name: str) -> dict[str, float | None]:
         s = (m.get(name) or {}).get("successful") or {}
-        return {"p50": _num(s, "percentiles", "p50"), "p99": _num(s, "percentiles", "p99"), "max": _num(s, "max")}
+        return {
+            "p50": _num(s, "percentiles", "p50"),
+            "p99": _num(s, "percentiles", "p99"),
+            "max": _num(s, "max"),
+        }
 
     spec = (d.get("config") or {}).get("spec") or {}
     backend = spec.get("backend") or {}
@@ -189,7 +195,9 @@ def _guidellm(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
         tool="guidellm",
         model=_text(backend.get("model")),
         url=_text(backend.get("target")),
-        protocol="openai-chat" if "chat" in str(backend.get("request_format") or "chat") else "openai-completions",
+        protocol="openai-chat"
+        if "chat" in str(backend.get("request_format") or "chat")
+        else "openai-completions",
         instance=_text(labels.get("instance")) or instance,
         sent=sent,
         ok=ok,
@@ -246,21 +254,26 @@ def _genai_perf(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
 
 
 def _llmperf(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
-    """LLMPerf's summary (token_benchmark_ray.py, *_summary.json): flat ``results_<metric>_quantiles_pNN`` keys
-    in seconds, lengths as results_number_{input,output}_tokens_*."""
+    """LLMPerf's summary (token_benchmark_ray.py, *_summary.json): flat ``results_<metric>_quantiles_pNN``
+    keys in seconds, lengths as results_number_{input,output}_tokens_*."""
     ok = int(_num(d, "results_num_completed_requests") or 0)
     sent = int(_num(d, "results_num_requests_started") or ok)
 
     def stat(metric: str) -> Any:
         k = f"results_{metric}_s_quantiles_"
         return _lat(
-            _num(d, k + "p50", scale=1000), _num(d, k + "p90", scale=1000), _num(d, k + "p99", scale=1000), ok,
+            _num(d, k + "p50", scale=1000), _num(d, k + "p90", scale=1000),
+            _num(d, k + "p99", scale=1000), ok,
             _num(d, f"results_{metric}_s_mean", scale=1000),
         )  # fmt: skip
 
     def lengths(which: str) -> dict[str, float | None]:
         k = f"results_number_{which}_tokens_"
-        return {"p50": _num(d, k + "quantiles_p50"), "p99": _num(d, k + "quantiles_p99"), "max": _num(d, k + "max")}
+        return {
+            "p50": _num(d, k + "quantiles_p50"),
+            "p99": _num(d, k + "quantiles_p99"),
+            "max": _num(d, k + "max"),
+        }
 
     rpm = _num(d, "results_num_completed_requests_per_min") or 0.0
     return _figures(
@@ -308,7 +321,8 @@ def convert(doc: Any, source: str, instance: str | None = None) -> dict[str, Any
     if fmt is None:
         schema = doc.get("schema") if isinstance(doc, Mapping) else None
         raise ChipswapError(
-            f"bench results {source} have schema {schema!r}, not chipswap.bench/2 nor a format chipswap reads "
+            f"bench results {source} have schema {schema!r}, not chipswap.bench/2 nor a format chipswap "
+            "reads "
             f"({', '.join(FORMATS)}); write them with chipswap bench --out, convert them with chipswap bench "
             f"import, or state the figures in the workload: {FIGURES_ROUTE}"
         )

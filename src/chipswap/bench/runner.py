@@ -109,9 +109,9 @@ def _abort_reason(
     if kind == "http_error" and extra and msg.startswith(("HTTP 400", "HTTP 422")):
         fields = ", ".join(sorted(extra))
         return (
-            f"the first {EARLY_ANSWERS} requests to {base_url} all failed ({msg}): the server refuses the extra"
-            f" request fields ({fields}); rerun without --extra-body (the trial kit: EXTRA_BODY= ./bench.sh"
-            " SIDE)"
+            f"the first {EARLY_ANSWERS} requests to {base_url} all failed ({msg}): the server refuses the"
+            f" extra request fields ({fields}); rerun without --extra-body (the trial kit: EXTRA_BODY="
+            " ./bench.sh SIDE)"
         )
     if kind == "connect_error":
         what = "lost the connection to" if streak else "cannot connect to"

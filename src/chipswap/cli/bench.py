@@ -321,11 +321,15 @@ IMPORT_HELP = (
 
 def _import(
     file: Path = typer.Argument(..., help="The peer's results file (JSON)."),
-    instance: str | None = maybe_flag("--instance", help="Instance type it ran on (when the file does not say)."),
+    instance: str | None = maybe_flag(
+        "--instance", help="Instance type it ran on (when the file does not say)."
+    ),
     term: str | None = maybe_flag("--term", help="Price term of that instance, e.g. on-demand."),
     region: str | None = maybe_flag("--region", help="Region of that instance, e.g. us-east-1."),
     catalog: str | None = maybe_flag("--catalog", help="Catalog file overriding the shipped one."),
-    out: Path = typer.Option(Path("chipswap-bench.json"), "--out", help="The chipswap.bench/2 file to write."),
+    out: Path = typer.Option(
+        Path("chipswap-bench.json"), "--out", help="The chipswap.bench/2 file to write."
+    ),
     as_json: bool = switch("--json", help="Print the converted JSON instead of a summary."),
 ) -> int:
     from chipswap.atomic import atomic_write_text

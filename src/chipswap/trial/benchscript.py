@@ -124,7 +124,8 @@ d = json.load(open(path))
 c = d.get("counts") or {}
 reason = str(d.get("stop_reason") or "")
 hint = ""
-if extra and re.search(r"HTTP (400|422)|[Uu]nexpected field|[Uu]nknown field|extra", reason + json.dumps(d.get("errors") or [])):
+said = reason + json.dumps(d.get("errors") or [])
+if extra and re.search(r"HTTP (400|422)|[Uu]nexpected field|[Uu]nknown field|extra", said):
     hint = (f"; the server may not accept the extra request fields {extra} (vLLM's ignore_eos): "
             f"rerun as EXTRA_BODY= ./bench.sh {target}")
 if not d.get("complete"):
