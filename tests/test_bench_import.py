@@ -210,3 +210,24 @@ def test_the_length_note_fires_for_a_trace_workload(tmp_path, capsys):
     sent_p99 = sorted(_load("vllm_bench_serve.json")["input_lens"])[197]
     assert f"p99 {sent_p99:,}" in gpu and "p99 7,168" in gpu and "may be optimistic" in gpu, gpu
     assert f"p99 {7168 - sent_p99:,} tokens" in gpu
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"benchmarks": [{"metrics": []}]},
+        {"benchmarks": [{"metrics": {"request_totals": {"successful": "x"}}}], "config": []},
+        {"request_throughput": {"avg": 1.0}, "request_count": {"avg": 2}, "input_config": []},
+        {"request_throughput": 3.0, "completed": 5, "input_lens": {"a": 1}, "instance": ["x"]},
+        {"results_num_completed_requests": 10, "results_num_completed_requests_per_min": "many"},
+    ],
+)
+def test_a_peer_file_of_another_shape_is_one_line_or_a_valid_file(doc):
+    """Never a traceback: a field of another shape is one line naming the file, or what was readable
+    converts to a file the strict reader accepts."""
+    try:
+        out = convert(doc, "odd.json", "g5.xlarge")
+    except ChipswapError as exc:
+        assert "\n" not in str(exc) and "odd.json" in str(exc)
+    else:
+        assert parse_bench_results(out, "odd.json").ok > 0
