@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from chipswap.bench.evidence import Declared, judge, length_note, workload_lengths
+from chipswap.bench.evidence import LABEL_NAME, Declared, judge, length_note, workload_lengths
 from chipswap.bench.identity import host_mismatch, model_mismatch
 from chipswap.compile.identity import config_digest
 from chipswap.errors import ChipswapError
@@ -131,6 +131,8 @@ def checked_measured(
             f"chipswap bench on the workload's model and instance, or pass {OVERRIDE_FLAG} to use it anyway"
         )
     source = "measured"
+    if verdict is not None and verdict.label == LABEL_NAME:
+        source = f"measured; {LABEL_NAME}"  # the report's label says what the identity rests on
     if problems:
         kinds = ", ".join(k for k, p in found.items() if p)
         source = f"measured; mismatch accepted: {kinds}"
