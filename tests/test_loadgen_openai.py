@@ -37,7 +37,7 @@ N_SPECIAL = 5  # [PAD] [UNK] [CLS] [SEP] [MASK] of the shipped tokenizer: never 
 class TinyGPT2:
     """Greedy decoding with a KV cache on a GPT-2 built from the shipped tiny-gpt2 preset config."""
 
-    def __init__(self) -> None:
+    def __init__(self, **overrides: int) -> None:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -45,6 +45,7 @@ class TinyGPT2:
 
         cfg = dict(load_preset("tiny-gpt2")["config"])
         cfg.pop("model_type")
+        cfg.update(overrides)  # e.g. a wider random model (tests/test_bench_evidence.py)
         torch.manual_seed(0)
         self.model = AutoModelForCausalLM.from_config(AutoConfig.for_model("gpt2", **cfg)).eval()
         self.lock = threading.Lock()
@@ -59,20 +60,37 @@ class TinyGPT2:
             return int(logits.argmax()), out.cache
 
 
-def make_openai_app(gpt: TinyGPT2, tokenizer, log: dict) -> FastAPI:
+def make_openai_app(
+    gpt: TinyGPT2, tokenizer, log: dict, model_id: str = MODEL_ID, entry: dict | None = None,
+    info: dict | None = None,
+) -> FastAPI:  # fmt: skip
+    """entry: more fields of the /v1/models entry (vLLM's root, max_model_len); info: a TGI-style /info."""
     app = FastAPI()
+    MODEL_ID = model_id  # noqa: N806 - the name every chunk carries
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]}
+        return {"object": "list", "data": [{"id": MODEL_ID, "object": "model", **(entry or {})}]}
+
+    @app.get("/health")
+    async def health():  # vLLM's liveness route (guidellm checks it before a run)
+        return {}
+
+    if info is not None:
+
+        @app.get("/info")
+        async def tgi_info():
+            return info
 
     async def generate(request: Request, chat: bool):
         received = time.monotonic()
         body = await request.json()
         rid = request.headers.get("x-request-id", "?")
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        if isinstance(prompt, list):  # OpenAI content parts (guidellm sends [{"type": "text", ...}])
+            prompt = " ".join(p.get("text", "") for p in prompt if isinstance(p, dict))
         ids = tokenizer.encode(prompt, special=False)
-        n = int(body["max_tokens"])
+        n = int(body.get("max_tokens") or body["max_completion_tokens"])  # the newer OpenAI name
         entry = log[rid] = {
             "received": received,
             "prompt_tokens": len(ids),

@@ -345,3 +345,52 @@ def test_a_hostile_model_path_stays_text_in_launch(tmp_path):
     r = subprocess.run(["bash", "-c", probe], cwd=kit, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout == HOSTILE_PATH, r.stderr
     assert not list(kit.rglob("PWNED*")) and not list(tmp_path.rglob("PWNED*"))
+
+
+@pytest.mark.parametrize(
+    ("stub", "words"),
+    [
+        ({"STUB_OK": "0"}, "the warmup run had 0 successful requests of 10 sent"),
+        (
+            {
+                "STUB_COMPLETE": "false",
+                "STUB_REASON": "the first 5 requests failed (HTTP 422: unexpected field)",
+            },
+            "the warmup run stopped early: the first 5 requests failed (HTTP 422: unexpected field); the"
+            ' server may not accept the extra request fields {"ignore_eos": true}',
+        ),
+    ],
+)
+def test_a_run_with_no_success_or_stopped_early_fails_in_one_line_and_writes_no_results(
+    tmp_path, stub, words
+):
+    kit = _write(llm_spec(), tmp_path)
+    (kit / "results").mkdir(exist_ok=True)
+    env = script_env(stub_bin(tmp_path), STUB_LOG=str(tmp_path / "argv.log"), SAT_RATE="5.5", **stub)
+    r = subprocess.run(
+        ["bash", str(kit / "bench.sh"), "neuron"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"bench: error: {words}"
+        + (" (vLLM's ignore_eos): rerun as EXTRA_BODY= ./bench.sh neuron" if "422" in words else "")
+        + "; nothing written to results/neuron.json"
+    ]
+    assert not (kit / "results" / "neuron.json").exists()
+    assert len((tmp_path / "argv.log").read_text().splitlines()) == 1  # nothing ran after the failed warm-up
+
+
+def test_a_sweep_step_with_no_success_ends_the_sweep_and_the_capacity_is_still_picked(tmp_path):
+    kit = _write(llm_spec(), tmp_path)
+    env = script_env(
+        stub_bin(tmp_path), STUB_LOG=str(tmp_path / "argv.log"), SAT_RATE="100", STUB_FAIL_AT="3.75"
+    )
+    r = subprocess.run(
+        ["bash", str(kit / "bench.sh"), "neuron"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "bench: sweep ends at sweep-4: it had 0 successful requests of 10 sent" in r.stdout
+    picked = json.loads((kit / "results" / "neuron.json").read_text())
+    assert (
+        picked["goodput"]["requests_per_s"] == 2.5
+    )  # the best run with successes; the failed step is not it

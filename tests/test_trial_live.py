@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -136,6 +137,18 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
         assert f"GPU baseline g6e.12xlarge at {gpu_url}" in out
         assert (kit / "traffic.csv").read_text().splitlines()[1] == "24,6"  # the workload's lengths
         env = script_env(URL=url, RATE="4", REPLAY_S="2", SWEEP_RATES="6", SWEEP_S="2", WARMUP_REQUESTS="2")
+        # the kit's default for a vLLM endpoint asks for ignore_eos; transformers serve refuses the field:
+        # one line naming the fix, a non-zero exit, no results file
+        r = subprocess.run(
+            ["bash", str(kit / "bench.sh"), "gpu"], env=env, capture_output=True, text=True, timeout=300
+        )
+        last = r.stderr.strip().splitlines()[-1]
+        # 2 warm-up requests, both refused: a run with 0 successes (5 or more would stop it early)
+        assert r.returncode == 1 and last.startswith("bench: error: the warmup run had 0 successful"), (
+            r.stderr
+        )
+        assert "rerun as EXTRA_BODY= ./bench.sh gpu" in last and "HTTP 422" in last, last
+        assert not (kit / "results" / "gpu.json").exists()
         # gpu: the endpoint comes from the workload, not the environment; EXTRA_BODY= because transformers
         # serve answers vLLM's ignore_eos (the kit's default for a vLLM endpoint) with HTTP 422
         for side, extra in (("neuron", {}), ("gpu", {"EXTRA_BODY": ""})):
@@ -178,12 +191,26 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
         assert fig["value"] == pytest.approx(picked["goodput"]["requests_per_s"], rel=1e-3)
 
 
-def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
+def _readme_steps(readme: str) -> list[str]:
+    """The commands of the README's numbered steps, in order."""
+    return re.findall(r"^\d+\. `([^`]+)`", readme, flags=re.M)
+
+
+def test_encoder_kit_readme_runs_end_to_end_from_the_kit_folder(tmp_path, capsys):
+    """Every command of the README's Steps, verbatim, from the kit folder (launch: chipswap compile + serve,
+    ONNX Runtime here), ending in its `chipswap plan WORKLOAD --bench results/*.json`."""
     wl = _workload(tmp_path, "enc", **ENCODER, gpu="g5.xlarge", slo="p99_ms = 2000", cand="inf2.xlarge")
     kit = tmp_path / "kit"
     code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(kit))
     assert code == 0, err
     assert 'SEQ_LEN="${SEQ_LEN:-16}"' in (kit / "launch.sh").read_text()
+    steps = _readme_steps((kit / "README.md").read_text())
+    assert steps == [
+        "./launch.sh",
+        "./bench.sh neuron",
+        "./stop.sh",
+        f"chipswap plan {wl.resolve()} --bench results/*.json",
+    ]
     port = free_port()
     env = script_env(
         BACKEND="onnxruntime",
@@ -199,26 +226,47 @@ def test_encoder_kit_runs_end_to_end_with_chipswap_serve(tmp_path, capsys):
         SWEEP_S="2",
         WARMUP_REQUESTS="2",
     )
-    try:
-        r = subprocess.run(
-            ["bash", str(kit / "launch.sh")], env=env, capture_output=True, text=True, timeout=400
+
+    def step(cmd: str, timeout: int = 400) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", "-c", cmd], cwd=kit, env=env, capture_output=True, text=True, timeout=timeout
         )
+
+    try:
+        r = step(steps[0])
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:] + _logs(kit)
         assert "launch: ready on" in r.stdout
-        r = subprocess.run(
-            ["bash", str(kit / "bench.sh")], env=env, capture_output=True, text=True, timeout=300
-        )
+        r = step(steps[1], 300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     finally:
-        s = subprocess.run(
-            ["bash", str(kit / "stop.sh")], env=env, capture_output=True, text=True, timeout=120
-        )
+        s = step(steps[2], 120)
     assert s.returncode == 0 and not list((kit / "run").glob("*.pid"))
     picked = json.loads((kit / "results/neuron.json").read_text())
     assert picked["target"]["protocol"] == "chipswap-predict" and picked["instance"]["name"] == "inf2.xlarge"
     assert picked["counts"]["ok"] > 0 and picked["buckets"][0]["seq_len"] == 16
     compiled = json.loads((kit / "compiled.json").read_text())
     assert "tiny-bert" in json.dumps(compiled)
+    # the follow-up, verbatim from the kit folder: it finds the workload and the results; the figure was
+    # measured on this CPU, so the plan refuses it as inf2.xlarge's -- and takes it when told to
+    r = step(steps[3] + " --no-aws --json --out report", 600)
+    assert r.returncode == 2 and "workload file not found" not in r.stderr, r.stderr
+    assert "do not measure this workload" in r.stderr and "CPU" in r.stderr and r.stderr.count("\n") == 1
+    r = step(steps[3] + " --no-aws --json --out report --accept-bench-mismatch", 600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    fleet = next(c for c in json.loads(r.stdout)["candidates"] if c["instance"] == "inf2.xlarge")["fleet"]
+    assert fleet["throughput"]["source"].startswith("measured; mismatch accepted: another machine")
+
+
+def test_the_docs_readme_excerpt_is_the_kits(tmp_path):
+    """docs/trial.md's README excerpt is what `chipswap trial` writes today (scripts/trial_docs.py)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "trial_docs.py"
+    spec = importlib.util.spec_from_file_location("trial_docs", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.block(mod.DOC.read_text()) == mod.excerpt(mod.fresh_readme())
 
 
 def _logs(kit: Path) -> str:

@@ -124,7 +124,8 @@ def script_env(bin_dir: Path | None = None, **extra: str) -> dict[str, str]:
 
 
 STUB_CHIPSWAP = r"""#!/usr/bin/env bash
-# a stand-in for `chipswap bench`: logs its argv, writes a results file whose goodput falls above SAT_RATE
+# a stand-in for `chipswap bench`: logs its argv, writes a results file whose goodput falls above SAT_RATE;
+# STUB_OK successes (0 at the rate STUB_FAIL_AT), STUB_COMPLETE=false (+ STUB_REASON) stops early, exit 1
 set -euo pipefail
 printf '%s\n' "$*" >>"$STUB_LOG"
 out="" rate=""
@@ -135,8 +136,12 @@ done
 frac=$(python3 -c "import sys; print(0.5 if float(sys.argv[1]) > float(sys.argv[2]) else 1.0)" \
   "$rate" "$SAT_RATE")
 good=$(python3 -c "import sys; print(float(sys.argv[1]) * float(sys.argv[2]))" "$rate" "$frac")
-printf '{"complete": true, "goodput": {"requests_per_s": %s, "fraction_of_sent": %s}, "rates": {}}\n' \
-  "$good" "$frac" >"$out"
+ok="${STUB_OK:-10}"
+if [[ -n "${STUB_FAIL_AT:-}" && "$rate" == "$STUB_FAIL_AT" ]]; then ok=0; fi
+printf '{"complete": %s, "stop_reason": "%s", "counts": {"ok": %s, "sent": 10},' \
+  "${STUB_COMPLETE:-true}" "${STUB_REASON:-}" "$ok" >"$out"
+printf ' "goodput": {"requests_per_s": %s, "fraction_of_sent": %s}, "rates": {}}\n' "$good" "$frac" >>"$out"
+if [[ "${STUB_COMPLETE:-true}" != true ]]; then exit 1; fi
 """
 
 

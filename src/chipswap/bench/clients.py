@@ -463,6 +463,12 @@ async def _server_info(http: httpx.AsyncClient) -> dict[str, Any]:
                 out["software"] = f"text-generation-inference {one_line(obj['version'], 40)}"
             if isinstance(obj.get("model_dtype"), str):
                 out["dtype"] = one_line(obj["model_dtype"], 40).removeprefix("torch.")
+            for key in ("model_id", "model_sha"):  # the checkpoint behind the served name
+                if isinstance(obj.get(key), str) and obj[key]:
+                    out[key] = one_line(obj[key], 200)
+            mtt = obj.get("max_total_tokens")
+            if isinstance(mtt, int) and not isinstance(mtt, bool) and mtt > 0:
+                out["max_total_tokens"] = mtt
             device = obj.get("model_device_type")
             if isinstance(device, str):
                 out["device"] = {"cuda": "gpu", "neuron": "neuron", "cpu": "cpu"}.get(device.lower())

@@ -236,6 +236,11 @@ async def _run(opts: BenchOptions, progress: Any = None) -> dict[str, Any]:
         output_tokens=sched.output_tokens if sched and not predict else (),
         max_length=sched.max_length if sched else None,
     )
+    from chipswap.bench.evidence import evidence_block
+
+    identity["evidence"] = evidence_block(
+        getattr(client, "info", None), outcome.records, getattr(client, "tokenizer", None)
+    )
     return build_results(
         identity=identity,
         outcome_result=result,

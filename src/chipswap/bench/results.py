@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from chipswap import ranges
+from chipswap.bench.evidence import Evidence, parse_evidence
 from chipswap.bench.identity import BenchIdentity, parse_identity
 from chipswap.datafile import read_json, strict_int
 from chipswap.datafile import strict_number as _strict_number
@@ -156,6 +157,7 @@ class BenchResults:
     cost_per_million_usd: Decimal | None
     buckets: tuple[BucketFigures, ...]
     identity: BenchIdentity = field(default_factory=BenchIdentity)
+    evidence: Evidence = field(default_factory=Evidence)  # chipswap.bench.evidence: beyond the name
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,7 @@ class MeasuredServing:
     basis: str  # "goodput at the SLO" or "throughput (no SLO given)"
     source: str = "measured"
     note: str = ""
+    evidence: Evidence | None = None  # what the file showed (lengths sent, latencies), for later notes
 
 
 def _where(source: str, field: str) -> str:
@@ -241,11 +244,10 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
             f"bench results {source} are {doc.get('schema')}: they do not say which model, server and machine"
             f" were measured; regenerate them with: {REGENERATE}"
         )
-    if doc.get("schema") != SCHEMA:
-        raise ChipswapError(
-            f"bench results {source} have schema {doc.get('schema')!r}, not {SCHEMA!r};"
-            " write them with chipswap bench --out"
-        )
+    if doc.get("schema") != SCHEMA:  # a peer's results (vllm bench serve, guidellm, ...), or one line
+        from chipswap.bench.importers import convert
+
+        doc = convert(doc, source)
     target = _obj(doc.get("target"), source, "target")
     protocol = target.get("protocol")
     if protocol not in PROTOCOLS:
@@ -350,6 +352,7 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         cost_per_million_usd=per_million,
         buckets=tuple(buckets),
         identity=parse_identity(doc.get("identity"), source),
+        evidence=parse_evidence(doc, source),
     )
 
 
@@ -394,6 +397,7 @@ def measured_serving(results: BenchResults) -> MeasuredServing:
         ttft_p99_ms=results.ttft_p99_ms,
         basis=basis,
         note="; ".join(notes),
+        evidence=results.evidence,
     )
 
 

@@ -103,7 +103,16 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     return "protocol_error", f"{type(exc).__name__}: {one_line(str(exc), 160)}"
 
 
-def _abort_reason(base_url: str, kind: str, msg: str, streak: bool = False) -> str:
+def _abort_reason(
+    base_url: str, kind: str, msg: str, streak: bool = False, extra: dict[str, Any] | None = None
+) -> str:
+    if kind == "http_error" and extra and msg.startswith(("HTTP 400", "HTTP 422")):
+        fields = ", ".join(sorted(extra))
+        return (
+            f"the first {EARLY_ANSWERS} requests to {base_url} all failed ({msg}): the server refuses the"
+            f" extra request fields ({fields}); rerun without --extra-body (the trial kit: EXTRA_BODY="
+            " ./bench.sh SIDE)"
+        )
     if kind == "connect_error":
         what = "lost the connection to" if streak else "cannot connect to"
         return f"{what} {base_url} ({msg}); is the server running and the URL right?"
@@ -204,7 +213,9 @@ async def run_load(
                     state.early_bad += 1
                     state.early_kind, state.early_msg = rec.status, rec.error or rec.status
                 if state.answered == EARLY_ANSWERS and state.early_bad == EARLY_ANSWERS:
-                    state.abort = _abort_reason(base_url, state.early_kind, state.early_msg)
+                    state.abort = _abort_reason(
+                        base_url, state.early_kind, state.early_msg, extra=getattr(client, "extra_body", None)
+                    )
             state.connect_streak = state.connect_streak + 1 if rec.status == "connect_error" else 0
             if state.connect_streak >= lim.abort_after and state.abort is None:
                 state.abort = _abort_reason(base_url, "connect_error", rec.error or "", streak=True)

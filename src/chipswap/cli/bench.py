@@ -310,5 +310,63 @@ def _bench(
     return 0
 
 
+IMPORT_HELP = (
+    "chipswap bench import FILE: convert a benchmark a team already has -- `vllm bench serve` result JSON, "
+    "guidellm's benchmarks JSON, GenAI-Perf's profile_export_genai_perf.json, LLMPerf's *_summary.json -- to "
+    "chipswap.bench/2 with the identity the file has (its model name; the instance from vLLM --metadata "
+    "instance=NAME or guidellm --label instance=NAME, else --instance). chipswap plan --bench reads the "
+    "same files directly when they name their instance."
+)
+
+
+def _import(
+    file: Path = typer.Argument(..., help="The peer's results file (JSON)."),
+    instance: str | None = maybe_flag(
+        "--instance", help="Instance type it ran on (when the file does not say)."
+    ),
+    term: str | None = maybe_flag("--term", help="Price term of that instance, e.g. on-demand."),
+    region: str | None = maybe_flag("--region", help="Region of that instance, e.g. us-east-1."),
+    catalog: str | None = maybe_flag("--catalog", help="Catalog file overriding the shipped one."),
+    out: Path = typer.Option(
+        Path("chipswap-bench.json"), "--out", help="The chipswap.bench/2 file to write."
+    ),
+    as_json: bool = switch("--json", help="Print the converted JSON instead of a summary."),
+) -> int:
+    from chipswap.atomic import atomic_write_text
+    from chipswap.bench.importers import convert, detect
+    from chipswap.bench.job import bench_out_path
+    from chipswap.bench.results import parse_bench_results
+    from chipswap.datafile import read_json
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.errors import ChipswapError
+
+    out = bench_out_path(out)
+    doc = read_json(file, "bench results")
+    fmt = detect(doc)
+    converted = convert(doc, str(file), instance)
+    named = converted["instance"]["name"]
+    if instance is not None and named != instance:
+        raise ChipswapError(
+            f"{file} says it ran on {named}, not --instance {instance}; drop --instance or fix the file"
+        )
+    inst = load_catalog(catalog).instance(named)  # an unknown instance is one line naming the catalog
+    converted["instance"] = {"name": inst.name, "term": term, "region": region}
+    converted["identity"]["host"]["declared_instance"] = inst.name
+    res = parse_bench_results(converted, str(file))  # what plan --bench will read, checked now
+    text = json.dumps(converted, indent=1) + "\n"
+    atomic_write_text(out, text)
+    if as_json:
+        sys.stdout.write(text)
+    else:
+        sys.stdout.write(
+            f"{fmt}: {res.ok:,} of {res.sent:,} requests ok, {res.requests_per_s:.4g} requests/s"
+            + (f", e2e p99 {res.e2e_p99_ms:,.0f} ms" if res.e2e_p99_ms is not None else "")
+            + f" on {inst.name}, model {res.model or '?'} (identity by name only) -> {out}\n"
+        )
+    return 0
+
+
 def register(app: typer.Typer) -> None:
-    app.command("bench", help=HELP)(_bench)
+    app.command("bench", help=HELP + " Also: `chipswap bench import FILE` (see its --help).")(_bench)
+    # `chipswap bench import FILE` (cli.main routes it here: a URL is never the word "import")
+    app.command("bench-import", help=IMPORT_HELP, hidden=True)(_import)

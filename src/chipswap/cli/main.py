@@ -96,9 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     FOLLOW_LINKS.set(
         False
     )  # each run starts refusing symlinks out of a trace folder (shapes --follow-symlinks)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:2] == ["bench", "import"]:  # a sub-command of bench (its URL argument is never "import")
+        args = ["bench-import", *args[2:]]
     try:
-        check_flags(sys.argv[1:] if argv is None else argv)  # every numeric flag in its physical range
-        rv = app(args=argv, standalone_mode=False, prog_name="chipswap")
+        check_flags(args)  # every numeric flag in its physical range
+        rv = app(args=args, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:
         for line in getattr(exc, "lines", ())[:-1]:  # several problems of one input: one line each
             sys.stderr.write(f"chipswap: error: {one_line(line, max_chars=4000)}\n")

@@ -171,7 +171,7 @@ def _trial(
         gpu_endpoint=endpoint,
         gpu_stack=wl.fleet.gpu_stack,
         workload_label=str(path) if workload is not None else f"example {name}",
-        workload_arg=str(workload) if workload is not None else None,
+        workload_arg=str(workload.resolve()) if workload is not None else None,  # the README runs in the kit
         example=None if workload is not None else name,
     )
     files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)

@@ -101,6 +101,13 @@ def run_plan(
     clock = _Clock(progress or (lambda _m: None))
     s = setup.setup(wl, workload_path, close_margin_pct, bench, catalog, accept_bench_mismatch)
     t = clock.stage("reading traffic", traffic.traffic, s)
+    if s.measured and t is not None:  # the benched lengths against the workload's, now that they are read
+        from dataclasses import replace as _replace
+
+        from chipswap.plan.bench_check import with_length_notes
+
+        lengths = (t.load.all_prompt_tokens, t.load.all_output_tokens)
+        s = _replace(s, measured=with_length_notes(s.measured, *lengths))
     sh = clock.stage("planning shapes", shapes.shapes, s, t)
     rd = clock.stage("checking readiness", readiness.readiness, s, sh.summary)
     load = t.load if t is not None else None

@@ -175,15 +175,15 @@ def _bench_check(wl: Workload, model: Any, catalog: Any, accept: bool) -> Callab
     from chipswap.plan.bench_check import checked_measured
 
     def check(res: Any, m: Any) -> Any:
-        tr = getattr(wl, "traffic", None)
+        inst = catalog.instance(m.instance)
         return checked_measured(
             res,
             m,
             model=model,
             task=wl.model.task if wl.model else None,
-            instance=catalog.instance(m.instance),
-            prompt_tokens=getattr(tr, "prompt_tokens", None),
+            instance=inst,
             accept=accept,
+            chip=catalog.chip(inst.accelerator),
         )
 
     return check

@@ -94,15 +94,48 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
     if os.path.basename(f).startswith("warmup"):
         continue
     d = json.load(open(f))
-    if not d.get("complete"):
+    if not d.get("complete") or not (d.get("counts") or {}).get("ok"):
         continue
     rps = (d.get("goodput") or d.get("throughput") or {}).get("requests_per_s") or 0.0
     if rps > best_rps:
         best, best_rps = f, rps
 if best is None:
-    sys.exit("bench: no complete run to pick; see " + sys.argv[1])
+    sys.exit("bench: error: no complete run with a successful request to pick; nothing written to "
+             + sys.argv[2] + "; see " + sys.argv[1])
 shutil.copyfile(best, sys.argv[2])
 print(f"bench: capacity {best_rps:.4g} requests/s from {os.path.basename(best)} -> {sys.argv[2]}")
+PY
+}
+
+checked() {  # FILE NAME EXIT STRICT: one line and exit 1 when a run stopped early or had 0 successes
+  # (STRICT=1: warm-up and replay); a sweep step that failed so (STRICT=0) only ends the sweep (exit 3)
+  "$PYTHON" - "$1" "$2" "$3" "$4" "$TARGET" "$EXTRA_BODY" <<'PY'
+import json, os, re, sys
+path, name, rc, strict, target, extra = sys.argv[1:7]
+def fail(why):
+    why = " ".join(why.split())
+    if strict == "1":
+        sys.exit(f"bench: error: the {name} run {why}; nothing written to results/{target}.json")
+    print(f"bench: sweep ends at {name}: it {why}")
+    sys.exit(3)
+if not os.path.exists(path):
+    fail(f"wrote no results (chipswap bench exit {rc}: see its message above)")
+d = json.load(open(path))
+c = d.get("counts") or {}
+reason = str(d.get("stop_reason") or "")
+hint = ""
+said = reason + json.dumps(d.get("errors") or [])
+if extra and re.search(r"HTTP (400|422)|[Uu]nexpected field|[Uu]nknown field|extra", said):
+    hint = (f"; the server may not accept the extra request fields {extra} (vLLM's ignore_eos): "
+            f"rerun as EXTRA_BODY= ./bench.sh {target}")
+if not d.get("complete"):
+    fail(f"stopped early: {reason or 'no reason given'}{hint}")
+if not c.get("ok"):
+    errs = d.get("errors") or []
+    top = f" ({errs[0].get('count')} x {errs[0].get('kind')}: {errs[0].get('message')})" if errs else ""
+    fail(f"had 0 successful requests of {c.get('sent', 0)} sent{top}{hint}")
+if rc != "0":
+    fail(f"failed (chipswap bench exit {rc}: see its message above)")
 PY
 }
 
@@ -151,20 +184,24 @@ def bench_script(spec: TrialSpec) -> str:
         'mkdir -p "$OUT"\n'
         + _PICK.replace("__THRESHOLD__", str(SATURATED_GOODPUT))
         + """
-run() {  # NAME RATE SECONDS [more chipswap bench flags]
-  local name="$1" rate="$2" secs="$3"
-  shift 3
+run() {  # NAME STRICT RATE SECONDS [more chipswap bench flags]: exit 1 (strict) or 3 (sweep) on a failed run
+  local name="$1" strict="$2" rate="$3" secs="$4" rc=0
+  shift 4
+  rm -f "$OUT/${name}.json"
   chipswap bench "$URL" "${COMMON[@]}" --instance "$INSTANCE" --term "$PRICE_TERM" --region "$REGION" \\
-    --rate "$rate" --duration "$secs" --out "$OUT/${name}.json" "$@"
+    --rate "$rate" --duration "$secs" --out "$OUT/${name}.json" "$@" || rc=$?
+  checked "$OUT/${name}.json" "$name" "$rc" "$strict"
 }
 
 echo "bench: ${TRIAL_TITLE} -- ${TARGET} on ${INSTANCE} at ${URL}"
-run warmup 1 600 --requests "$WARMUP_REQUESTS"
-run replay "$RATE" "$REPLAY_S" --requests 1000000
+run warmup 1 1 600 --requests "$WARMUP_REQUESTS"
+run replay 1 "$RATE" "$REPLAY_S" --requests 1000000
 step=0
 for rate in $SWEEP_RATES; do
   step=$(( step + 1 ))
-  run "sweep-${step}" "$rate" "$SWEEP_S" --requests 1000000
+  rc=0
+  run "sweep-${step}" 0 "$rate" "$SWEEP_S" --requests 1000000 || rc=$?
+  if (( rc == 3 )); then break; elif (( rc != 0 )); then exit "$rc"; fi
   if saturated "$OUT/sweep-${step}.json"; then
     echo "bench: saturated at ${rate} requests/s"
     break

@@ -140,6 +140,10 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         "## Steps",
         "",
+        "Run every step from this folder: the scripts and `results/` are relative to it, the workload is "
+        "named by its absolute path. A run that stops early or has no successful request ends the script "
+        "with one line and a non-zero exit, and writes no `results/` file.",
+        "",
         f"1. `./launch.sh` — {'compiles the buckets and ' if spec.mode == 'encoder' else ''}starts "
         f"{n.replicas} "
         f"replica(s) on NeuronCores 0-{n.tp * n.replicas - 1} and waits for `{HEALTH_PATH[kind]}` on port "
