@@ -94,12 +94,11 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 
 def _print(doc: dict[str, Any], out: Path | None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    from chipswap.cli.fit import print_table
+    from chipswap.cli.common import console, print_table
 
-    con = Console(width=None if sys.stdout.isatty() else 110)
+    con = console()
     t = doc["target"]
     c = doc["counts"]
     con.print(

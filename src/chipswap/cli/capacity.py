@@ -18,8 +18,7 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
-from chipswap.cli.catalog import console
-from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
+from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, console, print_table, step_progress
 from chipswap.economics.aws import access as aws_access
 from chipswap.economics.aws.capacity import CapacityLookup, gather_capacity
 from chipswap.economics.capacity import (
@@ -251,7 +250,7 @@ def capacity_command(
         return
     out.print(one_line(found.note), markup=False, highlight=False, soft_wrap=True)
     table, notes = _table(found, screens)
-    out.print(table)
+    print_table(out, table)
     for note, n in notes.items.items():
         out.print(f"[{n}] {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     for s in screens:

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
+from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, console, print_table, step_progress
 from chipswap.economics.catalog import TERMS, Catalog, Chip, Instance, PriceChange, Rate, diff_rates
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
@@ -132,12 +132,6 @@ def split_note(note: str) -> tuple[str, str]:
     return (m["head"], m["detail"]) if m else (note, "")
 
 
-def console() -> Console:
-    """A rich console; off a terminal (pipes, CI logs) use a wide fixed width so tables do not wrap."""
-    c = Console()
-    return c if c.is_terminal else Console(width=160)
-
-
 def _load(ctx: typer.Context, catalog_file: str | None) -> Catalog:
     chosen = catalog_file or (ctx.obj or {}).get("catalog")
     return load_catalog(chosen)
@@ -224,7 +218,7 @@ def catalog_list(
             str(len(i.regions)),
         )
     out = console()
-    out.print(table)
+    print_table(out, table)
     out.print("Spot is one observed crawl (median over AZs). Sources: `chipswap catalog show NAME`.")
 
 
@@ -283,7 +277,7 @@ def catalog_show(
         ]
     for k, v in rows:
         spec.add_row(k, v)
-    out.print(spec)
+    print_table(out, spec)
     rates = sorted(catalog.rates_for(inst.name, region), key=lambda r: (r.region, TERMS.index(r.term)))
     prices = Table(title=f"prices for {inst.name}" + (f" in {region}" if region else "") + " ($/h)")
     for col in ("region", "term", "$/h", "source", "as of", "note"):
@@ -296,7 +290,7 @@ def catalog_show(
             mark = f"[{notes.setdefault(head, len(notes) + 1)}]" + (f" {detail}" if detail else "")
         prices.add_row(r.region, r.term, _fmt(r.usd_per_hour), r.source, r.as_of, mark)
     if rates:
-        out.print(prices)
+        print_table(out, prices)
     else:
         out.print(f"no known price for {inst.name}" + (f" in {region}" if region else ""))
     for note, n in notes.items():
@@ -333,7 +327,7 @@ def catalog_chips(
             c.confidence or "-",
             c.as_of,
         )
-    console().print(table)
+    print_table(console(), table)
 
 
 REFRESH_HEADER = "# chipswap catalog refresh:"
@@ -513,7 +507,7 @@ def _print_refresh(
             f"{pct:+.1f}%" if pct is not None else "new",
         )
     if moved:
-        out.print(table)
+        print_table(out, table)
     out.print(
         f"wrote {out_path}: {len(result.rates)} prices dated {result.today} (source aws-pricing-api); "
         f"{same} unchanged, {len(moved)} changed or new; use it with --catalog {out_path}",

@@ -1,6 +1,8 @@
 """What the command modules share: flag parsing (every flag value a command reads as text becomes a number,
-a list or a term here, or one ChipswapError line naming the flag and an example) and the progress line of a
-long step.
+a list or a term here, or one ChipswapError line naming the flag and an example), the progress line of a
+long step, and the one way every command prints a table: ``console()`` (the terminal's width; off a terminal
+$COLUMNS when set, else a wide fixed width) and ``print_table`` (the table where it fits, one card per row
+where it does not, so no cell is ever cut to "in…" on a 60-column terminal).
 
 Only flag plumbing and presentation: no decisions, nothing written. Each command module stays one thin layer
 over the capability packages.
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from chipswap.cli.fit import print_table as print_table
 from chipswap.economics.catalog import TERMS, ReservedTerm
 from chipswap.errors import ChipswapError
 
@@ -49,6 +52,22 @@ def step_progress(enabled: bool, label: str) -> Iterator[Callable[[str], None]]:
     with Progress(transient=True) as bar:
         task = bar.add_task(label, total=None)
         yield lambda m: bar.update(task, advance=1, description=f"{label}: {m}")
+
+
+OFF_TERMINAL_WIDTH = 160  # pipes and CI logs: wide enough that tables stay tables
+
+
+def console(stderr: bool = False) -> Any:
+    """The rich console tables go to: a terminal's own width; off a terminal $COLUMNS when set (a narrow
+    pane, a test), else OFF_TERMINAL_WIDTH so piped tables do not wrap."""
+    import os
+
+    from rich.console import Console
+
+    c = Console(stderr=stderr)
+    if c.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return c
+    return Console(stderr=stderr, width=OFF_TERMINAL_WIDTH)
 
 
 def from_flags(cls: type[T], flags: Mapping[str, Any], **converted: Any) -> T:

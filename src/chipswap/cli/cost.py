@@ -8,18 +8,19 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
-from chipswap.cli.catalog import check_region, console
+from chipswap.cli.catalog import check_region
 from chipswap.cli.common import (
     CATALOG_FLAG,
     JSON_TABLE_FLAG,
+    console,
     flag_count,
     flag_number,
     flag_reserved,
     flag_term,
     maybe_flag,
     optional_number,
+    print_table,
 )
-from chipswap.cli.fit import print_table
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.economics.catalog_io import load_catalog
