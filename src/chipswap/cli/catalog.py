@@ -249,7 +249,7 @@ def catalog_show(
     out = console()
     spec = Table(title=inst.name, show_header=False)
     spec.add_column("field")
-    spec.add_column("value")
+    spec.add_column("value", overflow="fold")  # wraps at 60 columns; a field list needs no cards
     rows = [
         ("family / kind", f"{inst.family} / {inst.kind}"),
         (

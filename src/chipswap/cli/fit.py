@@ -38,6 +38,8 @@ def _fold_slack(table: Any) -> int:
 
 def print_table(con: Any, table: Any) -> None:
     from rich.measure import Measurement
+    from rich.padding import Padding
+    from rich.text import Text
 
     need = Measurement.get(con, con.options.update(width=100_000), table).maximum - _fold_slack(table)
     if need <= con.width:
@@ -59,4 +61,5 @@ def print_table(con: Any, table: Any) -> None:
         con.print("- " + " ".join(lead), markup=False, highlight=False, overflow="fold")
         for i, (h, v) in enumerate(zip(heads, cells, strict=True)):
             if h and v not in ("", "-") and not (named_by_first and i == 0):
-                con.print(f"    {h}: {v}", markup=False, highlight=False, overflow="fold")
+                # wrapped lines keep the card's indent
+                con.print(Padding(Text(f"{h}: {v}", overflow="fold"), (0, 0, 0, 4), expand=False), highlight=False)
