@@ -54,6 +54,22 @@ def step_progress(enabled: bool, label: str) -> Iterator[Callable[[str], None]]:
         yield lambda m: bar.update(task, advance=1, description=f"{label}: {m}")
 
 
+def money(d: Decimal | float | str) -> str:
+    """Money for people: to the cent, thousands separated, sign first ("-$1,100.80", never "$53803.8038")."""
+    from chipswap.economics.cost import usd
+
+    q = usd(Decimal(str(d)))
+    sign = "-" if q < 0 else ""
+    return f"{sign}${abs(q):,.2f}"
+
+
+def rate_text(d: Decimal | float | str) -> str:
+    """An hourly rate: at least cents, up to the 5 decimals AWS publishes (21.5 -> $21.50, 1.96786 stays)."""
+    d = Decimal(str(d)).quantize(Decimal("0.00001"), rounding="ROUND_HALF_UP").normalize()
+    places = max(2, -d.as_tuple().exponent)  # type: ignore[operator]
+    return f"${d:,.{places}f}"
+
+
 OFF_TERMINAL_WIDTH = 160  # pipes and CI logs: wide enough that tables stay tables
 
 

@@ -18,8 +18,10 @@ from chipswap.cli.common import (
     flag_reserved,
     flag_term,
     maybe_flag,
+    money,
     optional_number,
     print_table,
+    rate_text,
 )
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
@@ -44,20 +46,7 @@ def _user_rate(instance: str, region: str, usd: Decimal, flag: str) -> Rate:
     return Rate(usd, "custom", region, f"user {flag}", "user input", instance, f"rate given with {flag}")
 
 
-# --- output helpers -----------------------------------------------------------------------------------------
-def money(d: Decimal) -> str:
-    q = C.usd(d)
-    sign = "-" if q < 0 else ""
-    return f"{sign}${abs(q):,.2f}"
-
-
-def rate_text(d: Decimal) -> str:
-    """An hourly rate: at least cents, up to the 5 decimals AWS publishes (21.5 -> $21.50, 1.96786 stays)."""
-    d = d.quantize(Decimal("0.00001"), rounding="ROUND_HALF_UP").normalize()
-    places = max(2, -d.as_tuple().exponent)
-    return f"${d:,.{places}f}"
-
-
+# --- output helpers (money and rate_text live in cli/common.py, shared with bench) --------------------------
 def pct(d: Decimal) -> str:
     return f"{d.quantize(Decimal('0.1'), rounding='ROUND_HALF_UP')} %"
 

@@ -62,4 +62,5 @@ def print_table(con: Any, table: Any) -> None:
         for i, (h, v) in enumerate(zip(heads, cells, strict=True)):
             if h and v not in ("", "-") and not (named_by_first and i == 0):
                 # wrapped lines keep the card's indent
-                con.print(Padding(Text(f"{h}: {v}", overflow="fold"), (0, 0, 0, 4), expand=False), highlight=False)
+                card_line = Text(f"{h}: {v}", overflow="fold")
+                con.print(Padding(card_line, (0, 0, 0, 4), expand=False), highlight=False)

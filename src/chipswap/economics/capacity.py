@@ -404,7 +404,7 @@ def capacity_reason(screen: CapacityScreen) -> Reason:
     favours: Literal["neuron", "gpu"] | None = None
     if screen.outcome != "unknown":
         favours = "neuron" if screen.outcome == "pass" else "gpu"
-    threshold = "fits the region's vCPU quota and the type is offered there"
+    threshold = "within the region's vCPU quota and offered there"
     return Reason(
         "capacity",
         screen.outcome,
