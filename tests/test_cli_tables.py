@@ -1,5 +1,5 @@
-"""Every table a command prints, at 60 and at 200 columns ($COLUMNS, as a narrow pane or a wide one sets it):
-at 60 no line is wider than the terminal and no cell is cut ("in…", "0.…"): each row becomes a card; at 200
+"""Every table a command prints, at 60 and at 200 columns (the console width chipswap.cli.common.console
+gives, set here through OFF_TERMINAL_WIDTH as a narrow or a wide terminal would set it): at 60 no line is wider than the terminal and no cell is cut ("in…", "0.…"): each row becomes a card; at 200
 the table is drawn as a table. The figures looked for come from the same command's --json."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ SHAPES = ("shapes", "-k", "4")
 def _at(capsys, monkeypatch, width: int, *args: str, upto: str | None = None) -> str:
     """The output at `width` columns, checked up to the line `upto` (what follows is copy-paste config, kept
     on one line on purpose)."""
-    monkeypatch.setenv("COLUMNS", str(width))
+    import chipswap.cli.common as common
+
+    monkeypatch.setattr(common, "OFF_TERMINAL_WIDTH", width)
     code, out, err = run_inproc(capsys, *args)
     assert code == 0, err
     out = out.split(f"\n{upto}\n")[0] if upto else out
@@ -83,10 +85,10 @@ def test_catalog_tables_fit_60_and_200(capsys, monkeypatch, args) -> None:
     assert set(re.findall(r"\d{4}-\d\d-\d\d", wide)) <= set(re.findall(r"\d{4}-\d\d-\d\d", narrow))
 
 
-def test_off_a_terminal_without_columns_tables_stay_wide(capsys, monkeypatch) -> None:
+def test_off_a_terminal_tables_stay_wide_whatever_columns_says(capsys, monkeypatch) -> None:
     from chipswap.cli.common import OFF_TERMINAL_WIDTH
 
-    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setenv("COLUMNS", "80")  # what GNU readline exports to the children of a process that loaded it
     code, out, _ = run_inproc(capsys, *CATALOG)
     assert code == 0 and "┃ instance" in out
     assert max(len(x) for x in out.splitlines()) <= OFF_TERMINAL_WIDTH

@@ -1,7 +1,7 @@
 """What the command modules share: flag parsing (every flag value a command reads as text becomes a number,
 a list or a term here, or one ChipswapError line naming the flag and an example), the progress line of a
 long step, and the one way every command prints a table: ``console()`` (the terminal's width; off a terminal
-$COLUMNS when set, else a wide fixed width) and ``print_table`` (the table where it fits, one card per row
+a wide fixed width) and ``print_table`` (the table where it fits, one card per row
 where it does not, so no cell is ever cut to "in…" on a 60-column terminal).
 
 Only flag plumbing and presentation: no decisions, nothing written. Each command module stays one thin layer
@@ -74,16 +74,13 @@ OFF_TERMINAL_WIDTH = 160  # pipes and CI logs: wide enough that tables stay tabl
 
 
 def console(stderr: bool = False) -> Any:
-    """The rich console tables go to: a terminal's own width; off a terminal $COLUMNS when set (a narrow
-    pane, a test), else OFF_TERMINAL_WIDTH so piped tables do not wrap."""
-    import os
-
+    """The rich console tables go to: a terminal's own width ($COLUMNS or the window), off a terminal
+    OFF_TERMINAL_WIDTH (read at each call; tests set it) so piped tables stay tables. $COLUMNS is not trusted
+    off a terminal: GNU readline exports COLUMNS=80 into every child of a process that loaded it."""
     from rich.console import Console
 
     c = Console(stderr=stderr)
-    if c.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
-        return c
-    return Console(stderr=stderr, width=OFF_TERMINAL_WIDTH)
+    return c if c.is_terminal else Console(stderr=stderr, width=OFF_TERMINAL_WIDTH)
 
 
 def from_flags(cls: type[T], flags: Mapping[str, Any], **converted: Any) -> T:
