@@ -231,6 +231,12 @@ def capacity_command(
     """Whether COUNT x INSTANCE can be launched per region: offered AZs, vCPU quota and usage, spot price and
     placement score, Capacity Blocks. Live from AWS (read-only) when credentials work; else the shipped
     snapshot, labelled "snapshot, not checked"."""
+    from chipswap.cli.config import resolve
+
+    found = resolve(catalog=(catalog_file, "--catalog"), region=(region[0] if region else None, "--region"))
+    catalog_file = found["catalog"].value
+    if not region and not found["region"].builtin:  # a configured region; built-in: every listed region
+        region = [found["region"].value]
     out = console()
     with step_progress(out.is_terminal and not as_json, "asking AWS") as step:
         found, screens = run_capacity(

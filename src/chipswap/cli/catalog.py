@@ -133,8 +133,10 @@ def split_note(note: str) -> tuple[str, str]:
 
 
 def _load(ctx: typer.Context, catalog_file: str | None) -> Catalog:
+    from chipswap.cli.config import resolve
+
     chosen = catalog_file or (ctx.obj or {}).get("catalog")
-    return load_catalog(chosen)
+    return load_catalog(resolve(catalog=(chosen, "--catalog"))["catalog"].value)
 
 
 @catalog_app.callback()
@@ -163,7 +165,7 @@ def catalog_list(
     ctx.obj = {"catalog": catalog_file, "json": as_json, "region": region}
     if ctx.invoked_subcommand is not None:
         return
-    catalog = load_catalog(catalog_file)
+    catalog = _load(ctx, catalog_file)
     if family and family.lower() not in {f.lower() for f in catalog.families}:
         raise ChipswapError(
             f"unknown family for --family: {family!r}; use one of {', '.join(catalog.families)}"
@@ -177,7 +179,9 @@ def catalog_list(
     if kind and kind.lower() not in ("gpu", "inferentia", "trainium"):
         raise ChipswapError(f"unknown kind for --kind: {kind!r}; use gpu, inferentia or trainium")
     found = catalog.select(family=family, accelerator=accelerator, region=region, kind=kind)
-    price_region = region or DEFAULT_REGION
+    from chipswap.cli.config import resolve
+
+    price_region = resolve(region=(region, "--region"))["region"].value  # default: `chipswap config show`
     if as_json:
         typer.echo(
             json.dumps(

@@ -23,6 +23,7 @@ from chipswap.cli.common import (
     print_table,
     rate_text,
 )
+from chipswap.cli.config import Setting, origin_words, resolve
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import TERMS, Catalog, Rate, ReservedTerm
 from chipswap.economics.catalog_io import load_catalog
@@ -39,7 +40,18 @@ TERM_HELP = f"Price term: {', '.join(TERMS)}."
 RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 3), e.g. 10000,5.50,1."
 MAX_HOURS_PER_MONTH = 744  # 31 days x 24 h
 DEFAULT_PORTING_DAYS = "3"  # the seed's worked example; always printed as an assumption
-DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; default 800)."
+DAY_RATE_HELP = (
+    "Engineer day rate in USD for the porting cost (an assumption; default: day_rate from `chipswap config "
+    "show`, else 800)."
+)
+REGION_HELP = "AWS region for prices (default: region from `chipswap config show`, else us-east-1)."
+
+
+def _defaults(region: str | None, day_rate: str | None, catalog_file: str | None) -> dict[str, Setting]:
+    """The flags as given, the rest from `chipswap config show` (env, project, user, built-in)."""
+    return resolve(
+        region=(region, "--region"), day_rate=(day_rate, "--day-rate"), catalog=(catalog_file, "--catalog")
+    )
 
 
 def _user_rate(instance: str, region: str, usd: Decimal, flag: str) -> Rate:
@@ -91,7 +103,7 @@ def cost_job(
     candidate_hours: str = typer.Option(
         ..., "--candidate-hours", metavar="HOURS", help="Wall-clock hours the job takes there."
     ),
-    region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for both prices."),
+    region: str | None = maybe_flag("--region", metavar="REGION", help=REGION_HELP + " Both prices."),
     baseline_count: str = typer.Option(
         "1", "--baseline-count", metavar="N", help="Baseline instances used by the job."
     ),
@@ -132,7 +144,9 @@ def cost_job(
     baseline_count = flag_count(baseline_count, "--baseline-count")
     candidate_count = flag_count(candidate_count, "--candidate-count")
     days = flag_number(porting_days or DEFAULT_PORTING_DAYS, "--porting-days", allow_zero=True)
-    rate = flag_number(day_rate or str(C.DEFAULT_DAY_RATE_USD), "--day-rate", allow_zero=True)
+    found = _defaults(region, day_rate, catalog_file)
+    region, catalog_file = found["region"].value, found["catalog"].value
+    rate = flag_number(found["day_rate"].value, "--day-rate", allow_zero=True)
     rpm = optional_number(runs_per_month, "--runs-per-month")
     b_rate_user = optional_number(baseline_rate, "--baseline-rate", allow_zero=True)
     c_rate_user = optional_number(candidate_rate, "--candidate-rate", allow_zero=True)
@@ -154,7 +168,9 @@ def cost_job(
     base = C.job_option(b_rate.term, b_inst.name, b_hours, b_rate.usd_per_hour, baseline_count)
     options = [C.job_option(r.term, c_inst.name, c_hours, r.usd_per_hour, candidate_count) for r in c_rates]
     result = C.compare_jobs(base, options, days, rate, rpm)
-    assumptions = _job_assumptions(result, days, porting_days, rate, day_rate, [b_rate, *c_rates], catalog)
+    assumptions = _job_assumptions(
+        result, days, porting_days, rate, found["day_rate"], [b_rate, *c_rates], catalog
+    )
 
     if as_json:
         typer.echo(json.dumps(_job_json(result, region, b_rate, c_rates, assumptions), indent=2))
@@ -222,16 +238,15 @@ def _job_assumptions(
     days: Decimal,
     days_raw: str | None,
     rate: Decimal,
-    rate_raw: str | None,
+    rate_from: Setting,
     rates: list[Rate],
     catalog: Catalog,
 ) -> list[str]:
     default_days = days_raw is None
-    default_rate = rate_raw is None
     out = [
         f"porting cost {money(result.porting_usd)} = {days.normalize():f} engineer-days"
         f"{' (default)' if default_days else ''} x ${rate.normalize():,f}/day"
-        f"{' (default day rate)' if default_rate else ''}"
+        f"{origin_words(rate_from).replace('(default)', '(default day rate)')}"
         "; change with --porting-days / --day-rate",
         "saving = baseline job cost - candidate job cost; pays back on the first run whose cumulative saving "
         "covers the porting cost ('never' if it never does)",
@@ -295,7 +310,7 @@ def cost_serve(
     throughput: str = typer.Option(
         ..., "--throughput", metavar="REQ_PER_S", help="Requests per second one instance sustains."
     ),
-    region: str = typer.Option("us-east-1", "--region", metavar="REGION", help="AWS region for prices."),
+    region: str | None = maybe_flag("--region", metavar="REGION", help=REGION_HELP),
     term: str = typer.Option("on-demand", "--term", metavar="TERM", help=TERM_HELP),
     rate_usd: str | None = maybe_flag(
         "--rate", metavar="USD_PER_H", help="Your own $/h for --instance (overrides --term)."
@@ -330,12 +345,7 @@ def cost_serve(
         metavar="DAYS",
         help="Engineer-days to port (an assumption).",
     ),
-    day_rate: str = typer.Option(
-        str(C.DEFAULT_DAY_RATE_USD),
-        "--day-rate",
-        metavar="USD",
-        help="Engineer day rate in USD for the porting cost (an assumption).",
-    ),
+    day_rate: str | None = maybe_flag("--day-rate", metavar="USD", help=DAY_RATE_HELP),
     as_json: bool = JSON_TABLE_FLAG,
     catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
@@ -358,7 +368,9 @@ def cost_serve(
     res = flag_reserved(reserved, "--reserved")
     t = flag_term(term, "--term")
     days = flag_number(porting_days, "--porting-days", allow_zero=True)
-    day = flag_number(day_rate, "--day-rate", allow_zero=True)
+    found = _defaults(region, day_rate, catalog_file)
+    region, catalog_file = found["region"].value, found["catalog"].value
+    day = flag_number(found["day_rate"].value, "--day-rate", allow_zero=True)
     if baseline is not None and baseline_throughput is None:
         raise ChipswapError("--baseline needs --baseline-throughput; pass the baseline's requests per second")
     if baseline is None and baseline_throughput is not None:
@@ -424,8 +436,8 @@ def cost_serve(
     if summary:
         assumptions.append(
             f"porting cost {money(summary['porting'])} = {days.normalize():f} engineer-days x "
-            f"${day.normalize():,f}/day (assumption); pays back in the first month whose cumulative "
-            "saving covers it (checked up to 120 months)"
+            f"${day.normalize():,f}/day{origin_words(found['day_rate'])} (assumption); pays back in the "
+            "first month whose cumulative saving covers it (checked up to 120 months)"
         )
     for row in rows:
         rr = row["rate"]

@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "cost",
     "catalog",
     "capacity",
+    "config",
     "compile",
     "cache",
     "serve",

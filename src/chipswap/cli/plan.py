@@ -313,12 +313,15 @@ def _plan(
             )
     path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
     label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
+    from chipswap.cli.config import settings, workload_defaults
+
+    found = settings({"catalog": catalog_file, "catalog:flag": "--catalog"})
     catalog = None
-    if catalog_file is not None:
+    if found["catalog"].value is not None:
         from chipswap.economics.catalog_io import load_catalog
 
-        catalog = load_catalog(catalog_file)
-    wl = load_workload(path, catalog)
+        catalog = load_catalog(found["catalog"].value)
+    wl = load_workload(path, catalog, defaults=workload_defaults(found))
     if train_hours is not None:
         wl = _with_train_hours(wl, train_hours)
 
