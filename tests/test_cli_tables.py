@@ -1,6 +1,7 @@
-"""Every table a command prints, at 60 and at 200 columns (the console width chipswap.cli.common.console
-gives, set here through OFF_TERMINAL_WIDTH as a narrow or a wide terminal would set it): at 60 no line is wider than the terminal and no cell is cut ("in…", "0.…"): each row becomes a card; at 200
-the table is drawn as a table. The figures looked for come from the same command's --json."""
+"""Every table a command prints, at 60 and at 200 columns (the width chipswap.cli.common.console gives,
+set here through OFF_TERMINAL_WIDTH as a narrow or a wide terminal would set it): at 60 no line is wider than
+the terminal and no cell is cut ("in…", "0.…"): each row becomes a card; at 200 the table is drawn as a
+table. The figures looked for come from the same command's --json."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ def test_catalog_tables_fit_60_and_200(capsys, monkeypatch, args) -> None:
 def test_off_a_terminal_tables_stay_wide_whatever_columns_says(capsys, monkeypatch) -> None:
     from chipswap.cli.common import OFF_TERMINAL_WIDTH
 
-    monkeypatch.setenv("COLUMNS", "80")  # what GNU readline exports to the children of a process that loaded it
+    monkeypatch.setenv("COLUMNS", "80")  # what GNU readline exports to children of a process that loaded it
     code, out, _ = run_inproc(capsys, *CATALOG)
     assert code == 0 and "┃ instance" in out
     assert max(len(x) for x in out.splitlines()) <= OFF_TERMINAL_WIDTH

@@ -194,7 +194,7 @@ class PlanResult:
         return jsonable(self)
 
 
-# report.json / `plan --json`: bump the number when a key is renamed or removed or changes meaning (docs/plan.md)
+# report.json / `plan --json`: bump when a key is renamed, removed or changes meaning (docs/plan.md)
 PLAN_SCHEMA = "chipswap.plan/1"
 
 
