@@ -233,10 +233,10 @@ def capacity_command(
     snapshot, labelled "snapshot, not checked"."""
     from chipswap.cli.config import resolve
 
-    found = resolve(catalog=(catalog_file, "--catalog"), region=(region[0] if region else None, "--region"))
-    catalog_file = found["catalog"].value
-    if not region and not found["region"].builtin:  # a configured region; built-in: every listed region
-        region = [found["region"].value]
+    given = resolve(catalog=(catalog_file, "--catalog"), region=(region[0] if region else None, "--region"))
+    catalog_file = given["catalog"].value
+    if not region and not given["region"].builtin:  # a configured region; built-in: every listed region
+        region = [given["region"].value]
     out = console()
     with step_progress(out.is_terminal and not as_json, "asking AWS") as step:
         found, screens = run_capacity(

@@ -85,8 +85,9 @@ def check(
     from chipswap.textsafe import one_line
 
     limit = check_timeout(timeout)
-    # each stage on stderr: a rich spinner on a terminal, a line per stage otherwise (big models take minutes)
-    progress = StageProgress("chipswap check")
+    # each stage on stderr: a rich spinner on a terminal, a line per stage otherwise (big models take
+    # minutes); off a terminal the lines wait for the capture, so a config that fails to build stays one line
+    progress = StageProgress("chipswap check", hold_until=("exporting", "lowering", "evaluating"))
     with (
         contextlib.closing(progress),
         deadline(
