@@ -16,14 +16,14 @@ CATALOG = ("catalog", "--family", "inf2")
 SHAPES = ("shapes", "-k", "4")
 
 
-def _at(capsys, monkeypatch, width: int, *args: str, upto: str | None = None) -> str:
+def _at(capsys, monkeypatch, width: int, *args: str, upto: str | None = None, code: int = 0) -> str:
     """The output at `width` columns, checked up to the line `upto` (what follows is copy-paste config, kept
     on one line on purpose)."""
     import chipswap.cli.common as common
 
     monkeypatch.setattr(common, "OFF_TERMINAL_WIDTH", width)
-    code, out, err = run_inproc(capsys, *args)
-    assert code == 0, err
+    got, out, err = run_inproc(capsys, *args)
+    assert got == code, err
     out = out.split(f"\n{upto}\n")[0] if upto else out
     lines = out.splitlines()
     assert max(len(x) for x in lines) <= width, max(lines, key=len)
@@ -93,3 +93,19 @@ def test_off_a_terminal_tables_stay_wide_whatever_columns_says(capsys, monkeypat
     code, out, _ = run_inproc(capsys, *CATALOG)
     assert code == 0 and "┃ instance" in out
     assert max(len(x) for x in out.splitlines()) <= OFF_TERMINAL_WIDTH
+
+
+def test_check_findings_at_60_and_200_keep_every_rule_and_count(capsys, monkeypatch) -> None:
+    args = ("check", "tests.badmodels:make_topk")
+    code, out, err = run_inproc(capsys, *args, "--json")
+    assert code == 1, err
+    findings = json.loads(out)["findings"]
+    narrow = _at(capsys, monkeypatch, 60, *args, code=1)
+    cards = narrow.split("\n- ")[1:]
+    assert [c.split("\n")[0] for c in cards] == [f["severity"] for f in findings]
+    for card, f in zip(cards, findings, strict=True):
+        assert f"rule: {f['rule']}" in card and f"n: {f['count']}" in card
+    wide = _at(capsys, monkeypatch, 200, *args, code=1)
+    for f in findings:
+        row = next(x for x in wide.splitlines() if x.startswith("│") and f" {f['rule']} " in x)
+        assert row.rstrip().endswith(f" {f['count']} │"), row  # the count column keeps its digits
