@@ -46,3 +46,24 @@ def moto() -> Iterator[Any]:
 
     with moto_server() as server:
         yield server
+
+
+
+@pytest.fixture(scope="session")
+def _empty_config_home(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("xdg-config"))
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(monkeypatch: pytest.MonkeyPatch, _empty_config_home: str) -> None:
+    """The developer's own chipswap defaults never reach a test: XDG_CONFIG_HOME points at an empty folder
+    (unless already pointed under pytest's temporary folders), no project chipswap.toml is searched for,
+    and the CHIPSWAP_* config variables (chipswap.cli.config.KEYS) are cleared."""
+    from chipswap.cli.config import KEYS
+
+    base = str(os.path.dirname(_empty_config_home))
+    if not os.environ.get("XDG_CONFIG_HOME", "").startswith(base):
+        monkeypatch.setenv("XDG_CONFIG_HOME", _empty_config_home)
+    monkeypatch.setenv("CHIPSWAP_PROJECT_CONFIG", "none")
+    for key in KEYS.values():
+        monkeypatch.delenv(key.env, raising=False)

@@ -42,3 +42,22 @@ def html_value(value: object) -> object:
     if isinstance(value, str) and not hasattr(value, "__html__"):
         return _HTML_CONTROL.sub(_escape, value)
     return value
+
+
+def human_number(value: object, unknown: str = "unknown") -> str:
+    """A number as a person reads it: thousands separated and whole from 1,000 up ("77,110", never
+    "7.711e+04"), 4 significant digits below ("363.4", "1.234"), 3 for fractions ("0.0123"); None ->
+    `unknown`."""
+    if value is None:
+        return unknown
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+    if x != x or x in (float("inf"), float("-inf")):
+        return unknown
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 1 or x == 0:
+        return f"{x:.4g}"
+    return f"{x:.3g}" if abs(x) >= 1e-4 else f"{x:.2e}"

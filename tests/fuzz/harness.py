@@ -4,8 +4,10 @@ docs/security.md:
 - the exit code is allowed for that entry point (0, 1 only where it means "blockers found", 2 for bad input),
   and an exit 2 says so in one `chipswap: error:` line;
 - no traceback: no exception other than the CLI's own SystemExit (or ChipswapError from a library call);
-- nothing written outside the sandbox's roots (work/, out/, cache/, home/): the canary tree beside them, the
-  sandbox's parent and the repository root are compared before and after;
+- nothing written outside the sandbox's roots (work/, out/, cache/, home/): the canary tree beside them and
+  the sandbox's parent (pytest's own temporary folder) are compared before and after. A case runs with its
+  cwd in work/, so a relative write lands there; the checkout is not watched: what a person (or the README
+  walk-through, which writes plan.json there) does in it while the suite runs is not chipswap's write;
 - memory: each case may add at most CEILING_BYTES to the data segment (RLIMIT_DATA, so an unbounded
   allocation fails at once instead of swapping the machine); peak RSS is recorded per case (VmHWM, reset per
   case through /proc/self/clear_refs);
@@ -154,11 +156,8 @@ class Sandbox:
     """base/{work,out,cache,home} are the roots a case may write; base/canary is what hostile names aim at."""
 
     ROOTS = ("work", "out", "cache", "home")
-    TOOL_CACHES = (".hypothesis", ".pytest_cache", ".ruff_cache", ".mypy_cache")  # the test tools' own
-
-    def __init__(self, base: Path, repo_root: Path) -> None:
-        self.base = base
-        self.repo_root = repo_root
+    def __init__(self, base: Path, repo_root: Path | None = None) -> None:
+        self.base = base  # repo_root: no longer watched (see the module's docstring); kept for callers
         self.work, self.out, self.cache, self.home = (base / r for r in self.ROOTS)
         self.canary = base / "canary"
         (self.canary / "victim").mkdir(parents=True, exist_ok=True)
@@ -181,7 +180,6 @@ class Sandbox:
             "canary": _snapshot_tree(self.canary),
             "base": sorted(n for n in os.listdir(self.base) if n not in self.ROOTS),
             "parent": sorted(os.listdir(self.base.parent)),
-            "repo": sorted(n for n in os.listdir(self.repo_root) if n not in self.TOOL_CACHES),
         }
 
     def outside_changes(self) -> list[str]:

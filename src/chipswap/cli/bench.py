@@ -94,12 +94,11 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 
 def _print(doc: dict[str, Any], out: Path | None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    from chipswap.cli.fit import print_table
+    from chipswap.cli.common import console, print_table
 
-    con = Console(width=None if sys.stdout.isatty() else 110)
+    con = console()
     t = doc["target"]
     c = doc["counts"]
     con.print(
@@ -129,10 +128,12 @@ def _print(doc: dict[str, Any], out: Path | None) -> None:
     if doc.get("padding"):
         lines.append(f"padding waste: {doc['padding']['waste_fraction']:.1%} of computed token slots")
     if doc.get("cost") and doc["cost"].get("per_million_requests_usd"):
+        from chipswap.cli.common import money, rate_text
+
         inst = doc["instance"]
         lines.append(
-            f"cost per 1M requests on {inst['name']} ({inst['term']}, ${inst['usd_per_hour']}/h):"
-            f" ${doc['cost']['per_million_requests_usd']} (basis: {doc['cost']['basis']})"
+            f"cost per 1M requests on {inst['name']} ({inst['term']}, {rate_text(inst['usd_per_hour'])}/h):"
+            f" {money(doc['cost']['per_million_requests_usd'])} (basis: {doc['cost']['basis']})"
         )
     lag = doc.get("send_lag_ms") or {}
     if lag.get("p99") is not None and lag["p99"] > 50:

@@ -86,7 +86,6 @@ def _ls(cache_dir: Path | None = CACHE_DIR, as_json: bool = JSON) -> None:
     if as_json:
         sys.stdout.write(json.dumps({"cache_dir": str(c.root), "entries": rows}, indent=1) + "\n")
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -105,9 +104,12 @@ def _ls(cache_dir: Path | None = CACHE_DIR, as_json: bool = JSON) -> None:
             f"{r['size_bytes'] / 2**20:.1f} MiB",
             age,
         )
-    Console(width=None if sys.stdout.isatty() else 120).print(t)
+    from chipswap.cli.common import console, print_table
+
+    con = console()
+    print_table(con, t)
     total = sum(r["size_bytes"] for r in rows)
-    Console(width=None if sys.stdout.isatty() else 120).print(f"{len(rows)} entries, {total / 2**20:.1f} MiB")
+    con.print(f"{len(rows)} entries, {total / 2**20:.1f} MiB")
 
 
 @cache_app.command("verify")

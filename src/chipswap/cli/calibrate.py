@@ -102,7 +102,9 @@ def register(app: typer.Typer) -> None:
                 )
             )
         else:
-            out_console = Console() if Console().is_terminal else Console(width=160)
+            from chipswap.cli.common import console, print_table
+
+            out_console = console()
             out_console.print(
                 f"{len(cal.reference.rows)} published rows fitted, {len(cal.reference.skipped)} left out "
                 "(reasons in docs/projection.md)"
@@ -120,7 +122,7 @@ def register(app: typer.Typer) -> None:
                     f"{s['median_error'] * 100:.1f}%",
                     f"{s['baseline_median_error'] * 100:.0f}%",
                 )
-            out_console.print(t)
+            print_table(out_console, t)
             out_console.print(
                 f"NxD Inference stacks ({len(stack_cal.rows)} modern Neuron rows), "
                 "leave-one-source-out median "

@@ -18,8 +18,7 @@ from decimal import Decimal
 import typer
 from rich.table import Table
 
-from chipswap.cli.catalog import console
-from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
+from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, console, print_table, step_progress
 from chipswap.economics.aws import access as aws_access
 from chipswap.economics.aws.capacity import CapacityLookup, block_rate_lines, gather_capacity
 from chipswap.economics.capacity import (
@@ -232,6 +231,12 @@ def capacity_command(
     """Whether COUNT x INSTANCE can be launched per region: offered AZs, vCPU quota and usage, spot price and
     placement score, Capacity Blocks. Live from AWS (read-only) when credentials work; else the shipped
     snapshot, labelled "snapshot, not checked"."""
+    from chipswap.cli.config import resolve
+
+    given = resolve(catalog=(catalog_file, "--catalog"), region=(region[0] if region else None, "--region"))
+    catalog_file = given["catalog"].value
+    if not region and not given["region"].builtin:  # a configured region; built-in: every listed region
+        region = [given["region"].value]
     out = console()
     with step_progress(out.is_terminal and not as_json, "asking AWS") as step:
         found, screens = run_capacity(
@@ -251,7 +256,7 @@ def capacity_command(
         return
     out.print(one_line(found.note), markup=False, highlight=False, soft_wrap=True)
     table, notes = _table(found, screens)
-    out.print(table)
+    print_table(out, table)
     for note, n in notes.items.items():
         out.print(f"[{n}] {one_line(note)}", markup=False, highlight=False, soft_wrap=True)
     for line in block_rate_lines(load_catalog(catalog_file), found):

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, step_progress
+from chipswap.cli.common import CATALOG_FLAG, JSON_TABLE_FLAG, console, print_table, step_progress
 from chipswap.economics.catalog import (
     CAPACITY_BLOCK,
     TERMS,
@@ -154,15 +154,11 @@ def split_note(note: str) -> tuple[str, str]:
     return (m["head"], m["detail"]) if m else (note, "")
 
 
-def console() -> Console:
-    """A rich console; off a terminal (pipes, CI logs) use a wide fixed width so tables do not wrap."""
-    c = Console()
-    return c if c.is_terminal else Console(width=160)
-
-
 def _load(ctx: typer.Context, catalog_file: str | None) -> Catalog:
+    from chipswap.cli.config import resolve
+
     chosen = catalog_file or (ctx.obj or {}).get("catalog")
-    return load_catalog(chosen)
+    return load_catalog(resolve(catalog=(chosen, "--catalog"))["catalog"].value)
 
 
 @catalog_app.callback()
@@ -191,7 +187,7 @@ def catalog_list(
     ctx.obj = {"catalog": catalog_file, "json": as_json, "region": region}
     if ctx.invoked_subcommand is not None:
         return
-    catalog = load_catalog(catalog_file)
+    catalog = _load(ctx, catalog_file)
     if family and family.lower() not in {f.lower() for f in catalog.families}:
         raise ChipswapError(
             f"unknown family for --family: {family!r}; use one of {', '.join(catalog.families)}"
@@ -205,7 +201,9 @@ def catalog_list(
     if kind and kind.lower() not in ("gpu", "inferentia", "trainium"):
         raise ChipswapError(f"unknown kind for --kind: {kind!r}; use gpu, inferentia or trainium")
     found = catalog.select(family=family, accelerator=accelerator, region=region, kind=kind)
-    price_region = region or DEFAULT_REGION
+    from chipswap.cli.config import resolve
+
+    price_region = resolve(region=(region, "--region"))["region"].value  # default: `chipswap config show`
     if as_json:
         typer.echo(
             json.dumps(
@@ -248,7 +246,7 @@ def catalog_list(
             str(len(i.regions)),
         )
     out = console()
-    out.print(table)
+    print_table(out, table)
     out.print("Spot is one observed crawl (median over AZs). Sources: `chipswap catalog show NAME`.")
     blocks = sorted({r.as_of for r in catalog.rates if r.is_capacity_block})
     if blocks:
@@ -287,7 +285,7 @@ def catalog_show(
     out = console()
     spec = Table(title=inst.name, show_header=False)
     spec.add_column("field")
-    spec.add_column("value")
+    spec.add_column("value", overflow="fold")  # wraps at 60 columns; a field list needs no cards
     rows = [
         ("family / kind", f"{inst.family} / {inst.kind}"),
         (
@@ -315,7 +313,7 @@ def catalog_show(
         ]
     for k, v in rows:
         spec.add_row(k, v)
-    out.print(spec)
+    print_table(out, spec)
     rates = sorted(catalog.rates_for(inst.name, region), key=lambda r: (r.region, TERMS.index(r.term)))
     prices = Table(title=f"prices for {inst.name}" + (f" in {region}" if region else "") + " ($/h)")
     for col in ("region", "term", "$/h", "source", "as of", "note"):
@@ -328,7 +326,7 @@ def catalog_show(
             mark = f"[{notes.setdefault(head, len(notes) + 1)}]" + (f" {detail}" if detail else "")
         prices.add_row(r.region, term_words(r), _fmt(r.usd_per_hour), r.source, r.as_of, mark)
     if rates:
-        out.print(prices)
+        print_table(out, prices)
     else:
         out.print(f"no known price for {inst.name}" + (f" in {region}" if region else ""))
     for r in rates:
@@ -375,7 +373,7 @@ def catalog_chips(
             c.confidence or "-",
             c.as_of,
         )
-    console().print(table)
+    print_table(console(), table)
 
 
 REFRESH_HEADER = "# chipswap catalog refresh:"
@@ -566,7 +564,7 @@ def _print_refresh(
             f"{pct:+.1f}%" if pct is not None else "new",
         )
     if moved:
-        out.print(table)
+        print_table(out, table)
     out.print(
         f"wrote {out_path}: {len(result.rates)} prices dated {result.today} (source aws-pricing-api); "
         f"{same} unchanged, {len(moved)} changed or new; use it with --catalog {out_path}",

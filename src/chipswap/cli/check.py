@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -79,22 +80,16 @@ def check(
 
     if shape and plan:
         raise ChipswapError("pass either --shape or --plan, not both; --plan checks every bucket in the plan")
-    import contextlib
-    import sys
-
-    from rich.console import Console
-
-    busy = (
-        Console(stderr=True).status(f"checking {model} (export + Neuron rules)")
-        if sys.stderr.isatty()
-        else contextlib.nullcontext()
-    )
+    from chipswap.cli.stages import StageProgress
     from chipswap.deadline import check_timeout, deadline
     from chipswap.textsafe import one_line
 
     limit = check_timeout(timeout)
+    # each stage on stderr: a rich spinner on a terminal, a line per stage otherwise (big models take
+    # minutes); off a terminal the lines wait for the capture, so a config that fails to build stays one line
+    progress = StageProgress("chipswap check", hold_until=("exporting", "lowering", "evaluating"))
     with (
-        busy,
+        contextlib.closing(progress),
         deadline(
             limit,
             f"check of {one_line(model, 80)}",
@@ -113,6 +108,7 @@ def check(
             trust_pickle=trust_pickle,
             trust_native=trust_native,
             factory_dirs=tuple(factory_path or ()),
+            progress=progress.say,
         )
     if out:
         atomic_write_text(out, report.to_json())
@@ -126,15 +122,14 @@ def check(
 
 
 def _print_table(report) -> None:
-    import shutil
-
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from chipswap.cli.common import console as shared_console
+    from chipswap.cli.common import print_table
     from chipswap.textsafe import one_line
 
-    console = Console(width=max(120, shutil.get_terminal_size((120, 24)).columns))
+    console = shared_console()
     a = report.assessment
     n = {s: sum(a.counts(s).values()) for s in ("supported", "unsupported", "unknown")}
     verdict_style = {"blocked": "bold red", "ready with warnings": "yellow", "ready": "bold green"}[
@@ -179,7 +174,7 @@ def _print_table(report) -> None:
             ),
             str(f.count),
         )
-    console.print(table)
+    print_table(console, table)
     for rid in dict.fromkeys(f.rule for f in report.findings):
         f = next(x for x in report.findings if x.rule == rid)
         console.print(f"[bold]{escape(rid)}[/bold] {escape(f.title)}. Fix: {escape(f.fix)}", highlight=False)

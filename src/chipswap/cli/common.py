@@ -1,6 +1,8 @@
 """What the command modules share: flag parsing (every flag value a command reads as text becomes a number,
-a list or a term here, or one ChipswapError line naming the flag and an example) and the progress line of a
-long step.
+a list or a term here, or one ChipswapError line naming the flag and an example), the progress line of a
+long step, and the one way every command prints a table: ``console()`` (the terminal's width; off a terminal
+a wide fixed width) and ``print_table`` (the table where it fits, one card per row
+where it does not, so no cell is ever cut to "in…" on a 60-column terminal).
 
 Only flag plumbing and presentation: no decisions, nothing written. Each command module stays one thin layer
 over the capability packages.
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from chipswap.cli.fit import print_table as print_table
 from chipswap.economics.catalog import TERMS, ReservedTerm
 from chipswap.errors import ChipswapError
 
@@ -49,6 +52,35 @@ def step_progress(enabled: bool, label: str) -> Iterator[Callable[[str], None]]:
     with Progress(transient=True) as bar:
         task = bar.add_task(label, total=None)
         yield lambda m: bar.update(task, advance=1, description=f"{label}: {m}")
+
+
+def money(d: Decimal | float | str) -> str:
+    """Money for people: to the cent, thousands separated, sign first ("-$1,100.80", never "$53803.8038")."""
+    from chipswap.economics.cost import usd
+
+    q = usd(Decimal(str(d)))
+    sign = "-" if q < 0 else ""
+    return f"{sign}${abs(q):,.2f}"
+
+
+def rate_text(d: Decimal | float | str) -> str:
+    """An hourly rate: at least cents, up to the 5 decimals AWS publishes (21.5 -> $21.50, 1.96786 stays)."""
+    d = Decimal(str(d)).quantize(Decimal("0.00001"), rounding="ROUND_HALF_UP").normalize()
+    places = max(2, -d.as_tuple().exponent)  # type: ignore[operator]
+    return f"${d:,.{places}f}"
+
+
+OFF_TERMINAL_WIDTH = 160  # pipes and CI logs: wide enough that tables stay tables
+
+
+def console(stderr: bool = False) -> Any:
+    """The rich console tables go to: a terminal's own width ($COLUMNS or the window), off a terminal
+    OFF_TERMINAL_WIDTH (read at each call; tests set it) so piped tables stay tables. $COLUMNS is not trusted
+    off a terminal: GNU readline exports COLUMNS=80 into every child of a process that loaded it."""
+    from rich.console import Console
+
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=OFF_TERMINAL_WIDTH)
 
 
 def from_flags(cls: type[T], flags: Mapping[str, Any], **converted: Any) -> T:

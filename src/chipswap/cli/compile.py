@@ -119,7 +119,6 @@ def _compile(
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=1) + "\n")
     else:
-        from rich.console import Console
         from rich.table import Table
 
         t = Table(title=f"{report.model} on {report.backend} (cache {report.cache_dir})")
@@ -136,8 +135,10 @@ def _compile(
                 "ok" if b.ok else "FAIL",
                 f"{b.size_bytes / 2**20:.1f} MiB",
             )
-        con = Console(width=None if sys.stdout.isatty() else 120)
-        con.print(t)
+        from chipswap.cli.common import console, print_table
+
+        con = console()
+        print_table(con, t)
         if out is not None:
             con.print(f"compiled set written to {out}")
         if not report.ok:

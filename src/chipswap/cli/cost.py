@@ -9,18 +9,22 @@ import typer
 from rich.table import Table
 
 from chipswap import ranges
-from chipswap.cli.catalog import check_region, console
+from chipswap.cli.catalog import check_region
 from chipswap.cli.common import (
     CATALOG_FLAG,
     JSON_TABLE_FLAG,
+    console,
     flag_count,
     flag_number,
     flag_reserved,
     flag_term,
     maybe_flag,
+    money,
     optional_number,
+    print_table,
+    rate_text,
 )
-from chipswap.cli.fit import print_table
+from chipswap.cli.config import Setting, origin_words, resolve
 from chipswap.economics import cost as C
 from chipswap.economics.catalog import (
     TERMS,
@@ -44,13 +48,29 @@ TERM_HELP = f"Price term: {', '.join(TERMS)}."
 RESERVED_HELP = "Your own reservation as UPFRONT,HOURLY,YEARS (USD, USD/h, 1 or 3), e.g. 10000,5.50,1."
 MAX_HOURS_PER_MONTH = 744  # 31 days x 24 h
 DEFAULT_PORTING_DAYS = "3"  # the seed's worked example; always printed as an assumption
-DAY_RATE_HELP = "Engineer day rate in USD for the porting cost (an assumption; default 800)."
+DAY_RATE_HELP = (
+    "Engineer day rate in USD for the porting cost (an assumption; default: day_rate from `chipswap config "
+    "show`, else 800)."
+)
+
+
+def _defaults(region: str | None, day_rate: str | None, catalog_file: str | None) -> dict[str, Setting]:
+    """The flags as given, the rest from `chipswap config show` (env, project, user, built-in)."""
+    return resolve(
+        region=(region, "--region"), day_rate=(day_rate, "--day-rate"), catalog=(catalog_file, "--catalog")
+    )
 
 
 DEFAULT_REGION = "us-east-1"
+
+
+def _given_region(found: dict[str, Setting]) -> str | None:
+    """The region a flag, variable or config file names; None for the built-in default, so that an instance
+    sold only as Capacity Blocks is priced where a Capacity Block rate is known."""
+    return None if found["region"].builtin else found["region"].value
 REGION_HELP = (
-    "AWS region for prices (default us-east-1; an instance sold only as Capacity Blocks is priced where a "
-    "Capacity Block rate is known)."
+    "AWS region for prices (default: region from `chipswap config show`, else us-east-1; an instance sold only "
+    "as Capacity Blocks is priced where a Capacity Block rate is known)."
 )
 BLOCK_DAYS_HELP = (
     "Capacity Block length in days for a capacity-block candidate (1-14, then 21, 28, ... 182); default: the "
@@ -88,20 +108,7 @@ def _user_rate(instance: str, region: str, usd: Decimal, flag: str) -> Rate:
     return Rate(usd, "custom", region, f"user {flag}", "user input", instance, f"rate given with {flag}")
 
 
-# --- output helpers -----------------------------------------------------------------------------------------
-def money(d: Decimal) -> str:
-    q = C.usd(d)
-    sign = "-" if q < 0 else ""
-    return f"{sign}${abs(q):,.2f}"
-
-
-def rate_text(d: Decimal) -> str:
-    """An hourly rate: at least cents, up to the 5 decimals AWS publishes (21.5 -> $21.50, 1.96786 stays)."""
-    d = d.quantize(Decimal("0.00001"), rounding="ROUND_HALF_UP").normalize()
-    places = max(2, -d.as_tuple().exponent)
-    return f"${d:,.{places}f}"
-
-
+# --- output helpers (money and rate_text live in cli/common.py, shared with bench) --------------------------
 def pct(d: Decimal) -> str:
     if abs(d) >= 10**6:  # an extreme ratio of two in-range costs (1e-6 $/h beside 1e5 $/h)
         return f"{float(d):,.4g} %"
@@ -192,7 +199,9 @@ def cost_job(
     baseline_count = flag_count(baseline_count, "--baseline-count")
     candidate_count = flag_count(candidate_count, "--candidate-count")
     days = flag_number(porting_days or DEFAULT_PORTING_DAYS, "--porting-days", allow_zero=True)
-    rate = flag_number(day_rate or str(C.DEFAULT_DAY_RATE_USD), "--day-rate", allow_zero=True)
+    found = _defaults(region_flag, day_rate, catalog_file)
+    region_flag, catalog_file = _given_region(found), found["catalog"].value
+    rate = flag_number(found["day_rate"].value, "--day-rate", allow_zero=True)
     rpm = optional_number(runs_per_month, "--runs-per-month")
     b_rate_user = optional_number(baseline_rate, "--baseline-rate", allow_zero=True)
     c_rate_user = optional_number(candidate_rate, "--candidate-rate", allow_zero=True)
@@ -241,7 +250,9 @@ def cost_job(
         ]
     c_rates = rows_rates
     result = C.compare_jobs(base, options, days, rate, rpm)
-    assumptions = _job_assumptions(result, days, porting_days, rate, day_rate, [b_rate, *c_rates], catalog)
+    assumptions = _job_assumptions(
+        result, days, porting_days, rate, found["day_rate"], [b_rate, *c_rates], catalog
+    )
     assumptions += extra
 
     if as_json:
@@ -316,16 +327,15 @@ def _job_assumptions(
     days: Decimal,
     days_raw: str | None,
     rate: Decimal,
-    rate_raw: str | None,
+    rate_from: Setting,
     rates: list[Rate],
     catalog: Catalog,
 ) -> list[str]:
     default_days = days_raw is None
-    default_rate = rate_raw is None
     out = [
         f"porting cost {money(result.porting_usd)} = {days.normalize():f} engineer-days"
         f"{' (default)' if default_days else ''} x ${rate.normalize():,f}/day"
-        f"{' (default day rate)' if default_rate else ''}"
+        f"{origin_words(rate_from).replace('(default)', '(default day rate)')}"
         "; change with --porting-days / --day-rate",
         "saving = baseline job cost - candidate job cost; pays back on the first run whose cumulative saving "
         "covers the porting cost ('never' if it never does)",
@@ -428,12 +438,7 @@ def cost_serve(
         metavar="DAYS",
         help="Engineer-days to port (an assumption).",
     ),
-    day_rate: str = typer.Option(
-        str(C.DEFAULT_DAY_RATE_USD),
-        "--day-rate",
-        metavar="USD",
-        help="Engineer day rate in USD for the porting cost (an assumption).",
-    ),
+    day_rate: str | None = maybe_flag("--day-rate", metavar="USD", help=DAY_RATE_HELP),
     as_json: bool = JSON_TABLE_FLAG,
     catalog_file: str | None = CATALOG_FLAG,
 ) -> None:
@@ -456,7 +461,9 @@ def cost_serve(
     res = flag_reserved(reserved, "--reserved")
     t = flag_term(term, "--term")
     days = flag_number(porting_days, "--porting-days", allow_zero=True)
-    day = flag_number(day_rate, "--day-rate", allow_zero=True)
+    found = _defaults(region_flag, day_rate, catalog_file)
+    region_flag, catalog_file = _given_region(found), found["catalog"].value
+    day = flag_number(found["day_rate"].value, "--day-rate", allow_zero=True)
     if baseline is not None and baseline_throughput is None:
         raise ChipswapError("--baseline needs --baseline-throughput; pass the baseline's requests per second")
     if baseline is None and baseline_throughput is not None:
@@ -532,8 +539,8 @@ def cost_serve(
     if summary:
         assumptions.append(
             f"porting cost {money(summary['porting'])} = {days.normalize():f} engineer-days x "
-            f"${day.normalize():,f}/day (assumption); pays back in the first month whose cumulative "
-            "saving covers it (checked up to 120 months)"
+            f"${day.normalize():,f}/day{origin_words(found['day_rate'])} (assumption); pays back in the "
+            "first month whose cumulative saving covers it (checked up to 120 months)"
         )
     for row in rows:
         rr = row["rate"]

@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "cost",
     "catalog",
     "capacity",
+    "config",
     "compile",
     "cache",
     "serve",

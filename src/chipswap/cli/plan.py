@@ -78,10 +78,12 @@ def _pct1(v: Decimal | None) -> str:
 
 def figure_line(fleet: object) -> str:
     """One fleet's figures: throughput, latency, size and serving configuration, each with its source."""
+    from chipswap.textsafe import human_number
+
     parts = []
     thr = getattr(fleet, "throughput", None)
     if thr is not None:
-        parts.append(f"{float(thr.value):,.4g} {thr.unit} ({thr.label})")
+        parts.append(f"{human_number(thr.value)} {thr.unit} ({thr.label})")
     for name in ("e2e_p99", "ttft_p99"):
         fig = getattr(fleet, name, None)
         if fig is not None:
@@ -99,7 +101,8 @@ def figure_line(fleet: object) -> str:
             band = f" ({lo}-{hi} across the error band)"
         elif lo is not None and hi is None:
             band = f" ({lo} or more across the error band; none meets the SLO at its slow edge)"
-        parts.append(f"{count} instance{'s' if count != 1 else ''}{band}")
+        slo = "; misses SLO" if getattr(fleet, "meets_slo", None) is False else ""
+        parts.append(f"{count:,} instance{'s' if count != 1 else ''}{band}{slo}")
     cfg = getattr(fleet, "config", None)
     if cfg is not None:
         parts.append(
@@ -108,7 +111,7 @@ def figure_line(fleet: object) -> str:
         )
     lost = getattr(fleet, "overridden", ())
     if lost:
-        parts.append("not used: " + ", ".join(f"{float(o.value):,.4g} {o.unit} ({o.label})" for o in lost))
+        parts.append("not used: " + ", ".join(f"{human_number(o.value)} {o.unit} ({o.label})" for o in lost))
     return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
 
 
@@ -142,7 +145,7 @@ def summary_lines(result: object) -> list[str]:
         from chipswap.report.wording import saving_words
 
         lines.append(
-            f"  after: {b.count} x {b.instance}  {_money(b.monthly_usd)}/month"
+            f"  after: {'?' if b.count is None else b.count} x {b.instance}  {_money(b.monthly_usd)}/month"
             f" ({saving_words(b.saving_pct, now, b.monthly_usd)}"
             f"{band}; porting {_money(r.porting.value)}, {pay})"  # type: ignore[attr-defined]
         )
@@ -350,12 +353,15 @@ def _plan(
             )
     path = workload if workload is not None else example_path(example or DEFAULT_EXAMPLE)
     label = str(path) if workload is not None else f"example {example or DEFAULT_EXAMPLE}"
+    from chipswap.cli.config import settings, workload_defaults
+
+    found = settings({"catalog": catalog_file, "catalog:flag": "--catalog"})
     catalog = None
-    if catalog_file is not None:
+    if found["catalog"].value is not None:
         from chipswap.economics.catalog_io import load_catalog
 
-        catalog = load_catalog(catalog_file)
-    wl = load_workload(path, catalog)
+        catalog = load_catalog(found["catalog"].value)
+    wl = load_workload(path, catalog, defaults=workload_defaults(found))
     if train_hours is not None:
         wl = _with_train_hours(wl, train_hours)
 

@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chipswap.cli.common import maybe_flag, switch
+from chipswap.cli.common import console as shared_console
+from chipswap.cli.common import maybe_flag, print_table, switch
 from chipswap.errors import ChipswapError
 from chipswap.textsafe import one_line
 
@@ -113,7 +114,7 @@ def _serving_table(console: Console, p: Any) -> None:
                 _pm(s.tpot, _fmt_s),
                 _pm(s.e2e, _fmt_s),
             )
-        console.print(t)
+        print_table(console, t)
         b = Table(show_edge=False, title="per batch size, mean request, whole instance")
         for col in ("batch", "TPOT", "end to end", "requests/s", "output tok/s"):
             b.add_column(col, justify="right")
@@ -125,7 +126,7 @@ def _serving_table(console: Console, p: Any) -> None:
                 _pm(x.requests_per_s),
                 _pm(x.output_tokens_per_s, lambda v: f"{v:,.0f}"),
             )
-        console.print(b)
+        print_table(console, b)
     else:
         console.print(
             f"  instance throughput: {_pm(p.requests_per_s, lambda v: f'{v:,.0f}')} inferences/s (projected)"
@@ -140,7 +141,7 @@ def _serving_table(console: Console, p: Any) -> None:
                 _pm(x.latency, _fmt_s),
                 _pm(x.inferences_per_s, lambda v: f"{v:,.0f}"),
             )
-        console.print(t)
+        print_table(console, t)
 
 
 def _print_rejected(console: Console, p: Any, limit: int = 8) -> None:
@@ -170,7 +171,7 @@ def _training_tables(
             r.instance, r.dtype, r.layout.label(), _pm(r.tokens_per_s_per_node, lambda v: f"{v:,.0f}"),
             _pm(r.hours, lambda v: f"{v:,.1f}"),
         )  # fmt: skip
-    console.print(t)
+    print_table(console, t)
     for r in results:
         shares = ", ".join(f"{k.replace('_', ' ')} {v:.0%}" for k, v in r.breakdown.items() if v >= 0.005)
         m = r.memory_gib
@@ -301,7 +302,7 @@ def register(app: typer.Typer) -> None:
         catalog = load_catalog()
         insts = [catalog.instance(n) for n in instance]  # unknown names fail before any work
         work = model_work(model, task=task)
-        console = Console() if Console().is_terminal else Console(width=160)
+        console = shared_console()
         pinned = [f for f, v in (("--tp", tp), ("--replicas", replicas), ("--batch", batch)) if v is not None]
         if pinned and (
             train_tokens is not None or (mode or "llm").lower() != "llm" or work.kind != "decoder"

@@ -22,7 +22,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from chipswap.cli.common import maybe_flag, switch
+from chipswap.cli.common import console as shared_console
+from chipswap.cli.common import maybe_flag, print_table, switch
 from chipswap.errors import ChipswapError
 
 HELP = (
@@ -156,12 +157,12 @@ def _print_tables(console: Console, plan: Any) -> None:
                 f"{100 * r['share']:.1f}%",
                 f"{r['padding_overhead_pct']:.1f}%",
             )
-        console.print(t)
+        print_table(console, t)
         b = Table(title=f"{label}: optimal vs baselines", title_justify="left")
         b.add_column("plan", no_wrap=True)
         for col in ("K", "overhead", "waste (tokens)", "optimal saves"):
             b.add_column(col, justify="right", no_wrap=True)
-        b.add_column("edges", overflow="ellipsis", no_wrap=True, max_width=36)
+        b.add_column("edges", overflow="fold")  # every edge: a cut list would hide the buckets
         b.add_row(
             "optimal",
             str(totals["k"]),
@@ -179,7 +180,7 @@ def _print_tables(console: Console, plan: Any) -> None:
                 saving_cell(row, totals["k"]),
                 _edges(row["edges"]),
             )
-        console.print(b)
+        print_table(console, b)
     if plan.outlier:
         console.print(f"[bold yellow]warning:[/bold yellow] {plan.outlier['message']}", highlight=False)
     if plan.batch:
@@ -197,8 +198,7 @@ def saving_cell(row: dict, plan_k: int) -> str:
 
 
 def _edges(edges: list[int]) -> str:
-    s = ",".join(map(str, edges))
-    return s if len(s) <= 48 else s[:45] + "..."
+    return ", ".join(map(str, edges))  # spaces: a wrapped list breaks between edges, never inside one
 
 
 # Budgets are seconds and GiB: anything beyond these is a typo, and inf/NaN would poison the planner's math.
@@ -463,7 +463,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"chipswap: warning: {plan.outlier['message']}", err=True)
             typer.echo(plan.to_json(), nl=False)
             return
-        console = Console(width=None if sys.stdout.isatty() else 120)
+        console = shared_console()
         _print_tables(console, plan)
         snippets = config_snippets(plan, model=model)
         for name, text in snippets.items():

@@ -3,7 +3,10 @@ a terminal, one line per stage otherwise (pipes, CI logs, --json), nothing with 
 the command's own output (the summary or the JSON).
 
 Off a terminal the first line waits ``quiet_start_s`` (2 s): bad input fails before that as the one error line
-it must be, and a run that takes a minute still says where it is after two seconds.
+it must be, and a run that takes a minute still says where it is after two seconds. A command whose early
+stages can still end in a usage error (``check`` builds the model before it knows the config is sound) gives
+``hold_until``: off a terminal its lines wait until a stage starting with one of those words begins, then
+come out together, each with its own time.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ class StageProgress:
     """``say(stage)`` for each stage (``chipswap.plan.run_plan(progress=...)``), then ``close()``."""
 
     def __init__(
-        self, name: str, quiet: bool = False, tty: bool | None = None, quiet_start_s: float | None = None
+        self,
+        name: str,
+        quiet: bool = False,
+        tty: bool | None = None,
+        quiet_start_s: float | None = None,
+        hold_until: tuple[str, ...] = (),
     ) -> None:
         self.name = name
+        self.hold_until = hold_until
+        self._held: list[tuple[str, float]] = []
         self.quiet_start_s = QUIET_START_S if quiet_start_s is None else quiet_start_s
         self.quiet = quiet
         self.tty = sys.stderr.isatty() if tty is None else tty
@@ -33,10 +43,14 @@ class StageProgress:
         if self.quiet:
             return
         if not self.tty:
-            took = time.perf_counter() - self.t0
-            if took < self.quiet_start_s:
+            self._held.append((stage, time.perf_counter() - self.t0))
+            if self.hold_until and not stage.startswith(self.hold_until):
                 return
-            sys.stderr.write(f"{self.name}: {stage} ({took:.1f} s)\n")
+            self.hold_until = ()
+            for held, took in self._held:
+                if took >= self.quiet_start_s:
+                    sys.stderr.write(f"{self.name}: {held} ({took:.1f} s)\n")
+            self._held = []
             sys.stderr.flush()
             return
         if self._bar is None:

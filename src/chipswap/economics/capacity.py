@@ -483,7 +483,7 @@ def capacity_reason(screen: CapacityScreen) -> Reason:
             screen.block_days_needed,
             "the horizon fits the longest Capacity Block on offer",
         )
-    threshold = "fits the region's vCPU quota and the type is offered there"
+    threshold = "within the region's vCPU quota and offered there"
     return Reason(
         "capacity",
         screen.outcome,

@@ -19,6 +19,7 @@ from chipswap.plan.simulation import InstanceSim, SimulationStage
 from chipswap.plan.sizing import FixedSizer, RateSizer, Sizer
 from chipswap.plan.traffic import TrafficStage
 from chipswap.plan.workload import FIGURE_UNITS, FigureIn
+from chipswap.textsafe import human_number
 
 RPS = "requests/s per instance"
 HOURS = "hours per run"
@@ -83,7 +84,7 @@ def _serving_throughput(
                 float(gpu.value) * ct.speed_factor,
                 RPS,
                 "assumption",
-                f"speed factor {ct.speed_factor:g} x GPU {float(gpu.value):.4g} requests/s ({gpu.label})"
+                f"speed factor {ct.speed_factor:g} x GPU {human_number(gpu.value)} requests/s ({gpu.label})"
                 + (f"; {ct.note}" if ct.note else ""),
             )
         )
@@ -270,7 +271,7 @@ def _hours_from_inferred(tps: Figure, inferred: tuple[float, Figure, float], cou
         "projected",
         f"run size inferred: {hours:g} h stated on GPU x {float(gpu.value):,.0f} tokens/s projected "
         f"({gpu.label}) = "
-        f"{tokens:,.4g} tokens; / {float(tps.value):,.0f} tokens/s ({tps.label})",
+        f"{human_number(tokens)} tokens; / {float(tps.value):,.0f} tokens/s ({tps.label})",
         band,
     )
 
@@ -281,7 +282,7 @@ def _hours_from(tps: Figure, tokens: float, count: int) -> Figure:
         hours,
         HOURS,
         tps.source,
-        f"{tokens:,.4g} tokens / ({float(tps.value):,.4g} tokens/s x {count} instance"
+        f"{human_number(tokens)} tokens / ({human_number(tps.value)} tokens/s x {count} instance"
         f"{'s' if count != 1 else ''}) ({tps.label})" + (f"; {tps.note}" if tps.note else ""),
         tps.band,
     )
@@ -324,11 +325,11 @@ def _overridden_note(plan: FleetPlan) -> str | None:
     ]
     if fig is None or fig.kind != "projected" or not lost:
         return None
-    said = "; ".join(f"{float(o.value):,.4g} {o.unit} ({o.source})" for o in lost)
+    said = "; ".join(f"{human_number(o.value)} {o.unit} ({o.source})" for o in lost)
     return (
         f"{plan.instance}: the workload states {said}; the projection from published benchmarks implies "
-        f"{float(fig.value):,.4g} {fig.unit} (± {fig.band * 100 if fig.band else 0:.0f}%), and a projection "
-        'outranks a stated figure: measure it and mark it source = "measured" to use your own'
+        f"{human_number(fig.value)} {fig.unit} (± {fig.band * 100 if fig.band else 0:.0f}%), and a "
+        'projection outranks a stated figure: measure it and mark it source = "measured" to use your own'
     )
 
 

@@ -196,6 +196,10 @@ class PlanResult:
         return jsonable(self)
 
 
+# report.json / `plan --json`: bump when a key is renamed, removed or changes meaning (docs/plan.md)
+PLAN_SCHEMA = "chipswap.plan/1"
+
+
 def _decimal_json(d: Decimal, key: str) -> float:
     """A Decimal as a JSON number: percentages to 2 decimals, hourly rates as priced, money to the cent."""
     if key == "rate_per_hour":
@@ -210,7 +214,7 @@ def jsonable(obj: Any, key: str = "") -> Any:
     if isinstance(obj, np.ndarray):
         return None
     if isinstance(obj, PlanResult):
-        d = {f: jsonable(getattr(obj, f), f) for f in obj.__dataclass_fields__}
+        d = {"schema": PLAN_SCHEMA, **{f: jsonable(getattr(obj, f), f) for f in obj.__dataclass_fields__}}
         d["monthly_after"] = jsonable(obj.monthly_after, "monthly_after")
         be = obj.break_even_months
         d["break_even_months"] = None if be is None else round(be, 2)

@@ -202,15 +202,23 @@ def parse_workload(data: dict[str, Any], path: str | Path = "<workload>", catalo
 MAX_WORKLOAD_BYTES = 1024 * 1024  # a workload file is a few KB; a megabyte is not a workload
 
 
-def load_workload(path: str | Path, catalog: Any = None) -> Workload:
+def load_workload(path: str | Path, catalog: Any = None, defaults: Any = None) -> Workload:
     """Read and validate a workload TOML file; any problem is one ChipswapError line naming file and key
-    (missing, a folder, too big, not UTF-8, not TOML, nested too deep: chipswap.datafile)."""
+    (missing, a folder, too big, not UTF-8, not TOML, nested too deep: chipswap.datafile). `defaults`
+    ({table: {key: value}}, the user's config) fill only keys the file leaves out of a table it has (or
+    [targets], created for its candidates)."""
     from chipswap.datafile import read_toml
 
     p = Path(path)
     if not p.exists():
         raise ChipswapError(f"workload file not found: {p}; pass a TOML file or use --example")
     data = read_toml(p, "workload file", max_bytes=MAX_WORKLOAD_BYTES)
+    for table, values in (defaults or {}).items():
+        if table == "targets" and "targets" not in data:
+            data["targets"] = {}
+        if isinstance(data.get(table), dict):
+            for key, value in values.items():
+                data[table].setdefault(key, value)
     return parse_workload(data, p, catalog)
 
 

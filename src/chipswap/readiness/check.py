@@ -9,9 +9,9 @@
 
 Rules live in data/neuron_rules/sdk-<version>.toml (+ ops.toml for aten ops, hlo.toml for HLO opcodes); the
 engine is chipswap.readiness.rules (pure). This module picks the inputs, the capture path (PyTorch
-preset/config,
-factory, .pt2, JAX) and assembles the report; it writes no files and prints nothing. Every failure that is not
-a readiness finding leaves as a one-line ChipswapError (exit 2), never as exit 1 or a traceback.
+preset/config, factory, .pt2, JAX) and assembles the report; it writes no files and prints nothing (a caller's
+`progress` callback hears each stage). Every failure that is not a readiness finding leaves as a one-line
+ChipswapError (exit 2), never as exit 1 or a traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 import sys
 import time
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import lru_cache
@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from chipswap.errors import ChipswapError, closest
+from chipswap.readiness.progress import exporting, reporting
+from chipswap.readiness.progress import stage as _stage
 from chipswap.readiness.rules import (
     TARGETS,
     Assessment,
@@ -479,6 +481,7 @@ def run_check(
     trust_pickle: bool = False,
     factory_dirs: Sequence[str | Path] = (),
     trust_native: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> ReadinessReport:
     """Check one model against the Neuron rules for ``sdk`` and ``target``.
 
@@ -488,6 +491,7 @@ def run_check(
     full_model: export every layer of a config with many identical layers (default: a 2-layer copy, which has
     the same operators, dtypes and findings).
     trust_pickle / trust_native / factory_dirs: see chipswap.models.resolve_model.
+    progress: called with each stage's name as it starts ("resolving the model", "exporting ...").
 
     Any failure that is not a readiness finding raises ChipswapError (one line; the CLI exits 2).
     """
@@ -501,20 +505,22 @@ def run_check(
         )
     ruleset = load_ruleset(sdk)
     try:
-        report = _run(
-            spec_or_ref,
-            shapes,
-            ruleset=ruleset,
-            target=target,
-            task=task,
-            plan=plan,
-            weightless=weightless,
-            training=training,
-            full_model=full_model,
-            trust_pickle=trust_pickle,
-            factory_dirs=tuple(factory_dirs),
-            trust_native=trust_native,
-        )
+        with reporting(progress):
+            _stage("resolving the model")
+            report = _run(
+                spec_or_ref,
+                shapes,
+                ruleset=ruleset,
+                target=target,
+                task=task,
+                plan=plan,
+                weightless=weightless,
+                training=training,
+                full_model=full_model,
+                trust_pickle=trust_pickle,
+                factory_dirs=tuple(factory_dirs),
+                trust_native=trust_native,
+            )
     except (ChipswapError, KeyboardInterrupt):
         raise
     except MemoryError:
@@ -595,6 +601,7 @@ def _run(
                 "program: the backward pass is not in the file"
             )
         specs = _coerce_specs(ref, asked)
+        _stage("loading the exported program")
         ep = models.load_exported(ref)
         shape_strs = tuple(
             ",".join(f"{k}={'x'.join(map(str, d))}:{dt}" for k, (d, dt) in s.items()) for s in (specs or [])
@@ -602,6 +609,7 @@ def _run(
         inventory = capture_exported(ep, shapes=shape_strs)
         return _report(common, inventory, weightless=False)
     if ref.kind == "factory":
+        _stage("building the model (factory)")
         out = models.call_entry(ref)
         if not _is_torch(out):
             return _run_jax(ref, out, common, training=training, shapes=shapes, plan=plan)
@@ -632,6 +640,7 @@ def _is_torch(out: Any) -> bool:
 def _report(common: dict[str, Any], inventory: Any, **kw: Any) -> ReadinessReport:
     """The report from the fields every path shares (`common`, with the versions), the inventory captured and
     the path's own fields (`kw`, which win over `common`)."""
+    _stage("evaluating the Neuron rules")
     assessment = evaluate(inventory, common["ruleset"], common["target"])
     notes = tuple(kw.pop("notes", ())) + tuple(inventory.notes)
     fields = {**common, **kw}
@@ -648,6 +657,7 @@ def _run_jax(ref: Any, out: Any, common: dict[str, Any], **kw: Any) -> Readiness
             "return arguments of the shape you want checked"
         )
     fn, args, kwargs = split_entry(out, ref.source)
+    _stage("lowering to HLO")
     inventory = capture_jax(fn, args, kwargs, name=ref.source)
     versions = {k: v for k, v in common["versions"].items() if not k.startswith("torch")} | jax_versions()
     notes = (
@@ -693,6 +703,7 @@ def _run_torch_factory(
     if any(p.kind == p.VAR_KEYWORD for p in params.values()) and example:
         names = []  # **kwargs forward: any name goes
     _validate_specs(ref, specs, names)
+    exporting(len(specs))
     inventory = capture_module(module, specs, strip=None, vocab_size=None, example=example)
     if training:
         inputs = make_inputs(specs[0], example=example)
@@ -733,14 +744,17 @@ def _run_config(
         )
 
     # build on the meta device first (no weight memory): its parameter count decides whether weights fit
+    _stage(f"building {checked_ref.name}")
     module = build(True) if weightless is not False else None
     if weightless is not None:
         meta = weightless
     else:
         meta = _needs_meta(checked_ref, models.count_parameters(module), specs)
     if not meta:
+        _stage("building with weights")
         module = build(False)
     device = "meta" if meta else "cpu"
+    exporting(len(specs), meta)
     strip = models.WRAPPED_ATTR + "."
     inventory = capture_module(
         module,
@@ -770,6 +784,7 @@ def _add_training(inventory: Any, module: Any, inputs: dict[str, Any], *, strip:
         note = "backward pass not traced: the forward does not export (fix the blockers first)"
         return replace(inventory, notes=(*inventory.notes, note))
     was_training = module.training
+    _stage("tracing the training step")
     try:
         with quiet():
             ops = training_ops(module, inputs, strip=strip)

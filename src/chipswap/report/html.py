@@ -30,6 +30,7 @@ from chipswap.report.plots import (
     latency_svg,
     saving_band_svg,
 )
+from chipswap.textsafe import human_number
 
 __all__ = ["arrivals_svg", "reason_rows", "render_html", "report_notes", "trace_attribution"]
 
@@ -106,12 +107,9 @@ def _plots(r: Any) -> dict[str, Markup]:
     out["monthly"] = Markup(
         bars_svg("Monthly cost, GPU side vs each candidate", monthly, "", "monthly", apart=missed_m)
     )
-    saving_rows = [
-        (c.instance, _float_or_none(c.saving_pct), *(_float_or_none(x) for x in c.saving_pct_range))
-        for c in r.candidates
-    ]
-    if any(row[1] is not None for row in saving_rows):
-        out["savingband"] = Markup(saving_band_svg(saving_rows, float(r.thresholds.close_margin_pct)))
+    saving = saving_plot(r.candidates, float(r.thresholds.close_margin_pct))
+    if saving is not None:
+        out[saving[0]] = saving[1]
     if r.traffic is not None and r.traffic.window_counts:
         out["arrivals"] = Markup(
             arrivals_svg(
@@ -160,7 +158,7 @@ def _g(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+        return human_number(v)
     if isinstance(v, Decimal):
         return f"{v.quantize(Decimal('0.01')):,}"
     return str(v)
@@ -173,6 +171,26 @@ def trace_attribution(result: Any) -> str:
     if traffic is None or not source.startswith("bundled"):
         return ""
     return 'Trace data: Azure LLM inference trace 2023 (CC-BY 4.0), Patel et al., "Splitwise", ISCA 2024.'
+
+
+def saving_plot(candidates: Any, margin_pct: float) -> tuple[str, Markup] | None:
+    """("savingband", the chart) when some candidate's saving has a band; ("savingband_note", why there is no
+    chart) when savings exist but none has one (bare points would read as bands); None without savings."""
+    rows = [
+        (c.instance, _float_or_none(c.saving_pct), *(_float_or_none(x) for x in c.saving_pct_range))
+        for c in candidates
+    ]
+    if any(None not in row and row[2] != row[3] for row in rows):
+        return "savingband", Markup(saving_band_svg(rows, margin_pct))
+    if any(row[1] is not None for row in rows):
+        return "savingband_note", Markup.escape(NO_BAND_NOTE)
+    return None
+
+
+NO_BAND_NOTE = (
+    "No saving-band chart: no candidate's figures carry an error band (measured or stated figures have "
+    "none), so each saving is the single figure in the candidates table."
+)
 
 
 def reason_rows(verdict: Any) -> list[Any]:

@@ -15,7 +15,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from chipswap.textsafe import md_text
+from chipswap.textsafe import human_number, md_text
 
 
 def _money(v: Decimal | None) -> str:
@@ -29,7 +29,14 @@ def _pct(v: Any) -> str:
 def _fig(f: Any) -> str:
     if f is None:
         return "unknown"
-    return f"{float(f.value):,.4g} {md_text(f.unit)} ({md_text(f.label)})"
+    return f"{human_number(f.value)} {md_text(f.unit)} ({md_text(f.label)})"
+
+
+def _count(n: int | None, why: str = "") -> str:
+    """An instance count, or what stands in for one (never Python's "None")."""
+    if n is not None:
+        return f"{n:,}"
+    return f"none ({md_text(why)})" if why else "not sized"
 
 
 def _fence(lines: list[str]) -> str:
@@ -48,9 +55,11 @@ def _fleet_row(f: Any, serving: bool) -> str:
         c = f.config
         cfg = f"TP {c.tp_degree} x {c.replicas} replica(s), batch {c.max_batch}, {md_text(c.weight_dtype)}"
     lo, hi = f.count_range
-    count = f"{f.count}"
-    if lo is not None and lo != hi:
+    count = _count(f.count, f.sizing)
+    if f.count is not None and lo is not None and lo != hi:
         count += f" ({lo}–{hi} across the band)" if hi is not None else f" ({lo} or more across the band)"
+    if f.meets_slo is False:
+        count += " — misses SLO"
     cells = [md_text(f.instance), _fig(f.throughput)]
     if serving:
         cells.append("; ".join(lat) or "unknown")
@@ -91,7 +100,7 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         lo, hi = b.saving_pct_range
         band = f"; {saving_range_words(lo, hi)} across the error band" if lo is not None and lo != hi else ""
         out += [
-            f"- Monthly cost after: {_money(b.monthly_usd)} ({b.count} x {md_text(b.instance)}, "
+            f"- Monthly cost after: {_money(b.monthly_usd)} ({_count(b.count)} x {md_text(b.instance)}, "
             f"{md_text(b.rate.source) if b.rate else 'no price'})",
             f"- {'Extra cost' if (b.saving_usd or 0) < 0 else 'Saving'}: {monthly_delta_words(b.saving_usd)} "
             f"({saving_words(b.saving_pct, r.monthly_now.value, b.monthly_usd)}{band})",
@@ -145,7 +154,7 @@ def render_markdown(r: Any, summary: list[str]) -> str:
             rate += f"; {md_text(c.block, 600)}"
         note = f" — excluded: {md_text(c.excluded, 1000)}" if c.excluded else ""
         out.append(
-            f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {c.count} | "
+            f"| {md_text(c.instance)}{note} | {rate} | {_fig(c.throughput)} | {_count(c.count)} | "
             f"{_money(c.monthly_usd)} | "
             f"{saving_words(c.saving_pct, r.monthly_now.value, c.monthly_usd)}"
             f"{' (misses SLO)' if c.meets_slo is False else ''} | {c.payback_month or 'never'} |"

@@ -230,7 +230,9 @@ class Reason:
 
     def line(self) -> str:
         mark = {"pass": "+", "fail": "-", "unknown": "?"}[self.outcome]
-        return f"[{mark}] {self.text} ({self.input_label} = {self.value_text}; {self.threshold})"
+        # an unknown outcome names the threshold as what was NOT checked, so "[?]" never reads like a pass
+        threshold = f"not checked: {self.threshold}" if self.outcome == "unknown" else self.threshold
+        return f"[{mark}] {self.text} ({self.input_label} = {self.value_text}; {threshold})"
 
 
 @dataclass(frozen=True)
