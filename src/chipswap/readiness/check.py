@@ -684,7 +684,6 @@ def _run_torch_factory(
     import inspect
 
     from chipswap.readiness.capture import capture_module, make_inputs
-    from chipswap.readiness.capture.growth import with_growth
 
     specs = _coerce_specs(ref, asked)
     if specs is None:
