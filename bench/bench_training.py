@@ -14,7 +14,6 @@ import sys
 
 import _results  # noqa: F401  (puts src/ on the path)
 from _results import write_section
-
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work

@@ -42,8 +42,12 @@ def report(data: dict) -> int:
         target = TARGETS["pinned_fp8"] if fp8 else TARGETS["pinned"]
         ok = v["median_abs_error"] <= target and v["coverage"] >= TARGETS["pinned_coverage"]
         ok_c = c["median_abs_error"] <= TARGETS["chosen"] and c["coverage"] >= TARGETS["chosen_coverage"]
-        missed += [] if ok else [f"{k} pinned: median {v['median_abs_error']:.1%}, coverage {v['coverage']:.0%}"]
-        missed += [] if ok_c else [f"{k} chosen: median {c['median_abs_error']:.1%}, coverage {c['coverage']:.0%}"]
+        missed += (
+            [] if ok else [f"{k} pinned: median {v['median_abs_error']:.1%}, coverage {v['coverage']:.0%}"]
+        )
+        missed += (
+            [] if ok_c else [f"{k} chosen: median {c['median_abs_error']:.1%}, coverage {c['coverage']:.0%}"]
+        )
         print(
             f"{k:24s} {v['rows']:4d} {v['median_abs_error']:13.1%} {v['median_error']:+11.1%} {v['coverage']:8.0%}"
             f" {'ok' if ok else 'MISSED':6s} | {c['median_abs_error']:6.1%} {c['median_error']:+7.1%}"

@@ -74,7 +74,9 @@ def test_unpinned_shows_conventional_fsdp_with_full_recompute_where_memory_needs
     t = project_training(w70, "p5.48xlarge", tokens=1e10, seq_len=8192, nodes=8, catalog=CAT)
     conv = t.conventional
     assert conv is not None and t.layout == conv and conv.sharding == "fsdp" and conv.tp == 1
-    assert not memory(w70, P5, Layout(1, 1, 64, 1, "fsdp", "none", 1, 1, conv.global_batch), 8192, "bf16").fits
+    assert not memory(
+        w70, P5, Layout(1, 1, 64, 1, "fsdp", "none", 1, 1, conv.global_batch), 8192, "bf16"
+    ).fits
     assert conv.recompute == "full"
     best = t.best_tokens_per_s_per_node
     assert best is not None and best >= t.tokens_per_s_per_node.value
@@ -84,9 +86,7 @@ def test_unpinned_shows_conventional_fsdp_with_full_recompute_where_memory_needs
 def test_selective_recompute_sits_between_none_and_full() -> None:
     lay = {rc: Layout(1, 1, 8, 1, "fsdp", rc, 1, 1, 64) for rc in ("none", "selective", "full")}
     mem = {k: memory(W8, P5, v, 8192, "bf16").activations for k, v in lay.items()}
-    t = {
-        k: step_time(W8, P5, v, COEF, seq_len=8192, dtype="bf16", nodes=1).compute_s for k, v in lay.items()
-    }
+    t = {k: step_time(W8, P5, v, COEF, seq_len=8192, dtype="bf16", nodes=1).compute_s for k, v in lay.items()}
     assert mem["none"] > mem["selective"] > mem["full"]
     assert t["none"] < t["selective"] < t["full"]
 

@@ -331,7 +331,13 @@ def convert(doc: Any, source: str, instance: str | None = None) -> dict[str, Any
         out = reader(doc, instance)
     except ChipswapError as exc:
         raise ChipswapError(f"bench results {source}: {exc}") from None
-    except (AttributeError, TypeError, ValueError, KeyError, OverflowError) as exc:  # a field of another shape
+    except (
+        AttributeError,
+        TypeError,
+        ValueError,
+        KeyError,
+        OverflowError,
+    ) as exc:  # a field of another shape
         raise ChipswapError(
             f"bench results {source} look like {fmt} results but a field has another shape "
             f"({type(exc).__name__}); pass the file {fmt} wrote, unedited"

@@ -68,6 +68,8 @@ def _given_region(found: dict[str, Setting]) -> str | None:
     """The region a flag, variable or config file names; None for the built-in default, so that an instance
     sold only as Capacity Blocks is priced where a Capacity Block rate is known."""
     return None if found["region"].builtin else found["region"].value
+
+
 REGION_HELP = (
     "AWS region for prices (default: region from `chipswap config show`, else us-east-1; an instance sold only "
     "as Capacity Blocks is priced where a Capacity Block rate is known)."

@@ -164,7 +164,9 @@ def _check(tokens: float | None, seq_len: int, nodes: int, global_batch: int | N
         )
 
 
-def _refusal(work: ModelWork, inst: Instance, system: System, res: SearchResult, nodes: int, **kw: Any) -> str:
+def _refusal(
+    work: ModelWork, inst: Instance, system: System, res: SearchResult, nodes: int, **kw: Any
+) -> str:
     """The real cause when nothing can be projected: the batch cannot split, or no layout fits."""
     if res.considered == 0:
         return f"{work.name} on {nodes} x {inst.name}: " + batch_split_reason(work, system, nodes=nodes, **kw)

@@ -22,10 +22,10 @@ from chipswap.projection.training_model import (
     Coef,
     Layout,
     System,
-    virtual_stages,
     degrees,
     memory,
     step_time,
+    virtual_stages,
 )
 from chipswap.projection.work import ModelWork
 

@@ -153,7 +153,7 @@ class Layout:
             parts.append(f"PP{self.pp}" + (f"(v{self.vp})" if self.vp > 1 else ""))
         if self.cp > 1:
             parts.append(f"CP{self.cp}")
-        parts.append(f"{ {'fsdp': 'FSDP', 'hsdp': 'HSDP'}.get(self.sharding, 'DP')}{self.dp}")
+        parts.append(f"{ {'fsdp': 'FSDP', 'hsdp': 'HSDP'}.get(self.sharding, 'DP') }{self.dp}")
         if self.sharding == "zero1":
             parts[-1] += " ZeRO-1"
         tail = f"micro-batch {self.micro_batch}, global batch {self.global_batch}"
@@ -289,7 +289,9 @@ def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype:
         # their gradients reduce-scattered in fp32
         weights, grads, opt = w * p_dev / shards, g * p_dev / shards, o * p_dev / shards
         buffers += 2.0 * 2.0 * per_layer_p + 2.0 * 4.0 * per_layer_p
-    tok = seq_len / layout.cp * layout.micro_batch  # tokens of one micro-batch on this device's sequence shard
+    tok = (
+        seq_len / layout.cp * layout.micro_batch
+    )  # tokens of one micro-batch on this device's sequence shard
     in_flight = min(layout.pp, layout.micro_batches) if layout.pp > 1 else 1
     kept = _act_bytes_per_token_layer(work, layout.recompute) * tok / layout.tp
     working = _act_bytes_per_token_layer(work, "none") * tok / layout.tp  # the layer being recomputed
@@ -382,7 +384,9 @@ def step_time(
     tp_s = tok_here * layers_here * n_coll * 2.0 * _ring(layout.tp) * h * 2.0 / tp_bw
     cp_bw = system.intra_bytes_s if layout.tp * layout.cp <= dpn else system.inter_bytes_s
     kv = 2.0 * d.kv_heads * d.head_dim * 2.0
-    cp_s = tok_here * layers_here * (2.0 + rule["attention_fwd"]) * _ring(layout.cp) * kv / (layout.tp * cp_bw)
+    cp_s = (
+        tok_here * layers_here * (2.0 + rule["attention_fwd"]) * _ring(layout.cp) * kv / (layout.tp * cp_bw)
+    )
     tp_comm = tp_exposed(stk, coef) * (tp_s + cp_s)
     # data parallel (with CP ranks: the gradients are reduced over DP x CP): the group crosses nodes when the
     # model-parallel block fills a node or more and nodes > 1
@@ -488,7 +492,9 @@ def batch_split_reason(
     """Why no layout splits the global batch: the fewest data-parallel replicas any layout needs."""
     devices = nodes * system.devices_per_node
     deg = degrees(work, system, nodes=nodes, seq_len=seq_len)
-    block = max(t * p * c for t in deg["tp"] for p in deg["pp"] for c in deg["cp"] if devices % (t * p * c) == 0)
+    block = max(
+        t * p * c for t in deg["tp"] for p in deg["pp"] for c in deg["cp"] if devices % (t * p * c) == 0
+    )
     least = devices // block
     return (
         f"a global batch of {global_batch} sequence{'s' if global_batch != 1 else ''} cannot split over "

@@ -276,7 +276,9 @@ def _foundry_rows(ref: Path, catalog: Catalog, out: list[TrainRow], skipped: lis
     path = ref / "gpu-benchmarks" / "training_llm_foundry.csv"
     if not path.is_file():
         return
-    data = read_toml(Path(str(calibration_path())).with_name("published_rows.toml"), "published training rows")
+    data = read_toml(
+        Path(str(calibration_path())).with_name("published_rows.toml"), "published training rows"
+    )
     models = data["models"]
     for line, r in _read_csv(path):
         rid = f"training_llm_foundry.csv:{line}"
@@ -337,4 +339,3 @@ def load_rows(reference: str | Path | None = None) -> tuple[list[TrainRow], list
     _foundry_rows(ref, catalog, rows, skipped)
     _published_rows(catalog, rows, skipped)
     return rows, skipped
-

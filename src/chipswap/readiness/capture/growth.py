@@ -12,9 +12,8 @@ torch is imported inside `probe_growth`; nothing here reads files or prints.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
 from dataclasses import replace
+from typing import Any
 
 from chipswap.readiness.rules import CaptureIssue, Inventory
 
