@@ -578,10 +578,10 @@ class TrainLayout(_Model):
     """The training layout the job runs (every key optional; the rest is chosen). Without it chipswap
     projects the stack's conventional layout and shows its own fastest feasible layout beside it."""
 
-    tp: Whole | None = Field(None, ge=1, le=1024, description="Tensor-parallel degree.")
-    pp: Whole | None = Field(None, ge=1, le=256, description="Pipeline stages (need not divide the layers).")
-    cp: Whole | None = Field(None, ge=1, le=256, description="Context-parallel degree.")
-    dp: Whole | None = Field(None, ge=1, le=1 << 20, description="Data-parallel replicas.")
+    tp: Annotated[Whole, In("workers")] | None = Field(None, ge=1, le=1024, description="Tensor-parallel degree.")
+    pp: Annotated[Whole, In("workers")] | None = Field(None, ge=1, le=256, description="Pipeline stages (need not divide the layers).")
+    cp: Annotated[Whole, In("workers")] | None = Field(None, ge=1, le=256, description="Context-parallel degree.")
+    dp: Annotated[Whole, In("count")] | None = Field(None, ge=1, le=1 << 20, description="Data-parallel replicas.")
     sharding: Literal["fsdp", "hsdp", "zero1", "none"] | None = Field(
         None,
         description="Training-state sharding over the data-parallel group (hsdp: FSDP inside a node, "
@@ -590,7 +590,7 @@ class TrainLayout(_Model):
     recompute: Literal["none", "selective", "full"] | None = Field(
         None, description="Activation recompute (checkpointing)."
     )
-    micro_batch: Whole | None = Field(None, ge=1, le=4096, description="Sequences per micro-batch.")
+    micro_batch: Annotated[Whole, In("batch")] | None = Field(None, ge=1, le=4096, description="Sequences per micro-batch.")
 
 
 class Job(_Model):
