@@ -71,6 +71,13 @@ def register(app: typer.Typer) -> None:
             diff.append("stacks")
         if not check:
             written.append(str(stackfit.write_stacks(stack_cal, out)))
+        from chipswap.projection.fitting import physfit
+
+        phys_cal = physfit.calibrate_physics(reference)
+        if physfit.physics_differ(phys_cal, out):
+            diff.append("physics")
+        if not check:
+            written.append(str(physfit.write_physics(phys_cal, out)))
         stack_summary = [
             {
                 "metric": m,
@@ -95,6 +102,7 @@ def register(app: typer.Typer) -> None:
                             "held_out": stack_summary,
                             "band_coverage": stack_cal.coverage(),
                         },
+                        "physics": physfit.as_dict(phys_cal),
                         "differs_from_shipped": diff,
                         "written": written,
                     },
