@@ -39,7 +39,7 @@ from chipswap.projection.serving.physics import (
 from chipswap.projection.work import ModelWork
 
 VENDOR = {"Trainium2": "neuron", "Inferentia2": "neuron", "Trainium": "neuron", "H100": "nvidia"}
-FAMILY_PARAMS = ("mm_eff", "attn_eff", "bw_eff", "step_fixed_s", "prefill_fixed_s", "collective_s")
+FAMILY_PARAMS = ("mm_eff", "attn_eff", "bw_eff", "kv_bw_eff", "step_fixed_s", "prefill_fixed_s", "collective_s")
 VENDOR_PARAMS = {
     "neuron": tuple(PARAMS),
     "nvidia": tuple(
@@ -49,7 +49,7 @@ VENDOR_PARAMS = {
 STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
 RIDGE = 0.5  # weight of a family's log-offset residual (pulls it to the vendor's value)
 START = {
-    "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "link_eff": 0.3, "collective_s": 5e-6,
+    "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5, "link_eff": 0.3, "collective_s": 5e-6,
     "prefill_fixed_s": 0.01, "step_fixed_s": 2e-3, "step_row_s": 1e-4, "lnc1_eff": 0.6,
     "host_sample_s_per_logit": 5e-9,
 }  # fmt: skip
@@ -264,7 +264,7 @@ def _fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
 
     sol = least_squares(
         residuals, np.array(lay.x0), bounds=(np.array(lay.lo), np.array(lay.hi)), loss="soft_l1",
-        f_scale=0.15, x_scale=1.0, max_nfev=200, method="trf", xtol=1e-6, ftol=1e-6,
+        f_scale=0.15, x_scale=1.0, max_nfev=100, method="trf", xtol=1e-5, ftol=1e-5,
     )  # fmt: skip
     fitted = _unpack(lay, sol.x, families)
     return Fitted(

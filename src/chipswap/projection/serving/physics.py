@@ -11,12 +11,12 @@ same functions, so a held-out error is the error users see.
 One replica of `tp` devices (logical NeuronCores or GPUs), L prompt tokens, B sequences, context C:
 
   prefill(1, L) = prefill_fixed_s + collective latency + weights / (tp x HBM x bw_eff)
-                  + L x [linear FLOPs / (tp x peak x mm_eff(T)) + KV write / (HBM x bw_eff)
+                  + L x [linear FLOPs / (tp x peak x mm_eff(T)) + KV write / (HBM x kv_bw_eff)
                          + all-reduce volume / (link x link_eff)]
                   + L^2 x causal attention FLOPs per device / (peak x attn_eff(L))
   decode(B, C)  = step_fixed_s + collective latency + weights read by B rows / (tp x HBM x bw_eff)
                   + B x [step_row_s + linear FLOPs / (tp x peak x mm_eff) + all-reduce volume / link]
-                  + B x C x [KV bytes per device / (HBM x bw_eff) + attention FLOPs / (peak x attn_eff)]
+                  + B x C x [KV bytes per device / (HBM x kv_bw_eff) + attention FLOPs / (peak x attn_eff)]
   collective latency = layers x 2 all-reduces x 2 (tp - 1) hops x collective_s (0 at TP1)
   attn_eff(L) = attn_eff x L / (L + attn_tile_tokens): short prompts underfill the attention kernels
   mm_eff(T) = mm_eff x T / (T padded to the MoE block): MoE expert matmuls see L x k / E tokens each
@@ -43,7 +43,8 @@ from chipswap.projection.work import ModelWork, dtype_bytes
 PARAMS: dict[str, tuple[str, float, float]] = {
     "mm_eff": ("share of the 16-bit peak FLOP/s the linear layers reach", 0.01, 1.0),
     "attn_eff": ("share of the peak FLOP/s the causal attention products reach", 0.005, 1.0),
-    "bw_eff": ("share of the HBM bandwidth reached reading weights and the KV cache", 0.02, 1.0),
+    "bw_eff": ("share of the HBM bandwidth reached streaming the weights", 0.02, 1.0),
+    "kv_bw_eff": ("share of the HBM bandwidth reached reading and writing the KV cache", 0.02, 1.0),
     "attn_tile_tokens": ("prompt length at which the attention kernels reach half their efficiency "
                          "(efficiency x L / (L + this))", 1.0, 65536.0),
     "link_eff": ("share of the chip interconnect reached by the all-reduce volume", 0.01, 1.0),
@@ -158,9 +159,9 @@ def phys_poly(
     scale = p.get("lnc1_eff") if lnc == 1 else 1.0
     mm = p.get("mm_eff") * scale * (fp8_eff if compute_dtype in ("fp8", "int8") else 1.0)
     attn = p.get("attn_eff") * scale
-    bw = p.get("bw_eff") * scale
     d = work.dims
-    hbm = device.hbm_bytes_s * bw
+    hbm = device.hbm_bytes_s * p.get("bw_eff") * scale
+    kv_hbm = device.hbm_bytes_s * p.get("kv_bw_eff") * scale
     wb = dtype_bytes(weight_dtype)
     lat = collective_latency_s(work, tp, p)
     comm = 0.0
@@ -179,14 +180,14 @@ def phys_poly(
     return LlmPoly(
         p0=p.get("prefill_fixed_s") + lat + prefill_weights / (tp * hbm),
         p_b=2.0 * work.head_params / rate,
-        p_bl=(dense_flops + expert_flops * tile) / rate + kv_dev / hbm + comm
+        p_bl=(dense_flops + expert_flops * tile) / rate + kv_dev / kv_hbm + comm
         + 0.5 * attn_per_qk * p.get("attn_tile_tokens") / (peak * attn),
         p_bll=0.5 * attn_per_qk / (peak * attn),  # causal: each query attends to half the prompt on average
         d0=p.get("step_fixed_s") + lat + streamed_params_at(work, batch) * wb / (tp * hbm),
         d_b=p.get("step_row_s")
         + (p.get("host_sample_s_per_logit") * d.vocab if schedule is not None and schedule.host_sampling else 0.0)
         + (2.0 * (work.matmul_params + work.head_params)) / rate + comm,
-        d_bc=kv_dev / hbm + attn_per_qk / (peak * attn),
+        d_bc=kv_dev / kv_hbm + attn_per_qk / (peak * attn),
     )
 
 
@@ -206,11 +207,13 @@ def prefill_share(poly: LlmPoly, replica_rps_: float, padded_prompt: int) -> flo
 
 def loaded_itl(poly: LlmPoly, batch: int, context: int, replica_rps_: float, padded_prompt: int,
                schedule: Schedule) -> float:  # fmt: skip
-    """Mean time between output tokens under load: the step, stretched by the prefills that pause it."""
+    """Mean time between output tokens under load: the step, stretched by the prefills of the other
+    batch - 1 sequences that pause it (a lone sequence is never paused by its own prefill)."""
     step = poly.decode_step_s(batch, context)
-    if not schedule.prefill_pauses_decode:
+    if not schedule.prefill_pauses_decode or batch <= 1:
         return step
-    return step / (1.0 - prefill_share(poly, replica_rps_, padded_prompt))
+    others = prefill_share(poly, replica_rps_, padded_prompt) * (batch - 1) / batch
+    return step / (1.0 - others)
 
 
 def loaded_ttft(poly: LlmPoly, replica_rps_: float, padded_prompt: int, batch: int, waves: float) -> float:
