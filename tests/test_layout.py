@@ -68,6 +68,7 @@ PURE_CORES = {
     "chipswap.projection.fitting.tables",
     "chipswap.projection.serving",
     "chipswap.projection.serving.physics",
+    "chipswap.projection.serving.coverage",
     "chipswap.simulation.servicetime",
     "chipswap.simulation.simulate",
     "chipswap.simulation.engine",

@@ -25,7 +25,7 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.layouts import StackContext
 from chipswap.projection.platform import PlatformModel
-from chipswap.projection.platforms import load_stack_terms, platform_for, platform_for_instance
+from chipswap.projection.platforms import load_physics, load_stack_terms, platform_for, platform_for_instance
 from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import tp_options as _tp_options
@@ -97,23 +97,41 @@ def stack_context(
                 "figure"
             )
         return StackContext(st.id, widen_unit=_widen_unit())
-    loaded = load_stack_terms()
-    terms = loaded.get(st.id)
-    if terms is None:
+    return physics_context(st.id, platform, sampling=sampling)
+
+
+def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "device") -> StackContext:
+    """The physical model under an NxD Inference stack on a Neuron family: the family's fitted parameters
+    (its vendor's where it has no runs of its own: the band of an unseen family then applies), the stack's
+    schedule and what the calibration covers."""
+    from chipswap.projection.serving.physics import Physics, Schedule
+
+    data = load_physics()
+    if not data:
         raise ChipswapError(
-            f"no fitted terms for stack {st.id}: stacks.toml is missing; run `chipswap calibrate` "
-            "(make calibrate)"
+            "no fitted physical model: physics.toml is missing; run `chipswap calibrate` (make calibrate)"
         )
-    hardware = None
-    if not platform.has_phase("llm"):
-        if instance.accelerator.lower() not in (c.lower() for c in terms.envelope.chips):
-            raise ChipswapError(
-                f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
-                "figures "
-                f"for {instance.accelerator} were found; give a measured figure for {instance.name} instead"
-            )
-        hardware = platform_for(loaded["_hardware_family"], catalog).phase("llm")
-    return StackContext(st.id, terms, hardware, sampling, widen_unit=terms.widen)
+    fams = data["families"]
+    phys = fams.get(platform.family)
+    note = ""
+    if phys is None:
+        base = fams.get("_neuron")
+        if base is None:
+            raise ChipswapError(f"no fitted Neuron parameters in physics.toml; run `chipswap calibrate`")
+        phys = Physics(platform.family, base.values)
+        note = (
+            f"{platform.family} has no published {stack} runs: its figures use the Neuron parameters fitted on "
+            "the other families, on its own spec sheet, with the held-out band of an unseen family"
+        )
+    occ = data["occupancy"].get(stack) or (min(data["occupancy"].values()) if data["occupancy"] else 1.0)
+    schedule = Schedule(
+        stack, static_batch=True, prefill_pauses_decode=True, occupancy=occ, host_sampling=sampling == "cpu",
+        note="compiled batch (a step costs the compiled batch's step); prefills pause decoding",
+    )  # fmt: skip
+    return StackContext(
+        stack, None, None, sampling, note=note, physics=phys, schedule=schedule,
+        coverage=data["coverage"].get("neuron"),
+    )  # fmt: skip
 
 
 def _widen_unit() -> float:

@@ -20,6 +20,8 @@ from typing import Any
 
 from chipswap.economics.catalog import Instance
 from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel
+from chipswap.projection.serving.coverage import Coverage, is_outside
+from chipswap.projection.serving.physics import Physics, Schedule, phys_poly, replica_rps
 from chipswap.projection.stackmodel import StackTerms, band_for, stack_poly, steady_rps
 from chipswap.projection.work import ModelWork
 
@@ -40,9 +42,14 @@ class StackContext:
     sampling: str = "device"
     extra_band: float = 0.0
     note: str = ""
-    # log-band per unit of distance from the fitted runs (the NxD Inference stacks' fitted rule), charged
-    # on any stack for what no calibration covers (MoE: no published MoE serving run was fitted anywhere)
+    # log-band per unit of distance from the fitted runs (the table fits' rule), charged on the table-fit
+    # stacks for what no calibration covers (MoE: no published MoE serving run was fitted anywhere)
     widen_unit: float = 0.0
+    # the physical model (chipswap.projection.serving.physics): the chip family's fitted parameters, the
+    # stack's scheduling terms and what the calibration covers; None = a table-fit stack
+    physics: Physics | None = None
+    schedule: Schedule | None = None
+    coverage: Coverage | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,12 @@ class Layout:
     occupancy: float = 1.0
     notes: tuple[str, ...] = field(default=())
     kv_tokens: int = 0  # KV-cache tokens one replica holds (memory after weights and reserve); 0 = unknown
+    lnc: int = 0  # Trainium2 logical core size (TP counted in logical cores); 0 = not a Trn2 layout
+
+    @property
+    def refused(self) -> bool:
+        """The calibration does not cover this layout's throughput (no honest band under +-100 %)."""
+        return is_outside(self.band("requests_per_s"))
 
     def band(self, metric: str) -> float:
         return dict(self.bands).get(metric, 0.0)
@@ -81,6 +94,8 @@ class Layout:
     def slow_edge(self) -> float:
         """Requests/s at the slow edge of the band: what the layout delivers if the truth is at the low
         end."""
+        if self.refused:
+            return 0.0
         return self.rps / (1.0 + self.band("requests_per_s"))
 
     def as_dict(self, output: float, chosen: bool = False) -> dict[str, Any]:
@@ -102,6 +117,8 @@ class Layout:
             "envelope_distance": self.distance,
             "outside_data": list(self.outside),
             "padded_heads": self.padded_heads or None,
+            "lnc": self.lnc or None,
+            "outside_calibration": self.refused,
         }
 
 
@@ -154,9 +171,15 @@ def evaluate(
     mean_pad: int,
     platform_bands: dict[str, float],
     label: str,
+    lnc: int = 0,
 ) -> Layout:
     """Figures and band of one layout."""
     kv_dtype = "fp8" if compute == "fp8" else "bf16"
+    if ctx.physics is not None:
+        return _evaluate_physics(
+            work, platform, device, ctx, dtype=dtype, compute=compute, tp=tp, replicas=replicas, batch=batch,
+            mean_prompt=mean_prompt, mean_output=mean_output, mean_pad=mean_pad, label=label, lnc=lnc,
+        )  # fmt: skip
     poly = stack_poly(
         work, device, coef, ctx.terms, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
         sampling=ctx.sampling, family=platform.family,
@@ -185,6 +208,32 @@ def evaluate(
     )  # fmt: skip
 
 
+def _evaluate_physics(
+    work: ModelWork, platform: PlatformModel, device: DeviceSpec, ctx: StackContext, *, dtype: str,
+    compute: str, tp: int, replicas: int, batch: int, mean_prompt: float, mean_output: float, mean_pad: int,
+    label: str, lnc: int,
+) -> Layout:  # fmt: skip
+    """One layout under the physical model: its service times, requests/s at saturation under the stack's
+    schedule, and the bands of the kinds of extrapolation it makes (inf = outside the calibration)."""
+    assert ctx.physics is not None and ctx.schedule is not None and ctx.coverage is not None
+    kv_dtype = "fp8" if compute == "fp8" else "bf16"
+    poly = phys_poly(
+        work, device, ctx.physics, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
+        lnc=lnc or 2, batch=batch, prompt=mean_pad, schedule=ctx.schedule,
+    )  # fmt: skip
+    rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, ctx.schedule)
+    bands, why = ctx.coverage.assess(
+        family=platform.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
+        moe=work.is_moe,
+    )  # fmt: skip
+    heads = padded_heads(work, tp) if platform.padded else 0
+    return Layout(
+        dtype, compute, tp, replicas, batch, poly, rps, label, bands=tuple(sorted(bands.items())),
+        distance=float(len(why)), outside=why, padded_heads=heads if heads != work.dims.heads else 0,
+        occupancy=ctx.schedule.occupancy, lnc=lnc,
+    )  # fmt: skip
+
+
 def batch_options(platform: PlatformModel, memory_batch: int, pin: Pin) -> list[int]:
     """Compiled batch sizes to try: the pinned one, else on Neuron the powers of two up to the memory limit
     and the family cap (each a compiled graph), on GPUs the memory limit (continuous batching)."""
@@ -198,5 +247,6 @@ def batch_options(platform: PlatformModel, memory_batch: int, pin: Pin) -> list[
 
 
 def best_of(layouts: list[Layout]) -> Layout:
-    """The winner: highest slow edge of the band; ties to the smaller TP degree."""
-    return max(layouts, key=lambda c: (c.slow_edge, -c.tp, c.rps))
+    """The winner: highest slow edge of the band (a layout outside the calibration never beats one inside
+    it); ties to the smaller TP degree."""
+    return max(layouts, key=lambda c: (not c.refused, c.slow_edge, -c.tp, c.rps))

@@ -51,9 +51,10 @@ RIDGE = 0.5  # weight of a family's log-offset residual (pulls it to the vendor'
 START = {
     "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5, "link_eff": 0.3, "collective_s": 5e-6,
     "prefill_fixed_s": 0.01, "step_fixed_s": 2e-3, "step_row_s": 1e-4, "lnc1_eff": 0.6,
-    "host_sample_s_per_logit": 5e-9,
+    "host_sample_s_per_logit": 5e-9, "gqa_expand": 0.1,
 }  # fmt: skip
 BAND_QUANTILE = 0.8
+FAMILY_BAND_MIN = 20  # held-out figures a family needs for a band of its own (else its vendor's pool)
 OUTSIDE_BAND = 1.0  # no honest band under +-100 %: the figure is refused ("outside what it covers")
 TARGETS = {"median": 0.25, "coverage": 0.80, "half_width": 0.60, "long_prompt": 0.30}
 
@@ -383,10 +384,13 @@ class PhysCalibration:
     def split(self, kind: str) -> Split:
         return next(s for s in self.splits if s.kind == kind)
 
-    def band(self, kind: str, vendor: str, metric: str) -> float:
-        """80th percentile of |log error| of the kind's held-out figures of this vendor and metric, as a
-        relative half-width (inf when the test has no such figure)."""
-        sel = [f.log_error for f in self.split(kind).figures if VENDOR[f.run.family] == vendor and f.metric == metric]
+    def band(self, kind: str, vendor: str, metric: str, family: str = "") -> float:
+        """80th percentile of |log error| of the kind's held-out figures of this vendor (or of `family`,
+        where it has at least FAMILY_BAND_MIN of them) and metric, as a relative half-width (inf when the
+        test has no such figure)."""
+        figs = [f for f in self.split(kind).figures if VENDOR[f.run.family] == vendor and f.metric == metric]
+        own = [f for f in figs if f.run.family == family]
+        sel = [f.log_error for f in (own if len(own) >= FAMILY_BAND_MIN else figs)]
         if not sel:
             return float("inf")
         return _sig(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)
@@ -394,6 +398,7 @@ class PhysCalibration:
 
 SPLITS_DOC = {
     "loso": "leave one source out",
+    "lomo": "leave one model out (the band of a projection inside the fitted shapes)",
     "prompt": "fit on prompts <= 7.4K, test 14.8K-59.5K",
     "tp": "fit on TP <= 2, test TP 4",
     "params": "fit on models <= 1.7 B, test 7 B and up",
@@ -405,7 +410,10 @@ def calibrate_physics(reference: str | Path | None = None) -> PhysCalibration:
     runs, skipped = read_runs(reference)
     ctx = load_context(runs)
     fitted = fit(ctx, runs)
-    splits = [Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=lambda r: r.source)))]
+    splits = [
+        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=lambda r: r.source))),
+        Split("lomo", SPLITS_DOC["lomo"], tuple(held_out(ctx, runs, key=lambda r: r.model))),
+    ]
     for kind, title, tr, te in extrapolations(ctx):
         splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
     splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
@@ -429,7 +437,7 @@ def summarize(cal: PhysCalibration, kind: str, family: str, metric: str) -> Summ
     sel = [f for f in cal.split(kind).figures if f.run.family == family and f.metric == metric]
     if not sel:
         return None
-    band = cal.band(kind, VENDOR[family], metric)
+    band = cal.band(kind, VENDOR[family], metric, family)
     errs = [f.ratio - 1 for f in sel]
     cov = sum(f.log_error <= math.log1p(band) + 1e-12 for f in sel) / len(sel)
     return Summary(len(sel), float(np.median(np.abs(errs))), float(np.median(errs)), cov, band)
@@ -465,10 +473,13 @@ def physics_text(cal: PhysCalibration) -> str:
         lines += [f"{k} = {v!r}" for k, v in p.values]
     lines += ["", "[occupancy]"]
     lines += [f'"{k}" = {v!r}' for k, v in sorted(cal.fitted.occupancy.items())]
-    for vendor in ("neuron", "nvidia"):
-        lines += ["", f"[bands.{vendor}]  # relative half-width: 80th percentile of the kind's held-out |log error|"]
+    groups = [(v, v, "") for v in ("neuron", "nvidia")] + [
+        (f"{VENDOR[f]}.{f}", VENDOR[f], f) for f in sorted({r.family for r in cal.runs})
+    ]
+    for name, vendor, fam in groups:
+        lines += ["", f"[bands.{name}]  # relative half-width: 80th percentile of the kind's held-out |log error|"]
         for s in cal.splits:
-            vals = {m: cal.band(s.kind, vendor, m) for m in METRICS}
+            vals = {m: cal.band(s.kind, vendor, m, fam) for m in METRICS}
             lines.append(
                 f"{s.kind} = {{ " + ", ".join(f"{m} = {v!r}" for m, v in vals.items() if math.isfinite(v)) + " }"
             )
@@ -477,8 +488,11 @@ def physics_text(cal: PhysCalibration) -> str:
     env = _envelope(cal)
     lines += ["", "[envelope]  # ranges of the fitted runs, per vendor"]
     for vendor, rng in sorted(env.items()):
-        lines.append(f"{vendor} = {{ " + ", ".join(f"{k} = [{lo!r}, {hi!r}]" for k, (lo, hi) in rng.items()) + " }")
-    lines.append(f"families = {_toml_list(sorted({r.family for r in cal.runs}))}")
+        fams = _toml_list(sorted({r.family for r in cal.runs if VENDOR[r.family] == vendor}))
+        lines.append(
+            f"{vendor} = {{ " + ", ".join(f"{k} = [{lo!r}, {hi!r}]" for k, (lo, hi) in rng.items())
+            + f", families = {fams} }}"
+        )
     return "\n".join(lines) + "\n"
 
 

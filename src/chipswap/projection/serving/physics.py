@@ -16,7 +16,9 @@ One replica of `tp` devices (logical NeuronCores or GPUs), L prompt tokens, B se
                   + L^2 x causal attention FLOPs per device / (peak x attn_eff(L))
   decode(B, C)  = step_fixed_s + collective latency + weights read by B rows / (tp x HBM x bw_eff)
                   + B x [step_row_s + linear FLOPs / (tp x peak x mm_eff) + all-reduce volume / link]
-                  + B x C x [KV bytes per device / (HBM x kv_bw_eff) + attention FLOPs / (peak x attn_eff)]
+                  + B x C x [KV bytes read per device / (HBM x kv_bw_eff) + attention FLOPs / (peak x attn_eff)]
+  KV bytes read = the cache x (1 + gqa_expand x (query heads per KV head - 1)): a grouped-query cache read
+                  once (0) or expanded to every query head (1)
   collective latency = layers x 2 all-reduces x 2 (tp - 1) hops x collective_s (0 at TP1)
   attn_eff(L) = attn_eff x L / (L + attn_tile_tokens): short prompts underfill the attention kernels
   mm_eff(T) = mm_eff x T / (T padded to the MoE block): MoE expert matmuls see L x k / E tokens each
@@ -47,6 +49,8 @@ PARAMS: dict[str, tuple[str, float, float]] = {
     "kv_bw_eff": ("share of the HBM bandwidth reached reading and writing the KV cache", 0.02, 1.0),
     "attn_tile_tokens": ("prompt length at which the attention kernels reach half their efficiency "
                          "(efficiency x L / (L + this))", 1.0, 65536.0),
+    "gqa_expand": ("share of the query-head expansion of a grouped-query KV cache the decode attention "
+                   "reads (0: the KV heads only; 1: K/V repeated for every query head)", 1e-4, 1.0),
     "link_eff": ("share of the chip interconnect reached by the all-reduce volume", 0.01, 1.0),
     "collective_s": ("seconds per all-reduce hop (latency; ring of 2 (TP - 1) hops)", 1e-8, 1e-3),
     "prefill_fixed_s": ("seconds per prefill call (launch, host round trip, scheduling)", 1e-5, 1.0),
@@ -56,7 +60,7 @@ PARAMS: dict[str, tuple[str, float, float]] = {
     "host_sample_s_per_logit": ("seconds per logit per row when the stack samples on the host CPU", 1e-12, 1e-7),
 }
 # parameters that only some families use (Trainium2 only has an LNC setting)
-OPTIONAL = {"lnc1_eff": 1.0, "host_sample_s_per_logit": 0.0}
+OPTIONAL = {"lnc1_eff": 1.0, "host_sample_s_per_logit": 0.0, "gqa_expand": 0.0}
 MOE_BLOCK_DEFAULT = 1  # tokens an expert's matmul is padded to (1 = no padding)
 
 
@@ -176,6 +180,8 @@ def phys_poly(
     heads_dev = math.ceil(d.heads / tp)
     attn_per_qk = 4.0 * heads_dev * d.head_dim * d.layers  # QK^T and AV, one query x one key, one device
     kv_dev = work.kv_bytes_per_token(kv_dtype, tp)
+    group = heads_dev / max(1, math.ceil(d.kv_heads / tp))  # query heads per KV head on one device
+    kv_read = kv_dev * (1.0 + p.get("gqa_expand") * (group - 1.0))
     prefill_weights = ((work.streamed_params or work.matmul_params) + work.head_params) * wb
     return LlmPoly(
         p0=p.get("prefill_fixed_s") + lat + prefill_weights / (tp * hbm),
@@ -187,7 +193,7 @@ def phys_poly(
         d_b=p.get("step_row_s")
         + (p.get("host_sample_s_per_logit") * d.vocab if schedule is not None and schedule.host_sampling else 0.0)
         + (2.0 * (work.matmul_params + work.head_params)) / rate + comm,
-        d_bc=kv_dev / kv_hbm + attn_per_qk / (peak * attn),
+        d_bc=kv_read / kv_hbm + attn_per_qk / (peak * attn),
     )
 
 
