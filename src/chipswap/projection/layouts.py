@@ -223,7 +223,7 @@ def _evaluate_physics(
     )  # fmt: skip
     rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, ctx.schedule)
     bands, why = ctx.coverage.assess(
-        family=platform.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
+        family=ctx.physics.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
         moe=work.is_moe,
     )  # fmt: skip
     heads = padded_heads(work, tp) if platform.padded else 0
