@@ -15,6 +15,7 @@ Reads shipped data only; writes nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.layouts import StackContext
 from chipswap.projection.platform import PlatformModel
-from chipswap.projection.platforms import load_physics, load_stack_terms, platform_for, platform_for_instance
+from chipswap.projection.platforms import load_physics, platform_for, platform_for_instance
 from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import tp_options as _tp_options
@@ -157,14 +158,20 @@ def _same_core_family(platform: PlatformModel, fitted: dict[str, Any]) -> str | 
 
 
 def _widen_unit() -> float:
-    """The fitted log-band widening per unit of envelope distance (stacks.toml), 0 where never fitted."""
-    terms = [t for k, t in load_stack_terms().items() if not k.startswith("_")]
-    return max((t.widen for t in terms), default=0.0)
+    """The log-band a table-fit projection adds for what its tables never had (MoE): the extra held-out
+    log error of a model-size extrapolation over a projection inside the fitted shapes, measured on the
+    Neuron runs (physics.toml: bands.neuron params vs lomo, requests/s)."""
+    data = load_physics()
+    cov = data.get("coverage", {}).get("neuron") if data else None
+    if cov is None:
+        return 0.0
+    return max(0.0, math.log1p(cov.band("params", "requests_per_s")) - math.log1p(cov.band("lomo", "requests_per_s")))
 
 
 def _gpu_stack_gap() -> float:
-    loaded = load_stack_terms()
-    occ = [t.get("slot_occupancy") for k, t in loaded.items() if not k.startswith("_")]
+    """The gap between two stacks on one chip (nxdi-tgi vs nxdi-vllm slot occupancy, physics.toml)."""
+    data = load_physics()
+    occ = list((data.get("occupancy") or {}).values()) if data else []
     if len(occ) < 2 or min(occ) <= 0:
         return 0.15
     return max(occ) / min(occ) - 1.0

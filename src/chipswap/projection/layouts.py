@@ -19,25 +19,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chipswap.economics.catalog import Instance
-from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel
+from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel, llm_poly
 from chipswap.projection.serving.coverage import Coverage, is_outside
 from chipswap.projection.serving.physics import Physics, Schedule, phys_poly, replica_rps
-from chipswap.projection.stackmodel import StackTerms, band_for, stack_poly, steady_rps
 from chipswap.projection.work import ModelWork
 
+# the table-fit stacks' schedule: their published rows are capacity runs at full slots
+TABLE_SCHEDULE = Schedule("table-fit", static_batch=False, prefill_pauses_decode=True, occupancy=1.0)
 NEURON_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # compiled batch sizes tried on Neuron (up to the family cap)
 METRICS = ("requests_per_s", "out_tok_s", "tpot_s", "ttft_s")
 
 
 @dataclass(frozen=True)
 class StackContext:
-    """The serving stack a projection assumes. terms: the stack's fitted terms (None: the chip family's own
-    calibration, i.e. the SDK tables or the NVIDIA tables); hardware: coefficients to use instead of the
-    family's own (a chip the SDK tables never covered, e.g. Trn2, with NxD Inference stacks); extra_band:
-    relative band added for a stack with no published rows of its own (assumption, stated in `note`)."""
+    """The serving stack a projection assumes. physics: the physical model's parameters of the chip family
+    under an NxD Inference stack (None: a table-fit stack, whose time model is the chip family's table fit:
+    the SDK tables for tnx-2.18, the NVIDIA tables on GPUs); hardware: coefficients to use instead of the
+    family's own; extra_band: relative band added for a stack with no published rows of its own
+    (assumption, stated in `note`)."""
 
     stack: str = ""
-    terms: StackTerms | None = None
     hardware: Coefficients | None = None
     sampling: str = "device"
     extra_band: float = 0.0
@@ -147,9 +148,8 @@ def bands_of(
     of what no calibration covers (at the fitted per-unit rule)."""
     out = {}
     for m in METRICS:
-        base = platform_bands.get(m, platform_bands.get("out_tok_s", 0.0))
-        b = band_for(ctx.terms, m, base, distance) if ctx.terms is not None else base
-        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) * math.exp(ctx.widen_unit * uncovered) - 1.0
+        b = platform_bands.get(m, platform_bands.get("out_tok_s", 0.0))
+        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) * math.exp(ctx.widen_unit * (distance + uncovered)) - 1.0
     return tuple(sorted(out.items()))
 
 
@@ -180,21 +180,14 @@ def evaluate(
             work, platform, device, ctx, dtype=dtype, compute=compute, tp=tp, replicas=replicas, batch=batch,
             mean_prompt=mean_prompt, mean_output=mean_output, mean_pad=mean_pad, label=label, lnc=lnc,
         )  # fmt: skip
-    poly = stack_poly(
-        work, device, coef, ctx.terms, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
-        sampling=ctx.sampling, family=platform.family,
+    poly = llm_poly(
+        work, device, coef, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
+        family=platform.family, batch=batch,
     )  # fmt: skip
-    occ = ctx.terms.get("slot_occupancy") if ctx.terms is not None else 1.0
-    rps = replicas * steady_rps(poly, batch, mean_prompt, mean_output, mean_pad, occ)
+    occ = TABLE_SCHEDULE.occupancy
+    rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, TABLE_SCHEDULE)
     distance: float = 0.0
     outside: tuple[str, ...] = ()
-    if ctx.terms is not None:
-        distance, outside = ctx.terms.envelope.distance(
-            tp=tp, batch=batch, prompt=int(round(mean_prompt)), params=work.params, chip=device.chip,
-            sampling=ctx.sampling,
-        )  # fmt: skip
-        if ctx.terms.extra_distance:
-            distance += ctx.terms.extra_distance
     uncovered = 0.0
     if work.is_moe:
         uncovered = 1.0

@@ -199,8 +199,11 @@ def llm_poly(
     compute_dtype: str,
     kv_dtype: str = "bf16",
     family: str = "",
+    batch: int = 0,
 ) -> LlmPoly:
-    """The prefill / decode polynomials of `work` on a replica of `tp` devices (see the module docstring)."""
+    """The prefill / decode polynomials of `work` on a replica of `tp` devices (see the module docstring).
+    batch: the decode batch a MoE step's weight read is counted at (the experts that batch touches,
+    chipswap.projection.serving.physics.streamed_params_at); 0 = every expert."""
     if tp < 1:
         raise ChipswapError(f"tensor-parallel degree must be >= 1, got {tp}")
     peak = device.need_peak(compute_dtype, family)
@@ -212,6 +215,11 @@ def llm_poly(
     le = coef.need("link_eff", family or device.chip) if tp > 1 else 1.0
     d = work.dims
     weights_s = work.streamed_weight_bytes(weight_dtype) / (tp * device.hbm_bytes_s * we)
+    step_weights_s = weights_s
+    if batch and work.is_moe:
+        from chipswap.projection.serving.moe import streamed_params_at
+
+        step_weights_s = streamed_params_at(work, batch) * dtype_bytes(weight_dtype) / (tp * device.hbm_bytes_s * we)
     per_token_comm = _collective_s_per_token(work, tp, device, le)
     mm_flops_per_token = 2.0 * work.matmul_params
     head_flops_per_row = 2.0 * work.head_params
@@ -226,7 +234,7 @@ def llm_poly(
         p_b=head_flops_per_row / compute_rate,
         p_bl=per_token_comm + mm_flops_per_token / compute_rate,
         p_bll=attn_flops_per_qk / attention_rate,
-        d0=d.layers * coef.need("decode_layer_s", "") + weights_s,
+        d0=d.layers * coef.need("decode_layer_s", "") + step_weights_s,
         d_b=per_token_comm + (mm_flops_per_token + head_flops_per_row) / compute_rate,
         d_bc=kv_dev / (device.hbm_bytes_s * ke) + attn_flops_per_qk / attention_rate,
     )

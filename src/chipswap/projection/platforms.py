@@ -223,51 +223,6 @@ def platform_for_instance(instance: Instance, catalog: Catalog, folder: str | No
     return platform_for(fam.name, catalog, folder)
 
 
-STACKS_FILE = "stacks.toml"
-
-
-@lru_cache(maxsize=4)
-def load_stack_terms(folder: str | None = None) -> dict[str, Any]:
-    """The fitted serving-stack terms (stacks.toml, written by `chipswap calibrate`): stack id -> StackTerms,
-    plus "_hardware_family" -> the family whose hardware efficiencies they sit on. {} when never written."""
-    from chipswap.projection.stackmodel import TERMS, Envelope, StackTerms
-
-    root = Path(folder) if folder else shipped_dir()
-    path = inside(root, STACKS_FILE, "stack terms file")
-    if not path.is_file():
-        return {}
-    data = read_toml(path, "stack terms file")
-    out: dict[str, Any] = {"_hardware_family": str(data.get("hardware_family", "Inferentia2"))}
-    for sid, sec in (data.get("stacks") or {}).items():
-        where = f"{STACKS_FILE} stacks.{sid}"
-        terms = sec.get("terms") or {}
-        values = tuple(
-            (k, strict_number(v, f"{where}.terms.{k}", lo=0)) for k, v in terms.items() if k in TERMS
-        )
-        env = sec.get("envelope") or {}
-        ranges = tuple(
-            (d, strict_number(env[d][0], f"{where}.envelope.{d}", lo=0), strict_number(env[d][1], d, lo=0))
-            for d in ("tp", "batch", "prompt", "params")
-            if d in env
-        )
-        out[sid] = StackTerms(
-            stack=sid,
-            values=values,
-            envelope=Envelope(
-                ranges,
-                _str_list(env.get("chips", []), f"{where}.envelope.chips"),
-                _str_list(env.get("sampling", []), f"{where}.envelope.sampling"),
-            ),
-            bands=tuple(
-                (k, strict_number(v, f"{where}.bands.{k}", lo=0)) for k, v in (sec.get("bands") or {}).items()
-            ),
-            widen=strict_number(sec.get("widen", 0.0), f"{where}.widen", lo=0),
-            rows=_str_list(sec.get("rows", []), f"{where}.rows"),
-            sources=_str_list(sec.get("sources", []), f"{where}.sources"),
-        )
-    return out
-
-
 PHYSICS_FILE = "physics.toml"
 
 

@@ -56,7 +56,7 @@ from chipswap.projection.search_common import (
     devices_of,
 )
 from chipswap.projection.serving.coverage import OUTSIDE
-from chipswap.projection.stackmodel import steady_rps
+from chipswap.projection.serving.physics import Schedule, replica_rps
 from chipswap.projection.work import GiB, ModelWork, dtype_bytes
 from chipswap.simulation.servicetime import ServingConfig
 
@@ -314,13 +314,12 @@ def project_serving(
             if d.experts % best.tp == 0
             else "experts tensor-parallel"
         )
-        if ctx.physics is not None:
-            from chipswap.projection.serving.physics import streamed_params_at
+        from chipswap.projection.serving.physics import streamed_params_at
 
-            read = f"a decode step of {best.max_batch} reads the experts it touches " \
-                f"({streamed_params_at(work, best.max_batch) / 1e9:,.1f} B of weights)"
-        else:
-            read = f"every expert read each decode step ({(work.streamed_params + work.head_params) / 1e9:,.1f} B)"
+        read = (
+            f"a decode step of {best.max_batch} reads the experts it touches "
+            f"({streamed_params_at(work, best.max_batch) / 1e9:,.1f} B of weights; uniform routing)"
+        )
         notes.append(
             f"MoE: {d.experts} experts, top-{d.experts_per_token}; work per token from the active parameters "
             f"({(work.matmul_params + work.head_params) / 1e9:,.1f} B), every expert in memory; {read}; {ep}"
@@ -329,12 +328,12 @@ def project_serving(
         notes.append(
             f"TP counted in logical NeuronCores at LNC={best.lnc} ({'two physical cores each, 4 per chip' if best.lnc == 2 else 'one physical core each, 8 per chip'})"
         )
-    if ctx.physics is None and ctx.terms is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
+    if ctx.physics is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
         notes.append(
             f"batch {best.max_batch} is beyond the largest batch in {platform.family}'s calibration rows "
             f"({platform.calibrated_batch}): decode times there are extrapolated"
         )
-    if ctx.physics is None and ctx.terms is None and instance.is_neuron and best.tp not in (24, 32):
+    if ctx.physics is None and instance.is_neuron and best.tp not in (24, 32):
         notes.append(
             f"TP{best.tp}: the published Neuron decoder rows are all TP24/TP32; the per-layer overhead is "
             "extrapolated to this degree"
@@ -432,9 +431,10 @@ def _llm_result(
         b *= 2
     sizes.append(best.max_batch)
     for b in sizes:
-        rps = best.replicas * steady_rps(
-            poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad, best.occupancy
-        )
+        rps = best.replicas * replica_rps(
+            poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad,
+            Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy),
+        )  # fmt: skip
         tpot = poly.decode_step_s(b, int(lengths.mean_prompt + lengths.mean_output / 2))
         batches.append(
             BatchPrediction(
@@ -481,7 +481,7 @@ def _llm_result(
         batches=tuple(batches),
         rejected=tuple(rejected),
         notes=tuple(notes),
-        stacks=ctx.terms.sources if ctx.terms is not None and ctx.terms.sources else coef.stacks,
+        stacks=coef.stacks,
         stack=ctx.stack,
         layouts=tuple(
             x.as_dict(lengths.mean_output, chosen=x is best)

@@ -54,7 +54,7 @@ START = {
     "host_sample_s_per_logit": 5e-9, "gqa_expand": 0.1,
 }  # fmt: skip
 BAND_QUANTILE = 0.8
-FAMILY_BAND_MIN = 20  # held-out figures a family needs for a band of its own (else its vendor's pool)
+FAMILY_BAND_MIN = 3  # models a family's held-out figures need for a band of its own (else its vendor's pool)
 OUTSIDE_BAND = 1.0  # no honest band under +-100 %: the figure is refused ("outside what it covers")
 TARGETS = {"median": 0.25, "coverage": 0.80, "half_width": 0.60, "long_prompt": 0.30}
 
@@ -386,11 +386,11 @@ class PhysCalibration:
 
     def band(self, kind: str, vendor: str, metric: str, family: str = "") -> float:
         """80th percentile of |log error| of the kind's held-out figures of this vendor (or of `family`,
-        where it has at least FAMILY_BAND_MIN of them) and metric, as a relative half-width (inf when the
+        where they span at least FAMILY_BAND_MIN models) and metric, as a relative half-width (inf when the
         test has no such figure)."""
         figs = [f for f in self.split(kind).figures if VENDOR[f.run.family] == vendor and f.metric == metric]
         own = [f for f in figs if f.run.family == family]
-        sel = [f.log_error for f in (own if len(own) >= FAMILY_BAND_MIN else figs)]
+        sel = [f.log_error for f in (own if len({f.run.model for f in own}) >= FAMILY_BAND_MIN else figs)]
         if not sel:
             return float("inf")
         return _sig(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
 from chipswap.projection.platform import ACTIVATION_BYTES, ALLREDUCES_PER_LAYER, DeviceSpec, LlmPoly
+from chipswap.projection.serving.moe import expert_weights as _expert_weights
+from chipswap.projection.serving.moe import streamed_params_at, touched_expert_share  # noqa: F401
 from chipswap.projection.work import ModelWork, dtype_bytes
 
 # the free parameters of one chip family (name -> (meaning, lower bound, upper bound))
@@ -94,33 +96,6 @@ class Schedule:
     moe_block: int = MOE_BLOCK_DEFAULT
     host_sampling: bool = False
     note: str = ""
-
-
-def touched_expert_share(experts: int, top_k: int, batch: int) -> float:
-    """Expected share of a MoE layer's routed experts that a decode step of `batch` tokens touches, routing
-    uniform and independent: 1 - (1 - k/E)^B."""
-    if experts <= 0:
-        return 1.0
-    return 1.0 - (1.0 - top_k / experts) ** max(1, batch)
-
-
-def _expert_weights(work: ModelWork) -> float:
-    """Routed expert matmul weights of all layers (0 for a dense model)."""
-    d = work.dims
-    if not d.experts:
-        return 0.0
-    one = (3 if d.gated_mlp else 2) * d.hidden * d.expert_intermediate
-    return float(d.layers * d.experts * one)
-
-
-def streamed_params_at(work: ModelWork, batch: int) -> float:
-    """Matmul weights (+ head) one decode step of `batch` rows reads: on a MoE model only the experts the
-    batch touches."""
-    total = float((work.streamed_params or work.matmul_params) + work.head_params)
-    if not work.is_moe:
-        return total
-    d = work.dims
-    return total - _expert_weights(work) * (1.0 - touched_expert_share(d.experts, d.experts_per_token, batch))
 
 
 def moe_tile_factor(work: ModelWork, tokens: int, block: int) -> float:
