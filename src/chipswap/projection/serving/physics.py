@@ -38,7 +38,8 @@ import math
 from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.platform import ACTIVATION_BYTES, ALLREDUCES_PER_LAYER, DeviceSpec, LlmPoly
+from chipswap.projection.platform import ALLREDUCES_PER_LAYER, DeviceSpec, LlmPoly
+from chipswap.projection.platform import _collective_s_per_token as collective_s_per_token
 from chipswap.projection.serving.moe import expert_weights as _expert_weights
 from chipswap.projection.serving.moe import streamed_params_at, touched_expert_share  # noqa: F401
 from chipswap.projection.work import ModelWork, dtype_bytes
@@ -143,10 +144,7 @@ def phys_poly(
     kv_hbm = device.hbm_bytes_s * p.get("kv_bw_eff") * scale
     wb = dtype_bytes(weight_dtype)
     lat = collective_latency_s(work, tp, p)
-    comm = 0.0
-    if tp > 1:
-        volume = ALLREDUCES_PER_LAYER * 2.0 * (tp - 1) / tp * d.hidden * ACTIVATION_BYTES * d.layers
-        comm = volume / (device.link_bytes_s * p.get("link_eff"))
+    comm = collective_s_per_token(work, tp, device, p.get("link_eff")) if tp > 1 else 0.0
     block = schedule.moe_block if schedule is not None else MOE_BLOCK_DEFAULT
     expert_flops = 2.0 * _expert_weights(work) * (d.experts_per_token / d.experts if d.experts else 0.0)
     dense_flops = 2.0 * work.matmul_params - expert_flops
