@@ -50,11 +50,11 @@ def test_prefill_is_quadratic_in_the_prompt_and_decode_linear_in_batch_and_conte
     assert poly.decode_step_s(32, 4096) > poly.decode_step_s(16, 4096) > poly.decode_step_s(1, 4096)
     assert poly.decode_step_s(8, 8192) > poly.decode_step_s(8, 4096)
     # the per-step weight read is the bytes over TP x bandwidth; the collective latency grows with the
-    # ring's 2 (TP - 1) hops per all-reduce, 2 all-reduces per layer
+    # 2 log2(TP) steps per all-reduce, 2 all-reduces per layer
     w2 = phys_poly(w, _device(), P, tp=4)
     hbm = _device().hbm_bytes_s * 0.5
     weights = w.streamed_weight_bytes("bf16")
-    lat = lambda tp: w.dims.layers * 2 * 2 * (tp - 1) * 2e-6  # noqa: E731
+    lat = lambda tp: w.dims.layers * 2 * 2 * math.log2(tp) * 2e-6  # noqa: E731
     assert poly.d0 - w2.d0 == pytest.approx(weights / (2 * hbm) - weights / (4 * hbm) - (lat(4) - lat(2)))
 
 

@@ -230,7 +230,8 @@ PHYSICS_FILE = "physics.toml"
 def load_physics(folder: str | None = None) -> dict[str, Any]:
     """The physical serving model's fitted data (physics.toml, written by `chipswap calibrate`):
     {"families": name -> Physics ("_neuron" / "_nvidia": the vendor's shared values), "occupancy": stack ->
-    share, "coverage": vendor -> Coverage}. {} when never written."""
+    share, "coverage": vendor -> Coverage, "vllm_gap": the GPU table fit's median error on the published H100
+    vLLM runs}. {} when never written."""
     from chipswap.projection.serving.coverage import Coverage
     from chipswap.projection.serving.physics import PARAMS, Physics
 
@@ -275,4 +276,5 @@ def load_physics(folder: str | None = None) -> dict[str, Any]:
             families=tuple(f for f in families if fams.get(f) is not None),
             max_batch=int(rng.get("batch", [0, 0])[1]),
         )
-    return {"families": fams, "occupancy": occ, "coverage": coverage}
+    gap = strict_number((data.get("gpu") or {}).get("vllm_gap", 0.15), f"{PHYSICS_FILE} gpu.vllm_gap", lo=0, hi=1)
+    return {"families": fams, "occupancy": occ, "coverage": coverage, "vllm_gap": gap}

@@ -471,6 +471,12 @@ def physics_text(cal: PhysCalibration) -> str:
     for fam, p in sorted(cal.fitted.physics.items()):
         lines += ["", f'[families."{fam}"]']
         lines += [f"{k} = {v!r}" for k, v in p.values]
+    gap = summarize(cal, "family", "H100", "out_tok_s")
+    lines += [
+        "",
+        "[gpu]  # the GPU table fit (TensorRT-LLM rows) on the published H100 vLLM runs: median |error|",
+        f"vllm_gap = {_sig(gap.median_abs, 3) if gap else 0.15!r}",
+    ]
     lines += ["", "[occupancy]"]
     lines += [f'"{k}" = {v!r}' for k, v in sorted(cal.fitted.occupancy.items())]
     groups = [(v, v, "") for v in ("neuron", "nvidia")] + [
