@@ -96,6 +96,15 @@ def stack_context(
                 "figure"
             )
         return StackContext(st.id, widen_unit=_widen_unit())
+    from chipswap.projection.platforms import load_families
+
+    _, groups = load_families()
+    group = groups.get(platform.group)
+    if group is not None and not group.free_for("llm"):  # e.g. Inferentia (NeuronCore-v1): encoders only
+        raise ChipswapError(
+            f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
+            f"figures for {instance.accelerator}; give a measured figure for {instance.name} instead"
+        )
     return physics_context(st.id, platform, sampling=sampling)
 
 

@@ -449,6 +449,7 @@ def _llm_result(
         f"highest requests/s at the slow edge of its band, at the traffic's mean request "
         f"({lengths.mean_prompt:,.0f} prompt + {lengths.mean_output:,.0f} output tokens), among "
         f"{len(layouts)} layouts" + (f" under {ctx.stack}" if ctx.stack else "")
+        + (f"; TP in logical NeuronCores, LNC={best.lnc}" if best.lnc else "")
     )
     config = ServingConfig(
         instance=instance.name,

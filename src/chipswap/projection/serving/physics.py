@@ -201,10 +201,12 @@ def loaded_itl(poly: LlmPoly, batch: int, context: int, replica_rps_: float, pad
 def loaded_ttft(poly: LlmPoly, replica_rps_: float, padded_prompt: int, batch: int, waves: float) -> float:
     """Mean time to first token of a closed-loop run of `batch` concurrent users sending `waves` x batch
     requests: the first wave arrives at once and queues for its prefills ((B - 1) / 2 ahead on average);
-    the later waves meet the steady queue of a deterministic server (M/D/1 wait)."""
+    the later waves meet the steady queue of a deterministic server (M/D/1 wait, x (B - 1) / B: only the
+    other users' prefills are ahead of a request)."""
     t = poly.prefill_s(1, padded_prompt)
     rho = prefill_share(poly, replica_rps_, padded_prompt)
-    steady = rho * t / (2.0 * (1.0 - rho))
+    # M/D/1 wait of the later waves, scaled by the share of the other users (a lone user never queues)
+    steady = (batch - 1) / max(1, batch) * rho * t / (2.0 * (1.0 - rho))
     first = (batch - 1) / 2.0 * t
     w = max(1.0, waves)
     return t + first / w + steady * (1.0 - 1.0 / w)
