@@ -159,3 +159,22 @@ def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out():
         errs[m] = sel[len(sel) // 2]
     assert errs["ttft_s"] <= 0.30 and errs["out_tok_s"] <= 0.30, errs
     assert all(math.isfinite(f.predicted) and f.predicted > 0 for f in base)
+
+
+def test_project_and_the_simulator_share_one_time_model():
+    """The ServiceTimes `plan` simulates are the layout's own polynomials from the physical model: the same
+    seconds `project` prints, for the fitted Trainium2 parameters."""
+    from chipswap.projection.api import physics_context
+    from chipswap.projection.platforms import load_physics, platform_for
+
+    w = model_work("qwen3-1.7b")
+    p = project_serving(w, "trn2.48xlarge", prompt_tokens=7400, output_tokens=300, tp=2, batch=16, catalog=CAT)
+    assert p.fits and p.config.tp_degree == 2
+    ctx = physics_context("nxdi-vllm", platform_for("Trainium2", CAT))
+    assert ctx.physics is not None and ctx.physics.values == load_physics()["families"]["Trainium2"].values
+    lnc = next(x["lnc"] for x in p.layouts if x["chosen"])
+    dev = _device(lnc)
+    poly = phys_poly(w, dev, ctx.physics, tp=2, lnc=lnc, batch=16, prompt=8192, schedule=ctx.schedule)
+    assert p.times.prefill_s(1, 8192) == pytest.approx(poly.prefill_s(1, 8192), rel=1e-12)
+    assert p.times.decode_step_s(16, 7550) == pytest.approx(poly.decode_step_s(16, 7550), rel=1e-12)
+    assert p.shapes[0].ttft.value == pytest.approx(poly.prefill_s(1, 8192), rel=1e-12)
