@@ -14,7 +14,6 @@ import re
 import time
 
 from _results import ROOT, write_section  # noqa: E402
-
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.projection.api import model_work, project_serving
 from chipswap.projection.fitting import physfit as F
@@ -36,7 +35,8 @@ def _abs(x: float) -> str:
 
 def split_table(cal: F.PhysCalibration, kind: str) -> str:
     lines = [
-        "| family | figure | figures | median abs. error | signed median | coverage | median half-width | targets |",
+        "| family | figure | figures | median abs. error | signed median | coverage | median half-width "
+        "| targets |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for fam in FAMILIES:
@@ -51,8 +51,13 @@ def split_table(cal: F.PhysCalibration, kind: str) -> str:
                     s.coverage >= F.TARGETS["coverage"],
                     s.half_width <= F.TARGETS["half_width"],
                 )
-                ok = "met" if all(hits) else "missed: " + ", ".join(
-                    n for n, h in zip(("error", "coverage", "half-width"), hits, strict=True) if not h
+                ok = (
+                    "met"
+                    if all(hits)
+                    else "missed: "
+                    + ", ".join(
+                        n for n, h in zip(("error", "coverage", "half-width"), hits, strict=True) if not h
+                    )
                 )
             hw = "n/a" if s.half_width == float("inf") else f"±{s.half_width * 100:.0f} %"
             lines.append(
@@ -65,9 +70,10 @@ def split_table(cal: F.PhysCalibration, kind: str) -> str:
 def body(cal: F.PhysCalibration, seconds: float) -> str:
     fams = {r.family for r in cal.runs}
     parts = [
-        f"{len(cal.runs)} runs fitted ({', '.join(f'{f} {sum(r.family == f for r in cal.runs)}' for f in sorted(fams))}), "
+        f"{len(cal.runs)} runs fitted ({', '.join(f'{f} {sum(r.family == f for r in cal.runs)}' for f in sorted(fams))}), "  # noqa: E501
         f"{len(cal.skipped)} skipped (Poisson-load runs, compile / load failures); calibration with every "
-        f"held-out fit {seconds:.0f} s on this machine. Error = predicted / published - 1; the band of a figure "
+        f"held-out fit {seconds:.0f} s on this machine. Error = predicted / published - 1; the band of a "
+        "figure "
         "is the 80th percentile of |log error| of that kind of extrapolation, pooled over the vendor's "
         "families (so coverage is about 80 % per vendor by construction; per family it is not).",
     ]
@@ -76,7 +82,8 @@ def body(cal: F.PhysCalibration, seconds: float) -> str:
     lp = F.long_prompt_errors(cal)
     parts += [
         "",
-        f"**Trainium2 long prompts (14.8K-59.5K) fitted without them**: TTFT median |error| {_abs(lp['ttft_s'])}, "
+        "**Trainium2 long prompts (14.8K-59.5K) fitted without them**: TTFT median |error| "
+        f"{_abs(lp['ttft_s'])}, "
         f"output tok/s {_abs(lp['out_tok_s'])} (target <= 30 %).",
     ]
     return "\n".join(parts)
@@ -143,7 +150,8 @@ def moe_line(cat) -> str:
         return f"Qwen3-30B-A3B on trn2.48xlarge at 1,500 / 250: {p.reason}"
     r, c = p.requests_per_s, p.config
     return (
-        f"Qwen3-30B-A3B on trn2.48xlarge at 1,500 / 250: TP{c.tp_degree} x {c.replicas}, batch {c.max_batch}: "
+        "Qwen3-30B-A3B on trn2.48xlarge at 1,500 / 250: "
+        f"TP{c.tp_degree} x {c.replicas}, batch {c.max_batch}: "
         f"TTFT {p.shapes[0].ttft.value * 1e3:,.0f} ms ±{p.shapes[0].ttft.band * 100:.0f} %, "
         f"{r.value:,.2f} ±{r.band * 100:.0f} % requests/s (issue 27: 311 ms and 0.88 requests/s projected "
         "before, against 1,547 ms and 0.375 requests/s measured in runs the project never saw)"
@@ -170,7 +178,8 @@ def main() -> None:
             body(cal, seconds),
             "**Llama 3.1 8B on inf2.48xlarge at 1,500 / 250**: " + must_show(cat),
             "**MoE**: " + moe_line(cat),
-            "**Trn2 vs p5e / p5en at 1,500 / 250** (whole instance; p5e/p5en under the GPU default stack vllm):",
+            "**Trn2 vs p5e / p5en at 1,500 / 250** (whole instance; p5e/p5en under the GPU default stack "
+            "vllm):",
             trn2_claim(cat),
         ]
     )

@@ -168,7 +168,9 @@ def test_project_and_the_simulator_share_one_time_model():
     from chipswap.projection.platforms import load_physics, platform_for
 
     w = model_work("qwen3-1.7b")
-    p = project_serving(w, "trn2.48xlarge", prompt_tokens=7400, output_tokens=300, tp=2, batch=16, catalog=CAT)
+    p = project_serving(
+        w, "trn2.48xlarge", prompt_tokens=7400, output_tokens=300, tp=2, batch=16, catalog=CAT
+    )
     assert p.fits and p.config.tp_degree == 2
     ctx = physics_context("nxdi-vllm", platform_for("Trainium2", CAT))
     assert ctx.physics is not None and ctx.physics.values == load_physics()["families"]["Trainium2"].values

@@ -96,7 +96,8 @@ def register(app: typer.Typer) -> None:
                             f"{g}:{p}": dict(c.values) for (g, p), c in cal.coefficients.items()
                         },
                         "held_out": summary,
-                        "physics": physfit.as_dict(phys_cal) | {
+                        "physics": physfit.as_dict(phys_cal)
+                        | {
                             "runs": len(phys_cal.runs),
                             "held_out": phys_summary,
                         },
@@ -129,7 +130,8 @@ def register(app: typer.Typer) -> None:
             lp = physfit.long_prompt_errors(phys_cal)
             out_console.print(
                 f"physical serving model ({len(phys_cal.runs)} modern serving runs): Trainium2 long prompts "
-                f"fitted without them: TTFT {lp['ttft_s'] * 100:.1f}%, output tok/s {lp['out_tok_s'] * 100:.1f}% "
+                f"fitted without them: TTFT {lp['ttft_s'] * 100:.1f}%, output tok/s "
+                f"{lp['out_tok_s'] * 100:.1f}% "
                 "median |error| (bench/bench_extrapolation.py prints every split)"
             )
             if check:

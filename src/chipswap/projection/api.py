@@ -26,7 +26,7 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.layouts import StackContext
 from chipswap.projection.platform import PlatformModel
-from chipswap.projection.platforms import load_physics, platform_for, platform_for_instance
+from chipswap.projection.platforms import load_physics, platform_for_instance
 from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import tp_options as _tp_options
@@ -128,7 +128,8 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
         note = (
             f"{platform.family} has no published {stack} runs; it carries the same NeuronCore as {twin} "
             f"(families.toml group {platform.group}): {twin}'s fitted parameters on {platform.family}'s own "
-            f"spec sheet (memory, interconnect), with {twin}'s bands (the SDK tables' transfer between the two "
+            f"spec sheet (memory, interconnect), with {twin}'s bands (the SDK tables' transfer between the "
+            "two "
             "measured 7.5 % on output tok/s)"
         )
     if phys is None:
@@ -137,7 +138,8 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
             raise ChipswapError("no fitted Neuron parameters in physics.toml; run `chipswap calibrate`")
         phys = Physics(platform.family, base.values)
         note = (
-            f"{platform.family} has no published {stack} runs: its figures use the Neuron parameters fitted on "
+            f"{platform.family} has no published {stack} runs: its figures use the Neuron parameters fitted "
+            "on "
             "the other families, on its own spec sheet, with the held-out band of an unseen family"
         )
     occ = data["occupancy"].get(stack) or (min(data["occupancy"].values()) if data["occupancy"] else 1.0)
@@ -146,7 +148,7 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
         note="compiled batch (a step costs the compiled batch's step); prefills pause decoding",
     )  # fmt: skip
     return StackContext(
-        stack, None, None, sampling, note=note, physics=phys, schedule=schedule,
+        stack, sampling=sampling, note=note, physics=phys, schedule=schedule,
         coverage=data["coverage"].get("neuron"),
     )  # fmt: skip
 
@@ -172,7 +174,9 @@ def _widen_unit() -> float:
     cov = data.get("coverage", {}).get("neuron") if data else None
     if cov is None:
         return 0.0
-    return max(0.0, math.log1p(cov.band("params", "requests_per_s")) - math.log1p(cov.band("lomo", "requests_per_s")))
+    return max(
+        0.0, math.log1p(cov.band("params", "requests_per_s")) - math.log1p(cov.band("lomo", "requests_per_s"))
+    )
 
 
 def _gpu_stack_gap() -> float:

@@ -219,7 +219,9 @@ def llm_poly(
     if batch and work.is_moe:
         from chipswap.projection.serving.moe import streamed_params_at
 
-        step_weights_s = streamed_params_at(work, batch) * dtype_bytes(weight_dtype) / (tp * device.hbm_bytes_s * we)
+        step_weights_s = (
+            streamed_params_at(work, batch) * dtype_bytes(weight_dtype) / (tp * device.hbm_bytes_s * we)
+        )
     per_token_comm = _collective_s_per_token(work, tp, device, le)
     mm_flops_per_token = 2.0 * work.matmul_params
     head_flops_per_row = 2.0 * work.head_params

@@ -247,8 +247,13 @@ def load_physics(folder: str | None = None) -> dict[str, Any]:
             tuple((k, strict_number(v, f"{PHYSICS_FILE} families.{name}.{k}", lo=0)) for k, v in vals.items()
                   if k in PARAMS),
         )  # fmt: skip
-    occ = {k: strict_number(v, f"{PHYSICS_FILE} occupancy.{k}", lo=0, hi=1) for k, v in (data.get("occupancy") or {}).items()}
-    reach = tuple((k, strict_number(v, f"{PHYSICS_FILE} reach.{k}", lo=0)) for k, v in (data.get("reach") or {}).items())
+    occ = {
+        k: strict_number(v, f"{PHYSICS_FILE} occupancy.{k}", lo=0, hi=1)
+        for k, v in (data.get("occupancy") or {}).items()
+    }
+    reach = tuple(
+        (k, strict_number(v, f"{PHYSICS_FILE} reach.{k}", lo=0)) for k, v in (data.get("reach") or {}).items()
+    )
     env = data.get("envelope") or {}
     coverage = {}
     for vendor, bands in (data.get("bands") or {}).items():
@@ -259,7 +264,10 @@ def load_physics(folder: str | None = None) -> dict[str, Any]:
              strict_number(rng[d][1], f"{PHYSICS_FILE} envelope.{vendor}.{d}", lo=0))
             for d in ("prompt", "tp", "params") if d in rng
         )  # fmt: skip
-        def table(per_kind: dict[str, Any], where: str) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+
+        def table(
+            per_kind: dict[str, Any], where: str
+        ) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
             return tuple(
                 (kind, tuple((m, strict_number(v, f"{where}.{kind}.{m}", lo=0)) for m, v in per.items()))
                 for kind, per in per_kind.items()
@@ -276,5 +284,7 @@ def load_physics(folder: str | None = None) -> dict[str, Any]:
             families=tuple(f for f in families if fams.get(f) is not None),
             max_batch=int(rng.get("batch", [0, 0])[1]),
         )
-    gap = strict_number((data.get("gpu") or {}).get("vllm_gap", 0.15), f"{PHYSICS_FILE} gpu.vllm_gap", lo=0, hi=1)
+    gap = strict_number(
+        (data.get("gpu") or {}).get("vllm_gap", 0.15), f"{PHYSICS_FILE} gpu.vllm_gap", lo=0, hi=1
+    )
     return {"families": fams, "occupancy": occ, "coverage": coverage, "vllm_gap": gap}

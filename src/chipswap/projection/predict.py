@@ -94,7 +94,10 @@ def _physics_ok(ctx: StackContext, compute_dtype: str) -> str:
     was published), else why not."""
     if compute_dtype in ("bf16", "fp16"):
         return ""
-    return f"{compute_dtype} compute not calibrated under {ctx.stack} (no published {compute_dtype} serving runs)"
+    return (
+        f"{compute_dtype} compute not calibrated under {ctx.stack} (no published {compute_dtype} serving "
+        "runs)"
+    )
 
 
 def _lnc_combos(
@@ -107,7 +110,8 @@ def _lnc_combos(
         return [(0, device, devices, t) for t in tps]
     out = [(2, device, devices, t) for t in tps]
     half = replace(
-        device, peak_flops=tuple((k, v / 2) for k, v in device.peak_flops), hbm_bytes_s=device.hbm_bytes_s / 2,
+        device, peak_flops=tuple((k, v / 2) for k, v in device.peak_flops),
+        hbm_bytes_s=device.hbm_bytes_s / 2,
         memory_bytes=device.memory_bytes / 2, devices_per_chip=device.devices_per_chip * 2,
     )  # fmt: skip
     many = devices * 2
@@ -158,7 +162,9 @@ def project_serving(
     ctx = stack or StackContext()
     pin = Pin(tp, replicas, batch)
     if ctx.physics is not None:  # the physical model: no table-fit coefficients
-        coef = Coefficients("llm", (), group="physics", stacks=(f"{ctx.stack}: physics.toml ({ctx.physics.family})",))
+        coef = Coefficients(
+            "llm", (), group="physics", stacks=(f"{ctx.stack}: physics.toml ({ctx.physics.family})",)
+        )
     else:
         coef = ctx.hardware if ctx.hardware is not None else platform.phase("llm")
     devices = devices_of(instance, device.devices_per_chip)
@@ -205,7 +211,9 @@ def project_serving(
         if device.peak(compute) is None:
             rejected.append((label_dt, f"no published {compute} peak for {device.chip}"))
             continue
-        why_not = _physics_ok(ctx, compute) if ctx.physics is not None else _coefficient_ok(platform, coef, compute)
+        why_not = (
+            _physics_ok(ctx, compute) if ctx.physics is not None else _coefficient_ok(platform, coef, compute)
+        )
         if why_not:
             rejected.append((label_dt, why_not))
             continue
@@ -326,7 +334,9 @@ def project_serving(
         )
     if best.lnc:
         notes.append(
-            f"TP counted in logical NeuronCores at LNC={best.lnc} ({'two physical cores each, 4 per chip' if best.lnc == 2 else 'one physical core each, 8 per chip'})"
+            f"TP counted in logical NeuronCores at LNC={best.lnc} ("
+            + ("two physical cores each, 4" if best.lnc == 2 else "one physical core each, 8")
+            + " per chip)"
         )
     if ctx.physics is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
         notes.append(
@@ -448,7 +458,8 @@ def _llm_result(
     why = (
         f"highest requests/s at the slow edge of its band, at the traffic's mean request "
         f"({lengths.mean_prompt:,.0f} prompt + {lengths.mean_output:,.0f} output tokens), among "
-        f"{len(layouts)} layouts" + (f" under {ctx.stack}" if ctx.stack else "")
+        f"{len(layouts)} layouts"
+        + (f" under {ctx.stack}" if ctx.stack else "")
         + (f"; TP in logical NeuronCores, LNC={best.lnc}" if best.lnc else "")
     )
     config = ServingConfig(

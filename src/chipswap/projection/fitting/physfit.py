@@ -39,7 +39,15 @@ from chipswap.projection.serving.physics import (
 from chipswap.projection.work import ModelWork
 
 VENDOR = {"Trainium2": "neuron", "Inferentia2": "neuron", "Trainium": "neuron", "H100": "nvidia"}
-FAMILY_PARAMS = ("mm_eff", "attn_eff", "bw_eff", "kv_bw_eff", "step_fixed_s", "prefill_fixed_s", "collective_s")
+FAMILY_PARAMS = (
+    "mm_eff",
+    "attn_eff",
+    "bw_eff",
+    "kv_bw_eff",
+    "step_fixed_s",
+    "prefill_fixed_s",
+    "collective_s",
+)
 VENDOR_PARAMS = {
     "neuron": tuple(PARAMS),
     "nvidia": tuple(
@@ -49,7 +57,8 @@ VENDOR_PARAMS = {
 STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
 RIDGE = 0.5  # weight of a family's log-offset residual (pulls it to the vendor's value)
 START = {
-    "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5, "link_eff": 0.3, "collective_s": 5e-6,
+    "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5,
+    "link_eff": 0.3, "collective_s": 5e-6,
     "prefill_fixed_s": 0.01, "step_fixed_s": 2e-3, "step_row_s": 1e-4, "lnc1_eff": 0.6,
     "host_sample_s_per_logit": 5e-9, "gqa_expand": 0.1,
 }  # fmt: skip
@@ -132,7 +141,12 @@ def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[s
         from chipswap.projection.platform import llm_poly
 
         poly = llm_poly(
-            work, ctx.devices[(run.chip, run.lnc)], table, tp=run.tp, weight_dtype="bf16", compute_dtype="bf16"
+            work,
+            ctx.devices[(run.chip, run.lnc)],
+            table,
+            tp=run.tp,
+            weight_dtype="bf16",
+            compute_dtype="bf16",
         )
     context = int(run.prompt + run.output / 2)
     out: dict[str, float] = {}
@@ -172,7 +186,11 @@ def _kv_slots(ctx: Context, run: Run) -> int:
     """Sequences of the run's length whose KV cache fits next to the weights on the GPU(s)."""
     work = ctx.works[run.model]
     dev = ctx.devices[(run.chip, run.lnc)]
-    free = dev.memory_bytes * GPU_MEMORY_UTILIZATION - work.weight_bytes("bf16") / run.tp - GPU_ACTIVATION_RESERVE
+    free = (
+        dev.memory_bytes * GPU_MEMORY_UTILIZATION
+        - work.weight_bytes("bf16") / run.tp
+        - GPU_ACTIVATION_RESERVE
+    )
     per_seq = work.kv_bytes_per_token("bf16", run.tp) * (run.prompt + run.output)
     return int(max(0.0, free) // per_seq)
 
@@ -343,7 +361,9 @@ def held_out(ctx: Context, runs: list[Run], key: Callable[[Run], str]) -> list[F
     return out
 
 
-def region(ctx: Context, runs: list[Run], train: Callable[[Run], bool], test: Callable[[Run], bool]) -> list[Figure]:
+def region(
+    ctx: Context, runs: list[Run], train: Callable[[Run], bool], test: Callable[[Run], bool]
+) -> list[Figure]:
     """Fit on the runs `train` keeps, predict the ones `test` keeps (the rest are in neither)."""
     tr = [r for r in runs if train(r)]
     te = [r for r in runs if test(r)]
@@ -447,7 +467,11 @@ def long_prompt_errors(cal: PhysCalibration) -> dict[str, float]:
     """Trainium2, prompts 14.8K-59.5K, fitted without them: median |error| of TTFT and output tok/s."""
     out = {}
     for m in ("ttft_s", "out_tok_s"):
-        sel = [abs(f.ratio - 1) for f in cal.split("prompt").figures if f.run.family == "Trainium2" and f.metric == m]
+        sel = [
+            abs(f.ratio - 1)
+            for f in cal.split("prompt").figures
+            if f.run.family == "Trainium2" and f.metric == m
+        ]
         out[m] = float(np.median(sel)) if sel else float("nan")
     return out
 
@@ -466,7 +490,7 @@ def physics_text(cal: PhysCalibration) -> str:
         "schema = 1",
         f"runs = {len(cal.runs)}",
         f"skipped = {len(cal.skipped)}",
-        f"sources = [{', '.join(repr(s).replace(chr(39), chr(34)) for s in sorted({r.source for r in cal.runs}))}]",
+        f"sources = {_toml_list(sorted({r.source for r in cal.runs}))}",
     ]
     for fam, p in sorted(cal.fitted.physics.items()):
         lines += ["", f'[families."{fam}"]']
@@ -483,11 +507,16 @@ def physics_text(cal: PhysCalibration) -> str:
         (f"{VENDOR[f]}.{f}", VENDOR[f], f) for f in sorted({r.family for r in cal.runs})
     ]
     for name, vendor, fam in groups:
-        lines += ["", f"[bands.{name}]  # relative half-width: 80th percentile of the kind's held-out |log error|"]
+        lines += [
+            "",
+            f"[bands.{name}]  # relative half-width: 80th percentile of the kind's held-out |log error|",
+        ]
         for s in cal.splits:
             vals = {m: cal.band(s.kind, vendor, m, fam) for m in METRICS}
             lines.append(
-                f"{s.kind} = {{ " + ", ".join(f"{m} = {v!r}" for m, v in vals.items() if math.isfinite(v)) + " }"
+                f"{s.kind} = {{ "
+                + ", ".join(f"{m} = {v!r}" for m, v in vals.items() if math.isfinite(v))
+                + " }"
             )
     lines += ["", "[reach]  # doublings beyond the training data each extrapolation test reached"]
     lines += [f"{k} = {_sig(v, 3)!r}" for k, v in REACH.items()]
@@ -496,7 +525,8 @@ def physics_text(cal: PhysCalibration) -> str:
     for vendor, rng in sorted(env.items()):
         fams = _toml_list(sorted({r.family for r in cal.runs if VENDOR[r.family] == vendor}))
         lines.append(
-            f"{vendor} = {{ " + ", ".join(f"{k} = [{lo!r}, {hi!r}]" for k, (lo, hi) in rng.items())
+            f"{vendor} = {{ "
+            + ", ".join(f"{k} = [{lo!r}, {hi!r}]" for k, (lo, hi) in rng.items())
             + f", families = {fams} }}"
         )
     return "\n".join(lines) + "\n"

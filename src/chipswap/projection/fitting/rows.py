@@ -95,7 +95,9 @@ def _modern(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
         rid = f"llm_serving.csv:{i + 2}"
         scen = r["scenario"]
         if "asynchronous" in scen:
-            skipped.append(Skip(rid, "Poisson-load run: measures the offered rate and queueing, not capacity"))
+            skipped.append(
+                Skip(rid, "Poisson-load run: measures the offered rate and queueing, not capacity")
+            )
             continue
         model = MODELS.get(r["model"].strip().lower())
         fam = CHIPS.get(r["accelerator"].strip())
@@ -132,7 +134,9 @@ def _qwen_small(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
         fam = CHIPS.get(r["accelerator"].strip())
         rps, tok = _num(r["requests_per_s"]), _num(r["output_tok_s_total"])
         if model is None or fam is None or not rps or not tok:
-            skipped.append(Skip(rid, f"model {r['model']!r} / chip {r['accelerator']!r} not mapped, or no figures"))
+            skipped.append(
+                Skip(rid, f"model {r['model']!r} / chip {r['accelerator']!r} not mapped, or no figures")
+            )
             continue
         gpu = r["side"] == "gpu"
         batch = int(_num(r["batch_size"]) or _num(r["concurrency"]) or 1)
@@ -145,7 +149,8 @@ def _qwen_small(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
             obs.append(("tpot_s", itl / 1e3))
         runs.append(
             Run(
-                row_id=rid, source="qwen-small-h100" if gpu else "qwen-small-trn2", family=fam[0], chip=fam[1],
+                row_id=rid, source="qwen-small-h100" if gpu else "qwen-small-trn2", family=fam[0],
+                chip=fam[1],
                 stack="vllm" if gpu else "nxdi-vllm", model=model, tp=int(r["tp"]),
                 lnc=int(_num(r["lnc"]) or 2), batch=batch, replicas=1, prompt=int(r["input_len"]),
                 output=tok / rps, scenario="closed", waves=max(1.0, round(waves)), sampling="device",

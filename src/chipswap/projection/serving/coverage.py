@@ -81,7 +81,8 @@ class Coverage:
         if moe:
             beyond = True
             why.append(
-                "MoE model: no MoE serving run is in the fitted data, so no held-out test measured this error "
+                "MoE model: no MoE serving run is in the fitted data, so no held-out test measured this "
+                "error "
                 "(issue 27: a physics-only projection of Qwen3-30B-A3B on trn2 was 5x off on TTFT)"
             )
         out = {}

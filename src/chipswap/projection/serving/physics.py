@@ -16,7 +16,8 @@ One replica of `tp` devices (logical NeuronCores or GPUs), L prompt tokens, B se
                   + L^2 x causal attention FLOPs per device / (peak x attn_eff(L))
   decode(B, C)  = step_fixed_s + collective latency + weights read by B rows / (tp x HBM x bw_eff)
                   + B x [step_row_s + linear FLOPs / (tp x peak x mm_eff) + all-reduce volume / link]
-                  + B x C x [KV bytes read per device / (HBM x kv_bw_eff) + attention FLOPs / (peak x attn_eff)]
+                  + B x C x [KV bytes read per device / (HBM x kv_bw_eff)
+                             + attention FLOPs / (peak x attn_eff)]
   KV bytes read = the cache x (1 + gqa_expand x (query heads per KV head - 1)): a grouped-query cache read
                   once (0) or expanded to every query head (1)
   collective latency = layers x 2 all-reduces x 2 log2(tp) steps x collective_s (0 at TP1)
@@ -50,17 +51,29 @@ PARAMS: dict[str, tuple[str, float, float]] = {
     "attn_eff": ("share of the peak FLOP/s the causal attention products reach", 0.005, 1.0),
     "bw_eff": ("share of the HBM bandwidth reached streaming the weights", 0.02, 1.0),
     "kv_bw_eff": ("share of the HBM bandwidth reached reading and writing the KV cache", 0.02, 1.0),
-    "attn_tile_tokens": ("prompt length at which the attention kernels reach half their efficiency "
-                         "(efficiency x L / (L + this))", 1.0, 65536.0),
-    "gqa_expand": ("share of the query-head expansion of a grouped-query KV cache the decode attention "
-                   "reads (0: the KV heads only; 1: K/V repeated for every query head)", 1e-4, 1.0),
+    "attn_tile_tokens": (
+        "prompt length at which the attention kernels reach half their efficiency "
+        "(efficiency x L / (L + this))",
+        1.0,
+        65536.0,
+    ),
+    "gqa_expand": (
+        "share of the query-head expansion of a grouped-query KV cache the decode attention "
+        "reads (0: the KV heads only; 1: K/V repeated for every query head)",
+        1e-4,
+        1.0,
+    ),
     "link_eff": ("share of the chip interconnect reached by the all-reduce volume", 0.01, 1.0),
     "collective_s": ("seconds per all-reduce step (latency; 2 log2(TP) steps)", 1e-8, 1e-3),
     "prefill_fixed_s": ("seconds per prefill call (launch, host round trip, scheduling)", 1e-5, 1.0),
     "step_fixed_s": ("seconds per decode step (host round trip, scheduling)", 1e-6, 0.1),
     "step_row_s": ("seconds per sequence per decode step (sampling, per-row host work)", 1e-8, 1e-2),
     "lnc1_eff": ("efficiency factor of a Trainium2 logical core at LNC=1 against LNC=2", 0.1, 1.0),
-    "host_sample_s_per_logit": ("seconds per logit per row when the stack samples on the host CPU", 1e-12, 1e-7),
+    "host_sample_s_per_logit": (
+        "seconds per logit per row when the stack samples on the host CPU",
+        1e-12,
+        1e-7,
+    ),
 }
 # parameters that only some families use (Trainium2 only has an LNC setting)
 OPTIONAL = {"lnc1_eff": 1.0, "host_sample_s_per_logit": 0.0, "gqa_expand": 0.0}
@@ -79,7 +92,9 @@ class Physics:
         if v is None:
             if name in OPTIONAL:
                 return OPTIONAL[name]
-            raise ChipswapError(f"{self.family}: physical parameter {name} is not calibrated; re-run calibrate")
+            raise ChipswapError(
+                f"{self.family}: physical parameter {name} is not calibrated; re-run calibrate"
+            )
         return v
 
 
@@ -162,13 +177,20 @@ def phys_poly(
     return LlmPoly(
         p0=p.get("prefill_fixed_s") + lat + prefill_weights / (tp * hbm),
         p_b=2.0 * work.head_params / rate,
-        p_bl=(dense_flops + expert_flops * tile) / rate + kv_dev / kv_hbm + comm
+        p_bl=(dense_flops + expert_flops * tile) / rate
+        + kv_dev / kv_hbm
+        + comm
         + 0.5 * attn_per_qk * p.get("attn_tile_tokens") / (peak * attn),
         p_bll=0.5 * attn_per_qk / (peak * attn),  # causal: each query attends to half the prompt on average
         d0=p.get("step_fixed_s") + lat + streamed_params_at(work, batch) * wb / (tp * hbm),
         d_b=p.get("step_row_s")
-        + (p.get("host_sample_s_per_logit") * d.vocab if schedule is not None and schedule.host_sampling else 0.0)
-        + (2.0 * (work.matmul_params + work.head_params)) / rate + comm,
+        + (
+            p.get("host_sample_s_per_logit") * d.vocab
+            if schedule is not None and schedule.host_sampling
+            else 0.0
+        )
+        + (2.0 * (work.matmul_params + work.head_params)) / rate
+        + comm,
         d_bc=kv_read / kv_hbm + attn_per_qk / (peak * attn),
     )
 
