@@ -215,7 +215,7 @@ def test_calibrate_writes_files_that_check_clean(capsys, tmp_path):
     assert code == 0, err
     data = json.loads(out)
     assert len(data["written"]) == 13 and (tmp_path / "inferentia2.toml").is_file()
-    assert (tmp_path / "stacks.toml").is_file() and data["stacks"]["band_coverage"] >= 0.8
+    assert (tmp_path / "physics.toml").is_file() and "Trainium2" in data["physics"]["families"]
     (tmp_path / "h100.toml").write_text(
         (tmp_path / "h100.toml").read_text().replace("compute_eff_8 = ", "compute_eff_8 = 1")
     )

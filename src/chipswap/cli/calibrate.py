@@ -64,21 +64,27 @@ def register(app: typer.Typer) -> None:
         if not check:
             written = [str(p) for p in C.write_families(cal, out)]
             _clear_platform_caches()
-        from chipswap.projection import stackfit
+        from chipswap.projection.fitting import physfit
 
-        stack_cal = stackfit.calibrate_stacks(reference)
-        if stackfit.stacks_differ(stack_cal, out):
-            diff.append("stacks")
+        phys_cal = physfit.calibrate_physics(reference)
+        if physfit.physics_differ(phys_cal, out):
+            diff.append("physics")
         if not check:
-            written.append(str(stackfit.write_stacks(stack_cal, out)))
-        stack_summary = [
+            written.append(str(physfit.write_physics(phys_cal, out)))
+        phys_summary = [
             {
+                "split": sp.kind,
+                "family": fam,
                 "metric": m,
-                "leave_one_source_out_median_error": stack_cal.median(m),
-                "fit_error": stack_cal.median(m, items=stack_cal.fitted),
-                "target": stackfit.TARGETS[m],
+                "median_error": got.median_abs,
+                "signed_median": got.signed_median,
+                "coverage": got.coverage,
+                "band": got.half_width,
             }
-            for m in stackfit.METRICS
+            for sp in phys_cal.splits
+            for fam in sorted({r.family for r in phys_cal.runs})
+            for m in physfit.METRICS
+            if (got := physfit.summarize(phys_cal, sp.kind, fam, m)) is not None
         ]
         if as_json:
             typer.echo(
@@ -90,10 +96,10 @@ def register(app: typer.Typer) -> None:
                             f"{g}:{p}": dict(c.values) for (g, p), c in cal.coefficients.items()
                         },
                         "held_out": summary,
-                        "stacks": {
-                            "rows": len(stack_cal.rows),
-                            "held_out": stack_summary,
-                            "band_coverage": stack_cal.coverage(),
+                        "physics": physfit.as_dict(phys_cal)
+                        | {
+                            "runs": len(phys_cal.runs),
+                            "held_out": phys_summary,
                         },
                         "differs_from_shipped": diff,
                         "written": written,
@@ -123,15 +129,12 @@ def register(app: typer.Typer) -> None:
                     f"{s['baseline_median_error'] * 100:.0f}%",
                 )
             print_table(out_console, t)
+            lp = physfit.long_prompt_errors(phys_cal)
             out_console.print(
-                f"NxD Inference stacks ({len(stack_cal.rows)} modern Neuron rows), "
-                "leave-one-source-out median "
-                "error: "
-                + ", ".join(
-                    f"{x['metric']} {x['leave_one_source_out_median_error'] * 100:.1f}%"
-                    for x in stack_summary
-                )
-                + f"; band coverage {stack_cal.coverage() * 100:.0f}%"
+                f"physical serving model ({len(phys_cal.runs)} modern serving runs): Trainium2 long prompts "
+                f"fitted without them: TTFT {lp['ttft_s'] * 100:.1f}%, output tok/s "
+                f"{lp['out_tok_s'] * 100:.1f}% "
+                "median |error| (bench/bench_extrapolation.py prints every split)"
             )
             if check:
                 out_console.print(
@@ -149,9 +152,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _clear_platform_caches() -> None:
-    """After writing the family files, the stack fit must read the fresh hardware coefficients."""
+    """After writing the family files, later fits must read the fresh coefficients."""
     from chipswap.projection import platforms
 
     platforms._CACHE.clear()
     platforms.load_families.cache_clear()
-    platforms.load_stack_terms.cache_clear()
+    platforms.load_physics.cache_clear()

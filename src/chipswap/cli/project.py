@@ -38,6 +38,10 @@ def _fmt_s(x: float) -> str:
 
 
 def _pm(fig: Any, fmt: Any = None) -> str:
+    from chipswap.projection.serving.coverage import OUTSIDE, is_outside
+
+    if is_outside(fig.band):  # no honest band under +-100 %: a labelled refusal, not a number
+        return OUTSIDE
     text = fmt(fig.value) if fmt else f"{fig.value:,.2f}"
     return f"{text} ±{fig.band * 100:.0f}%"
 
@@ -82,7 +86,10 @@ def _serving_table(console: Console, p: Any) -> None:
     cfg = p.config
     title = f"{p.model} on {p.instance} ({p.family}, {p.mode}" + (f", stack {p.stack})" if p.stack else ")")
     if cfg is None:
-        console.print(f"[bold]{one_line(title)}[/bold]: does not fit: {one_line(p.reason)}")
+        from chipswap.projection.serving.coverage import OUTSIDE
+
+        what = "not projected" if p.reason.startswith(OUTSIDE) else "does not fit"
+        console.print(f"[bold]{one_line(title)}[/bold]: {what}: {one_line(p.reason)}")
         return
     console.print(
         f"[bold]{one_line(title)}[/bold]: TP{cfg.tp_degree} x {cfg.replicas} replicas, batch up to "

@@ -11,15 +11,20 @@ Pure core (no I/O, no torch, no clock):
                  the encoder search in predict_encoder.py;
 - stacks.py      the serving-stack registry (ids, side, description): nxdi-vllm, nxdi-tgi, tnx-2.18, vllm,
                  trtllm, tgi;
-- stackmodel.py  stack-aware serving time model (hardware terms + fitted stack terms), envelope, bands;
+- serving/       the serving room: physics.py (the one time model per phase, every chip family and stack;
+                 the stack's schedule as data), coverage.py (bands of each kind of extrapolation, the
+                 outside-coverage refusal);
 - layouts.py     the LLM layout search (TP, replicas, compiled batch, pinned, padded heads, slow-edge rank);
-- fitting.py     least-squares fit of platform coefficients and held-out validation.
+- fitting/       the fitting room: tables.py (least-squares fit of the SDK / NVIDIA table coefficients and
+                 held-out validation; import path chipswap.projection.fitting); the I/O modules rows.py
+                 (the modern serving runs) and physfit.py (the physical model's fit across shapes, its
+                 held-out and extrapolation tests, physics.toml);
+- training*.py   the training room (training_model.py pure; training.py, training_fit.py shell), left in
+                 place this round.
 Shell:
 - api.py         the projection API for callers: loads the catalog and platform files, calls predict.py;
 - platforms.py   loads data/platforms/*.toml (the projection's only I/O edge for platform data);
 - flops.py       FLOPs counted on the real torch graph (validates work.py; a factory model's work);
 - calibration.py reads the published benchmark tables and writes data/platforms/<family>.toml (encoder rows
                  in calibration_encoders.py);
-- stackfit.py    fits the NxD Inference stack terms on the modern Neuron runs, leave-one-source-out, and
-                 writes data/platforms/stacks.toml.
 """

@@ -15,6 +15,7 @@ Reads shipped data only; writes nothing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.layouts import StackContext
 from chipswap.projection.platform import PlatformModel
-from chipswap.projection.platforms import load_stack_terms, platform_for, platform_for_instance
+from chipswap.projection.platforms import load_physics, platform_for_instance
 from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import tp_options as _tp_options
@@ -82,11 +83,9 @@ def stack_context(
             extra_band=extra,
             widen_unit=_widen_unit(),
             note=(
-                f"{st.id} on GPUs: no published {st.id} rows in the reference (every NVIDIA row is "
-                "TensorRT-LLM); "
-                f"the TensorRT-LLM calibration is used and its band widened by {extra:.0%}, the gap "
-                "between two stacks on one chip in the published Neuron runs (nxdi-tgi vs nxdi-vllm slot "
-                "occupancy; assumption)"
+                f"{st.id} on GPUs: the GPU table fit is used (every NVIDIA table row is TensorRT-LLM), its "
+                f"band widened by {extra:.0%}: its median error on the 94 published H100 vLLM runs (2026, "
+                "vLLM 0.17.1, Qwen 0.6-7.6 B at TP1, prompts 3.7K-59.5K)"
             ),
         )
     if st.calibration == "sdk-tables":
@@ -97,37 +96,94 @@ def stack_context(
                 "figure"
             )
         return StackContext(st.id, widen_unit=_widen_unit())
-    loaded = load_stack_terms()
-    terms = loaded.get(st.id)
-    if terms is None:
+    from chipswap.projection.platforms import load_families
+
+    _, groups = load_families()
+    group = groups.get(platform.group)
+    if group is not None and not group.free_for("llm"):  # e.g. Inferentia (NeuronCore-v1): encoders only
         raise ChipswapError(
-            f"no fitted terms for stack {st.id}: stacks.toml is missing; run `chipswap calibrate` "
-            "(make calibrate)"
+            f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
+            f"figures for {instance.accelerator}; give a measured figure for {instance.name} instead"
         )
-    hardware = None
-    if not platform.has_phase("llm"):
-        if instance.accelerator.lower() not in (c.lower() for c in terms.envelope.chips):
-            raise ChipswapError(
-                f"no LLM serving calibration for {platform.family} (uncalibrated): no published {st.id} "
-                "figures "
-                f"for {instance.accelerator} were found; give a measured figure for {instance.name} instead"
-            )
-        hardware = platform_for(loaded["_hardware_family"], catalog).phase("llm")
-    return StackContext(st.id, terms, hardware, sampling, widen_unit=terms.widen)
+    return physics_context(st.id, platform, sampling=sampling)
+
+
+def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "device") -> StackContext:
+    """The physical model under an NxD Inference stack on a Neuron family: the family's fitted parameters
+    (its vendor's where it has no runs of its own: the band of an unseen family then applies), the stack's
+    schedule and what the calibration covers."""
+    from chipswap.projection.serving.physics import Physics, Schedule
+
+    data = load_physics()
+    if not data:
+        raise ChipswapError(
+            "no fitted physical model: physics.toml is missing; run `chipswap calibrate` (make calibrate)"
+        )
+    fams = data["families"]
+    phys = fams.get(platform.family)
+    note = ""
+    twin = _same_core_family(platform, fams)
+    if phys is None and twin is not None:
+        phys = Physics(twin, fams[twin].values)
+        note = (
+            f"{platform.family} has no published {stack} runs; it carries the same NeuronCore as {twin} "
+            f"(families.toml group {platform.group}): {twin}'s fitted parameters on {platform.family}'s own "
+            f"spec sheet (memory, interconnect), with {twin}'s bands (the SDK tables' transfer between the "
+            "two "
+            "measured 7.5 % on output tok/s)"
+        )
+    if phys is None:
+        base = fams.get("_neuron")
+        if base is None:
+            raise ChipswapError("no fitted Neuron parameters in physics.toml; run `chipswap calibrate`")
+        phys = Physics(platform.family, base.values)
+        note = (
+            f"{platform.family} has no published {stack} runs: its figures use the Neuron parameters fitted "
+            "on "
+            "the other families, on its own spec sheet, with the held-out band of an unseen family"
+        )
+    occ = data["occupancy"].get(stack) or (min(data["occupancy"].values()) if data["occupancy"] else 1.0)
+    schedule = Schedule(
+        stack, static_batch=True, prefill_pauses_decode=True, occupancy=occ, host_sampling=sampling == "cpu",
+        note="compiled batch (a step costs the compiled batch's step); prefills pause decoding",
+    )  # fmt: skip
+    return StackContext(
+        stack, sampling=sampling, note=note, physics=phys, schedule=schedule,
+        coverage=data["coverage"].get("neuron"),
+    )  # fmt: skip
+
+
+def _same_core_family(platform: PlatformModel, fitted: dict[str, Any]) -> str | None:
+    """A fitted family that carries the same NeuronCore as `platform` (same families.toml fit group)."""
+    from chipswap.projection.platforms import load_families
+
+    if not platform.group:
+        return None
+    families, _ = load_families()
+    for name, spec in sorted(families.items()):
+        if name != platform.family and spec.group == platform.group and name in fitted:
+            return name
+    return None
 
 
 def _widen_unit() -> float:
-    """The fitted log-band widening per unit of envelope distance (stacks.toml), 0 where never fitted."""
-    terms = [t for k, t in load_stack_terms().items() if not k.startswith("_")]
-    return max((t.widen for t in terms), default=0.0)
+    """The log-band a table-fit projection adds for what its tables never had (MoE): the extra held-out
+    log error of a model-size extrapolation over a projection inside the fitted shapes, measured on the
+    Neuron runs (physics.toml: bands.neuron params vs lomo, requests/s)."""
+    data = load_physics()
+    cov = data.get("coverage", {}).get("neuron") if data else None
+    if cov is None:
+        return 0.0
+    return max(
+        0.0, math.log1p(cov.band("params", "requests_per_s")) - math.log1p(cov.band("lomo", "requests_per_s"))
+    )
 
 
 def _gpu_stack_gap() -> float:
-    loaded = load_stack_terms()
-    occ = [t.get("slot_occupancy") for k, t in loaded.items() if not k.startswith("_")]
-    if len(occ) < 2 or min(occ) <= 0:
-        return 0.15
-    return max(occ) / min(occ) - 1.0
+    """How far the GPU table fit (TensorRT-LLM rows) is from vLLM on GPUs: its median |error| on the 94
+    published H100 vLLM runs (physics.toml gpu.vllm_gap); 15 % where never fitted (assumption)."""
+    data = load_physics()
+    return float(data.get("vllm_gap", 0.15)) if data else 0.15
 
 
 def project_serving(

@@ -15,35 +15,43 @@ Pure: no I/O, no torch, no clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chipswap.economics.catalog import Instance
-from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel
-from chipswap.projection.stackmodel import StackTerms, band_for, stack_poly, steady_rps
+from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel, llm_poly
+from chipswap.projection.serving.coverage import Coverage, is_outside
+from chipswap.projection.serving.physics import Physics, Schedule, phys_poly, replica_rps
 from chipswap.projection.work import ModelWork
 from chipswap.simulation.servicetime import live_slots
 
+# the table-fit stacks' schedule: their published rows are capacity runs at full slots
+TABLE_SCHEDULE = Schedule("table-fit", static_batch=False, prefill_pauses_decode=True, occupancy=1.0)
 NEURON_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)  # compiled batch sizes tried on Neuron (up to the family cap)
 METRICS = ("requests_per_s", "out_tok_s", "tpot_s", "ttft_s")
 
 
 @dataclass(frozen=True)
 class StackContext:
-    """The serving stack a projection assumes. terms: the stack's fitted terms (None: the chip family's own
-    calibration, i.e. the SDK tables or the NVIDIA tables); hardware: coefficients to use instead of the
-    family's own (a chip the SDK tables never covered, e.g. Trn2, with NxD Inference stacks); extra_band:
-    relative band added for a stack with no published rows of its own (assumption, stated in `note`)."""
+    """The serving stack a projection assumes. physics: the physical model's parameters of the chip family
+    under an NxD Inference stack (None: a table-fit stack, whose time model is the chip family's table fit:
+    the SDK tables for tnx-2.18, the NVIDIA tables on GPUs); hardware: coefficients to use instead of the
+    family's own; extra_band: relative band added for a stack with no published rows of its own
+    (assumption, stated in `note`)."""
 
     stack: str = ""
-    terms: StackTerms | None = None
     hardware: Coefficients | None = None
     sampling: str = "device"
     extra_band: float = 0.0
     note: str = ""
-    # log-band per unit of distance from the fitted runs (the NxD Inference stacks' fitted rule), charged
-    # on any stack for what no calibration covers (MoE: no published MoE serving run was fitted anywhere)
+    # log-band per unit of distance from the fitted runs (the table fits' rule), charged on the table-fit
+    # stacks for what no calibration covers (MoE: no published MoE serving run was fitted anywhere)
     widen_unit: float = 0.0
+    # the physical model (chipswap.projection.serving.physics): the chip family's fitted parameters, the
+    # stack's scheduling terms and what the calibration covers; None = a table-fit stack
+    physics: Physics | None = None
+    schedule: Schedule | None = None
+    coverage: Coverage | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,12 @@ class Layout:
     occupancy: float = 1.0
     notes: tuple[str, ...] = field(default=())
     kv_tokens: int = 0  # KV-cache tokens one replica holds (memory after weights and reserve); 0 = unknown
+    lnc: int = 0  # Trainium2 logical core size (TP counted in logical cores); 0 = not a Trn2 layout
+
+    @property
+    def refused(self) -> bool:
+        """The calibration does not cover this layout's throughput (no honest band under +-100 %)."""
+        return is_outside(self.band("requests_per_s"))
 
     def band(self, metric: str) -> float:
         return dict(self.bands).get(metric, 0.0)
@@ -82,6 +96,8 @@ class Layout:
     def slow_edge(self) -> float:
         """Requests/s at the slow edge of the band: what the layout delivers if the truth is at the low
         end."""
+        if self.refused:
+            return 0.0
         return self.rps / (1.0 + self.band("requests_per_s"))
 
     def as_dict(self, output: float, chosen: bool = False) -> dict[str, Any]:
@@ -103,6 +119,8 @@ class Layout:
             "envelope_distance": self.distance,
             "outside_data": list(self.outside),
             "padded_heads": self.padded_heads or None,
+            "lnc": self.lnc or None,
+            "outside_calibration": self.refused,
         }
 
 
@@ -131,9 +149,8 @@ def bands_of(
     of what no calibration covers (at the fitted per-unit rule)."""
     out = {}
     for m in METRICS:
-        base = platform_bands.get(m, platform_bands.get("out_tok_s", 0.0))
-        b = band_for(ctx.terms, m, base, distance) if ctx.terms is not None else base
-        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) * math.exp(ctx.widen_unit * uncovered) - 1.0
+        b = platform_bands.get(m, platform_bands.get("out_tok_s", 0.0))
+        out[m] = (1.0 + b) * (1.0 + ctx.extra_band) * math.exp(ctx.widen_unit * (distance + uncovered)) - 1.0
     return tuple(sorted(out.items()))
 
 
@@ -155,26 +172,23 @@ def evaluate(
     mean_pad: int,
     platform_bands: dict[str, float],
     label: str,
+    lnc: int = 0,
 ) -> Layout:
     """Figures and band of one layout."""
     kv_dtype = "fp8" if compute == "fp8" else "bf16"
-    poly = stack_poly(
-        work, device, coef, ctx.terms, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
-        sampling=ctx.sampling, family=platform.family,
+    if ctx.physics is not None:
+        return _evaluate_physics(
+            work, platform, device, ctx, dtype=dtype, compute=compute, tp=tp, replicas=replicas, batch=batch,
+            mean_prompt=mean_prompt, mean_output=mean_output, mean_pad=mean_pad, label=label, lnc=lnc,
+        )  # fmt: skip
+    poly = llm_poly(
+        work, device, coef, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
+        family=platform.family,
     )  # fmt: skip
-    occ = ctx.terms.get("slot_occupancy") if ctx.terms is not None else 1.0
-    if platform.padded:  # the whole slots the simulator runs (servicetime.live_slots), as a share
-        occ = live_slots(batch, occ) / batch
-    rps = replicas * steady_rps(poly, batch, mean_prompt, mean_output, mean_pad, occ)
+    occ = TABLE_SCHEDULE.occupancy
+    rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, TABLE_SCHEDULE)
     distance: float = 0.0
     outside: tuple[str, ...] = ()
-    if ctx.terms is not None:
-        distance, outside = ctx.terms.envelope.distance(
-            tp=tp, batch=batch, prompt=int(round(mean_prompt)), params=work.params, chip=device.chip,
-            sampling=ctx.sampling,
-        )  # fmt: skip
-        if ctx.terms.extra_distance:
-            distance += ctx.terms.extra_distance
     uncovered = 0.0
     if work.is_moe:
         uncovered = 1.0
@@ -185,6 +199,35 @@ def evaluate(
         bands=bands_of(platform_bands, ctx, distance, uncovered), distance=distance + uncovered,
         outside=tuple(outside),
         padded_heads=heads if heads != work.dims.heads else 0, occupancy=occ,
+    )  # fmt: skip
+
+
+def _evaluate_physics(
+    work: ModelWork, platform: PlatformModel, device: DeviceSpec, ctx: StackContext, *, dtype: str,
+    compute: str, tp: int, replicas: int, batch: int, mean_prompt: float, mean_output: float, mean_pad: int,
+    label: str, lnc: int,
+) -> Layout:  # fmt: skip
+    """One layout under the physical model: its service times, requests/s at saturation under the stack's
+    schedule, and the bands of the kinds of extrapolation it makes (inf = outside the calibration)."""
+    assert ctx.physics is not None and ctx.schedule is not None and ctx.coverage is not None
+    kv_dtype = "fp8" if compute == "fp8" else "bf16"
+    poly = phys_poly(
+        work, device, ctx.physics, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
+        lnc=lnc or 2, batch=batch, prompt=mean_pad, schedule=ctx.schedule,
+    )  # fmt: skip
+    schedule = ctx.schedule
+    if platform.padded:  # the whole slots the simulator runs (servicetime.live_slots), as a share
+        schedule = replace(schedule, occupancy=live_slots(batch, schedule.occupancy) / batch)
+    rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, schedule)
+    bands, why = ctx.coverage.assess(
+        family=ctx.physics.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
+        moe=work.is_moe,
+    )  # fmt: skip
+    heads = padded_heads(work, tp) if platform.padded else 0
+    return Layout(
+        dtype, compute, tp, replicas, batch, poly, rps, label, bands=tuple(sorted(bands.items())),
+        distance=float(len(why)), outside=why, padded_heads=heads if heads != work.dims.heads else 0,
+        occupancy=schedule.occupancy, lnc=lnc,
     )  # fmt: skip
 
 
@@ -201,5 +244,6 @@ def batch_options(platform: PlatformModel, memory_batch: int, pin: Pin) -> list[
 
 
 def best_of(layouts: list[Layout]) -> Layout:
-    """The winner: highest slow edge of the band; ties to the smaller TP degree."""
-    return max(layouts, key=lambda c: (c.slow_edge, -c.tp, c.rps))
+    """The winner: highest slow edge of the band (a layout outside the calibration never beats one inside
+    it); ties to the smaller TP degree."""
+    return max(layouts, key=lambda c: (not c.refused, c.slow_edge, -c.tp, c.rps))

@@ -208,7 +208,8 @@ def llm_poly(
     kv_dtype: str = "bf16",
     family: str = "",
 ) -> LlmPoly:
-    """The prefill / decode polynomials of `work` on a replica of `tp` devices (see the module docstring)."""
+    """The prefill / decode polynomials of `work` on a replica of `tp` devices (see the module docstring); a
+    MoE decode step reads the experts its batch touches (LlmPoly.decode_step_s)."""
     if tp < 1:
         raise ChipswapError(f"tensor-parallel degree must be >= 1, got {tp}")
     peak = device.need_peak(compute_dtype, family)

@@ -223,46 +223,68 @@ def platform_for_instance(instance: Instance, catalog: Catalog, folder: str | No
     return platform_for(fam.name, catalog, folder)
 
 
-STACKS_FILE = "stacks.toml"
+PHYSICS_FILE = "physics.toml"
 
 
 @lru_cache(maxsize=4)
-def load_stack_terms(folder: str | None = None) -> dict[str, Any]:
-    """The fitted serving-stack terms (stacks.toml, written by `chipswap calibrate`): stack id -> StackTerms,
-    plus "_hardware_family" -> the family whose hardware efficiencies they sit on. {} when never written."""
-    from chipswap.projection.stackmodel import TERMS, Envelope, StackTerms
+def load_physics(folder: str | None = None) -> dict[str, Any]:
+    """The physical serving model's fitted data (physics.toml, written by `chipswap calibrate`):
+    {"families": name -> Physics ("_neuron" / "_nvidia": the vendor's shared values), "occupancy": stack ->
+    share, "coverage": vendor -> Coverage, "vllm_gap": the GPU table fit's median error on the published H100
+    vLLM runs}. {} when never written."""
+    from chipswap.projection.serving.coverage import Coverage
+    from chipswap.projection.serving.physics import PARAMS, Physics
 
     root = Path(folder) if folder else shipped_dir()
-    path = inside(root, STACKS_FILE, "stack terms file")
+    path = inside(root, PHYSICS_FILE, "physics file")
     if not path.is_file():
         return {}
-    data = read_toml(path, "stack terms file")
-    out: dict[str, Any] = {"_hardware_family": str(data.get("hardware_family", "Inferentia2"))}
-    for sid, sec in (data.get("stacks") or {}).items():
-        where = f"{STACKS_FILE} stacks.{sid}"
-        terms = sec.get("terms") or {}
-        values = tuple(
-            (k, strict_number(v, f"{where}.terms.{k}", lo=0)) for k, v in terms.items() if k in TERMS
-        )
-        env = sec.get("envelope") or {}
+    data = read_toml(path, "physics file")
+    fams = {}
+    for name, vals in (data.get("families") or {}).items():
+        fams[name] = Physics(
+            name,
+            tuple((k, strict_number(v, f"{PHYSICS_FILE} families.{name}.{k}", lo=0)) for k, v in vals.items()
+                  if k in PARAMS),
+        )  # fmt: skip
+    occ = {
+        k: strict_number(v, f"{PHYSICS_FILE} occupancy.{k}", lo=0, hi=1)
+        for k, v in (data.get("occupancy") or {}).items()
+    }
+    reach = tuple(
+        (k, strict_number(v, f"{PHYSICS_FILE} reach.{k}", lo=0)) for k, v in (data.get("reach") or {}).items()
+    )
+    env = data.get("envelope") or {}
+    coverage = {}
+    for vendor, bands in (data.get("bands") or {}).items():
+        rng = env.get(vendor) or {}
+        families = _str_list(rng.get("families", []), f"{PHYSICS_FILE} envelope.{vendor}.families")
         ranges = tuple(
-            (d, strict_number(env[d][0], f"{where}.envelope.{d}", lo=0), strict_number(env[d][1], d, lo=0))
-            for d in ("tp", "batch", "prompt", "params")
-            if d in env
+            (d, strict_number(rng[d][0], f"{PHYSICS_FILE} envelope.{vendor}.{d}", lo=0),
+             strict_number(rng[d][1], f"{PHYSICS_FILE} envelope.{vendor}.{d}", lo=0))
+            for d in ("prompt", "tp", "params") if d in rng
+        )  # fmt: skip
+
+        def table(
+            per_kind: dict[str, Any], where: str
+        ) -> tuple[tuple[str, tuple[tuple[str, float], ...]], ...]:
+            return tuple(
+                (kind, tuple((m, strict_number(v, f"{where}.{kind}.{m}", lo=0)) for m, v in per.items()))
+                for kind, per in per_kind.items()
+                if kind not in fams
+            )
+
+        where = f"{PHYSICS_FILE} bands.{vendor}"
+        coverage[vendor] = Coverage(
+            vendor=vendor,
+            bands=table(bands, where),
+            family_bands=tuple((f, table(bands[f], f"{where}.{f}")) for f in families if f in bands),
+            ranges=ranges,
+            reach=reach,
+            families=tuple(f for f in families if fams.get(f) is not None),
+            max_batch=int(rng.get("batch", [0, 0])[1]),
         )
-        out[sid] = StackTerms(
-            stack=sid,
-            values=values,
-            envelope=Envelope(
-                ranges,
-                _str_list(env.get("chips", []), f"{where}.envelope.chips"),
-                _str_list(env.get("sampling", []), f"{where}.envelope.sampling"),
-            ),
-            bands=tuple(
-                (k, strict_number(v, f"{where}.bands.{k}", lo=0)) for k, v in (sec.get("bands") or {}).items()
-            ),
-            widen=strict_number(sec.get("widen", 0.0), f"{where}.widen", lo=0),
-            rows=_str_list(sec.get("rows", []), f"{where}.rows"),
-            sources=_str_list(sec.get("sources", []), f"{where}.sources"),
-        )
-    return out
+    gap = strict_number(
+        (data.get("gpu") or {}).get("vllm_gap", 0.15), f"{PHYSICS_FILE} gpu.vllm_gap", lo=0, hi=1
+    )
+    return {"families": fams, "occupancy": occ, "coverage": coverage, "vllm_gap": gap}

@@ -30,6 +30,7 @@ from chipswap.projection.layouts import (
 )
 from chipswap.projection.platform import (
     Coefficients,
+    DeviceSpec,
     PlatformModel,
 )
 from chipswap.projection.projected import (  # noqa: F401  (re-exported: callers import them from here)
@@ -54,7 +55,8 @@ from chipswap.projection.search_common import (
     _tp_options,
     devices_of,
 )
-from chipswap.projection.stackmodel import steady_rps
+from chipswap.projection.serving.coverage import OUTSIDE
+from chipswap.projection.serving.physics import Schedule, replica_rps
 from chipswap.projection.work import (
     GiB,
     ModelWork,
@@ -91,6 +93,38 @@ def _coefficient_ok(platform: PlatformModel, coef: Coefficients, compute_dtype: 
             f"{compute_dtype} compute not calibrated on {platform.family} (no published {compute_dtype} rows)"
         )
     return ""
+
+
+def _physics_ok(ctx: StackContext, compute_dtype: str) -> str:
+    """'' when the physical model is calibrated for this compute dtype (16-bit only: no fp8 serving run
+    was published), else why not."""
+    if compute_dtype in ("bf16", "fp16"):
+        return ""
+    return (
+        f"{compute_dtype} compute not calibrated under {ctx.stack} (no published {compute_dtype} serving "
+        "runs)"
+    )
+
+
+def _lnc_combos(
+    work: ModelWork, platform: PlatformModel, instance: Instance, device: DeviceSpec, devices: int,
+    tps: list[int], ctx: StackContext, pin: Pin,
+) -> list[tuple[int, DeviceSpec, int, int]]:  # fmt: skip
+    """(lnc, device, devices, TP) to search. Trainium2 under the physical model is sold at LNC=2 (a logical
+    core = two physical cores, 4 per chip) and LNC=1 (8 per chip): TP is counted in logical cores."""
+    if platform.family != "Trainium2" or ctx.physics is None:
+        return [(0, device, devices, t) for t in tps]
+    out = [(2, device, devices, t) for t in tps]
+    half = replace(
+        device, peak_flops=tuple((k, v / 2) for k, v in device.peak_flops),
+        hbm_bytes_s=device.hbm_bytes_s / 2,
+        memory_bytes=device.memory_bytes / 2, devices_per_chip=device.devices_per_chip * 2,
+    )  # fmt: skip
+    many = devices * 2
+    lnc1 = tp_degrees(work, many, platform.padded)
+    if pin.tp is not None:
+        lnc1 = [t for t in lnc1 if t == pin.tp]
+    return out + [(1, half, many, t) for t in lnc1]
 
 
 def project_serving(
@@ -133,7 +167,12 @@ def project_serving(
         return project_encoder(work, platform, instance, device, lengths, dtype, buckets)
     ctx = stack or StackContext()
     pin = Pin(tp, replicas, batch)
-    coef = ctx.hardware if ctx.hardware is not None else platform.phase("llm")
+    if ctx.physics is not None:  # the physical model: no table-fit coefficients
+        coef = Coefficients(
+            "llm", (), group="physics", stacks=(f"{ctx.stack}: physics.toml ({ctx.physics.family})",)
+        )
+    else:
+        coef = ctx.hardware if ctx.hardware is not None else platform.phase("llm")
     devices = devices_of(instance, device.devices_per_chip)
     chosen, alternatives = _dtype_candidates(platform, dtype, mode)
     rejected: list[tuple[str, str]] = []
@@ -170,23 +209,26 @@ def project_serving(
     mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
     candidates: list[Layout] = []
     alt_candidates: list[Layout] = []
-    reserve = _reserve(platform, device)
     pbands = _llm_bands(platform)
+    combos = _lnc_combos(work, platform, instance, device, devices, tps, ctx, pin)
     for wdt in chosen + alternatives:
         compute = platform.compute_dtype_for(wdt)
         label_dt = f"{wdt}" if wdt == compute else f"{wdt} weights / {compute} matmuls"
         if device.peak(compute) is None:
             rejected.append((label_dt, f"no published {compute} peak for {device.chip}"))
             continue
-        why_not = _coefficient_ok(platform, coef, compute)
+        why_not = (
+            _physics_ok(ctx, compute) if ctx.physics is not None else _coefficient_ok(platform, coef, compute)
+        )
         if why_not:
             rejected.append((label_dt, why_not))
             continue
         kv_dtype = "fp8" if compute == "fp8" else "bf16"
-        for t in tps:
+        for lnc, device, devices, t in combos:
+            reserve = _reserve(platform, device)
             most = devices // t
             reps = most if pin.replicas is None else pin.replicas
-            label = f"TP{t} x {reps} replicas, {label_dt}"
+            label = f"TP{t} x {reps} replicas, {label_dt}" + (f", LNC={lnc}" if lnc else "")
             if reps > most:
                 rejected.append(
                     (label, f"{reps} replicas x TP{t} need {reps * t} devices; {instance.name} has {devices}")
@@ -222,7 +264,7 @@ def project_serving(
                 lay = evaluate(
                     work, platform, instance, device, coef, ctx, dtype=wdt, compute=compute, tp=t,
                     replicas=reps, batch=b, mean_prompt=lengths.mean_prompt, mean_output=lengths.mean_output,
-                    mean_pad=mean_pad, platform_bands=pbands, label=lab,
+                    mean_pad=mean_pad, platform_bands=pbands, label=lab, lnc=lnc,
                 )  # fmt: skip
                 # KV-cache capacity of one replica (the simulator's block accounting on GPUs)
                 lay = replace(lay, kv_tokens=int(free // work.kv_bytes_per_token(kv_dtype, t)))
@@ -231,6 +273,9 @@ def project_serving(
         reason = _no_fit_reason(rejected, work, instance, chosen, alt_candidates)
         return _empty(work, platform, instance, mode, reason, rejected, notes)
     best = best_of(candidates)
+    if best.refused:
+        reason = f"{OUTSIDE}: {'; '.join(best.outside) or 'no held-out test covers this layout'}"
+        return _empty(work, platform, instance, mode, reason, rejected + [(best.label, reason)], notes)
     for c in candidates:
         if c is not best:
             rejected.append(
@@ -263,7 +308,12 @@ def project_serving(
             "prompts padded to powers of two from 128 (the NxDI default); pass the buckets from "
             "`chipswap shapes` for your plan"
         )
-    if best.outside:
+    if best.outside and ctx.physics is not None:
+        notes.append(
+            f"off the fitted runs: {'; '.join(best.outside)}; bands are the held-out error of that kind of "
+            f"extrapolation (requests/s ±{best.band('requests_per_s'):.0%})"
+        )
+    elif best.outside:
         notes.append(
             f"the chosen layout lies outside the published rows of {ctx.stack}: {'; '.join(best.outside)}; "
             f"its band is widened to ±{best.band('requests_per_s'):.0%}"
@@ -289,12 +339,18 @@ def project_serving(
             f"{d.experts} per layer at batch {best.max_batch} under uniform routing: "
             f"{decode_weight_params(work, best.max_batch) / 1e9:,.1f} B); {ep}"
         )
-    if ctx.terms is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
+    if best.lnc:
+        notes.append(
+            f"TP counted in logical NeuronCores at LNC={best.lnc} ("
+            + ("two physical cores each, 4" if best.lnc == 2 else "one physical core each, 8")
+            + " per chip)"
+        )
+    if ctx.physics is None and platform.calibrated_batch and best.max_batch > platform.calibrated_batch:
         notes.append(
             f"batch {best.max_batch} is beyond the largest batch in {platform.family}'s calibration rows "
             f"({platform.calibrated_batch}): decode times there are extrapolated"
         )
-    if ctx.terms is None and instance.is_neuron and best.tp not in (24, 32):
+    if ctx.physics is None and instance.is_neuron and best.tp not in (24, 32):
         notes.append(
             f"TP{best.tp}: the published Neuron decoder rows are all TP24/TP32; the per-layer overhead is "
             "extrapolated to this degree"
@@ -392,9 +448,10 @@ def _llm_result(
         b *= 2
     sizes.append(best.max_batch)
     for b in sizes:
-        rps = best.replicas * steady_rps(
-            poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad, best.occupancy
-        )
+        rps = best.replicas * replica_rps(
+            poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad,
+            Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy),
+        )  # fmt: skip
         tpot = poly.decode_step_s(b, int(lengths.mean_prompt + lengths.mean_output / 2))
         batches.append(
             BatchPrediction(
@@ -408,7 +465,9 @@ def _llm_result(
     why = (
         f"highest requests/s at the slow edge of its band, at the traffic's mean request "
         f"({lengths.mean_prompt:,.0f} prompt + {lengths.mean_output:,.0f} output tokens), among "
-        f"{len(layouts)} layouts" + (f" under {ctx.stack}" if ctx.stack else "")
+        f"{len(layouts)} layouts"
+        + (f" under {ctx.stack}" if ctx.stack else "")
+        + (f"; TP in logical NeuronCores, LNC={best.lnc}" if best.lnc else "")
     )
     config = ServingConfig(
         instance=instance.name,
@@ -442,7 +501,7 @@ def _llm_result(
         batches=tuple(batches),
         rejected=tuple(rejected),
         notes=tuple(notes),
-        stacks=ctx.terms.sources if ctx.terms is not None and ctx.terms.sources else coef.stacks,
+        stacks=coef.stacks,
         stack=ctx.stack,
         layouts=tuple(
             x.as_dict(lengths.mean_output, chosen=x is best)

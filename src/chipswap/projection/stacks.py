@@ -1,7 +1,7 @@
 """The serving-stack registry: which software stack a projection assumes, as plain data.
 
 What it is for: `chipswap project --stack`, the workload's `stack` / `gpu_stack` fields, the projection's
-stack-aware time model (chipswap.projection.stackmodel) and the simulator's scheduling policy (issue 21 maps
+physical time model (chipswap.projection.serving.physics) and the simulator's scheduling policy (issue 21 maps
 these
 ids
 to policies) all name stacks by the ids below (fixed in /work/notes/stacks.md; do not rename). Every projected

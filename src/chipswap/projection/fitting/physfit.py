@@ -1,0 +1,585 @@
+"""Fit the physical serving model's free parameters per chip family across shapes, and measure how well it
+holds off the fitted shape: leave-one-source-out and four extrapolation tests that hold out a whole region
+(long prompts, TP 4, models of 7 B and up, one chip family's stack). The bands the serving room prints are
+the held-out errors of these tests (chipswap.projection.serving.coverage).
+
+What it is for: `chipswap calibrate` (writes data/platforms/physics.toml; `--check` compares),
+bench/bench_extrapolation.py and tests/test_physics_fit.py. Reads the published runs through
+chipswap.projection.fitting.rows, the shipped presets and the catalog; writes only physics.toml, and only
+when asked to.
+
+The fit: a robust least squares (soft-L1) on log(predicted / published) of every figure of every run, the
+parameters in log space within PARAMS' bounds; the families of one vendor share the parameters, each
+family's own log-offset on the efficiencies and fixed costs is pulled to 0 by a ridge term (so a family
+with no rows is predicted from its vendor's parameters on its own spec sheet). Deterministic (fixed start,
+no randomness), a second or two per fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chipswap.projection.fitting.rows import METRICS, Run, Skip, read_runs
+from chipswap.projection.platform import DeviceSpec
+from chipswap.projection.serving.physics import (
+    PARAMS,
+    Physics,
+    Schedule,
+    loaded_itl,
+    loaded_ttft,
+    phys_poly,
+    replica_rps,
+)
+from chipswap.projection.work import ModelWork
+
+VENDOR = {"Trainium2": "neuron", "Inferentia2": "neuron", "Trainium": "neuron", "H100": "nvidia"}
+FAMILY_PARAMS = (
+    "mm_eff",
+    "attn_eff",
+    "bw_eff",
+    "kv_bw_eff",
+    "step_fixed_s",
+    "prefill_fixed_s",
+    "collective_s",
+)
+VENDOR_PARAMS = {
+    "neuron": tuple(PARAMS),
+    "nvidia": tuple(
+        k for k in PARAMS if k not in ("lnc1_eff", "link_eff", "collective_s", "host_sample_s_per_logit")
+    ),
+}
+STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
+RIDGE = 0.5  # weight of a family's log-offset residual (pulls it to the vendor's value)
+START = {
+    "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5,
+    "link_eff": 0.3, "collective_s": 5e-6,
+    "prefill_fixed_s": 0.01, "step_fixed_s": 2e-3, "step_row_s": 1e-4, "lnc1_eff": 0.6,
+    "host_sample_s_per_logit": 5e-9, "gqa_expand": 0.1,
+}  # fmt: skip
+BAND_QUANTILE = 0.8
+FAMILY_BAND_MIN = 3  # models a family's held-out figures need for a band of its own (else its vendor's pool)
+OUTSIDE_BAND = 1.0  # no honest band under +-100 %: the figure is refused ("outside what it covers")
+TARGETS = {"median": 0.25, "coverage": 0.80, "half_width": 0.60, "long_prompt": 0.30}
+
+
+def padded(prompt: int) -> int:
+    """The compiled context bucket of a prompt on Neuron: the next power of two from 128."""
+    return max(128, 1 << max(0, (prompt - 1).bit_length()))
+
+
+@dataclass
+class Context:
+    works: dict[str, ModelWork]
+    devices: dict[tuple[str, int], DeviceSpec]  # (chip, lnc) -> one logical device
+
+
+def load_context(runs: list[Run]) -> Context:
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.projection.api import model_work
+    from chipswap.projection.platforms import device_spec
+
+    cat = load_catalog()
+    works = {m: model_work(m) for m in sorted({r.model for r in runs})}
+    devices = {}
+    for r in runs:
+        key = (r.chip, r.lnc)
+        if key not in devices:
+            per_chip = {"Trainium2": 8 // r.lnc, "Inferentia2": 2}.get(r.chip, 1)
+            devices[key] = device_spec(cat.chip(r.chip), per_chip)
+    return Context(works, devices)
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The fitted parameters: per family (vendor value x family offset) and the stacks' occupancy."""
+
+    physics: dict[str, Physics]
+    occupancy: dict[str, float]
+
+    def for_family(self, family: str) -> Physics:
+        if family in self.physics:
+            return self.physics[family]
+        vendor = VENDOR.get(family, "neuron")
+        base = self.physics.get(f"_{vendor}")
+        if base is None:
+            raise KeyError(family)
+        return Physics(family, base.values)
+
+
+def schedule_for(run: Run, fitted: Fitted) -> Schedule:
+    gpu = VENDOR.get(run.family) == "nvidia"
+    occ = 1.0
+    if run.scenario == "throughput":
+        occ = fitted.occupancy.get(run.stack, 1.0)
+    return Schedule(
+        run.stack, static_batch=not gpu, prefill_pauses_decode=True, occupancy=occ,
+        host_sampling=run.sampling == "cpu",
+    )  # fmt: skip
+
+
+def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[str, float]:
+    """Every figure the run publishes, predicted through the serving room's functions (table: a chip
+    family's table-fit Coefficients to use instead of the physical parameters, for the GPU stack test)."""
+    p = fitted.for_family(run.family) if table is None else Physics(run.family, (("prefill_fixed_s", 0.0),))
+    sched = schedule_for(run, fitted)
+    work = ctx.works[run.model]
+    gpu = not sched.static_batch
+    pad = run.prompt if gpu else padded(run.prompt)
+    step_batch = 1 if (gpu and run.scenario == "sync") else run.batch
+    if table is None:
+        poly = phys_poly(
+            work, ctx.devices[(run.chip, run.lnc)], p, tp=run.tp, lnc=run.lnc, batch=step_batch,
+            prompt=pad, schedule=sched,
+        )  # fmt: skip
+    else:
+        from chipswap.projection.platform import llm_poly
+
+        poly = llm_poly(
+            work,
+            ctx.devices[(run.chip, run.lnc)],
+            table,
+            tp=run.tp,
+            weight_dtype="bf16",
+            compute_dtype="bf16",
+        )
+    context = int(run.prompt + run.output / 2)
+    out: dict[str, float] = {}
+    if run.scenario == "sync":
+        ttft = poly.prefill_s(1, pad)
+        tpot = poly.decode_step_s(step_batch, context)
+        out = {"ttft_s": ttft, "tpot_s": tpot, "requests_per_s": 1.0 / (ttft + (run.output - 1) * tpot)}
+    elif gpu:
+        # continuous batching: as many sequences run as the KV cache holds; the rest queue for a slot
+        live = max(1, min(run.batch, _kv_slots(ctx, run)))
+        rr = replica_rps(poly, live, run.prompt, run.output, pad, sched)
+        groups = run.batch / live
+        fixed = p.get("prefill_fixed_s")
+        first = fixed + (poly.prefill_s(1, pad) - fixed) * (live + 1) / 2.0  # prefills batched per step
+        out = {
+            "requests_per_s": rr,
+            "tpot_s": poly.decode_step_s(live, context),
+            "ttft_s": first + (groups - 1.0) / 2.0 * live / rr,
+        }
+    else:
+        rr = replica_rps(poly, run.batch, run.prompt, run.output, pad, sched)
+        out = {
+            "requests_per_s": run.replicas * rr,
+            "tpot_s": loaded_itl(poly, run.batch, context, rr, pad, sched),
+        }
+        if run.scenario == "closed":
+            out["ttft_s"] = loaded_ttft(poly, rr, pad, run.batch, run.waves)
+    out["out_tok_s"] = out["requests_per_s"] * run.output
+    return {m: v for m, v in out.items() if run.value(m) is not None}
+
+
+GPU_MEMORY_UTILIZATION = 0.95  # vLLM's --gpu-memory-utilization of the H100 runs
+GPU_ACTIVATION_RESERVE = 2.0 * 2**30  # activations and CUDA graphs (assumption, as the product's reserve)
+
+
+def _kv_slots(ctx: Context, run: Run) -> int:
+    """Sequences of the run's length whose KV cache fits next to the weights on the GPU(s)."""
+    work = ctx.works[run.model]
+    dev = ctx.devices[(run.chip, run.lnc)]
+    free = (
+        dev.memory_bytes * GPU_MEMORY_UTILIZATION
+        - work.weight_bytes("bf16") / run.tp
+        - GPU_ACTIVATION_RESERVE
+    )
+    per_seq = work.kv_bytes_per_token("bf16", run.tp) * (run.prompt + run.output)
+    return int(max(0.0, free) // per_seq)
+
+
+# --- the fit -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Layout:
+    """Where each free parameter sits in the fit vector."""
+
+    names: list[str] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+    x0: list[float] = field(default_factory=list)
+    ridge: list[int] = field(default_factory=list)
+
+    def add(self, name: str, lo: float, hi: float, x0: float, ridge: bool = False) -> None:
+        self.names.append(name)
+        self.lo.append(math.log(lo))
+        self.hi.append(math.log(hi))
+        self.x0.append(min(max(math.log(x0), math.log(lo) + 1e-6), math.log(hi) - 1e-6))
+        if ridge:
+            self.ridge.append(len(self.names) - 1)
+
+
+def _layout(runs: list[Run]) -> _Layout:
+    lay = _Layout()
+    vendors = sorted({VENDOR[r.family] for r in runs})
+    for v in vendors:
+        for k in VENDOR_PARAMS[v]:
+            _, lo, hi = PARAMS[k]
+            lay.add(f"_{v}:{k}", lo, hi, START[k])
+    fams = sorted({r.family for r in runs})
+    for fam in fams if len(fams) > 1 else ():
+        for k in FAMILY_PARAMS:
+            if k in VENDOR_PARAMS[VENDOR[fam]]:
+                lay.add(f"{fam}:{k}", 0.1, 10.0, 1.0, ridge=True)
+    for s in STACK_OCCUPANCY:
+        if any(r.stack == s and r.scenario == "throughput" for r in runs):
+            lay.add(f"occ:{s}", 0.05, 1.0, 0.7)
+    return lay
+
+
+def _unpack(lay: _Layout, x: np.ndarray, families: set[str]) -> Fitted:
+    vals = dict(zip(lay.names, (float(math.exp(v)) for v in x), strict=True))
+    physics: dict[str, Physics] = {}
+    for v in sorted({VENDOR[f] for f in families}):
+        base = {k: vals[f"_{v}:{k}"] for k in VENDOR_PARAMS[v]}
+        physics[f"_{v}"] = Physics(f"_{v}", tuple(base.items()))
+        for fam in sorted(f for f in families if VENDOR[f] == v):
+            own = {k: base[k] * vals.get(f"{fam}:{k}", 1.0) for k in base}
+            own = {k: min(val, PARAMS[k][2]) for k, val in own.items()}
+            physics[fam] = Physics(fam, tuple(own.items()))
+    occ = {n.split(":", 1)[1]: vals[n] for n in lay.names if n.startswith("occ:")}
+    return Fitted(physics, occ)
+
+
+def _weight(metric: str) -> float:
+    # requests/s and output tok/s carry the same information (their ratio is the realized output)
+    return 0.7 if metric in ("requests_per_s", "out_tok_s") else 1.0
+
+
+def fit(ctx: Context, runs: list[Run]) -> Fitted:
+    """The parameters of every family in `runs` (and its vendors' shared values); vendors are fitted
+    separately (they share nothing)."""
+    physics: dict[str, Physics] = {}
+    occupancy: dict[str, float] = {}
+    for vendor in sorted({VENDOR[r.family] for r in runs}):
+        got = _fit_vendor(ctx, [r for r in runs if VENDOR[r.family] == vendor])
+        physics.update(got.physics)
+        occupancy.update(got.occupancy)
+    return Fitted(physics, occupancy)
+
+
+def _fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
+    from scipy.optimize import least_squares
+
+    lay = _layout(runs)
+    families = {r.family for r in runs}
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        fitted = _unpack(lay, x, families)
+        res: list[float] = []
+        for r in runs:
+            for m, pred in predict(ctx, r, fitted).items():
+                res.append(_weight(m) * math.log(max(pred, 1e-12) / r.value(m)))  # type: ignore[operator]
+        res += [RIDGE * x[i] for i in lay.ridge]
+        return np.array(res)
+
+    sol = least_squares(
+        residuals, np.array(lay.x0), bounds=(np.array(lay.lo), np.array(lay.hi)), loss="soft_l1",
+        f_scale=0.15, x_scale=1.0, max_nfev=100, method="trf", xtol=1e-5, ftol=1e-5,
+    )  # fmt: skip
+    fitted = _unpack(lay, sol.x, families)
+    return Fitted(
+        {k: Physics(p.family, tuple((n, _sig(v)) for n, v in p.values)) for k, p in fitted.physics.items()},
+        {k: _sig(v) for k, v in fitted.occupancy.items()},
+    )
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits - 1}e}") if x else 0.0
+
+
+# --- held-out and extrapolation tests ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    run: Run
+    metric: str
+    predicted: float
+    published: float
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted / self.published
+
+    @property
+    def log_error(self) -> float:
+        return abs(math.log(self.ratio))
+
+
+@dataclass(frozen=True)
+class Split:
+    """One held-out test: the figures predicted by parameters fitted without them."""
+
+    kind: str
+    title: str
+    figures: tuple[Figure, ...]
+    folds: int = 1
+
+
+def _predict_all(ctx: Context, runs: list[Run], fitted: Fitted) -> list[Figure]:
+    out = []
+    for r in runs:
+        for m, v in predict(ctx, r, fitted).items():
+            out.append(Figure(r, m, v, r.value(m)))  # type: ignore[arg-type]
+    return out
+
+
+def _gpu_table_fit(ctx: Context, runs: list[Run]) -> list[Figure]:
+    """H100 vLLM runs held out as a stack: predicted with the NVIDIA table fit (TensorRT-LLM rows; the
+    product's GPU calibration) through the same harness."""
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.projection.platforms import platform_for
+
+    coef = platform_for("H100", load_catalog()).phase("llm")
+    out = []
+    for r in runs:
+        for m, v in predict(ctx, r, Fitted({}, {}), table=coef).items():
+            out.append(Figure(r, m, v, r.value(m)))  # type: ignore[arg-type]
+    return out
+
+
+def held_out(ctx: Context, runs: list[Run], key: Callable[[Run], str]) -> list[Figure]:
+    out: list[Figure] = []
+    for fold in sorted({key(r) for r in runs}):
+        train = [r for r in runs if key(r) != fold]
+        test = [r for r in runs if key(r) == fold]
+        gpu_test = [r for r in test if VENDOR[r.family] == "nvidia"]
+        if gpu_test and not any(VENDOR[r.family] == "nvidia" for r in train):
+            out += _gpu_table_fit(ctx, gpu_test)
+            test = [r for r in test if r not in gpu_test]
+        if test:
+            out += _predict_all(ctx, test, fit(ctx, train))
+    return out
+
+
+def region(
+    ctx: Context, runs: list[Run], train: Callable[[Run], bool], test: Callable[[Run], bool]
+) -> list[Figure]:
+    """Fit on the runs `train` keeps, predict the ones `test` keeps (the rest are in neither)."""
+    tr = [r for r in runs if train(r)]
+    te = [r for r in runs if test(r)]
+    return _predict_all(ctx, te, fit(ctx, tr)) if te else []
+
+
+def params_b(ctx: Context, r: Run) -> float:
+    return ctx.works[r.model].params / 1e9
+
+
+# the four extrapolation kinds: (kind, title, train, test, dimension, fitted edge, tested edge)
+def extrapolations(ctx: Context) -> list[tuple[str, str, Callable[[Run], bool], Callable[[Run], bool]]]:
+    return [
+        ("prompt", "fit on prompts <= 7.4K, test 14.8K-59.5K", lambda r: r.prompt <= 7400,
+         lambda r: r.prompt >= 14800),
+        ("tp", "fit on TP <= 2, test TP 4", lambda r: r.tp <= 2, lambda r: r.tp == 4),
+        ("params", "fit on models <= 1.7 B, test 7 B and up", lambda r: params_b(ctx, r) <= 1.8,
+         lambda r: params_b(ctx, r) >= 7.0),
+    ]  # fmt: skip
+
+
+# how far each test reaches beyond its training data, in doublings (the distance a band is valid to)
+REACH = {"prompt": math.log2(59500 / 7400), "tp": 1.0, "params": math.log2(70.6 / 1.72)}
+
+
+def family_out(ctx: Context, runs: list[Run]) -> list[Figure]:
+    return held_out(ctx, runs, key=lambda r: r.family)
+
+
+@dataclass
+class PhysCalibration:
+    runs: list[Run]
+    skipped: list[Skip]
+    fitted: Fitted
+    splits: list[Split]
+    in_sample: list[Figure]
+
+    def split(self, kind: str) -> Split:
+        return next(s for s in self.splits if s.kind == kind)
+
+    def band(self, kind: str, vendor: str, metric: str, family: str = "") -> float:
+        """80th percentile of |log error| of the kind's held-out figures of this vendor (or of `family`,
+        where they span at least FAMILY_BAND_MIN models) and metric, as a relative half-width (inf when the
+        test has no such figure)."""
+        figs = [f for f in self.split(kind).figures if VENDOR[f.run.family] == vendor and f.metric == metric]
+        own = [f for f in figs if f.run.family == family]
+        sel = [f.log_error for f in (own if len({f.run.model for f in own}) >= FAMILY_BAND_MIN else figs)]
+        if not sel:
+            return float("inf")
+        return _sig(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)
+
+
+SPLITS_DOC = {
+    "loso": "leave one source out",
+    "lomo": "leave one model out (the band of a projection inside the fitted shapes)",
+    "prompt": "fit on prompts <= 7.4K, test 14.8K-59.5K",
+    "tp": "fit on TP <= 2, test TP 4",
+    "params": "fit on models <= 1.7 B, test 7 B and up",
+    "family": "fit without the chip family's stack, test it",
+}
+
+
+def calibrate_physics(reference: str | Path | None = None) -> PhysCalibration:
+    runs, skipped = read_runs(reference)
+    ctx = load_context(runs)
+    fitted = fit(ctx, runs)
+    splits = [
+        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=lambda r: r.source))),
+        Split("lomo", SPLITS_DOC["lomo"], tuple(held_out(ctx, runs, key=lambda r: r.model))),
+    ]
+    for kind, title, tr, te in extrapolations(ctx):
+        splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
+    splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
+    return PhysCalibration(runs, skipped, fitted, splits, _predict_all(ctx, runs, fitted))
+
+
+# --- summaries -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    figures: int
+    median_abs: float
+    signed_median: float
+    coverage: float
+    half_width: float
+
+
+def summarize(cal: PhysCalibration, kind: str, family: str, metric: str) -> Summary | None:
+    """Median |error|, signed median, coverage by the kind's band and the median band half-width."""
+    sel = [f for f in cal.split(kind).figures if f.run.family == family and f.metric == metric]
+    if not sel:
+        return None
+    band = cal.band(kind, VENDOR[family], metric, family)
+    errs = [f.ratio - 1 for f in sel]
+    cov = sum(f.log_error <= math.log1p(band) + 1e-12 for f in sel) / len(sel)
+    return Summary(len(sel), float(np.median(np.abs(errs))), float(np.median(errs)), cov, band)
+
+
+def long_prompt_errors(cal: PhysCalibration) -> dict[str, float]:
+    """Trainium2, prompts 14.8K-59.5K, fitted without them: median |error| of TTFT and output tok/s."""
+    out = {}
+    for m in ("ttft_s", "out_tok_s"):
+        sel = [
+            abs(f.ratio - 1)
+            for f in cal.split("prompt").figures
+            if f.run.family == "Trainium2" and f.metric == m
+        ]
+        out[m] = float(np.median(sel)) if sel else float("nan")
+    return out
+
+
+# --- the shipped file ----------------------------------------------------------------------------------
+
+PHYSICS_FILE = "physics.toml"
+
+
+def physics_text(cal: PhysCalibration) -> str:
+    lines = [
+        "# Physical serving model: fitted parameters per chip family and the bands of each kind of",
+        "# extrapolation. GENERATED by `chipswap calibrate` (make calibrate) from",
+        "# ../shared/reference/neuron-benchmarks-modern/; do not edit by hand. The time model is",
+        "# chipswap.projection.serving.physics; the fit chipswap.projection.fitting.physfit.",
+        "schema = 1",
+        f"runs = {len(cal.runs)}",
+        f"skipped = {len(cal.skipped)}",
+        f"sources = {_toml_list(sorted({r.source for r in cal.runs}))}",
+    ]
+    for fam, p in sorted(cal.fitted.physics.items()):
+        lines += ["", f'[families."{fam}"]']
+        lines += [f"{k} = {v!r}" for k, v in p.values]
+    gap = summarize(cal, "family", "H100", "out_tok_s")
+    lines += [
+        "",
+        "[gpu]  # the GPU table fit (TensorRT-LLM rows) on the published H100 vLLM runs: median |error|",
+        f"vllm_gap = {_sig(gap.median_abs, 3) if gap else 0.15!r}",
+    ]
+    lines += ["", "[occupancy]"]
+    lines += [f'"{k}" = {v!r}' for k, v in sorted(cal.fitted.occupancy.items())]
+    groups = [(v, v, "") for v in ("neuron", "nvidia")] + [
+        (f"{VENDOR[f]}.{f}", VENDOR[f], f) for f in sorted({r.family for r in cal.runs})
+    ]
+    for name, vendor, fam in groups:
+        lines += [
+            "",
+            f"[bands.{name}]  # relative half-width: 80th percentile of the kind's held-out |log error|",
+        ]
+        for s in cal.splits:
+            vals = {m: cal.band(s.kind, vendor, m, fam) for m in METRICS}
+            lines.append(
+                f"{s.kind} = {{ "
+                + ", ".join(f"{m} = {v!r}" for m, v in vals.items() if math.isfinite(v))
+                + " }"
+            )
+    lines += ["", "[reach]  # doublings beyond the training data each extrapolation test reached"]
+    lines += [f"{k} = {_sig(v, 3)!r}" for k, v in REACH.items()]
+    env = _envelope(cal)
+    lines += ["", "[envelope]  # ranges of the fitted runs, per vendor"]
+    for vendor, rng in sorted(env.items()):
+        fams = _toml_list(sorted({r.family for r in cal.runs if VENDOR[r.family] == vendor}))
+        lines.append(
+            f"{vendor} = {{ "
+            + ", ".join(f"{k} = [{lo!r}, {hi!r}]" for k, (lo, hi) in rng.items())
+            + f", families = {fams} }}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _toml_list(xs: list[str]) -> str:
+    return "[" + ", ".join(f'"{x}"' for x in xs) + "]"
+
+
+def _envelope(cal: PhysCalibration) -> dict[str, dict[str, tuple[float, float]]]:
+    ctx_params = {r.model: 0.0 for r in cal.runs}
+    from chipswap.projection.api import model_work
+
+    for m in ctx_params:
+        ctx_params[m] = round(model_work(m).params / 1e9, 3)
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for vendor in sorted({VENDOR[r.family] for r in cal.runs}):
+        sel = [r for r in cal.runs if VENDOR[r.family] == vendor]
+        out[vendor] = {
+            "prompt": (float(min(r.prompt for r in sel)), float(max(r.prompt for r in sel))),
+            "tp": (float(min(r.tp for r in sel)), float(max(r.tp for r in sel))),
+            "params": (min(ctx_params[r.model] for r in sel), max(ctx_params[r.model] for r in sel)),
+            "batch": (float(min(r.batch for r in sel)), float(max(r.batch for r in sel))),
+        }
+    return out
+
+
+def write_physics(cal: PhysCalibration, folder: str | Path | None = None) -> Path:
+    from chipswap.atomic import atomic_write_text
+    from chipswap.projection.platforms import shipped_dir
+
+    path = Path(folder or shipped_dir()) / PHYSICS_FILE
+    atomic_write_text(path, physics_text(cal))
+    return path
+
+
+def physics_differ(cal: PhysCalibration, folder: str | Path | None = None) -> bool:
+    import tomllib
+
+    from chipswap.projection.calibration import _same
+    from chipswap.projection.platforms import shipped_dir
+
+    path = Path(folder or shipped_dir()) / PHYSICS_FILE
+    if not path.is_file():
+        return True
+    try:
+        return not _same(tomllib.loads(path.read_text()), tomllib.loads(physics_text(cal)), 2e-3)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return True
+
+
+def as_dict(cal: PhysCalibration) -> dict[str, Any]:
+    return {
+        "families": {k: dict(p.values) for k, p in cal.fitted.physics.items()},
+        "occupancy": cal.fitted.occupancy,
+    }
