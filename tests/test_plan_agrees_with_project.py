@@ -69,7 +69,9 @@ def test_plan_and_project_give_the_same_capacity_and_band_at_the_same_layout(sta
     assert fleet.setup.batch_sizes == (cfg.max_batch,)  # every step still runs the compiled batch
     project_rps = lay.requests_per_s.value
     got = _saturated_rps(lay.times, fleet.setup, cfg.replicas, 2 * project_rps, 1024, 256)
-    assert got == pytest.approx(project_rps, rel=0.02)
+    # within 3 %: the simulator charges each decode step at the compiled decode bucket's context (1,280 here),
+    # project at the mean live context (prompt + output / 2), 3.7 % less KV to read a step
+    assert got == pytest.approx(project_rps, rel=0.03)
     # all compiled slots busy (what the simulator ran before): 20-30 % more than project states
     full = replace(fleet.setup, max_batch=cfg.max_batch)
     assert _saturated_rps(lay.times, full, cfg.replicas, 2 * project_rps, 1024, 256) > 1.15 * project_rps
@@ -79,11 +81,13 @@ def test_plan_prints_the_band_of_the_layout_it_sized(staged):
     s, load, summary, pr = staged
     pick = pr.get(INF2)
     slow = next(a for a in pick.alternatives if a.config.tp_degree == 24)
-    wide = next(a for a in pick.alternatives if a.config.tp_degree == 2)
-    assert wide.times.band > 1.5 * slow.times.band  # TP2 is outside the fitted TP range: a wider band
+    wide = next(a for a in pick.alternatives if a.config.tp_degree == 3)
+    # the physical model's band is per kind of extrapolation, the same for these two layouts: give the one the
+    # plan will size a band of its own, so printing the pick's band instead would show
+    wide = replace(wide, times=replace(wide.times, band=2.0 * slow.times.band))
     stage = replace(pr, by_instance={INF2: replace(slow, alternatives=(wide,))})
     out = simulation.simulation(s, load, summary, stage).get(INF2)
-    assert out is not None and out.config.tp_degree == 2  # TP2 needs fewer instances than the TP24 pick
+    assert out is not None and out.config.tp_degree == 3  # TP3 x 8 needs fewer instances than the TP24 pick
     assert out.band == wide.times.band
     lo, mid, hi = out.sizer.speeds
     assert hi == pytest.approx(1 + wide.times.band)
