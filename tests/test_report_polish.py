@@ -68,10 +68,12 @@ def test_terminal_figure_line_says_misses_slo_beside_the_count() -> None:
 def test_unknown_reason_reads_not_checked() -> None:
     from chipswap.economics.capacity import capacity_reason
 
-    screen = SimpleNamespace(outcome="unknown", text="capacity: check quota first", vcpus_needed=1536)
+    screen = SimpleNamespace(
+        outcome="unknown", text="capacity: check quota first", vcpus_needed=1536, block_days_needed=None
+    )
     line = capacity_reason(screen).line()  # type: ignore[arg-type]
     assert line.startswith("[?]") and "not checked: within the region's vCPU quota" in line
-    passed = SimpleNamespace(outcome="pass", text="capacity: fits", vcpus_needed=1536)
+    passed = SimpleNamespace(outcome="pass", text="capacity: fits", vcpus_needed=1536, block_days_needed=None)
     assert "not checked" not in capacity_reason(passed).line()  # type: ignore[arg-type]
 
 

@@ -111,6 +111,7 @@ def test_half_open_flood_probes_answer_and_sockets_close_after_the_header_timeou
             other = client.get(f"{srv.url}/v1/models")
         held_now = srv.engine.metrics.value("chipswap_connections_open")
         assert [r.status_code for r in probes] == [200] * 10 and ready.status_code == 200
+        assert ready.headers["connection"] == "close"  # a lane probe is one request: said, so no reuse races
         assert other.status_code == 503 and other.json()["error"]["code"] == "over_capacity"
         assert "80 connections, the limit per client" in other.json()["error"]["message"]
         if time.monotonic() - opened < limits.header_timeout_s:  # (a very slow machine: already expiring)

@@ -120,6 +120,19 @@ def _pct(x: Decimal | None) -> str:
     return "unknown" if x is None else f"{x.quantize(Decimal('0.1'))}"
 
 
+def _saving_range(rng: tuple[Decimal | None, Decimal | None]) -> str:
+    """The saving across the error band in words; an edge where no fleet size is known is said, not printed as
+    a number."""
+    lo, hi = rng
+    if lo is None and hi is None:
+        return "across the band the saving is not known"
+    if lo is None:
+        return f"across the band the saving is at most {_pct(hi)}% (at the slow edge no fleet size is known)"
+    if hi is None:
+        return f"across the band the saving is at least {_pct(lo)}%"
+    return f"across the band the saving is {_pct(lo)}% to {_pct(hi)}%"
+
+
 def _count_band(count_range: tuple[int | None, int | None], needed: int) -> str:
     """A right-sizing count's range across the error band, in words ("" when the band does not move it)."""
     lo, hi = count_range
@@ -244,8 +257,7 @@ def band_check(
     flipped = evaluate(facts, at_band(scn, bc, bg, hi), th).verdict
     return (
         f"the move rests on projections: {_band_words(c, gpu, bc, bg, hi)} would make it '{flipped}', and "
-        f"that lies inside the error band; across the band the saving is {_pct(rng[0])}% to {_pct(rng[1])}% "
-        "— if the answer is close, it is a no",
+        f"that lies inside the error band; {_saving_range(rng)} — if the answer is close, it is a no",
         rng,
     )
 

@@ -357,6 +357,10 @@ class GatedConnection(asyncio.Protocol):
             return
         gate.on_event("lane_probe")
         gate.probes.add(self)
+        # one probe per lane connection: mark the request close, so the parser answers with
+        # `connection: close` and a client never sends a second request on a socket about to close
+        if end >= 0:
+            buf = buf[: end + 1] + b"Connection: close\r\n" + buf[end + 1 :]
         self.lane_buf = b""
         self.inner = self.make_inner()
         self.inner.connection_made(self.transport)
