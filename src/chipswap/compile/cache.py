@@ -23,7 +23,8 @@ sha256); a corrupt entry is discarded and rebuilt.
 
 Every entry.json carries a ``tag`` (HMAC-SHA256 of the manifest under a key outside the cache, see
 chipswap.compile.signing), checked by every load and ``cache verify``: without a valid one an entry is
-refused with one line naming it and the fix (UnsignedEntry), never loaded nor rebuilt over.
+refused with one line naming it and the fix (UnsignedEntry) and never loaded; a build of the same key replaces
+it with a signed entry of its own (with a warning line).
 
 A cache may be copied from someone else, so everything in it is data: a key is 32 lowercase hex digits or
 it is refused before any file system call (a compiled set naming ``../../x`` never reaches a path); the
@@ -47,6 +48,7 @@ import secrets
 import shutil
 import socket
 import stat
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
@@ -287,6 +289,18 @@ class ArtifactCache:
         why = self.signature_problem(entry) if entry is not None else None
         if entry is not None and why:
             raise UnsignedEntry(signing.refusal(entry.key, str(self.root), why))
+
+    def _signed_or_none(self, entry: Entry | None) -> Entry | None:
+        """A build's view of an entry: one without a valid tag (written before entries were signed, or not by
+        chipswap) is never loaded; the build replaces it with a signed one of its own, and says so."""
+        why = self.signature_problem(entry) if entry is not None else None
+        if entry is None or not why:
+            return entry
+        sys.stderr.write(
+            f"chipswap: warning: cache entry {entry.key} in {self.root} has no valid signature ({why}); "
+            "not loaded, compiling it again\n"
+        )
+        return None
 
     # -- reading
     def entry_dir(self, key: str) -> Path:
@@ -561,16 +575,14 @@ class ArtifactCache:
         key = parts.key if isinstance(parts, KeyParts) else check_key(parts)
         self.ensure_writable()
         self.signing_key(create=True)
-        e = self.read(key)
-        self._require_signed(e)
+        e = self._signed_or_none(self.read(key))
         if e is not None and e.state == "ready" and not self.verify_entry(e):
             self._touch(e)
             return e, False
         if e is not None and e.state == "failed" and not retry_failed:
             raise self._failed_error(e)
         with self.lock(key, timeout=lock_timeout, on_wait=on_wait):
-            e = self.read(key)
-            self._require_signed(e)
+            e = self._signed_or_none(self.read(key))
             if e is not None and e.state == "ready":
                 if not self.verify_entry(e):
                     self._touch(e)
