@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -154,7 +154,7 @@ def test_resigned_aoti_entry_is_refused_by_serve_compile_and_verify(tmp_path, ca
 
     from chipswap.compile.compiler import compile_plan, plan_from_args
 
-    # compile's cache-hit path: never loaded; the build replaces it with a signed entry of its own, and says so
+    # compile's cache-hit path: never loaded; the build replaces it with a signed entry of its own, says so
     # (on a copy of the tampered cache: the checks below need the planted entry)
     copy = tmp_path / "tampered-copy"
     shutil.copytree(cache, copy, symlinks=True)
@@ -334,22 +334,35 @@ def test_an_unsafe_or_damaged_key_file_is_refused(tmp_path, damage):
     assert words[damage] in msg
 
 
-def _create(path: str, barrier, out) -> None:
-    barrier.wait()
-    out.put(signing.load_or_create_key(Path(path)).hex())
+_CREATE = """
+import sys, time
+from pathlib import Path
+from chipswap.compile import signing
+go, give_up = Path(sys.argv[2]), time.monotonic() + 60
+while not go.exists() and time.monotonic() < give_up:  # a start line: every process races at once
+    time.sleep(0.001)
+print(signing.load_or_create_key(Path(sys.argv[1])).hex())
+"""
 
 
 def test_parallel_processes_creating_the_key_end_with_one_key(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    """Separate processes (not fork: a forked child of a process running JAX's threads can deadlock)."""
     for round_ in range(4):
         path = tmp_path / f"r{round_}" / "cache.key"
-        n = 6
-        barrier, out = ctx.Barrier(n), ctx.Queue()
-        procs = [ctx.Process(target=_create, args=(str(path), barrier, out)) for _ in range(n)]
-        [p.start() for p in procs]
-        keys = [out.get(timeout=60) for _ in procs]
-        [p.join(60) for p in procs]
-        assert all(p.exitcode == 0 for p in procs)
+        go = tmp_path / f"go{round_}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CREATE, str(path), str(go)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(6)
+        ]
+        time.sleep(0.5)  # let them import and reach the start line
+        go.touch()
+        keys = [p.communicate(timeout=60)[0].strip() for p in procs]
+        assert all(p.returncode == 0 for p in procs)
         assert len(set(keys)) == 1 and keys[0] == signing.read_key(path).hex()
         assert os.listdir(path.parent) == ["cache.key"]
 
