@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -58,6 +57,12 @@ from pathlib import Path
 from typing import Any
 
 from chipswap.compile import signing
+from chipswap.compile.cachefiles import disk_error as _disk_error
+from chipswap.compile.cachefiles import fsync_path as _fsync_path
+from chipswap.compile.cachefiles import read_small as _read_small
+from chipswap.compile.cachefiles import remove as _remove
+from chipswap.compile.cachefiles import sha256_file as _sha256_file
+from chipswap.compile.cachefiles import write_file as _write_file
 from chipswap.compile.keys import KEY_LEN, KeyParts, canonical_json
 from chipswap.compile.signing import UnsignedEntry
 from chipswap.datafile import inside, parse_json, read_json
@@ -159,74 +164,6 @@ def _manifest_problem(files: Any) -> str | None:
         if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
             return f"{one_line(rel, 80)}: sha256 is not a hex digest"
     return None
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _fsync_path(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Write + fsync one file (tests inject ENOSPC here to simulate a full disk during publish)."""
-    with open(path, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _read_small(path: Path, limit: int) -> str:
-    """At most ``limit`` bytes of a small regular file, without following a symlink or blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, "file too large")
-    return data.decode("utf-8", errors="replace")
-
-
-def _remove(p: Path) -> None:
-    """Remove a file, a symlink (never its target) or a folder tree; errors ignored (best-effort cleanup)."""
-    try:
-        if p.is_symlink() or not p.is_dir():
-            p.unlink(missing_ok=True)
-        else:
-            shutil.rmtree(p, ignore_errors=True)
-    except OSError:
-        pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _disk_error(path: Path, exc: OSError) -> ChipswapError:
-    what = exc.strerror or str(exc)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        fix = "free disk space or pass --cache-dir on a bigger disk"
-    else:
-        fix = "pass --cache-dir (or set CHIPSWAP_CACHE_DIR) to a writable folder"
-    return ChipswapError(f"cannot write the compile cache at {path}: {what}; {fix}")
 
 
 class ArtifactCache:

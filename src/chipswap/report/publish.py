@@ -28,8 +28,9 @@ import shutil
 import time
 from pathlib import Path
 
-from chipswap.atomic import _fsync_dir, atomic_write_text
-from chipswap.compile.cache import _pid_alive, _sha256_file, _write_file
+from chipswap.atomic import _fsync_dir, _pid_alive, atomic_write_text
+from chipswap.compile.cachefiles import sha256_file as _sha256_file
+from chipswap.compile.cachefiles import write_file as _write_file
 from chipswap.errors import ChipswapError
 
 RUNS = ".chipswap-runs"
