@@ -26,6 +26,7 @@ from chipswap.projection.training_layout import conventional
 from chipswap.projection.training_model import (
     RECOMPUTE,
     SHARDINGS,
+    STACK_RULES,
     Coef,
     Layout,
     layouts,
@@ -38,11 +39,13 @@ from chipswap.projection.training_rows import TrainRow, load_rows
 # e16_<group>: share of the bf16 peak the linear layers reach; k_A100: A100's own factor on it (its rows
 # run nearer the peak than H100's); s8_<stack>: fp8 speed-up of the linear layers; x_tp: exposed share of
 # tensor / context-parallel collectives on stacks that overlap them
-PARAMS = ("e16_nvidia", "k_A100", "s8_megatron", "s8_pytorch", "e16_neuron", "x_tp")
-START = (0.45, 1.2, 1.5, 1.2, 0.3, 0.5)
-LOWER = (0.05, 0.5, 1.0, 1.0, 0.05, 0.0)
-UPPER = (1.0, 2.0, 2.0, 2.0, 1.0, 1.0)
+PARAMS = ("e16_nvidia", "k_A100", "s8_megatron", "s8_pytorch", "e16_neuron", "x_tp", "f_meta2023",
+          "f_neuron_nemo", "f_neuron_hf")  # fmt: skip
+START = (0.45, 1.2, 1.5, 1.2, 0.3, 0.5, 1.0, 1.0, 1.0)
+LOWER = (0.05, 0.5, 1.0, 1.0, 0.05, 0.0, 0.3, 0.3, 0.3)
+UPPER = (1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 3.0, 3.0, 3.0)
 BAND_QUANTILE = 0.8
+LOSS, F_SCALE = "soft_l1", 0.1
 VIRTUAL_OPEN = (1, 2, 4, 8)  # interleaved stages, where a source prints none
 # families with no published training rows: coefficients transferred from their vendor group, band widened
 TRANSFER = {"H200": "nvidia", "A10G": "nvidia", "L4": "nvidia", "L40S": "nvidia"}
@@ -133,9 +136,15 @@ def _coef(theta: Any) -> Coef:
 def _used(rows: list[TrainRow]) -> set[str]:
     """The coefficients the rows can inform (the others keep their start value and are not written)."""
     used = {f"e16_{r.group}" for r in rows}
-    used |= {"k_A100" for r in rows if r.family == "A100"}
-    used |= {f"s8_{r.train_stack}" for r in rows if r.dtype == "fp8"}
-    used |= {"x_tp" for r in rows if r.train_stack != "pytorch" and (r.fixed.get("tp", 2) > 1 or not r.fixed)}
+    # a family factor needs rows on a reference stack (one with no factor of its own) to tell it apart
+    used |= {"k_A100" for r in rows if r.family == "A100" and not STACK_RULES[r.train_stack]["efficiency"]}
+    used |= {STACK_RULES[r.train_stack]["efficiency"] for r in rows} - {None}
+    used |= {STACK_RULES[r.train_stack]["fp8"] for r in rows if r.dtype == "fp8"} - {None}
+    used |= {
+        STACK_RULES[r.train_stack]["tp_exposed"]
+        for r in rows
+        if STACK_RULES[r.train_stack]["tp_exposed"] and (r.fixed.get("tp", 2) > 1 or not r.fixed)
+    }
     return used
 
 
@@ -163,7 +172,9 @@ def fit(rows: list[TrainRow], rounds: int = 2) -> tuple[Coef, list[Layout]]:
                 [math.log(predict(r, c, lay) / r.observed) for r, lay in zip(rows, lays, strict=True)]
             )
 
-        sol = least_squares(sub, theta[free], bounds=(np.array(LOWER)[free], np.array(UPPER)[free]))
+        sol = least_squares(
+            sub, theta[free], bounds=(np.array(LOWER)[free], np.array(UPPER)[free]), loss=LOSS, f_scale=F_SCALE
+        )
         theta[free] = sol.x
         coef = _coef(theta)
         lays = [choose(r, coef) for r in rows]

@@ -48,15 +48,23 @@ RECOMPUTE_RULES = {
     "selective": {"act_h": 10.0, "act_i": 0.67, "linear_fwd": 1.0, "attention_fwd": 2.0},
     "full": {"act_h": 2.0, "act_i": 0.0, "linear_fwd": 2.0, "attention_fwd": 2.0},
 }
-# Training stacks: which exposed share of tensor/context-parallel collectives applies, and which measured fp8
-# speed-up of the linear layers. megatron: NeMo / Megatron-Core / Megatron-Bridge and Meta's 4D stack (TP
+# Training stacks: which exposed share of tensor/context-parallel collectives applies, which measured fp8
+# speed-up of the linear layers, and which efficiency factor on the family's (None: the reference stack of its
+# group, factor 1). megatron: NeMo / Megatron-Core / Megatron-Bridge and Meta's Llama 3 4D stack (TP
 # communication overlapped with GEMMs, distributed optimizer); pytorch: PyTorch FSDP / DTensor (torchtitan,
 # LLM Foundry / Composer, Accelerate): TP collectives run between the matmuls, exposed in full (assumption);
-# neuron: NxD / neuronx-nemo-megatron on Trainium (no fp8 training).
+# neuron: NxD (neuronx-distributed) on Trainium, what a Trainium projection assumes (no fp8 training).
+# Stacks that only published rows ran (calibration only, never a user's --train-stack), each with a fitted
+# efficiency of its own because it reached a different share of the same chip's peak than the reference stack:
+# meta-2023: Meta's LLaMA / Llama 2 training code on A100 (xformers attention, model + sequence parallel);
+# neuron-nemo: neuronx-nemo-megatron; neuron-hf: Hugging Face Trainer + torch-neuronx, data parallel only.
 STACK_RULES = {
-    "megatron": {"tp_exposed": "x_tp", "fp8": "s8_megatron"},
-    "pytorch": {"tp_exposed": None, "fp8": "s8_pytorch"},
-    "neuron": {"tp_exposed": "x_tp", "fp8": None},
+    "megatron": {"group": "nvidia", "tp_exposed": "x_tp", "fp8": "s8_megatron", "efficiency": None},
+    "pytorch": {"group": "nvidia", "tp_exposed": None, "fp8": "s8_pytorch", "efficiency": None},
+    "meta-2023": {"group": "nvidia", "tp_exposed": "x_tp", "fp8": "s8_megatron", "efficiency": "f_meta2023"},
+    "neuron": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": None},
+    "neuron-nemo": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": "f_neuron_nemo"},
+    "neuron-hf": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": "f_neuron_hf"},
 }
 TRAIN_STACKS = ("pytorch", "megatron")
 FP8_UNMEASURED = 1.0  # fp8 speed-up of a stack with no fp8 rows (none assumed)
@@ -319,12 +327,24 @@ def _ring(n: int) -> float:
     return (n - 1) / n if n > 1 else 0.0
 
 
-def efficiency(system: System, coef: Coef) -> float:
+def efficiency(system: System, coef: Coef, stack: str | None = None) -> float:
     """Share of the bf16 peak the linear layers reach: the vendor group's, x the family's own factor where
-    its rows differ (k_<family>, e.g. A100); families without one take the group's (H100-class)."""
+    its rows differ (k_<family>, e.g. A100; families without one take the group's, H100-class), x the stack's
+    own factor where it has one (STACK_RULES "efficiency"; a stack whose factor is not calibrated takes the
+    reference stack's, 1)."""
     e = coef.get(f"e16_{system.group}")
     k = f"k_{system.family}"
-    return e * coef.get(k) if coef.has(k) else e
+    e = e * coef.get(k) if coef.has(k) else e
+    f = STACK_RULES[stack]["efficiency"] if stack else None
+    return e * coef.get(f) if f and coef.has(f) else e
+
+
+def stack_for(system: System, stack: str | None) -> str:
+    """The STACK_RULES key a step runs on: the given stack where it belongs to the system's vendor group, else
+    the group's default (pytorch on NVIDIA, NxD on Neuron)."""
+    if stack is not None and STACK_RULES[stack]["group"] == system.group:
+        return stack
+    return "neuron" if system.group == "neuron" else "pytorch"
 
 
 def fp8_speedup(stack: str, coef: Coef) -> float:
@@ -354,8 +374,8 @@ def step_time(
 ) -> StepTime:
     """Seconds of one optimizer step of `layout` on `nodes` nodes of `system` (see the module docstring).
     stack: a key of STACK_RULES (default: neuron on Trainium, pytorch elsewhere)."""
-    stk = "neuron" if system.group == "neuron" else (stack or "pytorch")
-    e16 = efficiency(system, coef)
+    stk = stack_for(system, stack)
+    e16 = efficiency(system, coef, stk)
     lin, att = flops_per_token(work, seq_len)
     rule = RECOMPUTE_RULES[layout.recompute]
     t_lin = lin / (system.peak("bf16") * e16)

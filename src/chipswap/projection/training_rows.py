@@ -43,10 +43,15 @@ FOUNDRY_CHIP = {"H100 80GB": "H100", "A100 80GB": "A100-80GB", "A100 40GB": "A10
 SOURCE_STACK = {
     "nemo-24.07": "megatron",
     "megatron-bridge": "megatron",
-    "llama1-paper": "megatron",
-    "llama2-paper": "megatron",
+    "llama1-paper": "meta-2023",
+    "llama2-paper": "meta-2023",
     "llama3-paper": "megatron",
     "llm-foundry": "pytorch",
+}
+NEURON_PAGES = {
+    "trn1_training_data_decoder.csv": "neuron-trn1-decoder",
+    "trn1_training_data_encoder.csv": "neuron-trn1-encoder",
+    "trn1_trn1_trn1n_nlp_data.csv": "neuron-trn1-nlp",
 }
 NEURON_SOURCE = (
     "aws-neuron/aws-neuron-sdk about-neuron/benchmarks/trn1 training tables (Neuron SDK 2.32 docs)"
@@ -74,6 +79,7 @@ class TrainRow:
     observed: float
     fixed: dict[str, Any]
     note: str = ""
+    stack_key: str = ""  # the training_model.STACK_RULES key, where the source does not set it for every row
 
     @property
     def group(self) -> str:
@@ -82,7 +88,7 @@ class TrainRow:
     @property
     def train_stack(self) -> str:
         """The training_model.STACK_RULES key of the row's stack."""
-        return "neuron" if self.group == "neuron" else SOURCE_STACK.get(self.source, "megatron")
+        return self.stack_key or SOURCE_STACK.get(self.source, "megatron")
 
 
 # --- reading the rows ----------------------------------------------------------------------------
@@ -191,13 +197,12 @@ def _neuron_rows(
             if model == "bert-large":
                 work = models.encoder_work(model, "mlm")
             tut = r.get("Neuron Tutorial/Example", "")
-            source = (
-                "neuron-nemo-megatron"
-                if "nemo" in tut.lower()
-                else "neuron-nxd"
-                if "distributed" in tut.lower()
-                else "neuron-hf-bert"
+            # the stack from the tutorial the row links; the source is the published table (one page of the
+            # Neuron docs, its own SDK versions), so a stack seen on another page is known when one is held out
+            stack = "neuron-nemo" if "nemo" in tut.lower() else "neuron" if "distributed" in tut.lower() else (
+                "neuron-hf"
             )
+            source = NEURON_PAGES[fname]
             fixed = _topology(r["Topology"], nodes * cores)
             fixed["micro_batch"] = _int(r["Microbatch"]) or 1
             out.append(
@@ -218,6 +223,7 @@ def _neuron_rows(
                     per_s * seq / (nodes * cores),
                     fixed,
                     f"{nodes} nodes, {r['Topology']}",
+                    stack,
                 )
             )
 
@@ -236,7 +242,7 @@ def _published_rows(catalog: Catalog, out: list[TrainRow], skipped: list[str]) -
         if "tokens_per_s_per_gpu" in r:
             obs = float(r["tokens_per_s_per_gpu"])
         elif "gpu_hours" in r:
-            obs = float(r["tokens"]) / float(r["gpu_hours"]) / 3600.0
+            obs = float(r["tokens"]) / float(r["gpu_hours"]) / 3600.0 / float(src.get("effective_time", 1.0))
         else:
             from chipswap.projection.training_model import flops_per_token
 
