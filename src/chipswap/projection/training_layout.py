@@ -39,6 +39,7 @@ KEYS = ("tp", "pp", "cp", "dp", "sharding", "recompute", "micro_batch", "vp")
 CONVENTION: dict[str, dict[str, Any] | None] = {
     "pytorch": {"sharding": ("fsdp", "hsdp"), "recompute": ("none", "full")},
     "megatron": None,
+    "composer": {"sharding": ("fsdp", "hsdp"), "recompute": ("none", "full")},
     "meta-2023": None,
     "neuron": None,
     "neuron-nemo": None,
@@ -236,7 +237,7 @@ def conventional(
                 if per_replica % mb:
                     continue
                 lay = Layout(tp, pp, dp, cp, sharding, rc, mb, 1, global_batch)
-                if not memory(work, system, lay, seq_len, dtype).fits:
+                if not memory(work, system, lay, seq_len, dtype, stack).fits:
                     continue
                 t = step_time(work, system, lay, coef, seq_len=seq_len, dtype=dtype, nodes=nodes, stack=stack)
                 if best is None or t.tokens_per_s_per_device > best[0]:
