@@ -139,7 +139,9 @@ def _used(rows: list[TrainRow]) -> set[str]:
     used = {f"e16_{r.group}" for r in rows}
     # a family factor needs rows on a reference stack (one with no factor of its own) to tell it apart
     used |= {"k_A100" for r in rows if r.family == "A100" and not STACK_RULES[r.train_stack]["efficiency"]}
-    used |= {STACK_RULES[r.train_stack]["efficiency"] for r in rows} - {None}
+    # a stack's own factor needs rows of its group's reference stack beside it (else it and e16 are one)
+    ref = {r.group for r in rows if not STACK_RULES[r.train_stack]["efficiency"]}
+    used |= {STACK_RULES[r.train_stack]["efficiency"] for r in rows if r.group in ref} - {None}
     used |= {STACK_RULES[r.train_stack]["fp8"] for r in rows if r.dtype == "fp8"} - {None}
     used |= {
         STACK_RULES[r.train_stack]["tp_exposed"]
