@@ -8,7 +8,10 @@ published) gives the bands; `chosen` runs the CLI default on the same rows (the 
 as the headline, chipswap's fastest feasible layout beside it, the band widened to cover both) and is
 reported, never fitted on. Bands: for each held-out source, the coefficients are re-fitted on the other
 sources and the source's rows predicted; the band of a vendor group is the 80th percentile of those held-out
-|ln(predicted / published)|. Reads those files only; writes the calibration file only when asked.
+|ln(predicted / published)|. A stack's own efficiency factor (training_model.STACK_RULES) is fitted only from
+its rows in the sources kept, so a held-out source's stack is known only when another source ran it. The
+memory model is also checked against the published peaks of data/training/published_memory.csv (peak_check;
+nothing fitted). Reads those files only; writes the calibration file only when asked.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 What it is for: `chipswap project --train-tokens`, the plan's training workloads and the training calibration
 (training_fit.py) all call `step_time` / `search` here, so a projection and its held-out error band come
 from one definition. It models, per device and per optimizer step:
-  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ), fp8
-    as a measured speed-up of the linear layers per training stack (causal attention stays bf16), x 4/3 with
-    full activation recompute (selective: the attention core only);
+  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ, x a
+    published stack's own factor where it reached another share of the same chip), fp8 as a measured speed-up
+    of the linear layers per training stack (causal attention stays bf16), x 4/3 with full activation recompute
+    (selective: the attention core, or every other matmul on the PyTorch stack);
   - elementwise HBM traffic (norms, activations; a fixed count of passes, an assumption);
   - tensor / context parallel collectives (all-reduce or reduce-scatter + all-gather of the activations every
     layer) over NVLink/NVSwitch or NeuronLink inside a node, EFA across nodes, x the stack's exposed share
@@ -16,8 +17,9 @@ from one definition. It models, per device and per optimizer step:
   - pipeline bubbles (pp - 1) / (micro-batches x virtual stages), and the busiest stage of an uneven split
     (ceil(layers / pp) layers);
   - peak memory per device (weights, gradients, optimizer states sharded over DP x CP, activations by
-    recompute mode and CP shard, fp8 weight copies, FSDP gather / reduce buffers, logits, allocator
-    fragmentation and runtime) that rejects layouts which do not fit.
+    recompute mode as the stack means it and CP shard, fp8 weight copies, FSDP gather / reduce buffers (the
+    whole stage with pipeline stages), logits at the stack's loss, allocator fragmentation and runtime) that
+    rejects layouts which do not fit; checked against published peaks (training_fit.peak_check).
 `search` enumerates TP x PP x CP x sharding x recompute x micro-batch, rejects what does not fit (saying why)
 and keeps the fastest; when no layout can split the global batch it says so (not "does not fit").
 
