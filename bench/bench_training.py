@@ -77,8 +77,8 @@ def neuron_by_stack() -> list[str]:
     rows = [replace(r, source=r.train_stack) if r.group == "neuron" else r for r in rows]
     v = summarize(rows, leave_one_source_out(rows))["family_dtype"]["Trainium bf16"]
     return [
-        f"Trainium held out by stack instead (NxD, neuronx-nemo-megatron, HF BERT each left out whole; a stack "
-        f"left out takes the reference NxD efficiency): {v['median_abs_error']:.1%} median |error|, "
+        "Trainium held out by stack instead (NxD, neuronx-nemo-megatron, HF BERT each left out whole; a "
+        f"stack left out takes the reference NxD efficiency): {v['median_abs_error']:.1%} median |error|, "
         f"{v['coverage']:.0%} in band ({v['rows']} rows).",
         "",
     ]
@@ -115,31 +115,32 @@ def memory_table(data: dict, missed: list[str]) -> list[str]:
     over = [m for m in mem if not m["fits"]]
     peaks = data["published_peaks"]
     inside = [p for p in peaks if abs(p["error"]) <= TARGETS["memory"]]
+    errs = [p["error"] for p in peaks]
     if len(inside) < len(peaks):
         missed.append(f"peak memory: {len(inside)} of {len(peaks)} rows within ±{TARGETS['memory']:.0%}")
     out = [
         "### Peak memory: predicted against published",
         "",
-        "Every published row that prints a peak memory per GPU with its layout: torchtitan's benchmark tables "
-        "(`src/chipswap/data/training/published_memory.csv`, sources and dates in its SOURCES.md; memory "
-        "only: no coefficient is fitted on them, but the memory rules they test (op-level SAC, the unfused "
-        "loss, FSDP with pipeline stages, DTensor's gathered TP inputs) were written with them in view, so "
-        "this is an in-sample check, not a held-out one). Predicted = allocated x 1.10 + 1 GiB at the published layout on "
-        f"the PyTorch stack. **{len(inside)} of {len(peaks)} within ±{TARGETS['memory']:.0%}** "
-        f"(errors {min(p['error'] for p in peaks):+.0%} to {max(p['error'] for p in peaks):+.0%}).",
+        "Every published row that prints a peak memory per GPU with its layout: torchtitan's benchmark "
+        "tables (`src/chipswap/data/training/published_memory.csv`, sources and dates in its SOURCES.md; "
+        "memory only: no coefficient is fitted on them, but the memory rules they test (op-level SAC, the "
+        "unfused loss, FSDP with pipeline stages, DTensor's gathered TP inputs) were written with them in "
+        "view, so this is an in-sample check, not a held-out one). Predicted = allocated x 1.10 + 1 GiB at "
+        f"the published layout on the PyTorch stack. **{len(inside)} of {len(peaks)} within "
+        f"±{TARGETS['memory']:.0%}** (errors {min(errs):+.0%} to {max(errs):+.0%}).",
         "",
-        row("row", "model, dtype", "layout (published)", "seq", "techniques", "published GiB", "predicted GiB",
-            "error"),
+        row("row", "model, dtype", "layout (published)", "seq", "techniques", "published GiB",
+            "predicted GiB", "error"),
         "|---|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     for p in peaks:
         flag = "" if abs(p["error"]) <= TARGETS["memory"] else " (missed)"
-        out.append(row(p["id"], f"{p['model']} {p['dtype']}", p["layout"], f"{p['seq_len']:,}", p["techniques"],
-                       p["published_peak_gib"], p["predicted_peak_gib"], f"{p['error']:+.0%}{flag}"))  # fmt: skip
+        cells = (p["id"], f"{p['model']} {p['dtype']}", p["layout"], f"{p['seq_len']:,}", p["techniques"])
+        out.append(row(*cells, p["published_peak_gib"], p["predicted_peak_gib"], f"{p['error']:+.0%}{flag}"))
     out += [
         "",
-        "The reference rows (`../shared/reference`) print no peak, so the check there is that every published "
-        f"layout ran: its predicted peak must be at most the device's memory. {len(mem) - len(over)} of "
+        "The reference rows (`../shared/reference`) print no peak, so the check there is that every "
+        f"published layout ran: its predicted peak must be at most the device's memory. {len(mem) - len(over)} of "
         f"{len(mem)} rows are; the {len(whole)} LLM Foundry rows (whole layout published) all are.",
         "",
         row("row", "layout (pinned)", "predicted peak GiB", "device GiB", "fits"),

@@ -1,6 +1,7 @@
-"""Re-fit test of the training calibration: the shipped file is what a fresh fit writes, and the
-leave-one-source-out errors meet issue 28's targets per family and dtype where they are met (and the misses
-stay at their measured level), and the published layouts that ran fit the memory model. Needs ../shared/reference (skipped without it). Not timed."""
+"""Re-fit test of the training calibration: the shipped file is what a fresh fit writes, the
+leave-one-source-out errors meet issue 28's targets per family and dtype (the one miss held to its measured
+level), the published layouts that ran fit the memory model, and the predicted peaks match the published ones.
+Needs ../shared/reference (skipped without it). Not timed."""
 
 from __future__ import annotations
 
