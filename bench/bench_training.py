@@ -66,6 +66,24 @@ def held_out(data: dict, missed: list[str]) -> list[str]:
     return out + [""]
 
 
+def neuron_by_stack() -> list[str]:
+    """The Neuron rows held out by stack instead of by published table: what a stack never seen gets."""
+    from dataclasses import replace
+
+    from chipswap.projection.training_fit import leave_one_source_out, summarize
+    from chipswap.projection.training_rows import load_rows
+
+    rows, _ = load_rows()
+    rows = [replace(r, source=r.train_stack) if r.group == "neuron" else r for r in rows]
+    v = summarize(rows, leave_one_source_out(rows))["family_dtype"]["Trainium bf16"]
+    return [
+        "Trainium held out by stack instead (NxD, neuronx-nemo-megatron, HF BERT each left out whole; a "
+        f"stack left out takes the reference NxD efficiency): {v['median_abs_error']:.1%} median |error|, "
+        f"{v['coverage']:.0%} in band ({v['rows']} rows).",
+        "",
+    ]
+
+
 def fp8(data: dict) -> list[str]:
     c = data["coefficients"]
     rows = [r for r in data["rows"] if r["dtype"] == "fp8"]
@@ -91,20 +109,39 @@ def fp8(data: dict) -> list[str]:
     return out + [""]
 
 
-def memory_table(data: dict) -> list[str]:
+def memory_table(data: dict, missed: list[str]) -> list[str]:
     mem = data["memory"]
     whole = [m for m in mem if m["whole_layout_published"]]
-    printed = [m for m in mem if m.get("published_peak_gib")]
     over = [m for m in mem if not m["fits"]]
+    peaks = data["published_peaks"]
+    inside = [p for p in peaks if abs(p["error"]) <= TARGETS["memory"]]
+    errs = [p["error"] for p in peaks]
+    if len(inside) < len(peaks):
+        missed.append(f"peak memory: {len(inside)} of {len(peaks)} rows within ±{TARGETS['memory']:.0%}")
     out = [
-        "### Memory against the published layouts that ran",
+        "### Peak memory: predicted against published",
         "",
-        f"No source row in `../shared/reference/gpu-benchmarks/training.csv` or `training_llm_foundry.csv` "
-        f"prints a peak memory ({len(printed)} of {len(mem)} rows), so predicted-vs-published peak cannot be "
-        "scored here (target ±20 %: not measurable on this data). What is checked instead: every "
-        "published layout ran, so its predicted peak (allocated x 1.10 fragmentation + 1 GiB runtime) must "
-        f"be at most the device's memory. {len(mem) - len(over)} of {len(mem)} rows are; the "
-        f"{len(whole)} LLM Foundry rows (whole layout published: FSDP, micro-batch, checkpointing) all are.",
+        "Every published row that prints a peak memory per GPU with its layout: torchtitan's benchmark "
+        "tables (`src/chipswap/data/training/published_memory.csv`, sources and dates in its SOURCES.md; "
+        "memory only: no coefficient is fitted on them, but the memory rules they test (op-level SAC, the "
+        "unfused loss, FSDP with pipeline stages, DTensor's gathered TP inputs) were written with them in "
+        "view, so this is an in-sample check, not a held-out one). Predicted = allocated x 1.10 + 1 GiB at "
+        f"the published layout on the PyTorch stack. **{len(inside)} of {len(peaks)} within "
+        f"±{TARGETS['memory']:.0%}** (errors {min(errs):+.0%} to {max(errs):+.0%}).",
+        "",
+        row("row", "model, dtype", "layout (published)", "seq", "techniques", "published GiB",
+            "predicted GiB", "error"),
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for p in peaks:
+        flag = "" if abs(p["error"]) <= TARGETS["memory"] else " (missed)"
+        cells = (p["id"], f"{p['model']} {p['dtype']}", p["layout"], f"{p['seq_len']:,}", p["techniques"])
+        out.append(row(*cells, p["published_peak_gib"], p["predicted_peak_gib"], f"{p['error']:+.0%}{flag}"))
+    out += [
+        "",
+        "The reference rows (`../shared/reference`) print no peak, so the check there is that every "
+        f"published layout ran: its predicted peak must be at most the device's memory. {len(mem) - len(over)} of "
+        f"{len(mem)} rows are; the {len(whole)} LLM Foundry rows (whole layout published) all are.",
         "",
         row("row", "layout (pinned)", "predicted peak GiB", "device GiB", "fits"),
         "|---|---|---|---|---|",
@@ -204,7 +241,8 @@ def refusals() -> list[str]:
 def main() -> int:
     data = calibrate()
     missed: list[str] = []
-    body = held_out(data, missed) + fp8(data) + memory_table(data) + tp_penalty() + seed_example(missed)
+    body = held_out(data, missed) + neuron_by_stack() + fp8(data) + memory_table(data, missed) + tp_penalty()
+    body += seed_example(missed)
     body += refusals()
     c = data["coefficients"]
     body += ["Coefficients: " + ", ".join(f"{k} {v}" for k, v in c.items()) + ".", ""]

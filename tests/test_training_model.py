@@ -152,3 +152,49 @@ def test_the_seed_fine_tune_against_published_per_node_figures() -> None:
     assert fig.value / trn.tokens_per_s_per_node.value > 4  # not the seed's 1.3x
     assert trn.hours is not None
     assert trn.hours.value == pytest.approx(1e9 / trn.tokens_per_s_per_node.value / 3600)
+
+
+def test_memory_follows_the_stack() -> None:
+    """What a stack holds at the peak: PyTorch's unfused loss 10 bytes a logit against Megatron's fused 4 (and
+    LLM Foundry's fused 4); DTensor TP keeps the gathered matmul inputs whole; PyTorch's "selective" is
+    op-level SAC (less kept than Megatron's attention-core recompute, at more recompute time)."""
+    p5 = _sys("p5.48xlarge")
+    lay = Layout(1, 1, 8, 1, "fsdp", "full", 2, 1, 64)
+    m = {s: memory(W8, p5, lay, 8192, "bf16", s) for s in ("pytorch", "megatron", "composer")}
+    assert m["pytorch"].logits == pytest.approx(2.5 * m["megatron"].logits)
+    assert m["composer"].logits == pytest.approx(m["megatron"].logits)
+    tp = Layout(8, 1, 1, 1, "ddp", "full", 2, 1, 2)
+    assert (
+        memory(W8, p5, tp, 8192, "bf16", "pytorch").activations
+        > memory(W8, p5, tp, 8192, "bf16", "megatron").activations
+    )
+    sel = Layout(1, 1, 8, 1, "fsdp", "selective", 1, 1, 64)
+    a = {s: memory(W8, p5, sel, 8192, "bf16", s).activations for s in ("pytorch", "megatron")}
+    t = {
+        s: step_time(W8, p5, sel, COEF, seq_len=8192, dtype="bf16", nodes=1, stack=s).compute_s
+        for s in ("pytorch", "megatron")
+    }
+    assert a["pytorch"] < a["megatron"]
+    assert t["pytorch"] != t["megatron"]
+
+
+def test_fsdp_with_pipeline_stages_keeps_the_stage_gathered() -> None:
+    """FSDP with PP does not re-shard between micro-batches and accumulates unsharded gradients: 4 bytes a
+    parameter of the stage, against two gathered layers without PP."""
+    p5 = _sys("p5.48xlarge")
+    pp2 = memory(W70, p5, Layout(1, 2, 32, 1, "fsdp", "full", 1, 1, 64), 4096, "bf16")
+    assert pp2.buffers == pytest.approx(4.0 * W70.params / 2, rel=0.02)
+    pp1 = memory(W70, p5, Layout(1, 1, 64, 1, "fsdp", "full", 1, 1, 64), 4096, "bf16")
+    assert pp1.buffers < pp2.buffers / 10
+
+
+def test_a_calibration_only_stack_scales_the_efficiency_by_its_own_factor() -> None:
+    """meta-2023 (Meta's LLaMA code) runs at its fitted share of the reference stack's efficiency; a user's
+    stack never does."""
+    from chipswap.projection.training_model import Coef, efficiency
+
+    a100 = _sys("p4de.24xlarge")
+    coef = Coef(COEF.values + (("f_meta2023", 0.5),)) if not COEF.has("f_meta2023") else COEF
+    ref = efficiency(a100, coef, "megatron")
+    assert efficiency(a100, coef, "meta-2023") == pytest.approx(ref * coef.get("f_meta2023"))
+    assert efficiency(a100, coef, "pytorch") == pytest.approx(ref)

@@ -271,7 +271,7 @@ def project_training(
                 f"the {stk} stack starts from published recipes (tuned layouts): chipswap's fastest feasible "
                 "layout stands in for it"
             )
-        head_mem = memory(work, system, head, seq_len, use)
+        head_mem = memory(work, system, head, seq_len, use, stk)
         rejected = res.rejected
         feasible = res.feasible
     timing = step_time(work, system, head, coef, **tk)
@@ -283,7 +283,8 @@ def project_training(
     conv_v = None if conv_lay is None else per_node
     shown = band
     if not pinned and best_v is not None:
-        shown = max(widened_band(band, per_node, [best_v]), float(fam.get("band_chosen", band)))
+        own = fam.get(f"band_chosen_{use}", fam.get("band_chosen", band))  # per dtype with enough rows
+        shown = max(widened_band(band, per_node, [best_v]), float(own))
         if best_lay != head:
             notes.append(
                 f"the headline is the conventional {stk} layout; chipswap's fastest feasible layout projects "

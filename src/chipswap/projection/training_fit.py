@@ -8,7 +8,10 @@ published) gives the bands; `chosen` runs the CLI default on the same rows (the 
 as the headline, chipswap's fastest feasible layout beside it, the band widened to cover both) and is
 reported, never fitted on. Bands: for each held-out source, the coefficients are re-fitted on the other
 sources and the source's rows predicted; the band of a vendor group is the 80th percentile of those held-out
-|ln(predicted / published)|. Reads those files only; writes the calibration file only when asked.
+|ln(predicted / published)|. A stack's own efficiency factor (training_model.STACK_RULES) is fitted only from
+its rows in the sources kept, so a held-out source's stack is known only when another source ran it. The
+memory model is also checked against the published peaks of data/training/published_memory.csv (peak_check;
+nothing fitted). Reads those files only; writes the calibration file only when asked.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from chipswap.projection.training_layout import conventional
 from chipswap.projection.training_model import (
     RECOMPUTE,
     SHARDINGS,
+    STACK_RULES,
     Coef,
     Layout,
     layouts,
@@ -33,16 +37,18 @@ from chipswap.projection.training_model import (
     search,
     step_time,
 )
-from chipswap.projection.training_rows import TrainRow, load_rows
+from chipswap.projection.training_rows import PeakRow, TrainRow, load_peaks, load_rows
 
 # e16_<group>: share of the bf16 peak the linear layers reach; k_A100: A100's own factor on it (its rows
 # run nearer the peak than H100's); s8_<stack>: fp8 speed-up of the linear layers; x_tp: exposed share of
 # tensor / context-parallel collectives on stacks that overlap them
-PARAMS = ("e16_nvidia", "k_A100", "s8_megatron", "s8_pytorch", "e16_neuron", "x_tp")
-START = (0.45, 1.2, 1.5, 1.2, 0.3, 0.5)
-LOWER = (0.05, 0.5, 1.0, 1.0, 0.05, 0.0)
-UPPER = (1.0, 2.0, 2.0, 2.0, 1.0, 1.0)
+PARAMS = ("e16_nvidia", "k_A100", "s8_megatron", "s8_pytorch", "e16_neuron", "x_tp", "f_meta2023",
+          "f_neuron_nemo", "f_neuron_hf")  # fmt: skip
+START = (0.45, 1.2, 1.5, 1.2, 0.3, 0.5, 1.0, 1.0, 1.0)
+LOWER = (0.05, 0.5, 1.0, 1.0, 0.05, 0.0, 0.3, 0.3, 0.3)
+UPPER = (1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 3.0, 3.0, 3.0)
 BAND_QUANTILE = 0.8
+LOSS, F_SCALE = "soft_l1", 0.1
 VIRTUAL_OPEN = (1, 2, 4, 8)  # interleaved stages, where a source prints none
 # families with no published training rows: coefficients transferred from their vendor group, band widened
 TRANSFER = {"H200": "nvidia", "A10G": "nvidia", "L4": "nvidia", "L40S": "nvidia"}
@@ -92,7 +98,8 @@ def choose(row: TrainRow, coef: Coef) -> Layout:
         v = step_time(row.work, row.system, lay, coef, **_kw(row)).tokens_per_s_per_device
         if best_any is None or v > best_any[0]:
             best_any = (v, lay)
-        if memory(row.work, row.system, lay, row.seq_len, row.dtype).fits and (best is None or v > best[0]):
+        fits = memory(row.work, row.system, lay, row.seq_len, row.dtype, row.train_stack).fits
+        if fits and (best is None or v > best[0]):
             best = (v, lay)
     chosen = best or best_any
     assert chosen is not None
@@ -133,9 +140,17 @@ def _coef(theta: Any) -> Coef:
 def _used(rows: list[TrainRow]) -> set[str]:
     """The coefficients the rows can inform (the others keep their start value and are not written)."""
     used = {f"e16_{r.group}" for r in rows}
-    used |= {"k_A100" for r in rows if r.family == "A100"}
-    used |= {f"s8_{r.train_stack}" for r in rows if r.dtype == "fp8"}
-    used |= {"x_tp" for r in rows if r.train_stack != "pytorch" and (r.fixed.get("tp", 2) > 1 or not r.fixed)}
+    # a family factor needs rows on a reference stack (one with no factor of its own) to tell it apart
+    used |= {"k_A100" for r in rows if r.family == "A100" and not STACK_RULES[r.train_stack]["efficiency"]}
+    # a stack's own factor needs rows of its group's reference stack beside it (else it and e16 are one)
+    ref = {r.group for r in rows if not STACK_RULES[r.train_stack]["efficiency"]}
+    used |= {STACK_RULES[r.train_stack]["efficiency"] for r in rows if r.group in ref} - {None}
+    used |= {STACK_RULES[r.train_stack]["fp8"] for r in rows if r.dtype == "fp8"} - {None}
+    used |= {
+        STACK_RULES[r.train_stack]["tp_exposed"]
+        for r in rows
+        if STACK_RULES[r.train_stack]["tp_exposed"] and (r.fixed.get("tp", 2) > 1 or not r.fixed)
+    }
     return used
 
 
@@ -163,7 +178,8 @@ def fit(rows: list[TrainRow], rounds: int = 2) -> tuple[Coef, list[Layout]]:
                 [math.log(predict(r, c, lay) / r.observed) for r, lay in zip(rows, lays, strict=True)]
             )
 
-        sol = least_squares(sub, theta[free], bounds=(np.array(LOWER)[free], np.array(UPPER)[free]))
+        bounds = (np.array(LOWER)[free], np.array(UPPER)[free])
+        sol = least_squares(sub, theta[free], bounds=bounds, loss=LOSS, f_scale=F_SCALE)
         theta[free] = sol.x
         coef = _coef(theta)
         lays = [choose(r, coef) for r in rows]
@@ -262,17 +278,23 @@ def summarize(rows: list[TrainRow], held: HeldOutResult) -> dict[str, Any]:
         b = chosen_group[rows[idx[0]].group]
         chosen_fam[fam] = max(b, band_of(chosen_le[idx])) if len(idx) >= MIN_FAMILY_ROWS else b
     out["chosen_bands"] = {f: round(b, 4) for f, b in chosen_fam.items()}
+    out["chosen_bands_dtype"] = {}
     for key in sorted({(r.family, r.dtype) for r in rows}):
         idx = [i for i, r in enumerate(rows) if (r.family, r.dtype) == key]
+        # a family and dtype with enough rows is covered by its own CLI-default band too
+        own = chosen_fam[key[0]]
+        if len(idx) >= MIN_FAMILY_ROWS:
+            own = max(own, band_of(chosen_le[idx]))
+            out["chosen_bands_dtype"][f"{key[0]} {key[1]}"] = round(own, 4)
         out["family_dtype"][f"{key[0]} {key[1]}"] = _stats(le, idx, fam_band[key[0]])
         inside, inside_pinned_band = [], []
         for i in idx:
             v, best = held.chosen[i], held.chosen_best[i]
             wide = widened_band(fam_band[key[0]], v, [best]) if v > 0 else 0.0
-            shown = max(wide, chosen_fam[key[0]])
+            shown = max(wide, own)
             inside.append(v > 0 and abs(chosen_le[i]) <= math.log1p(shown) + 1e-12)
             inside_pinned_band.append(v > 0 and abs(chosen_le[i]) <= math.log1p(wide) + 1e-12)
-        st = _stats(chosen_le, idx, chosen_fam[key[0]])
+        st = _stats(chosen_le, idx, own)
         st["coverage"] = round(float(np.mean(inside)), 4)
         st["coverage_pinned_band"] = round(float(np.mean(inside_pinned_band)), 4)
         out["chosen"][f"{key[0]} {key[1]}"] = st
@@ -286,7 +308,7 @@ def memory_check(rows: list[TrainRow], coef: Coef) -> list[dict[str, Any]]:
     out = []
     for r in rows:
         lay = choose(r, coef)
-        m = memory(r.work, r.system, lay, r.seq_len, r.dtype)
+        m = memory(r.work, r.system, lay, r.seq_len, r.dtype, r.train_stack)
         out.append(
             {
                 "id": r.row_id,
@@ -297,6 +319,32 @@ def memory_check(rows: list[TrainRow], coef: Coef) -> list[dict[str, Any]]:
                 "device_gib": round(m.capacity / 2**30, 1),
                 "published_peak_gib": r.fixed.get("peak_gib"),
                 "fits": m.fits,
+            }
+        )
+    return out
+
+
+def peak_check(peaks: list[PeakRow]) -> list[dict[str, Any]]:
+    """Predicted peak memory per GPU (allocated x 1.10 + 1 GiB, training_model.memory) against the published
+    peak of every row that prints one, at its published layout; error = predicted / published - 1."""
+    out = []
+    for p in peaks:
+        m = memory(p.work, p.system, p.layout, p.seq_len, p.dtype, p.stack)
+        pred = m.peak / 2**30
+        out.append(
+            {
+                "id": p.row_id,
+                "source": p.source,
+                "as_of": p.as_of,
+                "model": p.model,
+                "chip": p.system.family,
+                "layout": p.layout.label(),
+                "seq_len": p.seq_len,
+                "dtype": p.dtype,
+                "techniques": p.techniques,
+                "published_peak_gib": p.published_gib,
+                "predicted_peak_gib": round(pred, 1),
+                "error": round(pred / p.published_gib - 1.0, 4),
             }
         )
     return out
@@ -320,6 +368,11 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
             "band": s["band"],
             "basis": basis.format(g=g) + (f", widened to cover {fam}'s own {s['rows']} rows" if own else ""),
             "band_chosen": summ["chosen_bands"][fam],
+            **{
+                f"band_chosen_{k.split()[1]}": v
+                for k, v in summ["chosen_bands_dtype"].items()
+                if k.split()[0] == fam
+            },
             "sources": sorted({f"{r.source_title} ({r.date})" for r in rows if r.family == fam}),
             "held_out_median_abs_error": s["median_abs_error"],
         }
@@ -362,6 +415,7 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
             )
         ],
         "memory": memory_check(rows, coef),
+        "published_peaks": peak_check(load_peaks()),
         "skipped": skipped,
         "fit_layouts": {r.row_id: lay.label() for r, lay in zip(rows, lays, strict=True)},
     }
@@ -380,8 +434,9 @@ def render(data: dict[str, Any]) -> str:
     lines += [f"{k} = {_toml_value(v)}" for k, v in data["coefficients"].items()]
     for fam, d in data["families"].items():
         lines += ["", f'[families."{fam}"]'] + [f"{k} = {_toml_value(v)}" for k, v in d.items()]
-    lines += ["", "[held_out.chosen_bands]"]
-    lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"]["chosen_bands"].items()]
+    for sect in ("chosen_bands", "chosen_bands_dtype"):
+        lines += ["", f"[held_out.{sect}]"]
+        lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"][sect].items()]
     for sect in ("groups", "families", "sources", "family_dtype", "chosen"):
         lines += ["", f"[held_out.{sect}]"]
         lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"][sect].items()]
@@ -390,6 +445,8 @@ def render(data: dict[str, Any]) -> str:
         lines += ["[[rows]]"] + [f"{k} = {_toml_value(v)}" for k, v in r.items()]
     for m in data["memory"]:
         lines += ["[[memory]]"] + [f"{k} = {_toml_value(v)}" for k, v in m.items() if v is not None]
+    for m in data.get("published_peaks", []):
+        lines += ["[[published_peaks]]"] + [f"{k} = {_toml_value(v)}" for k, v in m.items()]
     lines += ["", "[skipped]", f"rows = {_toml_value(data['skipped'])}"]
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,7 @@ from chipswap.projection.training_model import (
     degrees,
     memory,
     step_time,
+    stack_for,
     virtual_stages,
 )
 from chipswap.projection.work import ModelWork
@@ -38,7 +39,11 @@ KEYS = ("tp", "pp", "cp", "dp", "sharding", "recompute", "micro_batch", "vp")
 CONVENTION: dict[str, dict[str, Any] | None] = {
     "pytorch": {"sharding": ("fsdp", "hsdp"), "recompute": ("none", "full")},
     "megatron": None,
+    "composer": {"sharding": ("fsdp", "hsdp"), "recompute": ("none", "full")},
+    "meta-2023": None,
     "neuron": None,
+    "neuron-nemo": None,
+    "neuron-hf": None,
 }
 MAX_CONVENTIONAL_MICRO_BATCH = 16
 
@@ -211,7 +216,7 @@ def conventional(
     at their fastest: activation recompute (none, or full where memory needs it), the micro-batch (up to
     16, splitting the replica's batch) and, across nodes, full or hybrid sharding (HSDP). None for a recipe stack
     (CONVENTION), or when no conventional layout splits the global batch or fits."""
-    conv = CONVENTION["neuron" if system.group == "neuron" else stack]
+    conv = CONVENTION[stack_for(system, stack)]
     if conv is None:
         return None
     devices = nodes * system.devices_per_node
@@ -232,7 +237,7 @@ def conventional(
                 if per_replica % mb:
                     continue
                 lay = Layout(tp, pp, dp, cp, sharding, rc, mb, 1, global_batch)
-                if not memory(work, system, lay, seq_len, dtype).fits:
+                if not memory(work, system, lay, seq_len, dtype, stack).fits:
                     continue
                 t = step_time(work, system, lay, coef, seq_len=seq_len, dtype=dtype, nodes=nodes, stack=stack)
                 if best is None or t.tokens_per_s_per_device > best[0]:

@@ -3,9 +3,10 @@
 What it is for: `chipswap project --train-tokens`, the plan's training workloads and the training calibration
 (training_fit.py) all call `step_time` / `search` here, so a projection and its held-out error band come
 from one definition. It models, per device and per optimizer step:
-  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ), fp8
-    as a measured speed-up of the linear layers per training stack (causal attention stays bf16), x 4/3 with
-    full activation recompute (selective: the attention core only);
+  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ, x a
+    published stack's own factor where it reached another share of the same chip), fp8 as a measured speed-up
+    of the linear layers per training stack (causal attention stays bf16), x 4/3 with full activation recompute
+    (selective: the attention core, or every other matmul on the PyTorch stack);
   - elementwise HBM traffic (norms, activations; a fixed count of passes, an assumption);
   - tensor / context parallel collectives (all-reduce or reduce-scatter + all-gather of the activations every
     layer) over NVLink/NVSwitch or NeuronLink inside a node, EFA across nodes, x the stack's exposed share
@@ -16,8 +17,9 @@ from one definition. It models, per device and per optimizer step:
   - pipeline bubbles (pp - 1) / (micro-batches x virtual stages), and the busiest stage of an uneven split
     (ceil(layers / pp) layers);
   - peak memory per device (weights, gradients, optimizer states sharded over DP x CP, activations by
-    recompute mode and CP shard, fp8 weight copies, FSDP gather / reduce buffers, logits, allocator
-    fragmentation and runtime) that rejects layouts which do not fit.
+    recompute mode as the stack means it and CP shard, fp8 weight copies, FSDP gather / reduce buffers (the
+    whole stage with pipeline stages), logits at the stack's loss, allocator fragmentation and runtime) that
+    rejects layouts which do not fit; checked against published peaks (training_fit.peak_check).
 `search` enumerates TP x PP x CP x sharding x recompute x micro-batch, rejects what does not fit (saying why)
 and keeps the fastest; when no layout can split the global batch it says so (not "does not fit").
 
@@ -40,24 +42,49 @@ MAX_CP = 16
 CP_MIN_TOKENS = 4096  # context parallelism is tried while each shard keeps at least this many tokens
 VIRTUAL = (2, 4, 8)
 # Activation recompute (assumptions, stated in docs/projection.md): bytes kept per token and layer as
-# (x hidden, x intermediate), and how many forward passes of the linear layers / attention core run.
+# (x hidden, x K/V width, x intermediate), and how many forward passes of the linear layers / attention
+# core run.
 # selective = the attention core (and its softmax / dropout) recomputed, matmul outputs kept (Megatron
-# "selective", torchtitan op-level SAC); full = only each layer's input kept, the whole forward run twice.
+# "selective"); full = only each layer's input kept, the whole forward run twice. selective-op is "selective"
+# on the PyTorch stack, torchtitan's op-level SAC: it keeps the output of every other matmul and of attention
+# (layer input 2h, q 2h, v 2 kv, attention out 2h, up 2i, down 2h) and recomputes the rest (the other matmuls:
+# k, out, gate, ~40 % of the linear forward; the elementwise ops). act_i scales the MLP's 4-6 x intermediate,
+# act_i_bytes the intermediate itself.
 RECOMPUTE_RULES = {
     "none": {"act_h": 16.0, "act_i": 1.0, "linear_fwd": 1.0, "attention_fwd": 1.0},
     "selective": {"act_h": 10.0, "act_i": 0.67, "linear_fwd": 1.0, "attention_fwd": 2.0},
+    "selective-op": {"act_h": 8.0, "act_kv": 2.0, "act_i_bytes": 2.0, "linear_fwd": 1.4,
+                     "attention_fwd": 1.0},
     "full": {"act_h": 2.0, "act_i": 0.0, "linear_fwd": 2.0, "attention_fwd": 2.0},
-}
-# Training stacks: which exposed share of tensor/context-parallel collectives applies, and which measured fp8
-# speed-up of the linear layers. megatron: NeMo / Megatron-Core / Megatron-Bridge and Meta's 4D stack (TP
-# communication overlapped with GEMMs, distributed optimizer); pytorch: PyTorch FSDP / DTensor (torchtitan,
-# LLM Foundry / Composer, Accelerate): TP collectives run between the matmuls, exposed in full (assumption);
-# neuron: NxD / neuronx-nemo-megatron on Trainium (no fp8 training).
+}  # fmt: skip
+# Training stacks: which exposed share of tensor/context-parallel collectives applies, which measured fp8
+# speed-up of the linear layers, and which efficiency factor on the family's (None: a reference stack, 1).
+# megatron: NeMo / Megatron-Core / Megatron-Bridge and Meta's Llama 3 4D stack (TP communication overlapped
+# with GEMMs, distributed optimizer); pytorch: PyTorch FSDP / DTensor (torchtitan, Accelerate): TP collectives
+# run between the matmuls, exposed in full (assumption); neuron: NxD (neuronx-distributed), what a Trainium
+# projection assumes (no fp8 training). Stacks only published rows ran (calibration only, never a user's
+# --train-stack): composer: LLM Foundry / Composer (PyTorch FSDP with MPT's fused cross-entropy); and,
+# each with a fitted efficiency of its own (it reached another share of the chip's peak than the reference):
+# meta-2023: Meta's LLaMA / Llama 2 code on A100 (xformers attention, model + sequence parallel); neuron-nemo:
+# neuronx-nemo-megatron; neuron-hf: Hugging Face Trainer + torch-neuronx, data parallel only.
+# Memory per stack: "selective" names the RECOMPUTE_RULES entry its selective checkpointing is; loss_bytes:
+# bytes per logit (token x vocab / TP) at the loss: PyTorch's unfused cross-entropy holds the bf16 logits 2 +
+# an fp32 copy 4 + the fp32 log-softmax kept for the backward 4 = 10; a fused cross-entropy (Megatron's
+# vocab-parallel one, MPT's) one fp32 copy, 4. tp_replicated_h: bytes x hidden a token a layer holds whole
+# under TP: DTensor's sequence parallel all-gathers the inputs of the attention and MLP column-parallel
+# matmuls (2h each) and autograd keeps the gathered copies (Megatron keeps the sequence shard, 0).
 STACK_RULES = {
-    "megatron": {"tp_exposed": "x_tp", "fp8": "s8_megatron"},
-    "pytorch": {"tp_exposed": None, "fp8": "s8_pytorch"},
-    "neuron": {"tp_exposed": "x_tp", "fp8": None},
-}
+    "megatron": {"group": "nvidia", "tp_exposed": "x_tp", "fp8": "s8_megatron", "efficiency": None},
+    "pytorch": {"group": "nvidia", "tp_exposed": None, "fp8": "s8_pytorch", "efficiency": None,
+                "selective": "selective-op", "loss_bytes": 10.0, "tp_replicated_h": 4.0},
+    "composer": {"group": "nvidia", "tp_exposed": None, "fp8": "s8_pytorch", "efficiency": None,
+                 "selective": "selective-op", "loss_bytes": 4.0, "tp_replicated_h": 4.0},
+    "meta-2023": {"group": "nvidia", "tp_exposed": "x_tp", "fp8": "s8_megatron", "efficiency": "f_meta2023"},
+    "neuron": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": None},
+    "neuron-nemo": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": "f_neuron_nemo"},
+    "neuron-hf": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": "f_neuron_hf"},
+}  # fmt: skip
+LOSS_BYTES = 4.0  # a stack without its own loss_bytes
 TRAIN_STACKS = ("pytorch", "megatron")
 FP8_UNMEASURED = 1.0  # fp8 speed-up of a stack with no fp8 rows (none assumed)
 # assumptions (stated in docs/projection.md): bytes of optimizer state per parameter with mixed precision
@@ -244,13 +271,25 @@ class StepTime:
 # --- memory --------------------------------------------------------------------------------------
 
 
-def _act_bytes_per_token_layer(work: ModelWork, recompute: str = "none") -> float:
+def recompute_rule(recompute: str, stack: str = "megatron") -> dict[str, float]:
+    """The RECOMPUTE_RULES entry a recompute mode means on a stack (STACK_RULES "selective")."""
+    if recompute == "selective":
+        recompute = str(STACK_RULES[stack].get("selective", "selective"))
+    return RECOMPUTE_RULES[recompute]
+
+
+def _act_bytes_per_token_layer(work: ModelWork, recompute: str = "none", stack: str = "megatron") -> float:
     """bf16 activations a layer keeps for its backward, per token (flash attention: no score matrix): with no
     recompute, norms, QKV and attention outputs ~16 h and the MLP's up/gate/activation outputs 4-6 x
-    intermediate; less by recompute mode (RECOMPUTE_RULES)."""
+    intermediate; less by recompute mode (RECOMPUTE_RULES, as the stack means it)."""
     d = work.dims
-    r = RECOMPUTE_RULES[recompute]
-    return r["act_h"] * d.hidden + r["act_i"] * (6.0 if d.gated_mlp else 4.0) * d.intermediate
+    r = recompute_rule(recompute, stack)
+    return (
+        r["act_h"] * d.hidden
+        + r.get("act_kv", 0.0) * d.kv_heads * d.head_dim
+        + r.get("act_i", 0.0) * (6.0 if d.gated_mlp else 4.0) * d.intermediate
+        + r.get("act_i_bytes", 0.0) * d.intermediate
+    )
 
 
 def stage_layers(layers: int, pp: int) -> int:
@@ -269,8 +308,12 @@ def state_shards(layout: Layout, devices_per_node: int = 1 << 30) -> int:
     return group
 
 
-def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype: str) -> Memory:
+def memory(
+    work: ModelWork, system: System, layout: Layout, seq_len: int, dtype: str, stack: str | None = None
+) -> Memory:
+    """Peak bytes per device of `layout` on `stack` (STACK_RULES; default as step_time's): see Memory."""
     d = work.dims
+    stk = stack_for(system, stack)
     layers_here = stage_layers(d.layers, layout.pp)
     p_dev = work.params / layout.tp * (layers_here / max(1, d.layers) if layout.pp > 1 else 1.0)
     shards = state_shards(layout, system.devices_per_node)
@@ -286,19 +329,29 @@ def memory(work: ModelWork, system: System, layout: Layout, seq_len: int, dtype:
         # and Adam moments sharded (6 + 12 / shards bytes a parameter)
         weights, grads, opt = w * p_dev, g * p_dev, o * p_dev / shards
     else:  # fsdp / hsdp: everything sharded; two layers gathered in bf16 (the one running and the prefetch) and
-        # their gradients reduce-scattered in fp32
+        # their gradients reduce-scattered in fp32. With pipeline stages FSDP keeps the stage gathered between
+        # micro-batches (no re-shard after forward) and accumulates its gradients unsharded (bf16) until the
+        # last micro-batch (torchtitan / FSDP2 with pipelining): 2 + 2 bytes a parameter of the stage
         weights, grads, opt = w * p_dev / shards, g * p_dev / shards, o * p_dev / shards
-        buffers += 2.0 * 2.0 * per_layer_p + 2.0 * 4.0 * per_layer_p
+        if layout.pp > 1:
+            buffers += (2.0 + 2.0) * p_dev
+        else:
+            buffers += 2.0 * 2.0 * per_layer_p + 2.0 * 4.0 * per_layer_p
     tok = (
         seq_len / layout.cp * layout.micro_batch
     )  # tokens of one micro-batch on this device's sequence shard
     in_flight = min(layout.pp, layout.micro_batches) if layout.pp > 1 else 1
-    kept = _act_bytes_per_token_layer(work, layout.recompute) * tok / layout.tp
+    kept = _act_bytes_per_token_layer(work, layout.recompute, stk) * tok / layout.tp
     working = _act_bytes_per_token_layer(work, "none") * tok / layout.tp  # the layer being recomputed
-    acts = layers_here * in_flight * kept + (working if layout.recompute != "none" else 0.0)
+    rep = float(STACK_RULES[stk].get("tp_replicated_h", 0.0)) * d.hidden * tok * (1.0 - 1.0 / layout.tp)
+    if layout.recompute == "none":
+        acts = layers_here * in_flight * (kept + rep)
+    else:  # the layers' checkpoints, and one layer's whole activations while it is recomputed
+        acts = layers_here * in_flight * kept + working + rep
     if layout.cp > 1:  # ring attention: this shard's K/V plus the chunk arriving (send / receive)
         buffers += 2.0 * 2.0 * d.kv_heads * d.head_dim * 2.0 * tok / layout.tp
-    logits = 4.0 * tok * d.vocab / layout.tp if d.head in ("lm", "mlm") else 0.0
+    loss_bytes = float(STACK_RULES[stk].get("loss_bytes", LOSS_BYTES))
+    logits = loss_bytes * tok * d.vocab / layout.tp if d.head in ("lm", "mlm") else 0.0
     usable = (system.memory_bytes - RUNTIME_BYTES) / (1.0 + FRAGMENTATION)
     return Memory(weights, grads, opt, acts, logits, usable, buffers, system.memory_bytes)
 
@@ -319,12 +372,24 @@ def _ring(n: int) -> float:
     return (n - 1) / n if n > 1 else 0.0
 
 
-def efficiency(system: System, coef: Coef) -> float:
+def efficiency(system: System, coef: Coef, stack: str | None = None) -> float:
     """Share of the bf16 peak the linear layers reach: the vendor group's, x the family's own factor where
-    its rows differ (k_<family>, e.g. A100); families without one take the group's (H100-class)."""
+    its rows differ (k_<family>, e.g. A100; families without one take the group's, H100-class), x the stack's
+    own factor where it has one (STACK_RULES "efficiency"; a stack whose factor is not calibrated takes the
+    reference stack's, 1)."""
     e = coef.get(f"e16_{system.group}")
     k = f"k_{system.family}"
-    return e * coef.get(k) if coef.has(k) else e
+    e = e * coef.get(k) if coef.has(k) else e
+    f = STACK_RULES[stack]["efficiency"] if stack else None
+    return e * coef.get(f) if f and coef.has(f) else e
+
+
+def stack_for(system: System, stack: str | None) -> str:
+    """The STACK_RULES key a step runs on: the given stack where it belongs to the system's vendor group, else
+    the group's default (pytorch on NVIDIA, NxD on Neuron)."""
+    if stack is not None and STACK_RULES[stack]["group"] == system.group:
+        return stack
+    return "neuron" if system.group == "neuron" else "pytorch"
 
 
 def fp8_speedup(stack: str, coef: Coef) -> float:
@@ -354,10 +419,10 @@ def step_time(
 ) -> StepTime:
     """Seconds of one optimizer step of `layout` on `nodes` nodes of `system` (see the module docstring).
     stack: a key of STACK_RULES (default: neuron on Trainium, pytorch elsewhere)."""
-    stk = "neuron" if system.group == "neuron" else (stack or "pytorch")
-    e16 = efficiency(system, coef)
+    stk = stack_for(system, stack)
+    e16 = efficiency(system, coef, stk)
     lin, att = flops_per_token(work, seq_len)
-    rule = RECOMPUTE_RULES[layout.recompute]
+    rule = recompute_rule(layout.recompute, stk)
     t_lin = lin / (system.peak("bf16") * e16)
     if dtype == "fp8":
         t_lin /= fp8_speedup(stk, coef)
@@ -531,7 +596,7 @@ def search(
     rejected: list[tuple[str, str]] = []
     feasible = 0
     for lay in cands:
-        mem = memory(work, system, lay, seq_len, dtype)
+        mem = memory(work, system, lay, seq_len, dtype, stack)
         if closest is None or mem.total < closest.memory.total:
             closest = Candidate(lay, mem, None)
         if not mem.fits and fixed is None:

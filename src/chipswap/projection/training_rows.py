@@ -1,6 +1,9 @@
 """The published training rows the training calibration fits on (projection.training_fit) and the bench
 measures: one TrainRow per published figure, with the layout as far as its source prints it.
 
+Also the published peak-memory rows (data/training/published_memory.csv: torchtitan's benchmark tables, memory
+only) the memory check compares with (`load_peaks`).
+
 Rows: ../shared/reference/gpu-benchmarks/training.csv (NVIDIA NeMo / Megatron-Bridge),
 ../shared/reference/gpu-benchmarks/training_llm_foundry.csv (LLM Foundry / Composer, FSDP, with the published
 layout and activation checkpointing), the Trn1 training tables of ../shared/reference/neuron-benchmarks, and
@@ -23,7 +26,7 @@ from chipswap.projection.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.reference_tables import _int, _Models, _num, _read_csv
 from chipswap.projection.training import calibration_path, system_of
-from chipswap.projection.training_model import System
+from chipswap.projection.training_model import Layout, System
 from chipswap.projection.work import ModelWork, work_from_config
 
 # calibration rows run on these instances' chips; their network is the published system's, not the instance's
@@ -43,10 +46,15 @@ FOUNDRY_CHIP = {"H100 80GB": "H100", "A100 80GB": "A100-80GB", "A100 40GB": "A10
 SOURCE_STACK = {
     "nemo-24.07": "megatron",
     "megatron-bridge": "megatron",
-    "llama1-paper": "megatron",
-    "llama2-paper": "megatron",
+    "llama1-paper": "meta-2023",
+    "llama2-paper": "meta-2023",
     "llama3-paper": "megatron",
-    "llm-foundry": "pytorch",
+    "llm-foundry": "composer",
+}
+NEURON_PAGES = {
+    "trn1_training_data_decoder.csv": "neuron-trn1-decoder",
+    "trn1_training_data_encoder.csv": "neuron-trn1-encoder",
+    "trn1_trn1_trn1n_nlp_data.csv": "neuron-trn1-nlp",
 }
 NEURON_SOURCE = (
     "aws-neuron/aws-neuron-sdk about-neuron/benchmarks/trn1 training tables (Neuron SDK 2.32 docs)"
@@ -74,6 +82,7 @@ class TrainRow:
     observed: float
     fixed: dict[str, Any]
     note: str = ""
+    stack_key: str = ""  # the training_model.STACK_RULES key, where the source does not set it for every row
 
     @property
     def group(self) -> str:
@@ -82,7 +91,7 @@ class TrainRow:
     @property
     def train_stack(self) -> str:
         """The training_model.STACK_RULES key of the row's stack."""
-        return "neuron" if self.group == "neuron" else SOURCE_STACK.get(self.source, "megatron")
+        return self.stack_key or SOURCE_STACK.get(self.source, "megatron")
 
 
 # --- reading the rows ----------------------------------------------------------------------------
@@ -191,13 +200,12 @@ def _neuron_rows(
             if model == "bert-large":
                 work = models.encoder_work(model, "mlm")
             tut = r.get("Neuron Tutorial/Example", "")
-            source = (
-                "neuron-nemo-megatron"
-                if "nemo" in tut.lower()
-                else "neuron-nxd"
-                if "distributed" in tut.lower()
-                else "neuron-hf-bert"
-            )
+            # the stack from the tutorial the row links; the source is the published table (one page of
+            # the Neuron docs, its own SDK versions): a stack seen on another page is known when one is held
+            # out
+            low = tut.lower()
+            stack = "neuron-nemo" if "nemo" in low else "neuron" if "distributed" in low else "neuron-hf"
+            source = NEURON_PAGES[fname]
             fixed = _topology(r["Topology"], nodes * cores)
             fixed["micro_batch"] = _int(r["Microbatch"]) or 1
             out.append(
@@ -218,6 +226,7 @@ def _neuron_rows(
                     per_s * seq / (nodes * cores),
                     fixed,
                     f"{nodes} nodes, {r['Topology']}",
+                    stack,
                 )
             )
 
@@ -236,7 +245,7 @@ def _published_rows(catalog: Catalog, out: list[TrainRow], skipped: list[str]) -
         if "tokens_per_s_per_gpu" in r:
             obs = float(r["tokens_per_s_per_gpu"])
         elif "gpu_hours" in r:
-            obs = float(r["tokens"]) / float(r["gpu_hours"]) / 3600.0
+            obs = float(r["tokens"]) / float(r["gpu_hours"]) / 3600.0 / float(src.get("effective_time", 1.0))
         else:
             from chipswap.projection.training_model import flops_per_token
 
@@ -339,3 +348,58 @@ def load_rows(reference: str | Path | None = None) -> tuple[list[TrainRow], list
     _foundry_rows(ref, catalog, rows, skipped)
     _published_rows(catalog, rows, skipped)
     return rows, skipped
+
+
+# --- published peak memory (the memory check) -----------------------------------------------------
+
+PEAK_HOST = {"H100": "p5.48xlarge", "H200": "p5e.48xlarge"}  # the chip's catalog instance (memory only)
+
+
+@dataclass(frozen=True)
+class PeakRow:
+    """A published peak memory per GPU with the layout that ran (data/training/published_memory.csv)."""
+
+    row_id: str
+    source: str
+    as_of: str
+    model: str
+    work: ModelWork = field(repr=False)
+    system: System
+    layout: Layout
+    seq_len: int
+    dtype: str
+    stack: str
+    published_gib: float
+    techniques: str
+    note: str = ""
+
+
+def load_peaks(catalog: Catalog | None = None) -> list[PeakRow]:
+    """Every published peak-memory row, its layout pinned whole (FSDP over `dp`, the rest as printed)."""
+    cat = catalog or load_catalog()
+    models = _Models(shipped_dir())
+    out = []
+    for _line, r in _read_csv(Path(str(calibration_path())).with_name("published_memory.csv")):
+        chip = r["chip"]
+        inst = cat.instance(PEAK_HOST[chip])
+        tp, pp, cp, dp = (int(r[k]) for k in ("tp", "pp", "cp", "dp"))
+        mb = int(r["micro_batch"])
+        lay = Layout(tp, pp, dp, cp, r["sharding"], r["recompute"], mb, 1, dp * int(r["local_batch"]))
+        out.append(
+            PeakRow(
+                r["row_id"],
+                r["source"],
+                r["as_of"],
+                r["model"],
+                models.works[r["model"]],
+                system_of(inst, cat.chip(inst.accelerator), family=chip),
+                lay,
+                int(r["seq_len"]),
+                r["dtype"],
+                "pytorch",  # torchtitan: PyTorch FSDP2 / DTensor
+                float(r["peak_gib"]),
+                r["techniques"],
+                r["notes"],
+            )
+        )
+    return out
