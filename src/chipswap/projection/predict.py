@@ -235,7 +235,7 @@ def project_serving(
                 )
                 continue
             weights = work.weight_bytes(wdt) / t
-            per_seq = work.kv_bytes_per_token(kv_dtype, t) * lengths.max_total
+            per_seq = work.kv_cache_bytes(lengths.max_total, kv_dtype, t)  # windows hold their last W
             free = device.memory_bytes - weights - reserve
             if free < per_seq:
                 rejected.append(
@@ -267,7 +267,7 @@ def project_serving(
                     mean_pad=mean_pad, platform_bands=pbands, label=lab, lnc=lnc,
                 )  # fmt: skip
                 # KV-cache capacity of one replica (the simulator's block accounting on GPUs)
-                lay = replace(lay, kv_tokens=int(free // work.kv_bytes_per_token(kv_dtype, t)))
+                lay = replace(lay, kv_tokens=int(free // _kv_per_position(work, kv_dtype, t, lengths)))
                 (candidates if wdt in chosen else alt_candidates).append(lay)
     if not candidates:
         reason = _no_fit_reason(rejected, work, instance, chosen, alt_candidates)
@@ -368,6 +368,16 @@ def project_serving(
         ctx,
         candidates + alt_candidates,
     )
+
+
+def _kv_per_position(work: ModelWork, kv_dtype: str, tp: int, lengths: Lengths) -> float:
+    """KV-cache bytes per position of one device, for the simulator's block accounting (which charges a
+    sequence its positions): every layer's cache per token; with sliding-window layers, the cache of a
+    sequence of the traffic's mean length per position (its windows hold their last W positions)."""
+    if not any(w for w, _ in work.kv_terms(kv_dtype, tp)):
+        return work.kv_bytes_per_token(kv_dtype, tp)
+    mean = max(1.0, lengths.mean_prompt + lengths.mean_output)
+    return work.kv_cache_bytes(mean, kv_dtype, tp) / mean
 
 
 def _no_fit_reason(
