@@ -275,7 +275,11 @@ def project_serving(
     best = best_of(candidates)
     if best.refused:
         reason = f"{OUTSIDE}: {'; '.join(best.outside) or 'no held-out test covers this layout'}"
-        return _empty(work, platform, instance, mode, reason, rejected + [(best.label, reason)], notes)
+        measure = to_measure(candidates, pinned=pin != Pin())
+        said = f"{reason}; a trial measures {measure.label} ({'pinned' if pin != Pin() else 'by memory fit'})"
+        empty = _empty(work, platform, instance, mode, said, rejected + [(best.label, reason)], notes)
+        config = _config(instance, platform, lengths, measure, ctx, (), measure_why(measure, pin != Pin()))
+        return replace(empty, to_measure=config)
     for c in candidates:
         if c is not best:
             rejected.append(
@@ -479,20 +483,7 @@ def _llm_result(
         + (f" under {ctx.stack}" if ctx.stack else "")
         + (f"; TP in logical NeuronCores, LNC={best.lnc}" if best.lnc else "")
     )
-    config = ServingConfig(
-        instance=instance.name,
-        tp_degree=best.tp,
-        replicas=best.replicas,
-        max_batch=best.max_batch,
-        weight_dtype=best.dtype,
-        max_length=lengths.max_total,
-        padded=platform.padded,
-        why=why,
-        rejected=tuple(rejected),
-        stack=ctx.stack,
-        kv_tokens=best.kv_tokens,
-        slot_occupancy=best.occupancy,
-    )
+    config = _config(instance, platform, lengths, best, ctx, tuple(rejected), why)
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(
         model=work.name,
@@ -517,6 +508,42 @@ def _llm_result(
             x.as_dict(lengths.mean_output, chosen=x is best)
             for x in sorted(layouts, key=lambda c: (c is not best, -c.slow_edge))
         ),
+    )
+
+
+def _config(
+    instance: Instance, platform: PlatformModel, lengths: Lengths, lay: Layout, ctx: StackContext,
+    rejected: tuple[tuple[str, str], ...], why: str,
+) -> ServingConfig:  # fmt: skip
+    return ServingConfig(
+        instance=instance.name,
+        tp_degree=lay.tp,
+        replicas=lay.replicas,
+        max_batch=lay.max_batch,
+        weight_dtype=lay.dtype,
+        max_length=lengths.max_total,
+        padded=platform.padded,
+        why=why,
+        rejected=rejected,
+        stack=ctx.stack,
+        kv_tokens=lay.kv_tokens,
+        slot_occupancy=lay.occupancy,
+    )
+
+
+def to_measure(layouts: list[Layout], *, pinned: bool) -> Layout:
+    """The layout a trial measures when no layout has a figure the calibration covers: the pinned one, else
+    by memory fit alone: the most sequences an instance holds at once (replicas x batch), then the fewest
+    devices per replica (LNC=2 on Trainium2 first)."""
+    if pinned and len(layouts) == 1:
+        return layouts[0]
+    return max(layouts, key=lambda c: (c.replicas * c.max_batch, -c.tp, c.lnc != 1))
+
+
+def measure_why(lay: Layout, pinned: bool) -> str:
+    how = "as pinned" if pinned else "by memory fit: the most sequences held at once, then the smallest TP"
+    return f"no projected figure ({OUTSIDE.split(' — ')[0]}); the layout to measure, chosen {how}" + (
+        f"; TP in logical NeuronCores, LNC={lay.lnc}" if lay.lnc else ""
     )
 
 
