@@ -391,7 +391,8 @@ def per_layer_shapes(cfg: dict[str, Any], where: str) -> dict[str, int]:
         return {}
     if not isinstance(plc, dict) or not all(isinstance(v, dict) for v in plc.values()):
         raise ChipswapError(f"{where}: per_layer_config must map layers to their overrides; fix the config")
-    types = cfg.get("layer_types") if isinstance(cfg.get("layer_types"), list) else []
+    given = cfg.get("layer_types")
+    types: list[Any] = given if isinstance(given, list) else []
     found: dict[str, set[Any]] = {}
     for layer, over in plc.items():
         idx = int(layer) if str(layer).isdigit() else -1
