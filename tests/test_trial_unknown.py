@@ -104,6 +104,22 @@ def test_plan_then_trial_writes_a_kit_whose_figure_is_to_be_measured(tmp_path, c
     assert f'SWEEP_RATES="${{SWEEP_RATES:-{ladder}}}"' in bench
     for f in ("launch.sh", "stop.sh", "deploy/k8s/deployment.yaml", "deploy/sagemaker.json"):
         assert (kit / f).exists()
+    # the user's pin replaces the memory-fit layout (checked by the projection's rules)
+    pinned = tmp_path / "pinned"
+    code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(pinned), "--tp", "8", "--batch", "4")
+    assert code == 0, err
+    spec = json.loads((pinned / "trial.json").read_text())["spec"]
+    n = spec["neuron"]
+    assert (n["tp"], n["replicas"], n["max_batch"], n["figure_known"]) == (8, 3, 4, False)
+    assert "as pinned (--tp 8 / --batch 4)" in spec["notes"][0]
+
+
+def test_a_bad_pin_is_one_line_before_any_plan_runs(tmp_path, capsys):
+    wl = tmp_path / "wl.toml"
+    wl.write_text(WORKLOAD.format(cand="inf2.48xlarge"))
+    code, out, err = run_inproc(capsys, "trial", str(wl), "--out", str(tmp_path / "k"), "--tp", "0")
+    assert code == 2 and err.count("\n") == 1 and "--tp is 0, outside 1 to" in err
+    assert not (tmp_path / "k").exists()
 
 
 def test_an_unknown_figure_sweeps_a_ladder_and_is_costed_on_its_own():

@@ -297,7 +297,9 @@ def build_spec(
     if unknown:
         why = "the cheapest Neuron candidate by the hour; no candidate has a figure the calibration covers"
         notes.append(
-            f"No projected figure for {cand.instance}: {cand.excluded or 'outside the calibration'}. The "
+            f"No projected figure for {cand.instance}: {cand.excluded or 'outside the calibration'}. "
+            + (f"Measured: {cand.fleet.to_measure.why}. " if "pinned" in cand.fleet.to_measure.why else "")
+            + "The "
             "figure is to be measured: the trial is costed on its own, and the follow-up plan sizes the "
             "fleet from the measurement (the deployment files below are for one instance until then)."
         )
