@@ -13,7 +13,10 @@ Conventions: a FLOP is one multiply or one add (a multiply-accumulate is 2 FLOPs
 counted (elementwise ops, norms and softmax are < 1 % of a dense transformer's FLOPs and are what the fitted
 overheads absorb). Attention is counted over the full length (no causal halving), as the compiled Neuron
 graphs and most GPU kernels' FLOP counters do. Bytes are HBM traffic: every matmul weight read once per call,
-plus the KV cache read (decode) or written (prefill).
+plus the KV cache read (decode) or written (prefill). Sliding-window layers are an attention kind of their own
+(AttentionKind): their attention FLOPs, KV reads and KV cache see at most their window (attended_keys,
+prefill_keys); the time models take each kind's terms from here (attention_terms, kv_terms), so a model
+without a window is one full-attention kind and every sum over kinds is its one formula exactly.
 """
 
 from __future__ import annotations
