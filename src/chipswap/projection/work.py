@@ -254,11 +254,11 @@ class ModelWork:
         (a replica of) at least one. Layers that reuse another layer's cache hold none (read=False: the
         cache) but read it (read=True: a decode step's read)."""
         b = dtype_bytes(dtype)
-        return tuple(
-            (k.window, 2.0 * (k.layers if read else k.cached) * (math.ceil(k.kv_heads / tp) if tp else
-                                                                 k.kv_heads) * k.head_dim * b)
-            for k in self.dims.attention_kinds()
-        )  # fmt: skip
+        out = []
+        for k in self.dims.attention_kinds():
+            heads = math.ceil(k.kv_heads / tp) if tp else k.kv_heads
+            out.append((k.window, 2.0 * (k.layers if read else k.cached) * heads * k.head_dim * b))
+        return tuple(out)
 
     def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> float:
         """KV-cache bytes per token on ONE device of a tensor-parallel group of `tp` devices at a context
