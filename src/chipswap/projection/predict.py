@@ -327,6 +327,12 @@ def project_serving(
             f"attention heads padded from {d.heads} to {best.padded_heads} for TP{best.tp} (as NxDI does)"
         )
     notes.extend(f"model {work.name}: {n}" for n in d.notes)
+    if d.sliding_window and d.sliding_layers:
+        notes.append(
+            f"sliding window: {d.sliding_layers} of {d.layers} layers attend over the last "
+            f"{d.sliding_window:,} positions; their attention FLOPs, KV-cache read and KV cache are bounded "
+            "by it"
+        )
     if work.is_moe:
         ep = (
             "experts split across the group (expert parallel)"
