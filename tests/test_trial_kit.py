@@ -22,6 +22,7 @@ from chipswap.trial import sagemaker
 from chipswap.trial.costing import trial_cost
 from chipswap.trial.fleet import K8S_VERSION, NEURONCORE
 from chipswap.trial.kit import render_kit
+from chipswap.trial.spec import UNKNOWN_FIGURE
 from chipswap.trial.write import write_kit
 from tests.trial_helpers import encoder_spec, llm_spec, script_env, stub_bin, with_gpu
 
@@ -39,6 +40,17 @@ def _kits():
         "encoder": encoder_spec(),
         "hostile": with_gpu(llm_spec(title=HOSTILE), "http://gpu.internal:8000/$(touch PWNED4)"),
         "hostile-encoder": encoder_spec(title=HOSTILE, model_spec=HOSTILE_PATH),
+        # no projected figure (outside the calibration): one instance, a ladder of rates
+        "unknown-figure": llm_spec(
+            neuron=replace(
+                llm_spec().neuron,
+                count=1,
+                count_high=1,
+                projected_rps=None,
+                throughput_label=UNKNOWN_FIGURE,
+                figure_known=False,
+            )  # fmt: skip
+        ),
     }
 
 

@@ -135,6 +135,8 @@ FLAGS: dict[str, tuple[Spec, ...]] = {
     "project --tp": (_s("workers"),),
     "project --replicas": (_s("workers"),),
     "project --batch": (_s("batch"),),
+    "trial --tp": (_s("workers"),),
+    "trial --batch": (_s("batch"),),
     "capacity --count": (_s("instances"),),
     "capacity --block-days": (_s("whole_days"),),
     "compile --seq-len": (_s("tokens"),),

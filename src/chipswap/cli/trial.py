@@ -98,6 +98,43 @@ def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
     return lines
 
 
+def _pin_layout(
+    result: Any, wl: Any, catalog: Any, stack: str, model_spec: str, task: str | None,
+    tp: int | None, batch: int | None,
+) -> Any:  # fmt: skip
+    """The plan's result with the layout to measure of the trial's candidate pinned (--tp / --batch): only
+    for a candidate with no projected figure (outside what the calibration covers); the pinned layout is
+    checked by the projection's own rules (heads, memory)."""
+    from dataclasses import replace
+
+    from chipswap.projection import api
+    from chipswap.trial.spec import pick_candidate
+
+    cand = pick_candidate(result)
+    fleet = cand.fleet
+    if getattr(fleet, "to_measure", None) is None:
+        raise ChipswapError(
+            f"--tp / --batch pin the layout of a candidate with no projected figure; the plan sized "
+            f"{cand.instance} from its projection: drop them (compare layouts with `chipswap project MODEL "
+            f"-i {cand.instance} --tp N --batch B`)"
+        )
+    t = result.traffic
+    prompt = [int(x) for x in getattr(t, "prompt_tokens", ())] or [int(wl.traffic.prompt_tokens or 1)]
+    out = [int(x) for x in getattr(t, "output_tokens", ())] or [int(wl.traffic.output_tokens or 1)]
+    sh = result.shapes
+    p = api.project_serving(
+        api.model_work(model_spec, task=task), cand.instance, prompt_tokens=prompt, output_tokens=out,
+        buckets=list(sh.sequence_buckets) if sh is not None and sh.sequence_buckets else None,
+        catalog=catalog, stack=stack, tp=tp, batch=batch,
+    )  # fmt: skip
+    layout = p.to_measure or p.config
+    if layout is None:
+        raise ChipswapError(f"--tp {tp} / --batch {batch} on {cand.instance}: {p.reason}")
+    layout = replace(layout, why=f"the layout to measure, as pinned (--tp {tp} / --batch {batch})")
+    pinned = replace(cand, fleet=replace(fleet, to_measure=layout))
+    return replace(result, candidates=tuple(pinned if c is cand else c for c in result.candidates))
+
+
 def _trial(
     workload: Path | None = typer.Argument(None, help="Workload TOML (default: the bundled Llama example)."),
     example: str | None = typer.Option(None, "--example", help="A bundled example instead of a file."),
@@ -113,6 +150,12 @@ def _trial(
         None, "--catalog", metavar="FILE", help="Price with this catalog."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print trial.json instead of the summary."),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Pin the TP degree of a candidate with no projected figure (the layout measured)."
+    ),
+    batch: int | None = typer.Option(
+        None, "--batch", help="Pin the batch of a candidate with no projected figure (the layout measured)."
+    ),
 ) -> None:
     """Write the trial kit for the plan's best Neuron candidate (see HELP)."""
     from chipswap.cli.plan import DEFAULT_EXAMPLE, example_path
@@ -131,6 +174,9 @@ def _trial(
     check_out(out, force)
     if stack is not None:
         check_stack(stack)
+    for flag, value, hi in (("--tp", tp, 256), ("--batch", batch, 4096)):
+        if value is not None and not 1 <= value <= hi:
+            raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")
     name = example or DEFAULT_EXAMPLE
     path = workload if workload is not None else example_path(name)
     catalog = load_catalog(catalog_file)
@@ -152,6 +198,8 @@ def _trial(
     result = run_plan(wl, path, catalog=catalog)
     base = path.parent
     model_name, model_spec, source, task = _model(wl, base)
+    if tp is not None or batch is not None:
+        result = _pin_layout(result, wl, catalog, _stack(wl, stack), model_spec, task, tp, batch)
     tsource, trace, csv_text, steady = _traffic(wl, result, base)
     spec = build_spec(
         result,

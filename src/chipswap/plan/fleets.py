@@ -193,6 +193,7 @@ def _serving_fleet(
         overridden=thr.overridden + e2e.overridden + ttft.overridden,
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,
+        to_measure=getattr(p.detail, "to_measure", None),
     )
     return plan, sizer, excluded
 

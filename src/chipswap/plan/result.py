@@ -124,6 +124,9 @@ class FleetPlan:
     stated: tuple[Figure, ...] = ()  # stated/seed figures kept for the report beside a projection
     latency: LatencySample = field(default_factory=LatencySample, compare=False)
     note: str = ""
+    # outside what the calibration covers: the layout a trial measures (no projected figure; a
+    # ServingConfig picked by memory fit), None otherwise
+    to_measure: Any = None
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,19 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "swa_kv_heads": ("swa_num_key_value_heads",),
     "swa_head_dim": ("swa_head_dim",),
     "swa_v_head_dim": ("swa_v_head_dim",),
+    # Gemma 4: the full-attention layers' own head width and KV heads, the last layers reusing an earlier
+    # layer's KV cache, per-layer input embeddings (width per layer, their vocabulary)
+    "full_head_dim": ("global_head_dim",),
+    "full_kv_heads": ("num_global_key_value_heads",),
+    "kv_shared": ("num_kv_shared_layers",),
+    "per_layer_input": ("hidden_size_per_layer_input",),
+    "per_layer_vocab": ("vocab_size_per_layer_input",),
 }
+# switches chipswap reads (Gemma 4): keys reused as values on the full layers, MLPs twice as wide on the
+# KV-sharing layers, a dense MLP beside the experts on every layer
+FLAGS = ("attention_k_eq_v", "use_double_wide_mlp", "enable_moe_block")
+# per_layer_config entries (transformers' heterogeneous configs): the keys chipswap reads on a layer
+PER_LAYER_KEYS = {"head_dim": "full_head_dim", "num_key_value_heads": "full_kv_heads"}
 
 # fields that say which layers are MoE layers (dense layers use the dense MLP width):
 #   moe_layers [i, ...] (Llama 4), mlp_layer_types ["dense" | "sparse", ...] (MiMo-V2), moe_layer_freq
@@ -106,7 +118,9 @@ class Family:
     shared_experts: always-on shared experts of the expert width in every MoE layer (Llama 4: one).
     window_pattern: with no layer_types, every n-th layer attends fully and the others over the sliding
     window (Gemma 2: 2; a config's sliding_window_pattern says it for Gemma 3); 0 = every layer windowed.
-    mlp_ratio: the MLP width in units of hidden when the config gives none (GPT-2-style n_inner = null: 4)."""
+    mlp_ratio: the MLP width in units of hidden when the config gives none (GPT-2-style n_inner = null: 4).
+    window_switch: a window applies only when use_sliding_window is true, on the layers from
+    max_window_layers on (Qwen2 / Qwen3)."""
 
     gated: bool = True
     biases: bool = False
@@ -116,6 +130,7 @@ class Family:
     shared_experts: int = 0
     window_pattern: int = 0
     mlp_ratio: int = 0
+    window_switch: bool = False  # the window applies only under use_sliding_window (Qwen: default off)
 
 
 # Llama-style is the default: gated MLP, two RMSNorms, no biases, rotary positions. A config.json written by
@@ -124,13 +139,15 @@ class Family:
 DEFAULT_FAMILY = Family()
 FAMILIES: dict[str, Family] = {
     **dict.fromkeys(
-        ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "qwen2_moe", "seed_oss", "minimax_m2"),
+        ("llama", "mistral", "mixtral", "seed_oss", "minimax_m2"),
         Family(tied=False),
     ),
-    "llama4_text": Family(tied=False, shared_experts=1),
-    "llama4": Family(tied=False, shared_experts=1),
+    **dict.fromkeys(("qwen2", "qwen3", "qwen3_moe", "qwen2_moe"), Family(tied=False, window_switch=True)),
+    # Llama 4: chunked attention on the RoPE layers, every 4th layer (no_rope_layer_interval) global
+    "llama4_text": Family(tied=False, shared_experts=1, window_pattern=4),
+    "llama4": Family(tied=False, shared_experts=1, window_pattern=4),
     "gemma2": Family(norms=4, window_pattern=2),
-    **dict.fromkeys(("gemma3", "gemma3_text"), Family(norms=4, window_pattern=6)),
+    **dict.fromkeys(("gemma3", "gemma3_text", "gemma4", "gemma4_text"), Family(norms=4, window_pattern=6)),
     "gpt2": Family(gated=False, biases=True, norms=4, positions="n_positions", mlp_ratio=4),
     "gptj": Family(gated=False, tied=False, mlp_ratio=4),
     "codegen": Family(gated=False, tied=False, mlp_ratio=4),
@@ -154,19 +171,16 @@ UNMODELLED: dict[str, str] = {
     "q_lora_rank": "low-rank query projection",
     "qk_rope_head_dim": "split rotary / non-rotary head dims (latent attention)",
     "qk_nope_head_dim": "split rotary / non-rotary head dims (latent attention)",
-    "hidden_size_per_layer_input": "per-layer input embeddings",
-    "vocab_size_per_layer_input": "per-layer input embeddings",
-    "num_kv_shared_layers": "layers sharing another layer's KV cache",
-    "use_double_wide_mlp": "double-width MLP on some layers",
-    "attention_k_eq_v": "keys reused as values",
     "ssm_state_size": "state-space layers",
     "state_size": "state-space layers",
     "linear_num_key_heads": "linear-attention layers",
     "hybrid_override_pattern": "hybrid attention / state-space layers",
     "zero_expert_num": "zero-compute experts",
     "expert_layer_period": "an MoE layer pattern chipswap does not read",
-    "global_head_dim": "a separate head width on global layers",
-    "num_global_key_value_heads": "separate KV heads on global layers",
+}
+# fields that change the work at some values only: (field, values) -> what it does
+UNMODELLED_VALUES: dict[str, tuple[tuple[Any, ...], str]] = {
+    "use_bidirectional_attention": (("all",), "every token attends both ways (not a causal decoder)"),
 }
 # fields whose value does not change matmul weights, FLOPs or bytes beyond what the fitted terms absorb
 # (rotary settings, norms, routing rules, dropout, token ids, speculative-decoding heads not run when serving)
@@ -305,20 +319,22 @@ def _step(v: Any, key: str, where: str, zero_ok: bool = False) -> int:
     return v
 
 
-def sliding_layer_count(cfg: dict[str, Any], layers: int, where: str, fam: Family = DEFAULT_FAMILY) -> int:
-    """Layers whose attention sees a bounded window: from layer_types when given, else from the window
-    pattern (sliding_window_pattern, or the family's), else every layer when a window is set (Mistral-style).
-    An unknown layer type is one line naming it."""
+def window_layers(cfg: dict[str, Any], layers: int, where: str, fam: Family = DEFAULT_FAMILY) -> list[bool]:
+    """Which of the `layers` blocks attend over a bounded window (True) rather than every position: from
+    layer_types when given (or MiMo's hybrid_layer_pattern), else Llama 4's no_rope_layers (chunked on the
+    RoPE layers), else the window pattern (sliding_window_pattern or the family's: every n-th layer full),
+    else every layer when a window is set (Mistral); Qwen: only under use_sliding_window, from
+    max_window_layers on. No window field: none. An unknown layer type is one line naming it."""
     window = field(cfg, "sliding_window")
     if window is None or not window[1]:
-        return 0
+        return [False] * layers
     pattern = cfg.get("hybrid_layer_pattern")
     if isinstance(pattern, list) and pattern:  # MiMo-V2: 1 = a sliding-window layer, 0 = full attention
         if len(pattern) != layers or any(x not in (0, 1) for x in pattern):
             raise ChipswapError(
                 f"{where}: hybrid_layer_pattern must give 0 or 1 for each of the {layers} layers; fix it"
             )
-        return sum(pattern)
+        return [x == 1 for x in pattern]
     types = cfg.get("layer_types")
     if isinstance(types, list) and types:
         unknown = sorted({str(t) for t in types} - set(LAYER_TYPES))
@@ -327,15 +343,80 @@ def sliding_layer_count(cfg: dict[str, Any], layers: int, where: str, fam: Famil
                 f"{where}: layer_types has {one_line(', '.join(unknown), 80)}, a kind of layer chipswap does "
                 f"not size (it reads {', '.join(LAYER_TYPES)}); give a measured figure for this model"
             )
-        return sum(LAYER_TYPES[str(t)] == "sliding" for t in types[:layers])
-    if window[0] == "attention_chunk_size":
-        return 0  # chunked layers are named in layer_types (Llama 4); without it, count every layer as full
-    if cfg.get("use_sliding_window") is False:
-        return 0  # Qwen2 / Qwen3 configs carry a window they do not use
-    pattern = cfg.get("sliding_window_pattern") or fam.window_pattern
-    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
-        return layers - layers // pattern
-    return layers
+        mask = [LAYER_TYPES[str(t)] == "sliding" for t in types[:layers]]
+        return mask + [False] * (layers - len(mask))
+    nope = cfg.get("no_rope_layers")
+    if window[0] == "attention_chunk_size" and isinstance(nope, list) and len(nope) == layers:
+        return [bool(x) for x in nope]  # Llama 4: 1 = a RoPE layer, chunked; 0 = a global NoPE layer
+    if window[0] == "attention_chunk_size" and not fam.window_pattern:
+        return [False] * layers  # chunked layers of a family with no known pattern: counted as full
+    if fam.window_switch or cfg.get("use_sliding_window") is not None:
+        if cfg.get("use_sliding_window") is not True:
+            return [False] * layers  # Qwen2 / Qwen3 configs carry a window they do not use
+        first = cfg.get("max_window_layers")
+        first = first if isinstance(first, int) and not isinstance(first, bool) and first >= 0 else 0
+        return [i >= first for i in range(layers)]
+    every = cfg.get("sliding_window_pattern") or cfg.get("no_rope_layer_interval") or fam.window_pattern
+    if isinstance(every, int) and not isinstance(every, bool) and every > 0:
+        return [(i + 1) % every != 0 for i in range(layers)]
+    return [True] * layers
+
+
+def sliding_layer_count(cfg: dict[str, Any], layers: int, where: str, fam: Family = DEFAULT_FAMILY) -> int:
+    """How many blocks attend over a bounded window (window_layers)."""
+    return sum(window_layers(cfg, layers, where, fam))
+
+
+def kv_shared_layers(
+    cfg: dict[str, Any], layers: int, where: str, fam: Family = DEFAULT_FAMILY
+) -> tuple[int, int]:
+    """(sliding, full) counts of the last num_kv_shared_layers blocks, which reuse an earlier layer's KV
+    cache (Gemma 4). More shared layers than blocks is one line naming the field."""
+    n = positive(cfg, "kv_shared", where, zero_ok=True) or 0
+    if n >= layers and n:
+        raise ChipswapError(
+            f"{where}: num_kv_shared_layers {n} leaves no layer with a KV cache of its own among the "
+            f"{layers}; fix the config"
+        )
+    tail = window_layers(cfg, layers, where, fam)[layers - n :] if n else []
+    return sum(tail), n - sum(tail)
+
+
+def per_layer_shapes(cfg: dict[str, Any], where: str) -> dict[str, int]:
+    """The full-attention layers' own head width and KV heads from per_layer_config (transformers'
+    heterogeneous configs: layer -> overrides), when it overrides only those and only on full-attention
+    layers, with one value each; anything else is one line naming it (a per-layer shape not sized)."""
+    plc = cfg.get("per_layer_config")
+    if not plc:
+        return {}
+    if not isinstance(plc, dict) or not all(isinstance(v, dict) for v in plc.values()):
+        raise ChipswapError(f"{where}: per_layer_config must map layers to their overrides; fix the config")
+    given = cfg.get("layer_types")
+    types: list[Any] = given if isinstance(given, list) else []
+    found: dict[str, set[Any]] = {}
+    for layer, over in plc.items():
+        idx = int(layer) if str(layer).isdigit() else -1
+        kind = types[idx] if 0 <= idx < len(types) else None
+        for key, v in over.items():
+            if key not in PER_LAYER_KEYS or LAYER_TYPES.get(str(kind)) != "full":
+                raise ChipswapError(
+                    f"{where}: per_layer_config sets {one_line(str(key), 40)} on layer "
+                    f"{one_line(str(layer), 20)} ({kind or 'an unknown layer type'}): chipswap sizes a "
+                    "head width and KV heads of the full-attention layers only; give a measured figure "
+                    "for this model"
+                )
+            found.setdefault(PER_LAYER_KEYS[key], set()).add(v)
+    out = {}
+    for name, values in found.items():
+        if len(values) != 1 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values
+        ):
+            raise ChipswapError(
+                f"{where}: per_layer_config gives the full-attention layers {name.replace('full_', '')} "
+                f"{one_line(repr(sorted(values, key=str)), 40)}; one positive value per layer kind is sized"
+            )
+        out[name] = next(iter(values))
+    return out
 
 
 # embedding widths that change nothing when they equal the hidden size (OPT-350m projects 512 -> 1,024)
@@ -373,9 +454,15 @@ def attention_shape(
 def check_unread_fields(cfg: dict[str, Any], where: str) -> None:
     """Refuse, in one line naming it, a field that changes the work and that chipswap does not read: a
     known one (UNMODELLED) set to a non-empty value, or an unknown size-like field (SIZE_LIKE)."""
-    known = {k for names in FIELDS.values() for k in names} | set(MOE_PATTERN_FIELDS)
+    known = {k for names in FIELDS.values() for k in names} | set(MOE_PATTERN_FIELDS) | set(FLAGS)
     hidden = field(cfg, "hidden")
     for key, v in cfg.items():
+        if key in UNMODELLED_VALUES and v in UNMODELLED_VALUES[key][0]:
+            raise ChipswapError(
+                f"{where}: config field {key} = {one_line(repr(v), 40)} ({UNMODELLED_VALUES[key][1]}) "
+                "changes the model's work and chipswap does not size it; give a measured figure for this "
+                "model"
+            )
         if v is None or v is False or v == 0 or isinstance(v, dict) or key in known or key in IGNORED:
             continue
         if key in SAME_AS_HIDDEN and hidden is not None and v == hidden[1]:

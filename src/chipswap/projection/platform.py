@@ -30,11 +30,16 @@ Pure: no I/O, no torch, no clock. May not read the catalog or the platform files
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.work import ModelWork, dtype_bytes, expected_experts_touched
+from chipswap.projection.work import (
+    ModelWork,
+    attended_keys,
+    dtype_bytes,
+    expected_experts_touched,
+    prefill_keys,
+)
 
 ACTIVATION_BYTES = 2.0  # bf16/fp16 activations travel through the tensor-parallel all-reduces
 ALLREDUCES_PER_LAYER = 2  # after attention and after the MLP (Megatron-style tensor parallelism)
@@ -153,7 +158,10 @@ class LlmPoly:
 
     prefill(b, l) = p0 + p_bl*b*l + p_bll*b*l*l + p_b*b ; decode(b, c) = d0 + d_b*b + d_bc*b*c
     + d_expert x expected_experts_touched(experts, top_k, b) (MoE: streaming the routed experts the batch's
-    tokens touch; d0 then holds every other weight; 0 for a dense model)."""
+    tokens touch; d0 then holds every other weight; 0 for a dense model). Sliding-window layers
+    (work.AttentionKind) carry their own attention terms, `windows` = ((window, prefill coefficient, decode
+    coefficient), ...): + b*l*prefill_keys(l, window)*coefficient, + b*attended_keys(c, window)*coefficient
+    (empty for a model without a window: the polynomial above, unchanged)."""
 
     p0: float
     p_b: float
@@ -165,12 +173,19 @@ class LlmPoly:
     d_expert: float = 0.0
     experts: int = 0
     top_k: int = 0
+    windows: tuple[tuple[int, float, float], ...] = ()
 
     def prefill_s(self, batch: int, length: int) -> float:
-        return self.p0 + batch * (self.p_b + length * (self.p_bl + length * self.p_bll))
+        attn = length * self.p_bll
+        for w, coef, _ in self.windows:
+            attn += prefill_keys(length, w) * coef
+        return self.p0 + batch * (self.p_b + length * (self.p_bl + attn))
 
     def decode_step_s(self, batch: int, context: int) -> float:
-        step = self.d0 + batch * (self.d_b + context * self.d_bc)
+        attn = context * self.d_bc
+        for w, _, coef in self.windows:
+            attn += attended_keys(context, w) * coef
+        step = self.d0 + batch * (self.d_b + attn)
         if self.d_expert:
             step += self.d_expert * expected_experts_touched(self.experts, self.top_k, batch)
         return step
@@ -226,21 +241,41 @@ def llm_poly(
     mm_flops_per_token = 2.0 * work.matmul_params
     head_flops_per_row = 2.0 * work.head_params
     # attention runs per head: a device of the group computes ceil(heads / tp) of them (heads that do not
-    # divide evenly are padded, as the Neuron stacks do), so attention time is per device, not per group
-    attn_flops_per_qk = 4.0 * math.ceil(d.heads / tp) * d.head_dim * d.layers  # x queries x keys, one device
+    # divide evenly are padded, as the Neuron stacks do), so attention time is per device, not per group;
+    # one term per attention kind (full / sliding window: work.attention_terms, work.kv_terms)
     compute_rate = tp * peak * ce
     attention_rate = peak * ae
-    kv_dev = work.kv_bytes_per_token(kv_dtype, tp)
+    kv_terms = work.kv_terms(kv_dtype, tp, read=True)
+    terms = [
+        (w, flops / attention_rate, flops / attention_rate + kv / (device.hbm_bytes_s * ke))
+        for (w, flops), (_, kv) in zip(work.attention_terms(tp), kv_terms, strict=True)
+    ]
+    p_bll, d_bc, windows = window_split(terms)
     return LlmPoly(
         p0=coef.need("fixed_s", "") + d.layers * coef.need("prefill_layer_s", "") + weights_s,
         p_b=head_flops_per_row / compute_rate,
         p_bl=per_token_comm + mm_flops_per_token / compute_rate,
-        p_bll=attn_flops_per_qk / attention_rate,
+        p_bll=p_bll,
         d0=d.layers * coef.need("decode_layer_s", "") + weights_s - routed_s,
         d_b=per_token_comm + (mm_flops_per_token + head_flops_per_row) / compute_rate,
-        d_bc=kv_dev / (device.hbm_bytes_s * ke) + attn_flops_per_qk / attention_rate,
-        d_expert=expert_s, experts=d.experts, top_k=d.experts_per_token,
+        d_bc=d_bc,
+        d_expert=expert_s,
+        experts=d.experts,
+        top_k=d.experts_per_token,
+        windows=windows,
     )
+
+
+def window_split(
+    terms: list[tuple[int, float, float]],
+) -> tuple[float, float, tuple[tuple[int, float, float], ...]]:
+    """(prefill L^2 coefficient, decode B x C coefficient, window terms) of LlmPoly from (window, prefill
+    coefficient, decode coefficient) per attention kind: full-attention kinds add into the polynomial's own
+    coefficients (a model without a window: exactly its one kind's), window kinds keep their own."""
+    full = [(p, c) for w, p, c in terms if not w]
+    p_bll = full[0][0] if len(full) == 1 else sum(p for p, _ in full)
+    d_bc = full[0][1] if len(full) == 1 else sum(c for _, c in full)
+    return p_bll, d_bc, tuple((w, p, c) for w, p, c in terms if w)
 
 
 def _expert_stream_s(work: ModelWork, weight_dtype: str, bytes_s: float) -> tuple[float, float]:
@@ -315,20 +350,22 @@ def roofline_llm_poly(
     peak = device.peak(compute_dtype) or 0.0
     if peak <= 0:
         raise ChipswapError(f"no published {compute_dtype} peak for {device.chip}")
-    d = work.dims
     rate = tp * peak
-    attn = 4.0 * d.heads * d.head_dim * d.layers
+    p_bll, d_bc, windows = window_split([(w, a / rate, a / rate) for w, a in work.attention_terms()])
     compute = LlmPoly(
         p0=0.0,
         p_b=2.0 * work.head_params / rate,
         p_bl=2.0 * work.matmul_params / rate,
-        p_bll=attn / rate,
+        p_bll=p_bll,
         d0=0.0,
         d_b=2.0 * (work.matmul_params + work.head_params) / rate,
-        d_bc=attn / rate,
+        d_bc=d_bc,
+        windows=windows,
     )
     weights_s = work.streamed_weight_bytes(weight_dtype) / (tp * device.hbm_bytes_s)
     expert_s, routed_s = _expert_stream_s(work, weight_dtype, tp * device.hbm_bytes_s)
+    hbm = tp * device.hbm_bytes_s
+    _, kv_bc, kv_windows = window_split([(w, 0.0, kv / hbm) for w, kv in work.kv_terms(kv_dtype, read=True)])
     memory = LlmPoly(
         p0=weights_s,
         p_b=0.0,
@@ -336,8 +373,11 @@ def roofline_llm_poly(
         p_bll=0.0,
         d0=weights_s - routed_s,
         d_b=0.0,
-        d_bc=work.kv_bytes_per_token_total(kv_dtype) / (tp * device.hbm_bytes_s),
-        d_expert=expert_s, experts=work.dims.experts, top_k=work.dims.experts_per_token,
+        d_bc=kv_bc,
+        d_expert=expert_s,
+        experts=work.dims.experts,
+        top_k=work.dims.experts_per_token,
+        windows=kv_windows,
     )
     return compute, memory
 

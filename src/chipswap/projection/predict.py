@@ -235,7 +235,7 @@ def project_serving(
                 )
                 continue
             weights = work.weight_bytes(wdt) / t
-            per_seq = work.kv_bytes_per_token(kv_dtype, t) * lengths.max_total
+            per_seq = work.kv_cache_bytes(lengths.max_total, kv_dtype, t)  # windows hold their last W
             free = device.memory_bytes - weights - reserve
             if free < per_seq:
                 rejected.append(
@@ -267,7 +267,7 @@ def project_serving(
                     mean_pad=mean_pad, platform_bands=pbands, label=lab, lnc=lnc,
                 )  # fmt: skip
                 # KV-cache capacity of one replica (the simulator's block accounting on GPUs)
-                lay = replace(lay, kv_tokens=int(free // work.kv_bytes_per_token(kv_dtype, t)))
+                lay = replace(lay, kv_tokens=int(free // _kv_per_position(work, kv_dtype, t, lengths)))
                 (candidates if wdt in chosen else alt_candidates).append(lay)
     if not candidates:
         reason = _no_fit_reason(rejected, work, instance, chosen, alt_candidates)
@@ -275,7 +275,11 @@ def project_serving(
     best = best_of(candidates)
     if best.refused:
         reason = f"{OUTSIDE}: {'; '.join(best.outside) or 'no held-out test covers this layout'}"
-        return _empty(work, platform, instance, mode, reason, rejected + [(best.label, reason)], notes)
+        measure = to_measure(candidates, pinned=pin != Pin())
+        said = f"{reason}; a trial measures {measure.label} ({'pinned' if pin != Pin() else 'by memory fit'})"
+        empty = _empty(work, platform, instance, mode, said, rejected + [(best.label, reason)], notes)
+        config = _config(instance, platform, lengths, measure, ctx, (), measure_why(measure, pin != Pin()))
+        return replace(empty, to_measure=config)
     for c in candidates:
         if c is not best:
             rejected.append(
@@ -323,6 +327,12 @@ def project_serving(
             f"attention heads padded from {d.heads} to {best.padded_heads} for TP{best.tp} (as NxDI does)"
         )
     notes.extend(f"model {work.name}: {n}" for n in d.notes)
+    if d.sliding_window and d.sliding_layers:
+        notes.append(
+            f"sliding window: {d.sliding_layers} of {d.layers} layers attend over the last "
+            f"{d.sliding_window:,} positions; their attention FLOPs, KV-cache read and KV cache are bounded "
+            "by it"
+        )
     if work.is_moe:
         ep = (
             "experts split across the group (expert parallel)"
@@ -368,6 +378,16 @@ def project_serving(
         ctx,
         candidates + alt_candidates,
     )
+
+
+def _kv_per_position(work: ModelWork, kv_dtype: str, tp: int, lengths: Lengths) -> float:
+    """KV-cache bytes per position of one device, for the simulator's block accounting (which charges a
+    sequence its positions): every layer's cache per token; with sliding-window layers, the cache of a
+    sequence of the traffic's mean length per position (its windows hold their last W positions)."""
+    if not any(w for w, _ in work.kv_terms(kv_dtype, tp)):
+        return work.kv_bytes_per_token(kv_dtype, tp)
+    mean = max(1.0, lengths.mean_prompt + lengths.mean_output)
+    return work.kv_cache_bytes(mean, kv_dtype, tp) / mean
 
 
 def _no_fit_reason(
@@ -469,20 +489,7 @@ def _llm_result(
         + (f" under {ctx.stack}" if ctx.stack else "")
         + (f"; TP in logical NeuronCores, LNC={best.lnc}" if best.lnc else "")
     )
-    config = ServingConfig(
-        instance=instance.name,
-        tp_degree=best.tp,
-        replicas=best.replicas,
-        max_batch=best.max_batch,
-        weight_dtype=best.dtype,
-        max_length=lengths.max_total,
-        padded=platform.padded,
-        why=why,
-        rejected=tuple(rejected),
-        stack=ctx.stack,
-        kv_tokens=best.kv_tokens,
-        slot_occupancy=best.occupancy,
-    )
+    config = _config(instance, platform, lengths, best, ctx, tuple(rejected), why)
     band = max(bands["out_tok_s"], bands["tpot_s"])
     return ServingProjection(
         model=work.name,
@@ -507,6 +514,42 @@ def _llm_result(
             x.as_dict(lengths.mean_output, chosen=x is best)
             for x in sorted(layouts, key=lambda c: (c is not best, -c.slow_edge))
         ),
+    )
+
+
+def _config(
+    instance: Instance, platform: PlatformModel, lengths: Lengths, lay: Layout, ctx: StackContext,
+    rejected: tuple[tuple[str, str], ...], why: str,
+) -> ServingConfig:  # fmt: skip
+    return ServingConfig(
+        instance=instance.name,
+        tp_degree=lay.tp,
+        replicas=lay.replicas,
+        max_batch=lay.max_batch,
+        weight_dtype=lay.dtype,
+        max_length=lengths.max_total,
+        padded=platform.padded,
+        why=why,
+        rejected=rejected,
+        stack=ctx.stack,
+        kv_tokens=lay.kv_tokens,
+        slot_occupancy=lay.occupancy,
+    )
+
+
+def to_measure(layouts: list[Layout], *, pinned: bool) -> Layout:
+    """The layout a trial measures when no layout has a figure the calibration covers: the pinned one, else
+    by memory fit alone: the most sequences an instance holds at once (replicas x batch), then the fewest
+    devices per replica (LNC=2 on Trainium2 first)."""
+    if pinned and len(layouts) == 1:
+        return layouts[0]
+    return max(layouts, key=lambda c: (c.replicas * c.max_batch, -c.tp, c.lnc != 1))
+
+
+def measure_why(lay: Layout, pinned: bool) -> str:
+    how = "as pinned" if pinned else "by memory fit: the most sequences held at once, then the smallest TP"
+    return f"no projected figure ({OUTSIDE.split(' — ')[0]}); the layout to measure, chosen {how}" + (
+        f"; TP in logical NeuronCores, LNC={lay.lnc}" if lay.lnc else ""
     )
 
 

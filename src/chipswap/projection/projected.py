@@ -245,6 +245,9 @@ class ServingProjection:
     stacks: tuple[str, ...] = ()
     stack: str = ""  # serving stack assumed (chipswap.projection.stacks id); "" = the family's own one
     layouts: tuple[dict[str, Any], ...] = ()  # every layout evaluated, best slow edge first
+    # outside what the calibration covers: the layout a trial measures (picked by memory fit or pinned),
+    # with no projected figure; None otherwise
+    to_measure: ServingConfig | None = None
 
     @property
     def fits(self) -> bool:
@@ -284,4 +287,15 @@ class ServingProjection:
             "calibrated_on": list(self.stacks),
             "stack": self.stack or None,
             "layouts": list(self.layouts),
+            "to_measure": None
+            if self.to_measure is None
+            else {
+                "tp_degree": self.to_measure.tp_degree,
+                "replicas": self.to_measure.replicas,
+                "max_batch": self.to_measure.max_batch,
+                "weight_dtype": self.to_measure.weight_dtype,
+                "max_length": self.to_measure.max_length,
+                "why": self.to_measure.why,
+                "figure": "unknown: to be measured (chipswap trial)",
+            },
         }

@@ -13,7 +13,10 @@ Conventions: a FLOP is one multiply or one add (a multiply-accumulate is 2 FLOPs
 counted (elementwise ops, norms and softmax are < 1 % of a dense transformer's FLOPs and are what the fitted
 overheads absorb). Attention is counted over the full length (no causal halving), as the compiled Neuron
 graphs and most GPU kernels' FLOP counters do. Bytes are HBM traffic: every matmul weight read once per call,
-plus the KV cache read (decode) or written (prefill).
+plus the KV cache read (decode) or written (prefill). Sliding-window layers are an attention kind of their own
+(AttentionKind): their attention FLOPs, KV reads and KV cache see at most their window (attended_keys,
+prefill_keys); the time models take each kind's terms from here (attention_terms, kv_terms), so a model
+without a window is one full-attention kind and every sum over kinds is its one formula exactly.
 """
 
 from __future__ import annotations
@@ -47,6 +50,38 @@ def dtype_bytes(dtype: str) -> float:
     if found is None:
         raise ChipswapError(f"unknown dtype: {dtype!r}; use one of {', '.join(DTYPE_BYTES)}")
     return found
+
+
+def attended_keys(context: float, window: int) -> float:
+    """Keys one decode query attends to at `context` positions on a layer whose attention sees `window` keys
+    (0 = every position); also the positions such a layer's KV cache holds for a sequence of `context`."""
+    if not window or context <= window:
+        return context
+    return float(window)
+
+
+def prefill_keys(length: float, window: int) -> float:
+    """Keys per query of a prefill of `length` tokens, in the full-count convention (length x keys = twice
+    the causal query-key pairs, as L x L is under full attention): `length` under full attention; past a
+    window W, 2W - W^2 / L (the first W queries see 1..W keys, every later one W)."""
+    if not window or length <= window:
+        return length
+    return 2.0 * window - window * window / length
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    """The attention layers of one kind (ModelDims.attention_kinds): `layers` blocks with `kv_heads` KV heads
+    of `head_dim` (query heads: the model's), seeing `window` keys (0 = full attention); `cached` of them
+    hold a KV cache of their own (the others reuse an earlier layer's); values_are_keys: no value
+    projection (keys reused as values)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    window: int = 0
+    cached: int = 0
+    values_are_keys: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,12 +136,49 @@ class ModelDims:
     # the MLP width of the dense blocks of an MoE model (0 = intermediate)
     moe_layers: int = 0
     dense_intermediate: int = 0
-    # attention over a bounded window on `sliding_layers` of the blocks (0 = none; read and reported: the
-    # time model counts every layer at full attention, an upper bound at contexts beyond the window)
+    # attention over a bounded window on `sliding_layers` of the blocks (0 = none): their attention FLOPs,
+    # KV reads and KV cache see at most `sliding_window` keys (AttentionKind, attended_keys)
     sliding_window: int = 0
     sliding_layers: int = 0
+    # the full-attention layers' own shape when it differs (Gemma 4: global_head_dim, num_global_key_value_
+    # heads; 0 = as the others) and keys reused as values there (attention_k_eq_v: no value projection)
+    full_head_dim: int = 0
+    full_kv_heads: int = 0
+    full_values_are_keys: bool = False
+    # layers that reuse an earlier layer's KV cache (Gemma 4 num_kv_shared_layers, the last ones): no K / V
+    # projections, no cache of their own; they still read the cache. (sliding, full) counts
+    kv_shared: tuple[int, int] = (0, 0)
+    # per-layer input embeddings (Gemma 4 PLE): width per layer and their vocabulary (0 = none)
+    per_layer_input: int = 0
+    per_layer_vocab: int = 0
+    wide_mlp_layers: int = 0  # layers whose MLP is twice intermediate wide (Gemma 4 use_double_wide_mlp)
     logit_softcap: float = 0.0  # Gemma 2 logit soft-capping: an elementwise tanh, no matmul work
     notes: tuple[str, ...] = ()  # what the closed form assumed about this config (shown with the projection)
+
+    def attention_kinds(self) -> tuple[AttentionKind, ...]:
+        """The full-attention layers and the sliding-window layers as AttentionKinds (one kind for a model
+        without a window: every attention sum over the kinds is then the single-kind formula exactly)."""
+        sliding = min(self.sliding_layers, self.layers) if self.sliding_window else 0
+        full = self.layers - sliding
+        kinds = []
+        if full:
+            kinds.append(
+                AttentionKind(
+                    full,
+                    self.full_kv_heads or self.kv_heads,
+                    self.full_head_dim or self.head_dim,
+                    0,
+                    full - self.kv_shared[1],
+                    self.full_values_are_keys,
+                )  # fmt: skip
+            )
+        if sliding:
+            kinds.append(
+                AttentionKind(
+                    sliding, self.kv_heads, self.head_dim, self.sliding_window, sliding - self.kv_shared[0]
+                )
+            )
+        return tuple(kinds)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -173,23 +245,52 @@ class ModelWork:
             return self.params
         return int(self.params - (d.experts - d.experts_per_token) * self.expert_params)
 
+    def kv_terms(
+        self, dtype: str = "bf16", tp: int = 0, *, read: bool = False
+    ) -> tuple[tuple[int, float], ...]:
+        """(window, KV bytes per key position) of each attention kind: on ONE device of a tensor-parallel
+        group of `tp` devices (0 = the whole model, no split): 2 (K and V) x layers x KV heads per device x
+        head_dim x dtype bytes. KV heads are split across the group; when tp exceeds them each device holds
+        (a replica of) at least one. Layers that reuse another layer's cache hold none (read=False: the
+        cache) but read it (read=True: a decode step's read)."""
+        b = dtype_bytes(dtype)
+        out = []
+        for k in self.dims.attention_kinds():
+            heads = math.ceil(k.kv_heads / tp) if tp else k.kv_heads
+            out.append((k.window, 2.0 * (k.layers if read else k.cached) * heads * k.head_dim * b))
+        return tuple(out)
+
     def kv_bytes_per_token(self, dtype: str = "bf16", tp: int = 1) -> float:
-        """KV-cache bytes per token on ONE device of a tensor-parallel group of `tp` devices:
-        2 (K and V) x layers x KV heads per device x head_dim x dtype bytes. KV heads are split across the
-        group; when tp exceeds them each device holds (a replica of) at least one."""
-        d = self.dims
-        per_device_heads = math.ceil(d.kv_heads / max(1, tp))
-        return 2.0 * d.layers * per_device_heads * d.head_dim * dtype_bytes(dtype)
+        """KV-cache bytes per token on ONE device of a tensor-parallel group of `tp` devices at a context
+        within every window (kv_terms summed); a sequence's cache is kv_cache_bytes."""
+        return sum(per for _, per in self.kv_terms(dtype, max(1, tp)))
 
     def kv_bytes_per_token_total(self, dtype: str = "bf16") -> float:
+        return sum(per for _, per in self.kv_terms(dtype))
+
+    def kv_cache_bytes(self, tokens: float, dtype: str = "bf16", tp: int = 1) -> float:
+        """KV cache of one sequence of `tokens` positions on one device of a TP group: a sliding-window
+        layer holds the last `window` positions only (attended_keys)."""
+        return sum(per * attended_keys(tokens, w) for w, per in self.kv_terms(dtype, max(1, tp)))
+
+    def attention_terms(self, tp: int = 0) -> tuple[tuple[int, float], ...]:
+        """(window, FLOPs per query-key pair) of each attention kind: QK^T and AV, 2 matmuls x 2 FLOPs x
+        heads x head_dim x layers; on one device of a TP group of `tp` (a device computes ceil(heads / tp)
+        heads: heads that do not divide evenly are padded, as the Neuron stacks do), 0 = the whole model."""
         d = self.dims
-        return 2.0 * d.layers * d.kv_heads * d.head_dim * dtype_bytes(dtype)
+        heads = math.ceil(d.heads / tp) if tp else d.heads
+        return tuple((k.window, 4.0 * heads * k.head_dim * k.layers) for k in d.attention_kinds())
 
     # --- FLOPs -----------------------------------------------------------------------------------
-    def _attention_flops(self, queries: float, keys: float) -> float:
-        """QK^T and AV: 2 matmuls x 2 FLOPs x queries x keys x heads x head_dim, every layer."""
+    def _attention_flops(self, queries: float, context: float, prefill: bool = False) -> float:
+        """QK^T and AV over every layer: 4 x queries x keys x heads x head_dim per layer, where keys is the
+        context (decode: attended_keys) or the prompt (prefill: prefill_keys), bounded on window layers."""
         d = self.dims
-        return 4.0 * queries * keys * d.heads * d.head_dim * d.layers
+        keys = prefill_keys if prefill else attended_keys
+        return sum(
+            4.0 * queries * keys(context, k.window) * d.heads * k.head_dim * k.layers
+            for k in d.attention_kinds()
+        )
 
     def _head_flops(self, rows: float) -> float:
         return 2.0 * rows * self.head_params
@@ -200,7 +301,7 @@ class ModelWork:
         tokens = float(batch) * length
         return (
             2.0 * tokens * self.matmul_params
-            + batch * self._attention_flops(length, length)
+            + batch * self._attention_flops(length, length, prefill=True)
             + self._head_flops(batch)
         )
 
@@ -220,7 +321,7 @@ class ModelWork:
         head_rows = {"mlm": tokens, "lm": tokens, "classifier": float(batch)}.get(d.head, 0.0)
         return (
             2.0 * tokens * self.matmul_params
-            + batch * self._attention_flops(length, length)
+            + batch * self._attention_flops(length, length, prefill=True)
             + self._head_flops(head_rows)
             + batch * d.patch_flops
         )
@@ -228,15 +329,18 @@ class ModelWork:
     def train_flops_per_token(self, seq_len: int) -> float:
         """Forward + backward per trained token at sequence length `seq_len`: 3 x the forward (backward
         costs two forwards), logits for every token."""
-        forward = 2.0 * (self.matmul_params + self.head_params) + self._attention_flops(1, seq_len)
+        forward = 2.0 * (self.matmul_params + self.head_params) + self._attention_flops(
+            1, seq_len, prefill=True
+        )
         return 3.0 * forward
 
     # --- bytes -----------------------------------------------------------------------------------
     def decode_bytes(self, batch: int, context: int, weight_dtype: str, kv_dtype: str = "bf16") -> float:
-        """HBM bytes of one decode step over the whole model (all devices): weights once + the KV read."""
-        return self.streamed_weight_bytes(weight_dtype) + float(
-            batch
-        ) * context * self.kv_bytes_per_token_total(kv_dtype)
+        """HBM bytes of one decode step over the whole model (all devices): weights once + the KV read (the
+        keys each layer attends to)."""
+        return self.streamed_weight_bytes(weight_dtype) + sum(
+            float(batch) * attended_keys(context, w) * per for w, per in self.kv_terms(kv_dtype, read=True)
+        )
 
     def prefill_bytes(self, batch: int, length: int, weight_dtype: str, kv_dtype: str = "bf16") -> float:
         """HBM bytes of one prefill: weights once + the KV cache written."""
@@ -350,6 +454,17 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
     positions = int(cfg.get(fam.positions) or 0) if fam.positions else 0
     decoder = task is None or task in DECODER_TASKS
     softcap = hf.field(cfg, "softcap")
+    # the full-attention layers' own shape: per_layer_config, else Gemma 4's fields (transformers applies
+    # the global KV heads only where keys are reused as values)
+    full = hf.per_layer_shapes(cfg, where) or {
+        "full_head_dim": hf.positive(cfg, "full_head_dim", where, zero_ok=True) or 0,
+        "full_kv_heads": (hf.positive(cfg, "full_kv_heads", where, zero_ok=True) or 0)
+        if cfg.get("attention_k_eq_v")
+        else 0,
+    }
+    full = {"full_head_dim": 0, "full_kv_heads": 0, **full}
+    ple = hf.positive(cfg, "per_layer_input", where, zero_ok=True) or 0
+    shared = hf.kv_shared_layers(cfg, layers, where, fam)
     return ModelDims(
         name=name, kind="decoder" if decoder else "encoder", hidden=hidden, layers=layers, heads=heads,
         kv_heads=int(kv_heads), head_dim=int(head_dim), intermediate=intermediate, vocab=vocab,
@@ -360,9 +475,26 @@ def _decoder_dims(cfg: dict[str, Any], mtype: str, *, name: str, task: str | Non
         max_positions=hf.positive(cfg, "max_positions", where, zero_ok=True) or 0,
         sliding_window=hf.positive(cfg, "sliding_window", where, zero_ok=True) or 0,
         sliding_layers=hf.sliding_layer_count(cfg, layers, where, fam),
-        logit_softcap=float(softcap[1]) if softcap else 0.0, notes=(note,) if note else (),
+        full_head_dim=full["full_head_dim"] if full["full_head_dim"] != head_dim else 0,
+        full_kv_heads=full["full_kv_heads"] if full["full_kv_heads"] != kv_heads else 0,
+        full_values_are_keys=bool(cfg.get("attention_k_eq_v")), kv_shared=shared,
+        per_layer_input=ple,
+        per_layer_vocab=(hf.positive(cfg, "per_layer_vocab", where, zero_ok=True) or vocab) if ple else 0,
+        wide_mlp_layers=sum(shared) if cfg.get("use_double_wide_mlp") else 0,
+        logit_softcap=float(softcap[1]) if softcap else 0.0, notes=_notes(note, shared),
         **_moe_sizes(cfg, fam, layers, intermediate, where),  # type: ignore[arg-type]
     )  # fmt: skip
+
+
+def _notes(note: str, kv_shared: tuple[int, int]) -> tuple[str, ...]:
+    """What the closed form assumed about a decoder config, for the projection's notes."""
+    out = [note] if note else []
+    if sum(kv_shared):
+        out.append(
+            f"{sum(kv_shared)} layers reuse an earlier layer's KV cache (no cache of their own); their "
+            "prefill is counted over every prompt token (an upper bound where the stack runs only the last)"
+        )
+    return tuple(out)
 
 
 def _moe_sizes(
@@ -386,6 +518,8 @@ def _moe_sizes(
         )
     width = hf.positive(cfg, "expert_width", where) or intermediate
     shared = hf.positive(cfg, "shared_width", where, zero_ok=True) or 0
+    if cfg.get("enable_moe_block"):  # Gemma 4: the dense MLP runs beside the experts on every layer
+        shared = intermediate
     if not shared:
         count = hf.positive(cfg, "shared_count", where, zero_ok=True) or fam.shared_experts
         shared = count * width
@@ -414,10 +548,20 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
     d = dims
     q_out = d.heads * d.head_dim
     kv_out = d.kv_heads * d.head_dim
-    attn = d.hidden * q_out + 2 * d.hidden * kv_out + q_out * d.hidden
+    # Q and O projections on every layer; K and V on the layers with a cache of their own (K only where
+    # keys are reused as values), each kind at its own head width
+    attn = sum(
+        k.layers * (d.hidden * d.heads * k.head_dim + d.heads * k.head_dim * d.hidden)
+        + k.cached * (1 if k.values_are_keys else 2) * d.hidden * k.kv_heads * k.head_dim
+        for k in d.attention_kinds()
+    )
     matrices = 3 if d.gated_mlp else 2
     mlp = matrices * d.hidden * d.intermediate
-    layers_mm = layers_stored = d.layers * (attn + mlp)
+    # per-layer input embeddings (Gemma 4): one hidden -> layers x width projection per token, and a gate
+    # and a projection per layer; MLPs twice as wide on `wide_mlp_layers`
+    extra = (d.hidden * d.layers * d.per_layer_input + d.layers * 2 * d.hidden * d.per_layer_input
+             + d.wide_mlp_layers * mlp)  # fmt: skip
+    layers_mm = layers_stored = attn + d.layers * mlp + extra
     one = 0
     if d.experts:
         # MoE: every expert is stored; a token runs its top-k experts, the shared experts and the router on
@@ -427,8 +571,8 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
         router = d.hidden * d.experts
         n_moe = d.moe_layers or d.layers
         dense = (d.layers - n_moe) * matrices * d.hidden * (d.dense_intermediate or d.intermediate)
-        layers_mm = d.layers * attn + dense + n_moe * (d.experts_per_token * one + shared + router)
-        layers_stored = d.layers * attn + dense + n_moe * (d.experts * one + shared + router)
+        layers_mm = attn + extra + dense + n_moe * (d.experts_per_token * one + shared + router)
+        layers_stored = attn + extra + dense + n_moe * (d.experts * one + shared + router)
         one *= n_moe
     bias = (q_out + 2 * kv_out + d.hidden + d.intermediate + d.hidden) if d.biases else 0
     stored_layers = 1 if d.shared_layers else d.layers
@@ -436,6 +580,7 @@ def work_from_dims(dims: ModelDims, *, source: str = "closed form") -> ModelWork
     blocks = stored_blocks + stored_layers * (bias + d.norm_params_per_layer)
     embed_width = d.embed_dim or d.hidden
     embeddings = d.vocab * embed_width + d.positions * embed_width
+    embeddings += d.per_layer_vocab * d.layers * d.per_layer_input  # gathered per token, never multiplied
     projection = d.embed_dim * d.hidden if d.embed_dim else 0  # ALBERT/ELECTRA embedding -> hidden
     if d.head == "lm":
         head = d.vocab * d.hidden

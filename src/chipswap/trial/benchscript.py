@@ -21,6 +21,9 @@ WARMUP_REQUESTS = 16
 REPLAY_S = {"llm": 300, "encoder": 120}  # the busiest window is 300 s; encoders settle faster
 SWEEP_S = {"llm": 120, "encoder": 60}
 SATURATED_GOODPUT = 0.9  # a sweep step whose goodput is under 90 % of what was sent: saturated, stop
+# no projected figure (outside what the calibration covers): a ladder of rates, x the busiest-window rate of
+# the whole fleet, from which one instance's capacity is found (the sweep stops at saturation)
+UNKNOWN_LADDER = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 
 
 def fmt_rate(x: float) -> str:
@@ -32,11 +35,16 @@ def fmt_rate_text(x: float) -> str:
 
 
 def per_instance_rate(spec: TrialSpec, t: Target) -> float:
-    """The busiest-window arrival rate one instance of the planned fleet carries."""
+    """The busiest-window arrival rate one instance of the planned fleet carries (no projected figure, so no
+    planned fleet: the first step of the ladder)."""
+    if not t.figure_known:
+        return spec.traffic.busiest_rps * UNKNOWN_LADDER[0]
     return spec.traffic.busiest_rps / max(t.count, 1)
 
 
 def sweep_rates(spec: TrialSpec, t: Target) -> list[float]:
+    if not t.figure_known:
+        return [spec.traffic.busiest_rps * f for f in UNKNOWN_LADDER]
     base = t.projected_rps or per_instance_rate(spec, t)
     return [base * f for f in SWEEP_FACTORS]
 
@@ -70,14 +78,14 @@ def _target_case(spec: TrialSpec, t: Target) -> str:
     vllm = spec.stack == "nxdi-vllm" if t.side == "neuron" else spec.gpu_stack == "vllm"
     if spec.mode == "llm" and vllm:
         extra = json.dumps({"ignore_eos": True})  # vLLM: generate the trace's output lengths exactly
+    rate_why = f"busiest window / {t.count} instances" if t.figure_known else "no figure: the ladder's first"
     # defaults that come from the workload are assigned quoted, then expanded: they stay text
     return (
         f"  {t.side})\n"
         f"    DEFAULT_URL={q(url)}\n"
         f'    URL="${{{var}:-$DEFAULT_URL}}"\n'
         f"    INSTANCE={q(t.instance)} PRICE_TERM={q(t.term)}  # not TERM: that is the terminal's\n"
-        f'    RATE="${{RATE:-{fmt_rate(per_instance_rate(spec, t))}}}"  # busiest window / {t.count} '
-        "instances\n"
+        f'    RATE="${{RATE:-{fmt_rate(per_instance_rate(spec, t))}}}"  # {rate_why}\n'
         f'    SWEEP_RATES="${{SWEEP_RATES:-{" ".join(fmt_rate(r) for r in sweep_rates(spec, t))}}}"\n'
         f"    DEFAULT_EXTRA_BODY={q(extra)}\n"
         '    EXTRA_BODY="${EXTRA_BODY-$DEFAULT_EXTRA_BODY}"  # EXTRA_BODY= (empty) sends none\n'

@@ -98,8 +98,9 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
     n = spec.neuron
     kind = server_kind(spec)
     title = md_text(spec.title)
+    who = f"{n.count} x {md_text(n.instance)}" if n.figure_known else f"1 x {md_text(n.instance)} on its own"
     cand = (
-        f"{n.count} x {md_text(n.instance)} ({spec.why_this_candidate}): TP {n.tp} x {n.replicas} replica(s) "
+        f"{who} ({spec.why_this_candidate}): TP {n.tp} x {n.replicas} replica(s) "
         "per "
         f"instance, batch {n.max_batch}, {n.dtype}, longest sequence {n.max_length:,}"
     )
@@ -108,6 +109,8 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         if n.projected_rps
         else "no projected throughput"
     )
+    if not n.figure_known:
+        proj = f"figure {md_text(n.throughput_label)}"
     stack = (
         STACK_WORDS.get(spec.stack, spec.stack) if spec.mode == "llm" else "chipswap compile + chipswap serve"
     )
@@ -120,7 +123,12 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         f"- Candidate measured: {cand}; projected {proj}.",
         f"- Serving stack: {stack}.",
         f"- Load: the workload's traffic at the busiest window, {fmt_rate_text(spec.traffic.busiest_rps)} "
-        f"requests/s for the fleet = {fmt_rate(per_instance_rate(spec, n))} requests/s per instance.",
+        + (
+            f"requests/s for the fleet = {fmt_rate(per_instance_rate(spec, n))} requests/s per instance."
+            if n.figure_known
+            else "requests/s for the fleet; with no figure, one instance is swept up a ladder from "
+            f"{fmt_rate(per_instance_rate(spec, n))} requests/s to that rate until it saturates."
+        ),
         f"- **Cost and duration**: {cost.line(md_text(n.instance), n.term)}.",
         "",
         "The Neuron launch is exercised only on Neuron hosts: chipswap's own tests check these scripts with "
@@ -193,6 +201,16 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         "## The fleet the verdict sizes",
         "",
+        *(
+            []
+            if n.figure_known
+            else [
+                "No fleet is sized yet: the figure is unknown until this trial measures it. The files below "
+                "deploy one instance; `chipswap plan ... --bench results/*.json` sizes the fleet from the "
+                "measurement.",
+                "",
+            ]
+        ),
         f"- `deploy/k8s/`: a Deployment of {n.count * n.replicas} pods ({n.count} instances x {n.replicas}), "
         "each "
         f"requesting `{NEURONCORE}: {n.tp}` from the Neuron device plugin, with startup/readiness/liveness "

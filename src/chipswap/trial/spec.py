@@ -49,6 +49,9 @@ class Target:
     devices: int = 0  # accelerator devices per instance
     vcpus: int = 0
     endpoint: str | None = None  # GPU: today's endpoint (the workload names it)
+    # False: no projected figure (outside what the calibration covers): the layout is the projection's pick
+    # by memory fit, count 1 (the fleet is sized from the measurement), the bench sweeps a ladder of rates
+    figure_known: bool = True
 
     @property
     def cores_per_device(self) -> int:
@@ -121,6 +124,9 @@ def _rps(fig: Any) -> float | None:
     return v if math.isfinite(v) and v > 0 else None
 
 
+UNKNOWN_FIGURE = "unknown: outside what the calibration covers — to be measured by this trial"
+
+
 def _target(
     side: str,
     fleet: Any,
@@ -134,6 +140,9 @@ def _target(
     cfg = getattr(fleet, "config", None)
     lo_hi = getattr(fleet, "count_range", (None, None)) or (None, None)
     high = lo_hi[1] if len(lo_hi) > 1 and lo_hi[1] is not None else count
+    unknown = cfg is None and getattr(fleet, "to_measure", None) is not None
+    if unknown:  # no figure the calibration covers: the layout to measure, one instance
+        cfg, high = fleet.to_measure, count
     return Target(
         instance=str(getattr(fleet, "instance", "")),
         side=side,
@@ -145,8 +154,8 @@ def _target(
         batch_sizes=tuple(int(b) for b in (getattr(cfg, "batch_sizes", ()) or ())),
         dtype=str(getattr(cfg, "weight_dtype", "bf16") or "bf16"),
         max_length=int(getattr(cfg, "max_length", 0) or 0),
-        projected_rps=_rps(getattr(fleet, "throughput", None)),
-        throughput_label=_label(getattr(fleet, "throughput", None)),
+        projected_rps=None if unknown else _rps(getattr(fleet, "throughput", None)),
+        throughput_label=UNKNOWN_FIGURE if unknown else _label(getattr(fleet, "throughput", None)),
         rate_usd_h=getattr(rate, "value", None) if rate is not None else None,
         rate_source=_label(rate) if rate is not None else "no published price",
         term=term,
@@ -155,6 +164,7 @@ def _target(
         devices=int(getattr(catalog_inst, "accelerator_count", 0) or 0),
         vcpus=int(getattr(catalog_inst, "vcpus", 0) or 0),
         endpoint=endpoint,
+        figure_known=not unknown,
     )
 
 
@@ -189,6 +199,9 @@ def pick_candidate(result: Any) -> Any:
         and getattr(c.fleet, "config", None) is not None
     ]
     if not ok:
+        unknown = [c for c in neuron if _to_measure(c) is not None]
+        if unknown:  # no figure the calibration covers: measure the cheapest by the hour on its own
+            return min(unknown, key=lambda c: (_hourly(c) is None, _hourly(c) or Decimal(0), c.instance))
         why = "; ".join(
             f"{c.instance}: {c.excluded or 'not sized (no projected serving layout)'}" for c in neuron
         )
@@ -201,6 +214,16 @@ def pick_candidate(result: Any) -> Any:
     if best is not None and any(c.instance == best.instance for c in ok):
         return next(c for c in ok if c.instance == best.instance)
     return min(ok, key=lambda c: (c.monthly_usd is None, c.monthly_usd or Decimal(0), c.instance))
+
+
+def _to_measure(c: Any) -> Any:
+    """The layout a trial measures for a candidate the calibration does not cover (None otherwise)."""
+    return getattr(getattr(c, "fleet", None), "to_measure", None)
+
+
+def _hourly(c: Any) -> Decimal | None:
+    v = getattr(getattr(c, "rate", None), "value", None)
+    return Decimal(str(v)) if v is not None else None
 
 
 def build_spec(
@@ -233,6 +256,7 @@ def build_spec(
         )
     check_stack(stack)
     cand = pick_candidate(result)
+    unknown = cand.count is None and _to_measure(cand) is not None
     neuron = _target(
         "neuron",
         cand.fleet,
@@ -240,7 +264,7 @@ def build_spec(
         catalog.instance(cand.instance),
         getattr(cand, "term", "") or pricing_term,  # "capacity-block" for a type sold only that way
         region,
-        int(cand.count),
+        1 if unknown else int(cand.count),
     )
     gpu = None
     gf = getattr(result, "gpu_fleet", None)
@@ -270,7 +294,16 @@ def build_spec(
         else "the cheapest Neuron candidate meeting the SLO"
     )
     notes = []
-    if not result.verdict.verdict.startswith("move"):
+    if unknown:
+        why = "the cheapest Neuron candidate by the hour; no candidate has a figure the calibration covers"
+        notes.append(
+            f"No projected figure for {cand.instance}: {cand.excluded or 'outside the calibration'}. "
+            + (f"Measured: {cand.fleet.to_measure.why}. " if "pinned" in cand.fleet.to_measure.why else "")
+            + "The "
+            "figure is to be measured: the trial is costed on its own, and the follow-up plan sizes the "
+            "fleet from the measurement (the deployment files below are for one instance until then)."
+        )
+    if not result.verdict.verdict.startswith("move") and not unknown:
         notes.append(
             f"The plan's verdict is '{result.verdict.verdict}'; this kit measures the projection behind it "
             f"for {cand.instance} ({why}), so a measured figure can confirm or overturn it."

@@ -21,6 +21,9 @@ One replica of `tp` devices (logical NeuronCores or GPUs), L prompt tokens, B se
   KV bytes read = the cache x (1 + gqa_expand x (query heads per KV head - 1)): a grouped-query cache read
                   once (0) or expanded to every query head (1)
   collective latency = layers x 2 all-reduces x 2 log2(tp) steps x collective_s (0 at TP1)
+  sliding-window layers: their attention FLOPs and KV read see min(C, W) keys in decode and
+                  L x (2W - W^2/L) / 2 query-key pairs in prefill past the window (work.attended_keys /
+                  prefill_keys; attn_eff at the keys a query attends: the tile term stays per query)
   attn_eff(L) = attn_eff x L / (L + attn_tile_tokens): short prompts underfill the attention kernels
   mm_eff(T) = mm_eff x T / (T padded to the MoE block): MoE expert matmuls see L x k / E tokens each
   MoE decode bytes: the experts a batch of B touches, E x (1 - (1 - k/E)^B) per MoE layer (+ shared)
@@ -39,7 +42,7 @@ import math
 from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.platform import ALLREDUCES_PER_LAYER, DeviceSpec, LlmPoly
+from chipswap.projection.platform import ALLREDUCES_PER_LAYER, DeviceSpec, LlmPoly, window_split
 from chipswap.projection.platform import _collective_s_per_token as collective_s_per_token
 from chipswap.projection.serving.moe import expert_weights as _expert_weights
 from chipswap.projection.serving.moe import streamed_params_at, touched_expert_share  # noqa: F401
@@ -169,10 +172,19 @@ def phys_poly(
     tile = moe_tile_factor(work, prompt, block) if prompt else 1.0
     rate = tp * peak * mm
     heads_dev = math.ceil(d.heads / tp)
-    attn_per_qk = 4.0 * heads_dev * d.head_dim * d.layers  # QK^T and AV, one query x one key, one device
-    kv_dev = work.kv_bytes_per_token(kv_dtype, tp)
-    group = heads_dev / max(1, math.ceil(d.kv_heads / tp))  # query heads per KV head on one device
-    kv_read = kv_dev * (1.0 + p.get("gqa_expand") * (group - 1.0))
+    # per attention kind (full / sliding window, work.attention_terms and work.kv_terms): QK^T and AV per
+    # query-key pair on one device, and the KV read per key (a grouped-query cache read once or expanded)
+    terms = []
+    attn_per_qk = 0.0
+    for (w, qk), kind in zip(work.attention_terms(tp), d.attention_kinds(), strict=True):
+        kv_kind = 2.0 * kind.layers * math.ceil(kind.kv_heads / tp) * kind.head_dim * dtype_bytes(kv_dtype)
+        group = heads_dev / max(1, math.ceil(kind.kv_heads / tp))  # query heads per KV head on one device
+        kv_read = kv_kind * (1.0 + p.get("gqa_expand") * (group - 1.0))
+        # causal prefill: each query attends to half the prompt on average (x prefill_keys past a window)
+        terms.append((w, 0.5 * qk / (peak * attn), kv_read / kv_hbm + qk / (peak * attn)))
+        attn_per_qk += qk
+    p_bll, d_bc, windows = window_split(terms)
+    kv_dev = work.kv_bytes_per_token(kv_dtype, tp)  # written by a prefill (layers with a cache of their own)
     prefill_weights = ((work.streamed_params or work.matmul_params) + work.head_params) * wb
     return LlmPoly(
         p0=p.get("prefill_fixed_s") + lat + prefill_weights / (tp * hbm),
@@ -181,7 +193,7 @@ def phys_poly(
         + kv_dev / kv_hbm
         + comm
         + 0.5 * attn_per_qk * p.get("attn_tile_tokens") / (peak * attn),
-        p_bll=0.5 * attn_per_qk / (peak * attn),  # causal: each query attends to half the prompt on average
+        p_bll=p_bll,
         d0=p.get("step_fixed_s") + lat + streamed_params_at(work, batch) * wb / (tp * hbm),
         d_b=p.get("step_row_s")
         + (
@@ -191,7 +203,8 @@ def phys_poly(
         )
         + (2.0 * (work.matmul_params + work.head_params)) / rate
         + comm,
-        d_bc=kv_read / kv_hbm + attn_per_qk / (peak * attn),
+        d_bc=d_bc,
+        windows=windows,
     )
 
 
