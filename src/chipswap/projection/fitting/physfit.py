@@ -296,6 +296,14 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits - 1}e}") if x else 0.0
 
 
+def _sig_up(x: float, digits: int = 3) -> float:
+    """`x` rounded up to `digits` significant digits (a band rounded down would uncover its own edge)."""
+    if not x or not math.isfinite(x):
+        return x
+    scale = 10.0 ** (math.floor(math.log10(abs(x))) - digits + 1)
+    return _sig(math.ceil(x / scale - 1e-9) * scale, digits)
+
+
 # --- held-out and extrapolation tests ------------------------------------------------------------------
 
 
@@ -413,7 +421,7 @@ class PhysCalibration:
         sel = [f.log_error for f in (own if len({f.run.model for f in own}) >= FAMILY_BAND_MIN else figs)]
         if not sel:
             return float("inf")
-        return _sig(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)
+        return _sig_up(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)
 
 
 SPLITS_DOC = {
