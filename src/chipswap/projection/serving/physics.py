@@ -67,7 +67,7 @@ PARAMS: dict[str, tuple[str, float, float]] = {
         1.0,
     ),
     "link_eff": ("share of the chip interconnect reached by the all-reduce volume", 0.01, 1.0),
-    "collective_s": ("seconds per all-reduce step (latency; 2 log2(TP) steps)", 1e-8, 1e-3),
+    "collective_s": ("seconds per all-reduce step (latency; 2 in a chip + 2 log2(chips))", 1e-8, 1e-3),
     "prefill_fixed_s": ("seconds per prefill call (launch, host round trip, scheduling)", 1e-5, 1.0),
     "step_fixed_s": ("seconds per decode step (host round trip, scheduling)", 1e-6, 0.1),
     "step_row_s": ("seconds per sequence per decode step (sampling, per-row host work)", 1e-8, 1e-2),
@@ -135,8 +135,8 @@ def chips_spanned(tp: int, device: DeviceSpec) -> int:
 def collective_steps(tp: int, device: DeviceSpec) -> float:
     """Latency steps of one all-reduce: 2 inside a chip (its cores share one fabric, so a reduce-scatter and
     an all-gather take one step each whatever the group), + 2 log2(chips) across chips (recursive halving
-    / doubling over the links; chosen over a ring's 2 (chips - 1) by leave-one-model-out error on
-    Inferentia2). Trainium2's TP <= 4 (LNC=2) is one chip: the held-out TP 4 test measured this shape."""
+    / doubling over the links). Trainium2's TP <= 4 at LNC=2 is one chip. Kept for the topology, not for
+    leave-one-model-out error (docs/projection.md: Trainium2 equal to 2 log2(TP), Inferentia2 worse)."""
     if tp <= 1:
         return 0.0
     return 2.0 + 2.0 * math.log2(chips_spanned(tp, device))
@@ -152,8 +152,8 @@ def collective_volume_s(work: ModelWork, tp: int, device: DeviceSpec, p: Physics
     """Seconds per token of the all-reduce volume: each device sends its activations once and receives
     the sum once at link x link_eff, whatever the group size (Neuron's collective engines reduce in the
     fabric). Chosen over a ring's 2 (tp - 1) / tp x the payload and over on-chip traffic at HBM rate by
-    leave-one-model-out error (sum of the Neuron medians 127 % against 130 % and 133 %); the TP
-    extrapolation test took no part in the choice."""
+    leave-one-model-out error (sum of the Neuron medians 127 % against 130 % and 133 %); the candidates
+    came from diagnosing the TP 4 test's miss, the choice among them from leave-one-model-out only."""
     if tp <= 1:
         return 0.0
     d = work.dims
