@@ -157,8 +157,8 @@ def test_what_chipswap_cannot_project_is_a_one_line_error_naming_the_measured_wa
             W8, "trn2.48xlarge", prompt_tokens=100, output_tokens=10, catalog=CAT, stack="tnx-2.18"
         )
     assert "Trainium2" in str(e.value) and "measured" in str(e.value)
-    # a newer Trainium with no published figures under any stack: a labelled refusal, not a number (the
-    # held-out error of predicting an unseen chip family is beyond +-100 %), and not a crash
+    # a newer Trainium with no published figures under any stack at a prompt beyond every held-out test's
+    # reach: a labelled refusal naming the unseen family, not a number
     from dataclasses import replace
 
     from chipswap.projection.serving.coverage import OUTSIDE

@@ -55,6 +55,11 @@ VENDOR_PARAMS = {
     ),
 }
 STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
+# parameters fitted only when a training run exercises them; otherwise they keep their physical default
+# (serving.physics.OPTIONAL): LNC=1 logical cores are one physical core each, whose halved rates the spec
+# sheet already gives, so without an LNC=1 run the efficiency ratio is 1 (left free it wandered to its
+# lower bound in the Inferentia2-only fit, slowing every Trainium2 LNC=1 prediction 10x)
+EXERCISED: dict[str, Callable[[Run], bool]] = {"lnc1_eff": lambda r: r.lnc == 1}
 RIDGE = 0.5  # weight of a family's log-offset residual (pulls it to the vendor's value)
 START = {
     "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5,
@@ -222,6 +227,8 @@ def _layout(runs: list[Run]) -> _Layout:
     vendors = sorted({VENDOR[r.family] for r in runs})
     for v in vendors:
         for k in VENDOR_PARAMS[v]:
+            if k in EXERCISED and not any(EXERCISED[k](r) for r in runs if VENDOR[r.family] == v):
+                continue
             _, lo, hi = PARAMS[k]
             lay.add(f"_{v}:{k}", lo, hi, START[k])
     fams = sorted({r.family for r in runs})
@@ -239,7 +246,7 @@ def _unpack(lay: _Layout, x: np.ndarray, families: set[str]) -> Fitted:
     vals = dict(zip(lay.names, (float(math.exp(v)) for v in x), strict=True))
     physics: dict[str, Physics] = {}
     for v in sorted({VENDOR[f] for f in families}):
-        base = {k: vals[f"_{v}:{k}"] for k in VENDOR_PARAMS[v]}
+        base = {k: vals[f"_{v}:{k}"] for k in VENDOR_PARAMS[v] if f"_{v}:{k}" in vals}
         physics[f"_{v}"] = Physics(f"_{v}", tuple(base.items()))
         for fam in sorted(f for f in families if VENDOR[f] == v):
             own = {k: base[k] * vals.get(f"{fam}:{k}", 1.0) for k in base}
@@ -294,6 +301,14 @@ def _fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
 
 def _sig(x: float, digits: int = 4) -> float:
     return float(f"{x:.{digits - 1}e}") if x else 0.0
+
+
+def _sig_up(x: float, digits: int = 3) -> float:
+    """`x` rounded up to `digits` significant digits (a band rounded down would uncover its own edge)."""
+    if not x or not math.isfinite(x):
+        return x
+    scale = 10.0 ** (math.floor(math.log10(abs(x))) - digits + 1)
+    return _sig(math.ceil(x / scale - 1e-9) * scale, digits)
 
 
 # --- held-out and extrapolation tests ------------------------------------------------------------------
@@ -413,7 +428,7 @@ class PhysCalibration:
         sel = [f.log_error for f in (own if len({f.run.model for f in own}) >= FAMILY_BAND_MIN else figs)]
         if not sel:
             return float("inf")
-        return _sig(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)
+        return _sig_up(math.expm1(float(np.quantile(sel, BAND_QUANTILE, method="higher"))), 3)
 
 
 SPLITS_DOC = {

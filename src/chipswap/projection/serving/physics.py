@@ -12,15 +12,19 @@ One replica of `tp` devices (logical NeuronCores or GPUs), L prompt tokens, B se
 
   prefill(1, L) = prefill_fixed_s + collective latency + weights / (tp x HBM x bw_eff)
                   + L x [linear FLOPs / (tp x peak x mm_eff(T)) + KV write / (HBM x kv_bw_eff)
-                         + all-reduce volume / (link x link_eff)]
+                         + all-reduce volume / its rate]
                   + L^2 x causal attention FLOPs per device / (peak x attn_eff(L))
   decode(B, C)  = step_fixed_s + collective latency + weights read by B rows / (tp x HBM x bw_eff)
-                  + B x [step_row_s + linear FLOPs / (tp x peak x mm_eff) + all-reduce volume / link]
+                  + B x [step_row_s + linear FLOPs / (tp x peak x mm_eff) + all-reduce volume / rate]
                   + B x C x [KV bytes read per device / (HBM x kv_bw_eff)
                              + attention FLOPs / (peak x attn_eff)]
   KV bytes read = the cache x (1 + gqa_expand x (query heads per KV head - 1)): a grouped-query cache read
                   once (0) or expanded to every query head (1)
-  collective latency = layers x 2 all-reduces x 2 log2(tp) steps x collective_s (0 at TP1)
+  collective latency = layers x 2 all-reduces x steps x collective_s (0 at TP1); steps = 2 inside one chip
+                  (the cores of a chip share one fabric: reduce-scatter + all-gather in one step each,
+                  whatever the group) + 2 log2(chips) across the chips the group spans
+  all-reduce volume = hidden x 2 bytes x layers x 2 per token at link x link_eff, whatever the group
+                  size (the collective engines reduce in the fabric)
   sliding-window layers: their attention FLOPs and KV read see min(C, W) keys in decode and
                   L x (2W - W^2/L) / 2 query-key pairs in prefill past the window (work.attended_keys /
                   prefill_keys; attn_eff at the keys a query attends: the tile term stays per query)
@@ -42,8 +46,13 @@ import math
 from dataclasses import dataclass
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.platform import ALLREDUCES_PER_LAYER, DeviceSpec, LlmPoly, window_split
-from chipswap.projection.platform import _collective_s_per_token as collective_s_per_token
+from chipswap.projection.platform import (
+    ACTIVATION_BYTES,
+    ALLREDUCES_PER_LAYER,
+    DeviceSpec,
+    LlmPoly,
+    window_split,
+)
 from chipswap.projection.serving.moe import expert_weights as _expert_weights
 from chipswap.projection.serving.moe import streamed_params_at, touched_expert_share  # noqa: F401
 from chipswap.projection.work import ModelWork, dtype_bytes
@@ -67,7 +76,7 @@ PARAMS: dict[str, tuple[str, float, float]] = {
         1.0,
     ),
     "link_eff": ("share of the chip interconnect reached by the all-reduce volume", 0.01, 1.0),
-    "collective_s": ("seconds per all-reduce step (latency; 2 log2(TP) steps)", 1e-8, 1e-3),
+    "collective_s": ("seconds per all-reduce step (latency; 2 in a chip + 2 log2(chips))", 1e-8, 1e-3),
     "prefill_fixed_s": ("seconds per prefill call (launch, host round trip, scheduling)", 1e-5, 1.0),
     "step_fixed_s": ("seconds per decode step (host round trip, scheduling)", 1e-6, 0.1),
     "step_row_s": ("seconds per sequence per decode step (sampling, per-row host work)", 1e-8, 1e-2),
@@ -127,13 +136,38 @@ def moe_tile_factor(work: ModelWork, tokens: int, block: int) -> float:
     return math.ceil(per_expert / block) * block / per_expert
 
 
-def collective_latency_s(work: ModelWork, tp: int, p: Physics) -> float:
+def chips_spanned(tp: int, device: DeviceSpec) -> int:
+    """Chips a tensor-parallel group of `tp` devices occupies (a GPU is its own chip)."""
+    return max(1, math.ceil(tp / max(1, device.devices_per_chip)))
+
+
+def collective_steps(tp: int, device: DeviceSpec) -> float:
+    """Latency steps of one all-reduce: 2 inside a chip (its cores share one fabric, so a reduce-scatter and
+    an all-gather take one step each whatever the group), + 2 log2(chips) across chips (recursive halving
+    / doubling over the links). Trainium2's TP <= 4 at LNC=2 is one chip. Kept for the topology, not for
+    leave-one-model-out error (docs/projection.md: Trainium2 equal to 2 log2(TP), Inferentia2 worse)."""
     if tp <= 1:
         return 0.0
-    # a decode all-reduce moves a few KB: latency-bound, recursive halving / doubling, 2 log2(TP) steps
-    # (chosen over a ring's 2 (TP - 1) by leave-one-model-out error: Inferentia2 18.5 % vs 34.5 % on
-    # output tok/s, Trainium2 equal; the TP extrapolation test did not take part in the choice)
-    return work.dims.layers * ALLREDUCES_PER_LAYER * 2.0 * math.log2(tp) * p.get("collective_s")
+    return 2.0 + 2.0 * math.log2(chips_spanned(tp, device))
+
+
+def collective_latency_s(work: ModelWork, tp: int, p: Physics, device: DeviceSpec) -> float:
+    if tp <= 1:
+        return 0.0
+    return work.dims.layers * ALLREDUCES_PER_LAYER * collective_steps(tp, device) * p.get("collective_s")
+
+
+def collective_volume_s(work: ModelWork, tp: int, device: DeviceSpec, p: Physics) -> float:
+    """Seconds per token of the all-reduce volume: each device sends its activations once and receives
+    the sum once at link x link_eff, whatever the group size (Neuron's collective engines reduce in the
+    fabric). Chosen over a ring's 2 (tp - 1) / tp x the payload and over on-chip traffic at HBM rate by
+    leave-one-model-out error (sum of the Neuron medians 127 % against 130 % and 133 %); the candidates
+    came from diagnosing the TP 4 test's miss, the choice among them from leave-one-model-out only."""
+    if tp <= 1:
+        return 0.0
+    d = work.dims
+    payload = ALLREDUCES_PER_LAYER * d.hidden * ACTIVATION_BYTES * d.layers
+    return payload / (device.link_bytes_s * p.get("link_eff"))
 
 
 def phys_poly(
@@ -164,8 +198,8 @@ def phys_poly(
     hbm = device.hbm_bytes_s * p.get("bw_eff") * scale
     kv_hbm = device.hbm_bytes_s * p.get("kv_bw_eff") * scale
     wb = dtype_bytes(weight_dtype)
-    lat = collective_latency_s(work, tp, p)
-    comm = collective_s_per_token(work, tp, device, p.get("link_eff")) if tp > 1 else 0.0
+    lat = collective_latency_s(work, tp, p, device)
+    comm = collective_volume_s(work, tp, device, p)
     block = schedule.moe_block if schedule is not None else MOE_BLOCK_DEFAULT
     expert_flops = 2.0 * _expert_weights(work) * (d.experts_per_token / d.experts if d.experts else 0.0)
     dense_flops = 2.0 * work.matmul_params - expert_flops
