@@ -67,6 +67,7 @@ class _Replica:
         "idle",
         "pending",
         "claimed",
+        "finished",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -89,7 +90,9 @@ class _Replica:
         self.pad_slots = 0
         self.idle = True
         self.claimed = False  # shared queue: cut for a waiting request, not yet at that boundary
-        self.pending: deque[float] = deque()  # loads to drop at these (future) times: one-token completions
+        self.pending: deque[float] = deque()  # loads to drop at these (future) times: completions at the end
+        # of a step that was still running when they were scheduled
+        self.finished = 0  # requests that have left this replica (a preempted request waits for one)
 
 
 class StepSim:
@@ -178,9 +181,7 @@ class StepSim:
             self.ttft[i] = t
         remaining = self.out[i] - 1 - self.done_steps[i]
         if remaining <= 0:
-            self._leave(rp, i, t)
-            rp.load += 1  # it leaves the dispatcher's count when its prefill ends, not now
-            rp.pending.append(t)
+            self._leave(rp, i, t, later=True)  # it leaves the dispatcher's count when its prefill ends
             return
         k = self.prompt[i] + self.done_steps[i] - rp.it
         self.key[i] = k
@@ -191,24 +192,29 @@ class StepSim:
             heapq.heappush(rp.longest, (-k, i))
         self.running[i] = 1
 
-    def _retire(self, rp: _Replica, t: float) -> None:
-        """Decoding requests whose last step is done by now leave at t."""
+    def _retire(self, rp: _Replica, t: float, later: bool = False) -> None:
+        """Decoding requests whose last step is done by now leave at t (`later`: t is the end of a step
+        that has just started, so the dispatcher still counts them until t)."""
         dec, it = rp.dec, rp.it
         while dec and dec[0][0] <= it:
             i = heapq.heappop(dec)[1]
             self.running[i] = 0
             rp.key_sum -= self.key[i]
             rp.nr -= 1
-            self._leave(rp, i, t)
+            self._leave(rp, i, t, later)
 
-    def _leave(self, rp: _Replica, i: int, t: float) -> None:
+    def _leave(self, rp: _Replica, i: int, t: float, later: bool = False) -> None:
         self.e2e[i] = t
         rp.blocks -= self.held[i]
         self.held[i] = 0
         rp.running_n -= 1
+        rp.finished += 1
         if self.kv:
             rp.dec_order.remove(i) if rp.dec_order[-1] != i else rp.dec_order.pop()
-        rp.load -= 1
+        if later:  # least loaded reads the load at each arrival: it drops when the last token is out
+            rp.pending.append(t)
+        else:
+            rp.load -= 1
 
     def _admit(self, rp: _Replica, r: int, i: int, t: float) -> None:
         rp.queue.popleft()
@@ -373,7 +379,7 @@ class StepSim:
         rp.busy += cost
         # decodes of this step are done at its end; prefills that finished emit their first token
         if rp.dec and rp.dec[0][0] <= rp.it:
-            self._retire(rp, end)
+            self._retire(rp, end, later=True)
         for i in finished:
             self._join_decode(rp, i, end)
         return end, True
@@ -559,27 +565,7 @@ class StepSim:
                     if nt < INF:
                         push(events, (nt, idle))
                     continue
-                # the first replica with room to reach a step boundary takes it: cut that one only
-                best_t, best = INF, -1
-                for r in range(R):
-                    rp = reps[r]
-                    if rp.claimed or rp.running_n >= B:
-                        continue
-                    run = rp.run
-                    if run is None:
-                        tb = rp.event_t
-                    else:
-                        t0, c0, row, m = run
-                        tb = t0 + (row[bisect_left(row, row[c0] + (a - t0), c0 + 1, c0 + m)] - row[c0])
-                    if tb < best_t:
-                        best_t, best = tb, r
-                if best >= 0:
-                    rp = reps[best]
-                    rp.claimed = True
-                    before = rp.event_t
-                    self.cut(best, a)
-                    if rp.event_t != before:
-                        push(events, (rp.event_t, best))
+                self._claim(events, a)
                 continue
             if self.dispatch == "least_loaded":
                 for rp in reps:
@@ -606,17 +592,48 @@ class StepSim:
                     push(events, (rp.event_t, r))
         self._events_until(events, INF)
 
+    def _claim(self, events: list[tuple[float, int]], a: float) -> None:
+        """Shared queue, a request waits at `a`: the unclaimed replica with a free slot that reaches a step
+        boundary first (its decode run cut there) is claimed to take the head of the queue."""
+        best_t, best = INF, -1
+        B = self.B
+        for r, rp in enumerate(self.reps):
+            if rp.claimed or rp.running_n >= B:
+                continue
+            run = rp.run
+            if run is None:
+                tb = rp.event_t
+            else:
+                t0, c0, row, m = run
+                tb = t0 + (row[bisect_left(row, row[c0] + (a - t0), c0 + 1, c0 + m)] - row[c0])
+            if tb < best_t:
+                best_t, best = tb, r
+        if best >= 0:
+            rp = self.reps[best]
+            rp.claimed = True
+            before = rp.event_t
+            self.cut(best, a)
+            if rp.event_t != before:
+                heapq.heappush(events, (rp.event_t, best))
+
     def _events_until(self, events: list[tuple[float, int]], a: float) -> None:
-        """Run every replica boundary on the event list before `a` (stale entries skipped)."""
+        """Run every replica boundary on the event list before `a` (stale entries skipped). Shared queue: a
+        claimed replica that could not take the waiting head at its boundary (its step's token budget went to
+        a prompt already prefilling) passes the claim on, so the head starts at the first free slot."""
         reps = self.reps
+        shared = self.shared
         while events and events[0][0] < a:
             te, r = heapq.heappop(events)
             rp = reps[r]
             if te != rp.event_t:
                 continue
+            claimed = rp.claimed
+            head = shared[0] if shared else -1
             nt = rp.event_t = self.boundary(r, te)
             if nt < INF:
                 heapq.heappush(events, (nt, r))
+            if claimed and shared and shared[0] == head:
+                self._claim(events, te)
 
 
 def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:
