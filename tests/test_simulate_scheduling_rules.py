@@ -6,6 +6,8 @@ other over and over."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,64 @@ def test_a_shared_queue_starts_a_waiting_request_at_the_first_free_slot() -> Non
         waits.append(res.start_s[3] - a3)
     # the claimed replica's step (a decode plus a 255-token chunk) and then replica 1's next step
     assert max(waits) <= 2 * (step + service.prefill_s(1, 256))
+
+
+def test_kv_blocks_are_held_for_positions_written_not_for_a_whole_decode_run() -> None:
+    """Request 0 decodes 199 steps alone (it will need 14 blocks at the end, 1-2 when request 1 arrives);
+    request 1's prompt needs 10 of the 20 blocks. It is admitted at the first step boundary after it arrives,
+    not when request 0 is done (the run's blocks were held ahead of the steps that write them)."""
+    setup = S.ReplicaSetup(max_batch=8, max_length=4096, policy=PREFILL_FIRST, kv_blocks=20)
+    service = GpuLike()
+    tr = S.make_traffic([0.0, 0.2], [16, 160], [200, 10])
+    res = S.simulate(tr, service, setup, 1)
+    assert res.start_s[1] - 0.2 <= service.decode_step_s(1, 64)
+    chunked = S.simulate(tr, service, S.ReplicaSetup(max_batch=8, max_length=4096, kv_blocks=20,
+                                                     policy=CHUNKED_PREFILL), 1)  # fmt: skip
+    assert chunked.start_s[1] - 0.2 <= service.decode_step_s(1, 64)
+
+
+@dataclass
+class _Recording:
+    """Every call takes one second; the prefill lengths asked for are kept."""
+
+    lengths: list[int] = field(default_factory=list)
+    band: float = 0.0
+    source: str = "assumption"
+
+    def prefill_s(self, batch: int, length: int) -> float:
+        self.lengths.append(length)
+        return 1.0
+
+    def decode_step_s(self, batch: int, context: int) -> float:
+        return 1.0
+
+    encoder_s = prefill_s
+
+
+def test_recompute_prefills_the_prompt_and_every_token_produced() -> None:
+    """Two requests of 16 + 40 tokens in 5 blocks of 16, one-second calls: A prefills over [0, 1], B over
+    [1, 2]; both decode from t = 2 and at their 17th step (positions 33) need a third block each: B (the
+    most recently admitted) is preempted having produced 17 tokens (1 from its prefill, 16 decode steps).
+    Its recompute prefills 16 + 17 = 33 positions once A is done (t = 41), samples its 18th token, then runs
+    the 22 decode steps left: done at t = 64."""
+    svc = _Recording()
+    setup = S.ReplicaSetup(max_batch=4, max_length=4096, policy=PREFILL_FIRST, kv_blocks=5)
+    res = S.simulate(S.make_traffic([0.0, 0.5], [16, 16], [40, 40]), svc, setup, 1)
+    assert res.preemptions == 1
+    assert 33 in svc.lengths and 32 not in svc.lengths
+    assert res.e2e_s[0] == 41.0
+    assert res.e2e_s[1] + 0.5 == 64.0
+
+
+@pytest.mark.parametrize("policy", [PREFILL_FIRST, CHUNKED_PREFILL])
+def test_two_requests_that_do_not_fit_together_do_not_preempt_each_other_over_and_over(policy: str) -> None:
+    """In 9 blocks, two requests that grow past the cache together: the later one is preempted and waits for
+    the other to finish before it returns (it used to be re-admitted at once and preempted again, up to 97
+    times)."""
+    worst = 0
+    for p1, p2, out, gap in ((8, 32, 100, 0.05), (8, 8, 60, 0.0), (40, 24, 80, 0.2), (16, 48, 90, 0.05)):
+        setup = S.ReplicaSetup(max_batch=4, max_length=4096, policy=policy, kv_blocks=9)
+        res = S.simulate(S.make_traffic([0.0, gap], [p1, p2], [out, out]), GpuLike(), setup, 1)
+        assert np.isfinite(res.e2e_s).all()
+        worst = max(worst, res.preemptions)
+    assert worst <= 1

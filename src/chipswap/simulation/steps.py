@@ -138,6 +138,7 @@ class StepSim:
         self.held = [0] * n  # KV blocks a running request holds
         self.filled = [0] * n  # prefill tokens computed so far (chunked)
         self.refill = [0] * n  # tokens to prefill (prompt, or prompt + produced after a preemption)
+        self.back: dict[int, tuple[_Replica, int]] = {}  # preempted: (replica, its finished count then)
         self.running = bytearray(n)
         self.preemptions = 0
         self._pf: dict[int, float] = {}
@@ -179,6 +180,9 @@ class StepSim:
         """Request i's prefill ended at t: first token out; it decodes its remaining steps (or is done)."""
         if self.ttft[i] != self.ttft[i]:
             self.ttft[i] = t
+        else:  # a recompute: its prefill samples the next token, as a decode step would have
+            self.done_steps[i] += 1
+        self.refill[i] = 0
         remaining = self.out[i] - 1 - self.done_steps[i]
         if remaining <= 0:
             self._leave(rp, i, t, later=True)  # it leaves the dispatcher's count when its prefill ends
@@ -243,8 +247,27 @@ class StepSim:
             rp.nr -= 1
             rp.dec = [e for e in rp.dec if e[1] != i]
             heapq.heapify(rp.dec)
-        self.refill[i] = self.prompt[i] + self.done_steps[i]
+        # recompute: the prompt and every token it had produced (the first, from its prefill, and one per
+        # decode step); it returns to the head of the queue and, on this replica, waits for a request to
+        # leave first (otherwise two requests that do not fit together preempt each other step after step)
+        produced = self.done_steps[i] + (self.ttft[i] == self.ttft[i])  # (none before its first token)
+        self.refill[i] = self.prompt[i] + produced
+        self.back[i] = (rp, rp.finished)
         rp.queue.appendleft(i)
+
+    def _may_return(self, rp: _Replica, i: int) -> bool:
+        """Whether request i may be admitted on rp: not a request rp preempted, unless a request has left rp
+        since (or nothing runs there)."""
+        b = self.back.get(i)
+        return b is None or b[0] is not rp or b[1] != rp.finished or not rp.running_n
+
+    def _fit_blocks(self, rp: _Replica) -> None:
+        """KV: each decoding request holds exactly the blocks of the positions it has written."""
+        b, it, key, held = self.block, rp.it, self.key, self.held
+        for _, i in rp.dec:
+            exact = -(-(key[i] + it) // b)
+            rp.blocks += exact - held[i]
+            held[i] = exact
 
     # -- one replica's step boundary ------------------------------------------------------------------------
     def boundary(self, r: int, t: float) -> float:
@@ -262,13 +285,15 @@ class StepSim:
             rp.it += m
             if rp.dec and rp.dec[0][0] <= rp.it:
                 self._retire(rp, t)
+            if self.kv and rp.nr:
+                self._fit_blocks(rp)  # a run cut short gives back the blocks of the steps it did not run
         q = rp.queue
         if self.chunked:
             return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
         if q and rp.running_n < self.B:
             i = q[0]
             need = self._blocks(self.refill[i] or self.prompt[i]) if self.kv else 0
-            if not self.kv or need <= self.kv - rp.blocks or not rp.running_n:
+            if not self.kv or (need <= self.kv - rp.blocks or not rp.running_n) and self._may_return(rp, i):
                 self._admit(rp, r, i, t)
                 length = self.refill[i] or self.plen[i]
                 rp.blocks += need
@@ -355,7 +380,7 @@ class StepSim:
             k = total if total <= left else left
             if kv:
                 need = -(-total // self.block)
-                if need > kv - rp.blocks and rp.running_n:
+                if need > kv - rp.blocks and rp.running_n or not self._may_return(rp, i):
                     break
                 rp.blocks += need
                 self.held[i] = need
@@ -439,7 +464,7 @@ class StepSim:
 
     def cut(self, r: int, a: float) -> None:
         """An arrival at `a` could join replica r: end its decode run at the first step boundary at or after
-        `a` (KV blocks allocated for the dropped steps stay held: they are needed next anyway)."""
+        `a` (the KV blocks allocated for the dropped steps are given back at that boundary)."""
         rp = self.reps[r]
         run = rp.run
         if run is None or rp.running_n >= self.B:
