@@ -201,6 +201,7 @@ def project_serving(
     batch: int | None = None,
     stack: str | None = None,
     sampling: str = "device",
+    decode_buckets: Sequence[int] | None = None,
 ) -> ServingProjection:
     """Configuration search + projected service times and figures for `work` on `instance` (see
     chipswap.projection.predict.project_serving for the arguments). stack: a chipswap.projection.stacks id of
@@ -218,6 +219,7 @@ def project_serving(
         mode=mode,
         dtype=dtype,
         buckets=buckets,
+        decode_buckets=decode_buckets,
         tp=tp,
         replicas=replicas,
         batch=batch,
