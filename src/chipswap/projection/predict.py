@@ -405,11 +405,11 @@ def _llm_bands(platform: PlatformModel) -> dict[str, float]:
 
 
 def _decode_context(lengths: Lengths, decode_buckets: Sequence[int] | None, padded: bool) -> int:
-    """The context `project`'s capacity charges a decode step at: the simulator's rule (charged_context),
-    with NxDI's powers of two from 128 where a padded platform is given no buckets."""
+    """The context `project`'s capacity charges a decode step at: the simulator's rule (charged_context).
+    A padded platform given no decode buckets is taken to compile one at the mean request's last position
+    (what chipswap's shape plan does for a traffic of one length)."""
     if padded and not decode_buckets:
-        last = int(math.ceil(positions_held(lengths.mean_prompt, lengths.mean_output)))
-        return _pad(last, None, True)
+        return int(math.ceil(positions_held(lengths.mean_prompt, lengths.mean_output)))
     return charged_context(lengths.mean_prompt, lengths.mean_output, decode_buckets if padded else ())
 
 
