@@ -52,6 +52,9 @@ class StackContext:
     physics: Physics | None = None
     schedule: Schedule | None = None
     coverage: Coverage | None = None
+    # widening of the capacity (knee) band for a stack whose saturation rate the shared rate sweeps do not
+    # validate (chipswap.projection.stack_load; 0 for a validated stack)
+    knee_widening: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,152 @@
+"""The knee (saturation rate) of each serving stack under load, held out by source: for every published
+run that measures a layout's capacity under load (guidellm's "throughput" rows of optimum-neuron TGI and
+vLLM on NxD Inference), the physical model is fitted without that run's source (the projection's own costs,
+chipswap.projection.fitting.physfit.fit), and the fleet simulator, given those costs, the stack's live slots
+and its scheduling rules (data/platforms/stack_load.toml), is driven past saturation; the completions per
+second it sustains are compared with the published requests/s.
+
+What it is for: bench/bench_knee.py (the table in docs/benchmarks.md and the knee errors written into
+stack_load.toml), tests/test_stack_load.py. The decode-batch rule is chosen here by held-out knee error:
+"compiled" (a step costs the compiled batch's step whatever is live, the Neuron graph) against "live" (the
+step of the sequences in flight, as a GPU's continuous batching).
+
+Reads the published runs (chipswap.projection.fitting.rows); writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from chipswap.projection.fitting.physfit import Context, Fitted, fit, load_context, padded, schedule_for
+from chipswap.projection.fitting.rows import Run, read_runs
+from chipswap.projection.projected import ProjectedServiceTimes
+from chipswap.projection.serving.physics import phys_poly, replica_rps
+from chipswap.simulation.policies import NEURON_STATIC_SLOTS
+from chipswap.simulation.servicetime import charged_context, decode_steps, live_slots
+from chipswap.simulation.simulate import ReplicaSetup, make_traffic, simulate
+
+DECODE_BATCH_RULES = ("compiled", "live")
+PER_REPLICA = 1500  # requests per replica of one saturation run (enough for the slots' cohorts to mix)
+OVERLOAD = 2.0  # arrivals at this many times the projected capacity
+CHUNK = 1024  # optimum-neuron's published chunked-prefill setting
+
+
+@dataclass(frozen=True)
+class Knee:
+    """One published capacity under load against the simulator's saturation rate, held out by source."""
+
+    source: str
+    stack: str
+    row_id: str
+    layout: str
+    published_rps: float
+    projected_rps: float  # `project`'s capacity rule with the held-out costs (replica_rps)
+    simulated: tuple[tuple[str, float], ...]  # decode-batch rule -> simulated saturation, requests/s
+
+    def error(self, rule: str = "compiled") -> float:
+        return dict(self.simulated)[rule] / self.published_rps - 1.0
+
+
+def knee_runs(runs: list[Run]) -> list[Run]:
+    """The runs that publish a layout's capacity under load on a Neuron stack."""
+    return [r for r in runs if r.scenario == "throughput" and r.stack in ("nxdi-tgi", "nxdi-vllm")]
+
+
+def _chunk(run: Run) -> int:
+    return CHUNK if "chunked" in run.where.lower() or "chunk" in run.row_id else 0
+
+
+def saturation_rps(service: object, setup: ReplicaSetup, replicas: int, rate: float, prompt: int,
+                   output: int) -> float:  # fmt: skip
+    """Completions per second in the steady middle half of a run with arrivals evenly spaced at `rate`
+    (above capacity): the saturation rate of the layout."""
+    n = PER_REPLICA * replicas
+    arrivals = np.arange(n) / rate
+    res = simulate(make_traffic(arrivals, [prompt] * n, [output] * n), service, setup, replicas)  # type: ignore[arg-type]
+    done = np.sort(arrivals + res.e2e_s)
+    return (n // 2) / float(done[3 * n // 4] - done[n // 4])
+
+
+def knee_of(ctx: Context, run: Run, fitted: Fitted, chunk: int = 0) -> Knee:
+    """The run's capacity from the simulator with `fitted` costs, under each decode-batch rule."""
+    sched = schedule_for(run, fitted)
+    live = live_slots(run.batch, sched.occupancy)
+    sched = replace(sched, occupancy=live / run.batch)  # the whole slots the simulator runs, as `project`
+    p = fitted.for_family(run.family)
+    pad = padded(run.prompt)
+    output = max(2, int(round(run.output)))
+    poly = phys_poly(
+        ctx.works[run.model], ctx.devices[(run.chip, run.lnc)], p, tp=run.tp, lnc=run.lnc, batch=run.batch,
+        prompt=pad, schedule=sched,
+    )  # fmt: skip
+    service = ProjectedServiceTimes(poly, None, 0.0)
+    dec = charged_context(run.prompt, output, (int(math.ceil(run.prompt + output - 1)),))
+    projected = run.replicas * replica_rps(
+        poly, run.batch, run.prompt, output, pad, sched, context=dec, steps=decode_steps(output)
+    )
+    sims = []
+    for rule in DECODE_BATCH_RULES:
+        setup = ReplicaSetup(
+            max_batch=live, batch_sizes=(run.batch,) if rule == "compiled" else (), prefill_buckets=(pad,),
+            decode_buckets=(dec,), policy=NEURON_STATIC_SLOTS, token_budget=chunk,
+        )  # fmt: skip
+        sims.append((rule, saturation_rps(service, setup, run.replicas, OVERLOAD * projected, run.prompt,
+                                          output)))  # fmt: skip
+    words = f"{run.replicas} x TP{run.tp} batch {run.batch} ({live} live)" + (
+        f", chunks of {chunk}" if chunk else ""
+    ) + (", CPU sampling" if run.sampling == "cpu" else "")
+    return Knee(run.source, run.stack, run.row_id, words, float(run.value("requests_per_s") or 0.0),
+                projected, tuple(sims))  # fmt: skip
+
+
+def held_out_knees(reference: str | None = None) -> list[Knee]:
+    """Every knee run, each predicted with the physical model fitted without its source."""
+    runs, _ = read_runs(reference)
+    ctx = load_context(runs)
+    chunked = _chunked_rows(reference)
+    out: list[Knee] = []
+    for source in sorted({r.source for r in knee_runs(runs)}):
+        fitted = fit(ctx, [r for r in runs if r.source != source])
+        for r in knee_runs(runs):
+            if r.source == source:
+                out.append(knee_of(ctx, r, fitted, CHUNK if r.row_id in chunked else 0))
+    return out
+
+
+def _chunked_rows(reference: str | None) -> set[str]:
+    """Row ids of the published runs with chunked prefill turned on (their notes say so)."""
+    import csv
+    from pathlib import Path
+
+    from chipswap.projection.fitting.rows import DEFAULT_REFERENCE, MODERN
+
+    path = Path(reference or DEFAULT_REFERENCE) / MODERN
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {f"llm_serving.csv:{i + 2}" for i, r in enumerate(rows) if "chunked prefill (1024)" in r["notes"]}
+
+
+@dataclass(frozen=True)
+class StackKnee:
+    """A stack's held-out knee errors under one decode-batch rule."""
+
+    stack: str
+    rule: str
+    runs: int
+    sources: int
+    median_abs: float
+    max_abs: float
+
+
+def per_stack(knees: list[Knee], rule: str) -> list[StackKnee]:
+    out = []
+    for stack in sorted({k.stack for k in knees}):
+        errs = [abs(k.error(rule)) for k in knees if k.stack == stack]
+        out.append(
+            StackKnee(stack, rule, len(errs), len({k.source for k in knees if k.stack == stack}),
+                      float(np.median(errs)), max(errs))  # fmt: skip
+        )
+    return out
