@@ -17,7 +17,6 @@ from dataclasses import replace
 
 import _results  # noqa: F401  (puts src/ on the path)
 from _results import write_section
-
 from chipswap.projection.fitting import knee as K
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.stack_load import STACK_LOAD_FILE, load_stack_load, stack_load_text
@@ -59,8 +58,12 @@ def main() -> None:
             f"{sim['compiled']:.3f} | {_pct(k.error('compiled'))} | {sim['live']:.3f} | "
             f"{_pct(k.error('live'))} |"
         )
-    lines += ["", "| stack | rule in stack_load.toml | runs | sources | median abs error | largest | "
-              "median, other rule | target (median) | met |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "| stack | rule in stack_load.toml | runs | sources | median abs error | largest | "
+        "median, other rule | target (median) | met |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     stacks = dict(data.stacks)
     medians = []
     for stack in sorted({k.stack for k in knees}):

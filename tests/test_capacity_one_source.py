@@ -23,7 +23,9 @@ def _work():
     return work_from_config(load_preset("llama-3.1-8b")["config"], name="llama-3.1-8b", task="causal-lm")
 
 
-def _steady_rps(times, setup, replicas: int, rate: float, prompt: int, output: int, per_replica: int) -> float:
+def _steady_rps(
+    times, setup, replicas: int, rate: float, prompt: int, output: int, per_replica: int
+) -> float:
     """Completions per second in the middle half of an overloaded run (arrivals at `rate`, evenly spaced),
     long enough that the slots' start-up cohorts have mixed."""
     n = per_replica * replicas

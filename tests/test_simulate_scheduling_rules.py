@@ -13,7 +13,7 @@ import pytest
 
 from chipswap.simulation import simulate as S
 from chipswap.simulation.policies import CHUNKED_PREFILL, NEURON_STATIC_SLOTS, PREFILL_FIRST
-from tests.sim_services import GpuLike, TokenLinear
+from tests.sim_services import GpuLike
 from tests.test_simulate_exact import _traffic
 
 NEURON_CHUNKED = S.ReplicaSetup(

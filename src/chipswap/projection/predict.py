@@ -151,7 +151,8 @@ def project_serving(
     only; 8-bit configurations are listed as alternatives), "any" (8-bit weights may win; labelled), or one
     weight dtype. buckets: the compiled prompt lengths on a padded (Neuron) platform; powers of two from 128
     when not given; decode_buckets: the compiled decode contexts (default: buckets), at whose bucket a decode
-    step is charged (chipswap.simulation.servicetime.charged_context, the simulator's rule). tp / replicas / batch: pin the layout (llm mode; see `tp_options`); stack: the serving
+    step is charged (chipswap.simulation.servicetime.charged_context, the simulator's rule).
+    tp / replicas / batch: pin the layout (llm mode; see `tp_options`); stack: the serving
     stack assumed (chipswap.projection.layouts.StackContext; default: the family's own calibration). A model
     that
     fits no configuration returns a projection with `reason` set, not an error;

@@ -571,7 +571,7 @@ class StepSim:
         if self.dispatch == "round_robin":
             self.run_round_robin()
             return
-        R, reps, B = self.R, self.reps, self.B
+        R, reps = self.R, self.reps
         events: list[tuple[float, int]] = []
         push = heapq.heappush
         arrive = self.arrive
