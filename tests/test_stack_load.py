@@ -29,8 +29,8 @@ def test_every_stack_has_its_rules_in_step_with_the_simulators_policy():
         assert s.policy == STACK_POLICY[name], name
         assert (s.decode_batch == "compiled") is (s.policy == NEURON_STATIC_SLOTS), name
         assert s.prefill and s.admission and s.kv
-        assert s.validated is (s.knee_runs > 0 and s.knee_sources >= 2), name
-    assert {n for n, s in data.stacks.items() if s.validated} == set(TARGETS)
+        assert s.validated is (s.knee_runs > 0 and s.knee_sources >= 1), name
+    assert {n for n, s in data.stacks.items() if s.validated} == {*TARGETS, "vllm"}
     validated = [s.knee_median for s in data.stacks.values() if s.validated]
     assert data.widening >= max(validated)  # the widening is the worst validated stack's error
 
@@ -78,3 +78,8 @@ def test_held_out_knees_meet_the_targets_and_are_what_the_file_says():
         assert data.stacks[s.stack].knee_max == pytest.approx(s.max_abs, abs=0.002)
     for k in knees:  # one source of capacity on every published layout
         assert dict(k.simulated)["compiled"] == pytest.approx(k.projected_rps, rel=0.02), k
+    sat = K.saturation_points(K.gpu_knees())  # vLLM on H100: the GPU table fit's costs, held out
+    errs = sorted(abs(k.error("live")) for k in sat)
+    assert data.stacks["vllm"].knee_median == pytest.approx(errs[len(errs) // 2] if len(errs) % 2 else
+                                                            (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2,
+                                                            abs=0.002)  # fmt: skip

@@ -45,9 +45,13 @@ class Knee:
     published_rps: float
     projected_rps: float  # `project`'s capacity rule with the held-out costs (replica_rps)
     simulated: tuple[tuple[str, float], ...]  # decode-batch rule -> simulated saturation, requests/s
+    model: str = ""
+    prompt: int = 0
+    batch: int = 0  # compiled batch (Neuron) or concurrency (a GPU sweep)
 
     def error(self, rule: str = "compiled") -> float:
-        return dict(self.simulated)[rule] / self.published_rps - 1.0
+        sims = dict(self.simulated)
+        return sims.get(rule, next(iter(sims.values()))) / self.published_rps - 1.0
 
 
 def knee_runs(runs: list[Run]) -> list[Run]:
@@ -95,11 +99,13 @@ def knee_of(ctx: Context, run: Run, fitted: Fitted, chunk: int = 0) -> Knee:
         )  # fmt: skip
         sims.append((rule, saturation_rps(service, setup, run.replicas, OVERLOAD * projected, run.prompt,
                                           output)))  # fmt: skip
-    words = f"{run.replicas} x TP{run.tp} batch {run.batch} ({live} live)" + (
-        f", chunks of {chunk}" if chunk else ""
-    ) + (", CPU sampling" if run.sampling == "cpu" else "")
+    words = (
+        f"{run.replicas} x TP{run.tp} batch {run.batch} ({live} live)"
+        + (f", chunks of {chunk}" if chunk else "")
+        + (", CPU sampling" if run.sampling == "cpu" else "")
+    )
     return Knee(run.source, run.stack, run.row_id, words, float(run.value("requests_per_s") or 0.0),
-                projected, tuple(sims))  # fmt: skip
+                projected, tuple(sims), run.model, run.prompt, run.batch)  # fmt: skip
 
 
 def held_out_knees(reference: str | None = None) -> list[Knee]:
@@ -146,7 +152,76 @@ def per_stack(knees: list[Knee], rule: str) -> list[StackKnee]:
     for stack in sorted({k.stack for k in knees}):
         errs = [abs(k.error(rule)) for k in knees if k.stack == stack]
         out.append(
-            StackKnee(stack, rule, len(errs), len({k.source for k in knees if k.stack == stack}),
-                      float(np.median(errs)), max(errs))  # fmt: skip
+            StackKnee(
+                stack,
+                rule,
+                len(errs),
+                len({k.source for k in knees if k.stack == stack}),
+                float(np.median(errs)),
+                max(errs),
+            )  # fmt: skip
         )
     return out
+
+
+# --- vLLM on GPUs: the H100 concurrency sweeps -----------------------------------------------------------
+
+GPU_SOURCE = "qwen-small-h100"
+VLLM_BUDGET, VLLM_SEQS = (
+    8192,
+    1024,
+)  # vLLM's online defaults on an H100 (stated, chipswap.simulation.policies)
+
+
+def gpu_knee_of(ctx: Context, run: Run, coef: object) -> Knee:
+    """One H100 vLLM run (`batch` requests sent at once, `vllm bench serve` with num-prompts = concurrency):
+    the GPU table fit's costs (the product's GPU calibration, fitted on TensorRT-LLM rows only: this source
+    is held out by construction), the simulator's chunked prefill with the paged KV cache the memory
+    leaves; requests/s = requests / the last one's completion."""
+    from chipswap.projection.fitting.physfit import GPU_ACTIVATION_RESERVE, GPU_MEMORY_UTILIZATION
+    from chipswap.projection.platform import llm_poly
+    from chipswap.simulation.policies import CHUNKED_PREFILL
+
+    work = ctx.works[run.model]
+    dev = ctx.devices[(run.chip, run.lnc)]
+    poly = llm_poly(work, dev, coef, tp=run.tp, weight_dtype="bf16", compute_dtype="bf16")  # type: ignore[arg-type]
+    free = (
+        dev.memory_bytes * GPU_MEMORY_UTILIZATION
+        - work.weight_bytes("bf16") / run.tp
+        - GPU_ACTIVATION_RESERVE
+    )
+    blocks = int(max(0.0, free) // work.kv_bytes_per_token("bf16", run.tp)) // 16
+    output = max(2, int(round(run.output)))
+    setup = ReplicaSetup(
+        max_batch=VLLM_SEQS, max_length=run.prompt + output, policy=CHUNKED_PREFILL, token_budget=VLLM_BUDGET,
+        kv_blocks=blocks,
+    )  # fmt: skip
+    n = run.batch
+    res = simulate(make_traffic(np.zeros(n), [run.prompt] * n, [output] * n), ProjectedServiceTimes(poly, None, 0.0),
+                   setup, 1)  # fmt: skip
+    rps = n / float(np.nanmax(res.e2e_s))
+    words = f"TP{run.tp}, {run.prompt:,} + {output} tokens, {n} at once"
+    return Knee(run.source, run.stack, run.row_id, words, float(run.value("requests_per_s") or 0.0), rps,
+                (("live", rps),), run.model, run.prompt, run.batch)  # fmt: skip
+
+
+def saturation_points(knees: list[Knee]) -> list[Knee]:
+    """Of a concurrency sweep, the run at the highest concurrency of each model and prompt length (the
+    knee: the sweep's requests/s flattens there)."""
+    best: dict[tuple[str, int], Knee] = {}
+    for k in knees:
+        key = (k.model, k.prompt)
+        if key not in best or k.batch > best[key].batch:
+            best[key] = k
+    return list(best.values())
+
+
+def gpu_knees(reference: str | None = None) -> list[Knee]:
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.projection.platforms import platform_for
+
+    runs, _ = read_runs(reference)
+    sel = [r for r in runs if r.source == GPU_SOURCE and r.scenario == "closed"]
+    ctx = load_context(sel)
+    coef = platform_for("H100", load_catalog()).phase("llm")
+    return [gpu_knee_of(ctx, r, coef) for r in sel]
