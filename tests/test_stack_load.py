@@ -79,7 +79,7 @@ def test_held_out_knees_meet_the_targets_and_are_what_the_file_says():
     for k in knees:  # one source of capacity on every published layout
         assert dict(k.simulated)["compiled"] == pytest.approx(k.projected_rps, rel=0.02), k
     sat = K.saturation_points(K.gpu_knees())  # vLLM on H100: the GPU table fit's costs, held out
-    errs = sorted(abs(k.error("live")) for k in sat)
-    assert data.stacks["vllm"].knee_median == pytest.approx(errs[len(errs) // 2] if len(errs) % 2 else
-                                                            (errs[len(errs) // 2 - 1] + errs[len(errs) // 2]) / 2,
-                                                            abs=0.002)  # fmt: skip
+    import statistics
+
+    med = statistics.median(abs(k.error("live")) for k in sat)
+    assert data.stacks["vllm"].knee_median == pytest.approx(med, abs=0.002)

@@ -197,8 +197,8 @@ def gpu_knee_of(ctx: Context, run: Run, coef: object) -> Knee:
         kv_blocks=blocks,
     )  # fmt: skip
     n = run.batch
-    res = simulate(make_traffic(np.zeros(n), [run.prompt] * n, [output] * n), ProjectedServiceTimes(poly, None, 0.0),
-                   setup, 1)  # fmt: skip
+    service = ProjectedServiceTimes(poly, None, 0.0)
+    res = simulate(make_traffic(np.zeros(n), [run.prompt] * n, [output] * n), service, setup, 1)
     rps = n / float(np.nanmax(res.e2e_s))
     words = f"TP{run.tp}, {run.prompt:,} + {output} tokens, {n} at once"
     return Knee(run.source, run.stack, run.row_id, words, float(run.value("requests_per_s") or 0.0), rps,
