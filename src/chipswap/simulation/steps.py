@@ -617,13 +617,14 @@ class StepSim:
                     push(events, (rp.event_t, r))
         self._events_until(events, INF)
 
-    def _claim(self, events: list[tuple[float, int]], a: float) -> None:
+    def _claim(self, events: list[tuple[float, int]], a: float, skip: int = -1) -> None:
         """Shared queue, a request waits at `a`: the unclaimed replica with a free slot that reaches a step
-        boundary first (its decode run cut there) is claimed to take the head of the queue."""
+        boundary first (its decode run cut there) is claimed to take the head of the queue (`skip`: the
+        replica whose claim just failed; it takes the head at its own next boundary if it can)."""
         best_t, best = INF, -1
         B = self.B
         for r, rp in enumerate(self.reps):
-            if rp.claimed or rp.running_n >= B:
+            if rp.claimed or rp.running_n >= B or r == skip:
                 continue
             run = rp.run
             if run is None:
@@ -658,7 +659,7 @@ class StepSim:
             if nt < INF:
                 heapq.heappush(events, (nt, r))
             if claimed and shared and shared[0] == head:
-                self._claim(events, te)
+                self._claim(events, te, skip=r)
 
 
 def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:
