@@ -115,6 +115,28 @@ def main() -> None:
             f"| {k.model} | {k.prompt:,} | {k.published_rps:.2f} | {dict(k.simulated)['live']:.2f} | "
             f"{_pct(k.error('live'))} |"
         )
+    tpots = K.loaded_tpots()
+    lines += [
+        "",
+        "The decode step under load: mean TPOT at each published Poisson rate (guidellm's constant-rate "
+        "sweep, 600 s), held out by source, under each decode-batch rule; idle = one request at a time on "
+        "the same layout.",
+        "",
+        "| source | stack | rate | published idle / loaded ms | x | compiled: idle / loaded ms | x | error | "
+        "live: idle / loaded ms | x | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for x in tpots:
+        cells = []
+        for _rule, idle, loaded in x.simulated:
+            err = _pct(loaded / x.published_s - 1)
+            cells.append(f"{idle * 1e3:.1f} / {loaded * 1e3:.1f} | {loaded / idle:.2f} | {err}")
+        pub = f"{x.published_idle_s * 1e3:.1f} / {x.published_s * 1e3:.1f}"
+        lines.append(
+            f"| {x.source} | {x.stack} | {x.rate:g} | {pub} | {x.published_s / x.published_idle_s:.2f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     validated = {k.stack for k in knees} | {"vllm"}
     widening = math.ceil(max(medians) * 100) / 100 if medians else data.widening
     for name, s in stacks.items():

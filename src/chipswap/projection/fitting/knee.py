@@ -225,3 +225,88 @@ def gpu_knees(reference: str | None = None) -> list[Knee]:
     ctx = load_context(sel)
     coef = platform_for("H100", load_catalog()).phase("llm")
     return [gpu_knee_of(ctx, r, coef) for r in sel]
+
+
+# --- the decode step under load: TPOT at the published Poisson rates --------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedTpot:
+    """Mean time per output token at a published rate, held out by source: published, and simulated under
+    each decode-batch rule (idle: one request at a time on the same layout)."""
+
+    source: str
+    stack: str
+    rate: float
+    published_idle_s: float
+    published_s: float
+    simulated: tuple[tuple[str, float, float], ...]  # rule, idle TPOT, loaded TPOT
+
+
+def _mean_tpot(service: object, setup: ReplicaSetup, replicas: int, rate: float, prompt: int,
+               output: int) -> float:  # fmt: skip
+    n = max(200, int(rate * 600))
+    arrivals = (np.arange(n) + 0.5) / rate  # guidellm's constant-rate sweep
+    res = simulate(make_traffic(arrivals, [prompt] * n, [output] * n), service, setup, replicas)  # type: ignore[arg-type]
+    keep = slice(n // 5, n)  # after the warm-up
+    return float(np.mean((res.e2e_s[keep] - res.ttft_s[keep]) / (output - 1)))
+
+
+def loaded_tpots(reference: str | None = None) -> list[LoadedTpot]:
+    """The Poisson-rate rows of the optimum-neuron sweeps (the physical fit skips them): each simulated on
+    its source's layout with the physical model fitted without that source."""
+    import csv
+    from pathlib import Path
+
+    from chipswap.projection.fitting.rows import DEFAULT_REFERENCE, MODERN
+
+    runs, _ = read_runs(reference)
+    ctx = load_context(runs)
+    with open(Path(reference or DEFAULT_REFERENCE) / MODERN, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out: list[LoadedTpot] = []
+    fits: dict[str, Fitted] = {}
+    for row in rows:
+        rate = float(row["request_rate_rps"] or 0)
+        if "asynchronous" not in row["scenario"] or not rate:
+            continue
+        src, batch = row["source_id"], int(row["batch_size"])
+        lay = next(
+            (r for r in runs if r.source == src and r.batch == batch and r.scenario == "throughput"), None
+        )
+        idle = next((r for r in runs if r.source == src and r.batch == batch and r.scenario == "sync"), None)
+        if lay is None or idle is None:
+            continue
+        if src not in fits:
+            fits[src] = fit(ctx, [r for r in runs if r.source != src])
+        fitted = fits[src]
+        sched = schedule_for(lay, fitted)
+        live = live_slots(lay.batch, sched.occupancy)
+        output = max(2, int(round(float(row["output_tok_s_total"]) / float(row["requests_per_s"]))))
+        pad = padded(lay.prompt)
+        poly = phys_poly(
+            ctx.works[lay.model], ctx.devices[(lay.chip, lay.lnc)], fitted.for_family(lay.family), tp=lay.tp,
+            lnc=lay.lnc, batch=lay.batch, prompt=pad, schedule=sched,
+        )  # fmt: skip
+        service = ProjectedServiceTimes(poly, None, 0.0)
+        dec = int(math.ceil(lay.prompt + output - 1))
+        sims = []
+        for rule in DECODE_BATCH_RULES:
+            compiled = (lay.batch,) if rule == "compiled" else ()
+            setup = ReplicaSetup(
+                max_batch=live, batch_sizes=compiled, prefill_buckets=(pad,), decode_buckets=(dec,),
+                policy=NEURON_STATIC_SLOTS,
+            )  # fmt: skip
+            quiet = _mean_tpot(service, setup, 1, 1e-3, lay.prompt, output)
+            sims.append((rule, quiet, _mean_tpot(service, setup, lay.replicas, rate, lay.prompt, output)))
+        out.append(
+            LoadedTpot(
+                src,
+                lay.stack,
+                rate,
+                float(idle.value("tpot_s") or 0.0),
+                float(row["tpot_ms_mean"]) / 1e3,
+                tuple(sims),
+            )  # fmt: skip
+        )
+    return out
