@@ -68,6 +68,7 @@ class _Replica:
         "pending",
         "claimed",
         "finished",
+        "ahead",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -93,6 +94,7 @@ class _Replica:
         self.pending: deque[float] = deque()  # loads to drop at these (future) times: completions at the end
         # of a step that was still running when they were scheduled
         self.finished = 0  # requests that have left this replica (a preempted request waits for one)
+        self.ahead = 0  # KV: the decode step up to which blocks were allocated (a run cut before gives back)
 
 
 class StepSim:
@@ -285,7 +287,7 @@ class StepSim:
             rp.it += m
             if rp.dec and rp.dec[0][0] <= rp.it:
                 self._retire(rp, t)
-            if self.kv and rp.nr:
+            if self.kv and rp.ahead > rp.it and rp.nr:
                 self._fit_blocks(rp)  # a run cut short gives back the blocks of the steps it did not run
         q = rp.queue
         if self.chunked:
@@ -431,6 +433,7 @@ class StepSim:
     def _grow(self, rp: _Replica, steps: int) -> None:
         """Allocate the blocks `steps` decode steps need (exact per request)."""
         b = self.block
+        rp.ahead = rp.it + steps
         for _, i in rp.dec:
             add = -(-(self.key[i] + rp.it + steps) // b) - self.held[i]
             if add > 0:
