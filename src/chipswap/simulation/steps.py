@@ -68,7 +68,6 @@ class _Replica:
         "pending",
         "claimed",
         "finished",
-        "ahead",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -94,7 +93,6 @@ class _Replica:
         self.pending: deque[float] = deque()  # loads to drop at these (future) times: completions at the end
         # of a step that was still running when they were scheduled
         self.finished = 0  # requests that have left this replica (a preempted request waits for one)
-        self.ahead = 0  # KV: the decode step up to which blocks were allocated (a run cut before gives back)
 
 
 class StepSim:
@@ -263,13 +261,6 @@ class StepSim:
         b = self.back.get(i)
         return b is None or b[0] is not rp or b[1] != rp.finished or not rp.running_n
 
-    def _fit_blocks(self, rp: _Replica) -> None:
-        """KV: each decoding request holds exactly the blocks of the positions it has written."""
-        b, it, key, held = self.block, rp.it, self.key, self.held
-        for _, i in rp.dec:
-            exact = -(-(key[i] + it) // b)
-            rp.blocks += exact - held[i]
-            held[i] = exact
 
     # -- one replica's step boundary ------------------------------------------------------------------------
     def boundary(self, r: int, t: float) -> float:
@@ -287,8 +278,8 @@ class StepSim:
             rp.it += m
             if rp.dec and rp.dec[0][0] <= rp.it:
                 self._retire(rp, t)
-            if self.kv and rp.ahead > rp.it and rp.nr:
-                self._fit_blocks(rp)  # a run cut short gives back the blocks of the steps it did not run
+            if self.kv and rp.nr:
+                self._grow(rp, 0)  # the blocks of the positions the run wrote (taken as they are written)
         q = rp.queue
         if self.chunked:
             return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
@@ -411,13 +402,16 @@ class StepSim:
             self._join_decode(rp, i, end)
         return end, True
 
-    def _make_room(self, rp: _Replica, m: int) -> int:
-        """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot."""
+    def _make_room(self, rp: _Replica, m: int, defer: bool = False) -> int:
+        """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot.
+        `defer`: a decode run takes its blocks at its end (the boundary), for the steps it ran, so an
+        admission check never sees blocks held ahead of the positions written."""
         free = self.kv - rp.blocks
         safe = (free // rp.nr) * self.block if rp.nr else 0  # a request crosses <= ceil(s / block) blocks
         if safe >= 1:
             steps = min(m, safe)
-            self._grow(rp, steps)
+            if not defer:
+                self._grow(rp, steps)
             return steps
         while rp.nr:
             b = self.block
@@ -433,7 +427,6 @@ class StepSim:
     def _grow(self, rp: _Replica, steps: int) -> None:
         """Allocate the blocks `steps` decode steps need (exact per request)."""
         b = self.block
-        rp.ahead = rp.it + steps
         for _, i in rp.dec:
             add = -(-(self.key[i] + rp.it + steps) // b) - self.held[i]
             if add > 0:
@@ -454,7 +447,7 @@ class StepSim:
             return INF
         m = rp.dec[0][0] - rp.it
         if self.kv:
-            m = self._make_room(rp, m)
+            m = self._make_room(rp, m, defer=True)
             if not rp.nr:
                 return self.boundary(self.reps.index(rp), t)
         nr = rp.nr
@@ -467,7 +460,7 @@ class StepSim:
 
     def cut(self, r: int, a: float) -> None:
         """An arrival at `a` could join replica r: end its decode run at the first step boundary at or after
-        `a` (the KV blocks allocated for the dropped steps are given back at that boundary)."""
+        `a` (its KV blocks are taken at that boundary, for the steps it ran)."""
         rp = self.reps[r]
         run = rp.run
         if run is None or rp.running_n >= self.B:
