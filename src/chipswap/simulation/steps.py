@@ -18,12 +18,18 @@ Rules per replica, at each step boundary (time t):
   `prefill_s(1, done + chunk) - prefill_s(1, done)` (an assumption: chunks add, no overlap credit);
 - otherwise a run of decode steps to the next completion (cut at the first boundary after an arrival that
   could join, or where the KV cache could run out, after which steps go one at a time);
-- KV (GPU): a request holds ceil(tokens / block) blocks; when a decode step needs more blocks than are free,
-  the most recently admitted running request is preempted (blocks freed, back to the head of the queue) and
-  later prefilled again over its prompt plus the tokens it had produced (recompute, as vLLM does).
+- KV (GPU): a request holds the blocks of the positions it has written, ceil(positions / block) (a decode
+  run takes its blocks at its end, for the steps it ran); when a decode step needs more blocks than are
+  free, the most recently admitted running request is preempted (blocks freed, back to the head of the
+  queue) and later prefilled again over its prompt plus every token it had produced (recompute, as vLLM
+  does; that prefill samples its next token); it returns to the replica that preempted it only after
+  another request has left it (no ping-pong).
 
-Dispatch: round robin and least loaded (fewest outstanding) send each arrival to one replica's queue; "shared"
-keeps one queue that every replica draws from at its step boundaries (idle replicas first, lowest number).
+Dispatch: round robin and least loaded (fewest outstanding, counted until a request's last token is out)
+send each arrival to one replica's queue; "shared" keeps one queue that every replica draws from at its step
+boundaries (idle replicas first, lowest number; otherwise the replica with a free slot whose next step
+boundary comes first is claimed, and a claim that cannot take the head passes on). docs/simulation.md lists
+every rule.
 
 Pure: numpy and the standard library. No files, clock, printing or torch.
 """

@@ -74,31 +74,54 @@ def saturation_rps(service: object, setup: ReplicaSetup, replicas: int, rate: fl
     return (n // 2) / float(done[3 * n // 4] - done[n // 4])
 
 
-def knee_of(ctx: Context, run: Run, fitted: Fitted, chunk: int = 0) -> Knee:
-    """The run's capacity from the simulator with `fitted` costs, under each decode-batch rule."""
+@dataclass(frozen=True)
+class _Layout:
+    """A published Neuron layout under held-out costs: the projection's polynomials behind the ServiceTimes
+    seam, the stack's live slots, the buckets the simulator charges."""
+
+    poly: object
+    service: ProjectedServiceTimes
+    sched: object
+    live: int
+    pad: int
+    dec: int
+
+    def setup(self, run: Run, rule: str, chunk: int = 0) -> ReplicaSetup:
+        compiled = (run.batch,) if rule == "compiled" else ()
+        return ReplicaSetup(
+            max_batch=self.live, batch_sizes=compiled, prefill_buckets=(self.pad,),
+            decode_buckets=(self.dec,), policy=NEURON_STATIC_SLOTS, token_budget=chunk,
+        )  # fmt: skip
+
+
+def _layout(ctx: Context, run: Run, fitted: Fitted, output: int) -> _Layout:
     sched = schedule_for(run, fitted)
     live = live_slots(run.batch, sched.occupancy)
     sched = replace(sched, occupancy=live / run.batch)  # the whole slots the simulator runs, as `project`
-    p = fitted.for_family(run.family)
     pad = padded(run.prompt)
-    output = max(2, int(round(run.output)))
     poly = phys_poly(
-        ctx.works[run.model], ctx.devices[(run.chip, run.lnc)], p, tp=run.tp, lnc=run.lnc, batch=run.batch,
-        prompt=pad, schedule=sched,
+        ctx.works[run.model], ctx.devices[(run.chip, run.lnc)], fitted.for_family(run.family), tp=run.tp,
+        lnc=run.lnc, batch=run.batch, prompt=pad, schedule=sched,
     )  # fmt: skip
-    service = ProjectedServiceTimes(poly, None, 0.0)
+    # a decode bucket at the mean request's last position (what a shape plan compiles for one length)
     dec = charged_context(run.prompt, output, (int(math.ceil(run.prompt + output - 1)),))
+    return _Layout(poly, ProjectedServiceTimes(poly, None, 0.0), sched, live, pad, dec)
+
+
+def knee_of(ctx: Context, run: Run, fitted: Fitted, chunk: int = 0) -> Knee:
+    """The run's capacity from the simulator with `fitted` costs, under each decode-batch rule."""
+    output = max(2, int(round(run.output)))
+    lay = _layout(ctx, run, fitted, output)
+    live, service = lay.live, lay.service
     projected = run.replicas * replica_rps(
-        poly, run.batch, run.prompt, output, pad, sched, context=dec, steps=decode_steps(output)
-    )
+        lay.poly, run.batch, run.prompt, output, lay.pad, lay.sched, context=lay.dec,  # type: ignore[arg-type]
+        steps=decode_steps(output),
+    )  # fmt: skip
     sims = []
     for rule in DECODE_BATCH_RULES:
-        setup = ReplicaSetup(
-            max_batch=live, batch_sizes=(run.batch,) if rule == "compiled" else (), prefill_buckets=(pad,),
-            decode_buckets=(dec,), policy=NEURON_STATIC_SLOTS, token_budget=chunk,
-        )  # fmt: skip
-        sims.append((rule, saturation_rps(service, setup, run.replicas, OVERLOAD * projected, run.prompt,
-                                          output)))  # fmt: skip
+        rate = OVERLOAD * projected
+        setup = lay.setup(run, rule, chunk)
+        sims.append((rule, saturation_rps(service, setup, run.replicas, rate, run.prompt, output)))
     words = (
         f"{run.replicas} x TP{run.tp} batch {run.batch} ({live} live)"
         + (f", chunks of {chunk}" if chunk else "")
@@ -279,26 +302,14 @@ def loaded_tpots(reference: str | None = None) -> list[LoadedTpot]:
             continue
         if src not in fits:
             fits[src] = fit(ctx, [r for r in runs if r.source != src])
-        fitted = fits[src]
-        sched = schedule_for(lay, fitted)
-        live = live_slots(lay.batch, sched.occupancy)
         output = max(2, int(round(float(row["output_tok_s_total"]) / float(row["requests_per_s"]))))
-        pad = padded(lay.prompt)
-        poly = phys_poly(
-            ctx.works[lay.model], ctx.devices[(lay.chip, lay.lnc)], fitted.for_family(lay.family), tp=lay.tp,
-            lnc=lay.lnc, batch=lay.batch, prompt=pad, schedule=sched,
-        )  # fmt: skip
-        service = ProjectedServiceTimes(poly, None, 0.0)
-        dec = int(math.ceil(lay.prompt + output - 1))
+        this = _layout(ctx, lay, fits[src], output)
         sims = []
         for rule in DECODE_BATCH_RULES:
-            compiled = (lay.batch,) if rule == "compiled" else ()
-            setup = ReplicaSetup(
-                max_batch=live, batch_sizes=compiled, prefill_buckets=(pad,), decode_buckets=(dec,),
-                policy=NEURON_STATIC_SLOTS,
-            )  # fmt: skip
-            quiet = _mean_tpot(service, setup, 1, 1e-3, lay.prompt, output)
-            sims.append((rule, quiet, _mean_tpot(service, setup, lay.replicas, rate, lay.prompt, output)))
+            setup = this.setup(lay, rule)
+            quiet = _mean_tpot(this.service, setup, 1, 1e-3, lay.prompt, output)
+            loaded = _mean_tpot(this.service, setup, lay.replicas, rate, lay.prompt, output)
+            sims.append((rule, quiet, loaded))
         out.append(
             LoadedTpot(
                 src,
