@@ -12,6 +12,11 @@ the machine's load hits every policy alike; the median of `--repeat` runs is rep
 - prefill-first behind one shared queue; the step scheduler's event list.
 
     python bench/bench_simulate_policies.py [--requests 1000000] [--repeat 3] [--no-write]
+    python bench/bench_simulate_policies.py --baseline /tmp/base   # and a baseline tree's src/, same run
+
+With --baseline, every case runs in its own process, alternating this tree and the baseline's sources
+(a `git archive` of the commit to compare with), so the shared machine's load hits both alike; the section
+then quotes both medians and their ratio.
 
 Writes its section of docs/benchmarks.md via bench/_results.write_section("simulate-policies", ...).
 """
@@ -28,9 +33,12 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+_SRC = ROOT / "src"
+if "--src" in sys.argv:  # a worker timing a baseline tree's sources (--baseline)
+    _SRC = Path(sys.argv[sys.argv.index("--src") + 1])
 sys.path.insert(0, str(ROOT / "bench"))
-
+sys.path.insert(0, str(_SRC))
+import chipswap.simulation.simulate  # noqa: E402,F401  (first: the path changes below cannot swap it)
 from _results import write_section  # noqa: E402
 from bench_simulate import RATE_RPS, REPLICAS, SEED, GpuLikeStepTimes  # noqa: E402
 from chipswap.simulation import simulate as S  # noqa: E402
@@ -68,12 +76,92 @@ CASES: dict[str, tuple[S.ReplicaSetup, str]] = {
 }
 
 
+def _traffic(n: int) -> S.Traffic:
+    trace = read_trace(bundled_trace_path())
+    bundled = S.make_traffic(trace.timestamps_s, trace.prompt_tokens, trace.output_tokens)
+    rng = np.random.default_rng(SEED)
+    return S.traffic_with_lengths(S.poisson_arrivals(RATE_RPS, rng, n=n), bundled, rng)
+
+
+def _worker(name: str, n: int) -> None:
+    """Time one case once (in its own process) and print `seconds utilization preemptions`."""
+    big = _traffic(n)
+    setup, dispatch = CASES[name]
+    t0 = time.perf_counter()
+    r = S.simulate(big, GpuLikeStepTimes(), setup, REPLICAS, dispatch=dispatch)
+    print(f"{time.perf_counter() - t0:.4f} {r.utilization:.4f} {r.preemptions}")
+
+
+def _side_by_side(args: argparse.Namespace) -> None:
+    """Each case in a fresh process, this tree and the baseline alternating; medians and ratios."""
+    import subprocess
+
+    base_src = str(Path(args.baseline) / "src")
+    times: dict[tuple[str, str], list[float]] = {}
+    extra: dict[str, str] = {}
+    load_before = os.getloadavg()[0]
+    for _ in range(args.repeat):
+        for name in CASES:
+            for tree, src in (("this", []), ("baseline", ["--src", base_src])):
+                cmd = [sys.executable, __file__, "--one", name, "--requests", str(args.requests), *src]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
+                times.setdefault((name, tree), []).append(float(out[0]))
+                if tree == "this":
+                    extra[name] = f"utilization {float(out[1]):.2f}, {int(out[2]):,} preemptions"
+                print(f"{name} [{tree}]: {float(out[0]):.2f} s", flush=True)
+    load_after = os.getloadavg()[0]
+    scale = args.requests / 1_000_000
+    lines = [
+        f"{args.requests:,} requests, {REPLICAS} replicas, stated GPU-like step times; each run in its own "
+        f"process, this tree and the baseline (`{args.baseline_label}`) alternating, median of "
+        f"{args.repeat}. Target {TARGET_S * scale:g} s per policy"
+        + ("" if scale == 1 else f" at this scale ({TARGET_S:g} s at 1 M)") + ".",
+        "",
+        "| policy | dispatch | this tree | baseline | ratio | target | result |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, (_setup, dispatch) in CASES.items():
+        mine = statistics.median(times[(name, "this")])
+        base = statistics.median(times[(name, "baseline")])
+        verdict = "meets" if mine <= TARGET_S * scale else "MISSES"
+        lines.append(
+            f"| {name} | {dispatch} | {mine:.2f} s | {base:.2f} s | {mine / base:.2f} | {verdict} | "
+            f"{extra[name]} |"
+        )
+    lines += [
+        "",
+        f"1-minute load average of this 2-core machine (shared by other work): {load_before:.1f} before, "
+        f"{load_after:.1f} after: read the ratio, measured side by side, rather than the wall times.",
+    ]
+    body = "\n".join(lines)
+    if not args.no_write:
+        write_section(
+            "simulate-policies",
+            "Fleet simulator per scheduler policy",
+            f"python bench/bench_simulate_policies.py --requests {args.requests} --repeat {args.repeat} "
+            f"--baseline {args.baseline_label}",
+            body,
+        )
+    print(body)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--baseline", help="a tree whose src/ to time side by side (e.g. a git archive)")
+    ap.add_argument("--baseline-label", default="", help="how to name the baseline in the section")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--src", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one:
+        _worker(args.one, args.requests)
+        return
+    if args.baseline:
+        args.baseline_label = args.baseline_label or args.baseline
+        _side_by_side(args)
+        return
     trace = read_trace(bundled_trace_path())
     bundled = S.make_traffic(trace.timestamps_s, trace.prompt_tokens, trace.output_tokens)
     rng = np.random.default_rng(SEED)

@@ -71,7 +71,10 @@ def test_search_picks_the_highest_throughput_and_explains_the_losers():
     losers = [why for c, why in p.rejected if why.startswith("lower slow edge")]
     assert losers
     best = p.requests_per_s.value
-    best_edge = best / (1 + p.requests_per_s.band)
+    # the search ranks by the layouts' own band (the capacity figure's band is widened on top for a stack whose
+    # knee is not validated under load, the same for every layout: chipswap.projection.stack_load)
+    best_edge = best / (1 + dict(p.bands)["out_tok_s"])
+    assert p.requests_per_s.band >= dict(p.bands)["out_tok_s"]
     for why in losers:
         other = float(why.split(":")[1].split("(")[0].replace(",", ""))
         assert other <= best_edge + 1e-6

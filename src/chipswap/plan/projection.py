@@ -107,12 +107,14 @@ def _serving(
     assert tr is not None
     prompt, out = _lengths(s, load, shapes, work)
     buckets = list(shapes.sequence_buckets) if inst.is_neuron and shapes and shapes.sequence_buckets else None
+    # the decode buckets the simulator charges a step at (project's capacity follows the same rule)
+    dbuckets = list(shapes.decode_buckets) if buckets and shapes and shapes.decode_buckets else None
     wl = s.workload
     stack = wl.targets.stack if inst.is_neuron else wl.fleet.gpu_stack
     try:
         p = engine.project_serving(
             work, inst, prompt_tokens=prompt, output_tokens=out if tr.mode == "llm" else None, mode=tr.mode,
-            buckets=buckets, catalog=s.catalog, stack=stack,
+            buckets=buckets, catalog=s.catalog, stack=stack, decode_buckets=dbuckets,
         )  # fmt: skip
     except ChipswapError as exc:
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
@@ -125,7 +127,7 @@ def _serving(
                 continue
             alt = engine.project_serving(
                 work, inst, prompt_tokens=prompt, output_tokens=out, mode=tr.mode, buckets=buckets,
-                catalog=s.catalog, tp=tp, stack=stack,
+                catalog=s.catalog, tp=tp, stack=stack, decode_buckets=dbuckets,
             )  # fmt: skip
             if alt.fits:
                 alternatives.append(_layout(inst.name, alt))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -70,8 +71,17 @@ def stack_context(
     sampling: str = "device",
 ) -> StackContext:
     """The serving stack a projection on `instance` assumes: the one named (checked against the instance's
-    side: Neuron or GPU) or the side's default, with its fitted terms. A chip no stack was calibrated for
-    (e.g. Trainium3) is a one-line error."""
+    side: Neuron or GPU) or the side's default, with its fitted terms and its knee band's widening where the
+    shared rate sweeps do not validate it (stack_load.toml). A chip no stack was calibrated for (e.g.
+    Trainium3) is a one-line error."""
+    from chipswap.projection.stack_load import load_stack_load
+
+    ctx = _stack_context(stack, instance, platform, sampling=sampling)
+    return replace(ctx, knee_widening=load_stack_load().knee_widening(ctx.stack))
+
+
+def _stack_context(stack: str | None, instance: Instance, platform: PlatformModel, *,
+                   sampling: str) -> StackContext:  # fmt: skip
     side = "neuron" if instance.is_neuron else "gpu"
     st = stack_for(stack, side)
     if side == "gpu":
@@ -201,6 +211,7 @@ def project_serving(
     batch: int | None = None,
     stack: str | None = None,
     sampling: str = "device",
+    decode_buckets: Sequence[int] | None = None,
 ) -> ServingProjection:
     """Configuration search + projected service times and figures for `work` on `instance` (see
     chipswap.projection.predict.project_serving for the arguments). stack: a chipswap.projection.stacks id of
@@ -218,6 +229,7 @@ def project_serving(
         mode=mode,
         dtype=dtype,
         buckets=buckets,
+        decode_buckets=decode_buckets,
         tp=tp,
         replicas=replicas,
         batch=batch,

@@ -23,7 +23,7 @@ from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, Plat
 from chipswap.projection.serving.coverage import Coverage, is_outside
 from chipswap.projection.serving.physics import Physics, Schedule, phys_poly, replica_rps
 from chipswap.projection.work import ModelWork
-from chipswap.simulation.servicetime import live_slots
+from chipswap.simulation.servicetime import decode_steps, live_slots
 
 # the table-fit stacks' schedule: their published rows are capacity runs at full slots
 TABLE_SCHEDULE = Schedule("table-fit", static_batch=False, prefill_pauses_decode=True, occupancy=1.0)
@@ -52,6 +52,9 @@ class StackContext:
     physics: Physics | None = None
     schedule: Schedule | None = None
     coverage: Coverage | None = None
+    # widening of the capacity (knee) band for a stack whose saturation rate the shared rate sweeps do not
+    # validate (chipswap.projection.stack_load; 0 for a validated stack)
+    knee_widening: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -173,20 +176,26 @@ def evaluate(
     platform_bands: dict[str, float],
     label: str,
     lnc: int = 0,
+    decode_ctx: int | None = None,
 ) -> Layout:
-    """Figures and band of one layout."""
+    """Figures and band of one layout. decode_ctx: the context a decode step is charged at
+    (chipswap.simulation.servicetime.charged_context; default the mean live context)."""
     kv_dtype = "fp8" if compute == "fp8" else "bf16"
     if ctx.physics is not None:
         return _evaluate_physics(
             work, platform, device, ctx, dtype=dtype, compute=compute, tp=tp, replicas=replicas, batch=batch,
             mean_prompt=mean_prompt, mean_output=mean_output, mean_pad=mean_pad, label=label, lnc=lnc,
+            decode_ctx=decode_ctx,
         )  # fmt: skip
     poly = llm_poly(
         work, device, coef, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
         family=platform.family,
     )  # fmt: skip
     occ = TABLE_SCHEDULE.occupancy
-    rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, TABLE_SCHEDULE)
+    rps = replicas * replica_rps(
+        poly, batch, mean_prompt, mean_output, mean_pad, TABLE_SCHEDULE, context=decode_ctx,
+        steps=decode_steps(mean_output),
+    )  # fmt: skip
     distance: float = 0.0
     outside: tuple[str, ...] = ()
     uncovered = 0.0
@@ -205,7 +214,7 @@ def evaluate(
 def _evaluate_physics(
     work: ModelWork, platform: PlatformModel, device: DeviceSpec, ctx: StackContext, *, dtype: str,
     compute: str, tp: int, replicas: int, batch: int, mean_prompt: float, mean_output: float, mean_pad: int,
-    label: str, lnc: int,
+    label: str, lnc: int, decode_ctx: int | None = None,
 ) -> Layout:  # fmt: skip
     """One layout under the physical model: its service times, requests/s at saturation under the stack's
     schedule, and the bands of the kinds of extrapolation it makes (inf = outside the calibration)."""
@@ -218,7 +227,10 @@ def _evaluate_physics(
     schedule = ctx.schedule
     if platform.padded:  # the whole slots the simulator runs (servicetime.live_slots), as a share
         schedule = replace(schedule, occupancy=live_slots(batch, schedule.occupancy) / batch)
-    rps = replicas * replica_rps(poly, batch, mean_prompt, mean_output, mean_pad, schedule)
+    rps = replicas * replica_rps(
+        poly, batch, mean_prompt, mean_output, mean_pad, schedule, context=decode_ctx,
+        steps=decode_steps(mean_output),
+    )  # fmt: skip
     bands, why = ctx.coverage.assess(
         family=ctx.physics.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
         moe=work.is_moe,

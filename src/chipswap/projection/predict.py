@@ -12,6 +12,7 @@ Pure: no I/O, no torch, no clock. Takes a ModelWork (chipswap.projection.work), 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -64,7 +65,7 @@ from chipswap.projection.work import (
     dtype_bytes,
     expected_experts_touched,
 )
-from chipswap.simulation.servicetime import ServingConfig
+from chipswap.simulation.servicetime import ServingConfig, charged_context, decode_steps, positions_held
 
 MODES = ("llm", "encoder")
 DTYPE_CHOICES = ("bf16", "any")  # or one weight dtype the platform serves
@@ -137,6 +138,7 @@ def project_serving(
     mode: str = "llm",
     dtype: str = "bf16",
     buckets: Sequence[int] | None = None,
+    decode_buckets: Sequence[int] | None = None,
     host_memory_note: bool = True,
     tp: int | None = None,
     replicas: int | None = None,
@@ -148,7 +150,9 @@ def project_serving(
     mode "llm": prefill + decode (causal LM); "encoder": one forward per request. dtype "bf16" (16-bit
     only; 8-bit configurations are listed as alternatives), "any" (8-bit weights may win; labelled), or one
     weight dtype. buckets: the compiled prompt lengths on a padded (Neuron) platform; powers of two from 128
-    when not given. tp / replicas / batch: pin the layout (llm mode; see `tp_options`); stack: the serving
+    when not given; decode_buckets: the compiled decode contexts (default: buckets), at whose bucket a decode
+    step is charged (chipswap.simulation.servicetime.charged_context, the simulator's rule).
+    tp / replicas / batch: pin the layout (llm mode; see `tp_options`); stack: the serving
     stack assumed (chipswap.projection.layouts.StackContext; default: the family's own calibration). A model
     that
     fits no configuration returns a projection with `reason` set, not an error;
@@ -207,6 +211,7 @@ def project_serving(
                 (f"TP{t}", f"{t} does not split the {d.heads} attention heads / {d.kv_heads} KV heads evenly")
             )
     mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
+    decode_ctx = _decode_context(lengths, decode_buckets or buckets, platform.padded)
     candidates: list[Layout] = []
     alt_candidates: list[Layout] = []
     pbands = _llm_bands(platform)
@@ -264,7 +269,7 @@ def project_serving(
                 lay = evaluate(
                     work, platform, instance, device, coef, ctx, dtype=wdt, compute=compute, tp=t,
                     replicas=reps, batch=b, mean_prompt=lengths.mean_prompt, mean_output=lengths.mean_output,
-                    mean_pad=mean_pad, platform_bands=pbands, label=lab, lnc=lnc,
+                    mean_pad=mean_pad, platform_bands=pbands, label=lab, lnc=lnc, decode_ctx=decode_ctx,
                 )  # fmt: skip
                 # KV-cache capacity of one replica (the simulator's block accounting on GPUs)
                 lay = replace(lay, kv_tokens=int(free // _kv_per_position(work, kv_dtype, t, lengths)))
@@ -377,6 +382,7 @@ def project_serving(
         coef,
         ctx,
         candidates + alt_candidates,
+        decode_buckets=decode_buckets,
     )
 
 
@@ -419,6 +425,15 @@ def _llm_bands(platform: PlatformModel) -> dict[str, float]:
     return {"out_tok_s": thr, "tpot_s": tpot, "ttft_s": ttft, "e2e_s": max(tpot, ttft)}
 
 
+def _decode_context(lengths: Lengths, decode_buckets: Sequence[int] | None, padded: bool) -> int:
+    """The context `project`'s capacity charges a decode step at: the simulator's rule (charged_context).
+    A padded platform given no decode buckets is taken to compile one at the mean request's last position
+    (what chipswap's shape plan does for a traffic of one length)."""
+    if padded and not decode_buckets:
+        return int(math.ceil(positions_held(lengths.mean_prompt, lengths.mean_output)))
+    return charged_context(lengths.mean_prompt, lengths.mean_output, decode_buckets if padded else ())
+
+
 def _llm_result(
     work: ModelWork,
     platform: PlatformModel,
@@ -431,6 +446,7 @@ def _llm_result(
     coef: Coefficients,
     ctx: StackContext,
     layouts: list[Layout],
+    decode_buckets: Sequence[int] | None = None,
 ) -> ServingProjection:
     lb = dict(best.bands)
     bands = {
@@ -460,6 +476,7 @@ def _llm_result(
             )
         )
     mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
+    decode_ctx = _decode_context(lengths, decode_buckets or buckets, platform.padded)
     batches = []
     b = 1
     sizes = []
@@ -471,6 +488,7 @@ def _llm_result(
         rps = best.replicas * replica_rps(
             poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad,
             Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy),
+            context=decode_ctx, steps=decode_steps(lengths.mean_output),
         )  # fmt: skip
         tpot = poly.decode_step_s(b, int(lengths.mean_prompt + lengths.mean_output / 2))
         batches.append(
@@ -491,6 +509,10 @@ def _llm_result(
     )
     config = _config(instance, platform, lengths, best, ctx, tuple(rejected), why)
     band = max(bands["out_tok_s"], bands["tpot_s"])
+    # the capacity figure (the knee) of a stack the shared rate sweeps do not validate: its band widened
+    knee = (1.0 + bands["out_tok_s"]) * (1.0 + ctx.knee_widening) - 1.0
+    knee_note = f", band widened {ctx.knee_widening:.0%}: {ctx.stack}'s knee not validated under load" if (
+        ctx.knee_widening) else ""  # fmt: skip
     return ServingProjection(
         model=work.name,
         instance=instance.name,
@@ -501,9 +523,9 @@ def _llm_result(
         band=band,
         bands=tuple(sorted(bands.items())),
         requests_per_s=Projected(
-            best.rps, "requests/s", bands["out_tok_s"], note=f"whole instance, batch {best.max_batch}"
+            best.rps, "requests/s", knee, note=f"whole instance, batch {best.max_batch}{knee_note}"
         ),
-        output_tokens_per_s=Projected(best.rps * lengths.mean_output, "tokens/s", bands["out_tok_s"]),
+        output_tokens_per_s=Projected(best.rps * lengths.mean_output, "tokens/s", knee),
         shapes=tuple(shapes),
         batches=tuple(batches),
         rejected=tuple(rejected),

@@ -17,6 +17,7 @@ Conventions (both sides rely on them):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,6 +30,27 @@ def positions_held(prompt: Any, output: Any) -> Any:
     attends over prompt + output - 1 positions). The one length rule a max sequence length, a decode bucket
     or a KV cache is checked against: a 2,048-token prompt with one output token fits 2,048 positions."""
     return prompt + np.maximum(output - 1, 0)
+
+
+def charged_context(prompt: float, output: float, decode_buckets: Any = ()) -> int:
+    """The context a steady-state decode step of the mean request (prompt, output) is charged at: with
+    compiled decode buckets (Neuron), the bucket that holds its longest position, prompt + output - 1 (the
+    simulator charges the bucket of the longest live context, and at saturation the oldest request in the
+    batch is near its end); without (GPU, paged KV), the batch's mean live context, prompt + output / 2.
+    The one rule `project`'s capacity and the simulator share (past the largest bucket: the position
+    itself)."""
+    if len(decode_buckets):
+        last = int(math.ceil(positions_held(prompt, output)))
+        for b in sorted(int(x) for x in decode_buckets):
+            if b >= last:
+                return b
+        return last
+    return int(prompt + output / 2)
+
+
+def decode_steps(output: float) -> float:
+    """Decode steps of a request of `output` tokens (its first token comes from its prefill)."""
+    return max(0.0, float(output) - 1.0)
 
 
 def live_slots(compiled_batch: int, occupancy: float) -> int:

@@ -18,12 +18,18 @@ Rules per replica, at each step boundary (time t):
   `prefill_s(1, done + chunk) - prefill_s(1, done)` (an assumption: chunks add, no overlap credit);
 - otherwise a run of decode steps to the next completion (cut at the first boundary after an arrival that
   could join, or where the KV cache could run out, after which steps go one at a time);
-- KV (GPU): a request holds ceil(tokens / block) blocks; when a decode step needs more blocks than are free,
-  the most recently admitted running request is preempted (blocks freed, back to the head of the queue) and
-  later prefilled again over its prompt plus the tokens it had produced (recompute, as vLLM does).
+- KV (GPU): a request holds the blocks of the positions it has written, ceil(positions / block) (a decode
+  run takes its blocks at its end, for the steps it ran); when a decode step needs more blocks than are
+  free, the most recently admitted running request is preempted (blocks freed, back to the head of the
+  queue) and later prefilled again over its prompt plus every token it had produced (recompute, as vLLM
+  does; that prefill samples its next token); it returns to the replica that preempted it only after
+  another request has left it (no ping-pong).
 
-Dispatch: round robin and least loaded (fewest outstanding) send each arrival to one replica's queue; "shared"
-keeps one queue that every replica draws from at its step boundaries (idle replicas first, lowest number).
+Dispatch: round robin and least loaded (fewest outstanding, counted until a request's last token is out)
+send each arrival to one replica's queue; "shared" keeps one queue that every replica draws from at its step
+boundaries (idle replicas first, lowest number; otherwise the replica with a free slot whose next step
+boundary comes first is claimed, and a claim that cannot take the head passes on). docs/simulation.md lists
+every rule.
 
 Pure: numpy and the standard library. No files, clock, printing or torch.
 """
@@ -67,6 +73,7 @@ class _Replica:
         "idle",
         "pending",
         "claimed",
+        "finished",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -89,7 +96,9 @@ class _Replica:
         self.pad_slots = 0
         self.idle = True
         self.claimed = False  # shared queue: cut for a waiting request, not yet at that boundary
-        self.pending: deque[float] = deque()  # loads to drop at these (future) times: one-token completions
+        self.pending: deque[float] = deque()  # loads to drop at these (future) times: completions at the end
+        # of a step that was still running when they were scheduled
+        self.finished = 0  # requests that have left this replica (a preempted request waits for one)
 
 
 class StepSim:
@@ -135,6 +144,7 @@ class StepSim:
         self.held = [0] * n  # KV blocks a running request holds
         self.filled = [0] * n  # prefill tokens computed so far (chunked)
         self.refill = [0] * n  # tokens to prefill (prompt, or prompt + produced after a preemption)
+        self.back: dict[int, tuple[_Replica, int]] = {}  # preempted: (replica, its finished count then)
         self.running = bytearray(n)
         self.preemptions = 0
         self._pf: dict[int, float] = {}
@@ -176,11 +186,12 @@ class StepSim:
         """Request i's prefill ended at t: first token out; it decodes its remaining steps (or is done)."""
         if self.ttft[i] != self.ttft[i]:
             self.ttft[i] = t
+        else:  # a recompute: its prefill samples the next token, as a decode step would have
+            self.done_steps[i] += 1
+        self.refill[i] = 0
         remaining = self.out[i] - 1 - self.done_steps[i]
         if remaining <= 0:
-            self._leave(rp, i, t)
-            rp.load += 1  # it leaves the dispatcher's count when its prefill ends, not now
-            rp.pending.append(t)
+            self._leave(rp, i, t, later=True)  # it leaves the dispatcher's count when its prefill ends
             return
         k = self.prompt[i] + self.done_steps[i] - rp.it
         self.key[i] = k
@@ -191,24 +202,29 @@ class StepSim:
             heapq.heappush(rp.longest, (-k, i))
         self.running[i] = 1
 
-    def _retire(self, rp: _Replica, t: float) -> None:
-        """Decoding requests whose last step is done by now leave at t."""
+    def _retire(self, rp: _Replica, t: float, later: bool = False) -> None:
+        """Decoding requests whose last step is done by now leave at t (`later`: t is the end of a step
+        that has just started, so the dispatcher still counts them until t)."""
         dec, it = rp.dec, rp.it
         while dec and dec[0][0] <= it:
             i = heapq.heappop(dec)[1]
             self.running[i] = 0
             rp.key_sum -= self.key[i]
             rp.nr -= 1
-            self._leave(rp, i, t)
+            self._leave(rp, i, t, later)
 
-    def _leave(self, rp: _Replica, i: int, t: float) -> None:
+    def _leave(self, rp: _Replica, i: int, t: float, later: bool = False) -> None:
         self.e2e[i] = t
         rp.blocks -= self.held[i]
         self.held[i] = 0
         rp.running_n -= 1
+        rp.finished += 1
         if self.kv:
             rp.dec_order.remove(i) if rp.dec_order[-1] != i else rp.dec_order.pop()
-        rp.load -= 1
+        if later:  # least loaded reads the load at each arrival: it drops when the last token is out
+            rp.pending.append(t)
+        else:
+            rp.load -= 1
 
     def _admit(self, rp: _Replica, r: int, i: int, t: float) -> None:
         rp.queue.popleft()
@@ -237,8 +253,20 @@ class StepSim:
             rp.nr -= 1
             rp.dec = [e for e in rp.dec if e[1] != i]
             heapq.heapify(rp.dec)
-        self.refill[i] = self.prompt[i] + self.done_steps[i]
+        # recompute: the prompt and every token it had produced (the first, from its prefill, and one per
+        # decode step); it returns to the head of the queue and, on this replica, waits for a request to
+        # leave first (otherwise two requests that do not fit together preempt each other step after step)
+        produced = self.done_steps[i] + (self.ttft[i] == self.ttft[i])  # (none before its first token)
+        self.refill[i] = self.prompt[i] + produced
+        self.back[i] = (rp, rp.finished)
         rp.queue.appendleft(i)
+
+    def _may_return(self, rp: _Replica, i: int) -> bool:
+        """Whether request i may be admitted on rp: not a request rp preempted, unless a request has left rp
+        since (or nothing runs there)."""
+        b = self.back.get(i)
+        return b is None or b[0] is not rp or b[1] != rp.finished or not rp.running_n
+
 
     # -- one replica's step boundary ------------------------------------------------------------------------
     def boundary(self, r: int, t: float) -> float:
@@ -256,13 +284,15 @@ class StepSim:
             rp.it += m
             if rp.dec and rp.dec[0][0] <= rp.it:
                 self._retire(rp, t)
+            if self.kv and rp.nr:
+                self._grow(rp, 0)  # the blocks of the positions the run wrote (taken as they are written)
         q = rp.queue
         if self.chunked:
             return self._chunked_step(rp, r, t) if q or rp.partial else self._decode(rp, t)
         if q and rp.running_n < self.B:
             i = q[0]
             need = self._blocks(self.refill[i] or self.prompt[i]) if self.kv else 0
-            if not self.kv or need <= self.kv - rp.blocks or not rp.running_n:
+            if not self.kv or (need <= self.kv - rp.blocks or not rp.running_n) and self._may_return(rp, i):
                 self._admit(rp, r, i, t)
                 length = self.refill[i] or self.plen[i]
                 rp.blocks += need
@@ -349,7 +379,7 @@ class StepSim:
             k = total if total <= left else left
             if kv:
                 need = -(-total // self.block)
-                if need > kv - rp.blocks and rp.running_n:
+                if need > kv - rp.blocks and rp.running_n or not self._may_return(rp, i):
                     break
                 rp.blocks += need
                 self.held[i] = need
@@ -373,18 +403,21 @@ class StepSim:
         rp.busy += cost
         # decodes of this step are done at its end; prefills that finished emit their first token
         if rp.dec and rp.dec[0][0] <= rp.it:
-            self._retire(rp, end)
+            self._retire(rp, end, later=True)
         for i in finished:
             self._join_decode(rp, i, end)
         return end, True
 
-    def _make_room(self, rp: _Replica, m: int) -> int:
-        """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot."""
+    def _make_room(self, rp: _Replica, m: int, defer: bool = False) -> int:
+        """KV: the most decode steps (<= m) that cannot run out of blocks; preempts when one step cannot.
+        `defer`: a decode run takes its blocks at its end (the boundary), for the steps it ran, so an
+        admission check never sees blocks held ahead of the positions written."""
         free = self.kv - rp.blocks
         safe = (free // rp.nr) * self.block if rp.nr else 0  # a request crosses <= ceil(s / block) blocks
         if safe >= 1:
             steps = min(m, safe)
-            self._grow(rp, steps)
+            if not defer:
+                self._grow(rp, steps)
             return steps
         while rp.nr:
             b = self.block
@@ -420,7 +453,7 @@ class StepSim:
             return INF
         m = rp.dec[0][0] - rp.it
         if self.kv:
-            m = self._make_room(rp, m)
+            m = self._make_room(rp, m, defer=True)
             if not rp.nr:
                 return self.boundary(self.reps.index(rp), t)
         nr = rp.nr
@@ -433,7 +466,7 @@ class StepSim:
 
     def cut(self, r: int, a: float) -> None:
         """An arrival at `a` could join replica r: end its decode run at the first step boundary at or after
-        `a` (KV blocks allocated for the dropped steps stay held: they are needed next anyway)."""
+        `a` (its KV blocks are taken at that boundary, for the steps it ran)."""
         rp = self.reps[r]
         run = rp.run
         if run is None or rp.running_n >= self.B:
@@ -540,7 +573,7 @@ class StepSim:
         if self.dispatch == "round_robin":
             self.run_round_robin()
             return
-        R, reps, B = self.R, self.reps, self.B
+        R, reps = self.R, self.reps
         events: list[tuple[float, int]] = []
         push = heapq.heappush
         arrive = self.arrive
@@ -559,27 +592,7 @@ class StepSim:
                     if nt < INF:
                         push(events, (nt, idle))
                     continue
-                # the first replica with room to reach a step boundary takes it: cut that one only
-                best_t, best = INF, -1
-                for r in range(R):
-                    rp = reps[r]
-                    if rp.claimed or rp.running_n >= B:
-                        continue
-                    run = rp.run
-                    if run is None:
-                        tb = rp.event_t
-                    else:
-                        t0, c0, row, m = run
-                        tb = t0 + (row[bisect_left(row, row[c0] + (a - t0), c0 + 1, c0 + m)] - row[c0])
-                    if tb < best_t:
-                        best_t, best = tb, r
-                if best >= 0:
-                    rp = reps[best]
-                    rp.claimed = True
-                    before = rp.event_t
-                    self.cut(best, a)
-                    if rp.event_t != before:
-                        push(events, (rp.event_t, best))
+                self._claim(events, a)
                 continue
             if self.dispatch == "least_loaded":
                 for rp in reps:
@@ -606,17 +619,49 @@ class StepSim:
                     push(events, (rp.event_t, r))
         self._events_until(events, INF)
 
+    def _claim(self, events: list[tuple[float, int]], a: float, skip: int = -1) -> None:
+        """Shared queue, a request waits at `a`: the unclaimed replica with a free slot that reaches a step
+        boundary first (its decode run cut there) is claimed to take the head of the queue (`skip`: the
+        replica whose claim just failed; it takes the head at its own next boundary if it can)."""
+        best_t, best = INF, -1
+        B = self.B
+        for r, rp in enumerate(self.reps):
+            if rp.claimed or rp.running_n >= B or r == skip:
+                continue
+            run = rp.run
+            if run is None:
+                tb = rp.event_t
+            else:
+                t0, c0, row, m = run
+                tb = t0 + (row[bisect_left(row, row[c0] + (a - t0), c0 + 1, c0 + m)] - row[c0])
+            if tb < best_t:
+                best_t, best = tb, r
+        if best >= 0:
+            rp = self.reps[best]
+            rp.claimed = True
+            before = rp.event_t
+            self.cut(best, a)
+            if rp.event_t != before:
+                heapq.heappush(events, (rp.event_t, best))
+
     def _events_until(self, events: list[tuple[float, int]], a: float) -> None:
-        """Run every replica boundary on the event list before `a` (stale entries skipped)."""
+        """Run every replica boundary on the event list before `a` (stale entries skipped). Shared queue: a
+        claimed replica that could not take the waiting head at its boundary (its step's token budget went to
+        a prompt already prefilling) passes the claim on, so the head starts at the first free slot."""
         reps = self.reps
+        shared = self.shared
         while events and events[0][0] < a:
             te, r = heapq.heappop(events)
             rp = reps[r]
             if te != rp.event_t:
                 continue
+            claimed = rp.claimed
+            head = shared[0] if shared else -1
             nt = rp.event_t = self.boundary(r, te)
             if nt < INF:
                 heapq.heappush(events, (nt, r))
+            if claimed and shared and shared[0] == head:
+                self._claim(events, te, skip=r)
 
 
 def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:

@@ -243,12 +243,17 @@ def phys_poly(
 
 
 def replica_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_prompt: int,
-                schedule: Schedule) -> float:  # fmt: skip
+                schedule: Schedule, *, context: int | None = None,
+                steps: float | None = None) -> float:  # fmt: skip
     """Requests/s of one replica at saturation: occupancy x batch sequences decode `output` tokens each,
-    every request's batch-1 prefill in series (pausing decode on a stack whose prefills do)."""
+    every request's batch-1 prefill in series (pausing decode on a stack whose prefills do). context: the
+    context a decode step is charged at (default: the mean live context, prompt + output / 2; the product
+    passes chipswap.simulation.servicetime.charged_context, the simulator's rule); steps: decode steps per
+    request (default: output; the product passes output - 1, the first token comes from the prefill)."""
     occ = max(1e-6, schedule.occupancy)
-    step = poly.decode_step_s(batch, int(prompt + output / 2))
-    return 1.0 / (poly.prefill_s(1, padded_prompt) + output * step / (occ * batch))
+    step = poly.decode_step_s(batch, int(prompt + output / 2) if context is None else context)
+    n = output if steps is None else steps
+    return 1.0 / (poly.prefill_s(1, padded_prompt) + n * step / (occ * batch))
 
 
 def prefill_share(poly: LlmPoly, replica_rps_: float, padded_prompt: int) -> float:
