@@ -510,7 +510,11 @@ def _llm_result(
     config = _config(instance, platform, lengths, best, ctx, tuple(rejected), why)
     band = max(bands["out_tok_s"], bands["tpot_s"])
     # the capacity figure (the knee) of a stack the shared rate sweeps do not validate: its band widened
-    knee = (1.0 + bands["out_tok_s"]) * (1.0 + ctx.knee_widening) - 1.0
+    knee = (
+        (1.0 + bands["out_tok_s"]) * (1.0 + ctx.knee_widening) - 1.0
+        if ctx.knee_widening
+        else bands["out_tok_s"]
+    )
     knee_note = f", band widened {ctx.knee_widening:.0%}: {ctx.stack}'s knee not validated under load" if (
         ctx.knee_widening) else ""  # fmt: skip
     return ServingProjection(
