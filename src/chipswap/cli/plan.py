@@ -91,10 +91,18 @@ def figure_line(fleet: object) -> str:
                 f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms "
                 f"({fig.label})"
             )
+    others = {k: v for k, v in (getattr(fleet, "objectives", None) or {}).items() if k not in _SHOWN}
+    if others:
+        parts.append(", ".join(f"{_objective_name(k)} {_ms_text(v)}" for k, v in others.items()) + " (simulated)")
+    goodput = getattr(fleet, "goodput_pct", None)
+    if goodput is not None and getattr(fleet, "count", None) is not None:
+        parts.append(f"goodput {goodput:.1f}% of requests meet every objective")
     count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
     if count is None and getattr(fleet, "sizing", ""):
         floor = getattr(fleet, "slo_floor_ms", None)
-        parts.append(fleet.sizing + (f" (unloaded {floor:,.0f} ms)" if floor else ""))  # type: ignore[attr-defined]
+        blocking = getattr(fleet, "slo_blocking", ())
+        why = f" ({'; '.join(blocking)})" if blocking else (f" (unloaded {floor:,.0f} ms)" if floor else "")
+        parts.append(fleet.sizing + why)  # type: ignore[attr-defined]
     if count is not None:
         band = ""
         if lo is not None and hi is not None and lo != hi:
@@ -113,6 +121,20 @@ def figure_line(fleet: object) -> str:
     if lost:
         parts.append("not used: " + ", ".join(f"{human_number(o.value)} {o.unit} ({o.label})" for o in lost))
     return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
+
+
+_SHOWN = ("e2e_p99", "ttft_p99")  # objectives figure_line prints as figures (with their source)
+
+
+def _objective_name(key: str) -> str:
+    from chipswap.simulation.fleet import METRICS
+
+    metric, pct = key.rsplit("_p", 1)
+    return f"{METRICS.get(metric, metric)} p{pct}"
+
+
+def _ms_text(ms: float) -> str:
+    return f"{ms:,.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
 def summary_lines(result: object) -> list[str]:

@@ -149,15 +149,12 @@ def _assemble(
         *fl.notes,
         *v.notes,
     ]
-    slo = {
-        k: float(val)
-        for k, val in (
-            ("p99_ms", wl.slo.p99_ms),
-            ("ttft_p99_ms", wl.slo.ttft_p99_ms),
-            ("p50_ms", wl.slo.p50_ms),
-        )
-        if val is not None
-    }
+    slo = {f"{k}_ms": v for k, v in wl.slo.objectives().items()}
+    for old, key in (("p99_ms", "e2e_p99_ms"), ("p50_ms", "e2e_p50_ms")):  # the first spellings, still read
+        if key in slo:
+            slo[old] = slo[key]
+    if wl.slo.goodput_pct is not None:
+        slo["goodput_pct"] = float(wl.slo.goodput_pct)
     return PlanResult(
         wl.title,
         wl.kind,

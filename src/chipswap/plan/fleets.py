@@ -128,11 +128,10 @@ def _meets(
     slo = s.workload.slo
     if thr is not None and thr.kind == "projected" and sim is not None:
         # the simulator sized the fleet for the p99 objectives, or found no size that meets them
-        if sim.feasible and slo.p50_ms is not None and sim.e2e_p50_ms is not None:
-            return sim.e2e_p50_ms <= slo.p50_ms
-        return sim.feasible
+        return sim.feasible  # every objective, p50s included, is in the simulated sizing
     checks: list[bool | None] = []
-    for objective, fig in ((slo.p99_ms, e2e), (slo.ttft_p99_ms, ttft)):
+    got = slo.objectives()
+    for objective, fig in ((got.get("e2e_p99"), e2e), (got.get("ttft_p99"), ttft)):
         if objective is not None:
             checks.append(None if fig is None else float(fig.value) <= objective)
     if not checks:
@@ -193,8 +192,21 @@ def _serving_fleet(
         overridden=thr.overridden + e2e.overridden + ttft.overridden,
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,
+        **(_sim_fields(sim) if sim is not None and simulated or sim is not None and not sim.feasible else {}),
     )
     return plan, sizer, excluded
+
+
+def _sim_fields(sim: InstanceSim) -> dict[str, object]:
+    """What the simulation says about every objective, for FleetPlan."""
+    return {
+        "objectives": dict(sim.objectives),
+        "goodput_pct": sim.goodput_pct,
+        "slo_floor_key": sim.floor_key,
+        "slo_blocking": sim.blocking,
+        "slo_reach": dict(sim.reach),
+        "slo_reach_count": sim.reach_count,
+    }
 
 
 def _mode(s: PlanSetup) -> str:

@@ -124,6 +124,13 @@ class FleetPlan:
     stated: tuple[Figure, ...] = ()  # stated/seed figures kept for the report beside a projection
     latency: LatencySample = field(default_factory=LatencySample, compare=False)
     note: str = ""
+    objectives: dict[str, float] = field(default_factory=dict)  # simulated value of every objective, ms
+    goodput_pct: float | None = None  # simulated share of requests meeting every objective at once
+    slo_floor_key: str = ""  # the objective slo_floor_ms is the unloaded value of ("ttft_p99")
+    slo_blocking: tuple[str, ...] = ()  # no size meets the SLO: which objectives block, in words
+    slo_reach: dict[str, float] = field(default_factory=dict)  # objectives (ms) that a fleet does meet
+    slo_reach_count: int | None = None  # that fleet's instances
+    min_count_why: str = ""  # the count was raised to the redundancy floor (targets.min_replicas): words
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,12 @@ class InstanceSim:
     times: Any = None  # its ServiceTimes
     e2e_p50_ms: float | None = None
     capacity_is_lower_bound: bool = False  # the SLO still held at the most traffic the search simulates
+    objectives: dict[str, float] = field(default_factory=dict)  # every objective's value at the size, ms
+    goodput_pct: float | None = None  # requests meeting every objective at once at the size, percent
+    floor_key: str = ""  # the objective floor_ms is the unloaded value of ("ttft_p99")
+    blocking: tuple[str, ...] = ()  # no size meets the SLO: the objectives that block, in words
+    reach: dict[str, float] = field(default_factory=dict)  # objectives (ms; goodput_pct) a fleet does meet
+    reach_count: int | None = None  # that fleet's instances
 
 
 @dataclass(frozen=True)
@@ -203,25 +209,41 @@ class _Fleet:
         )
         return bool(check.meets)
 
+    def _floors(self) -> list[tuple[float, float, str]]:
+        """(unloaded value / target, unloaded value in s, key) per objective."""
+        z = self.sizing
+        return [
+            (floor / o.target_s, floor, o.key)
+            for o, floor in zip(self.slo.objectives, z.floors, strict=False)
+            if np.isfinite(floor)
+        ]
+
     def floor_s(self, speed: float = 1.0) -> float:
         """The tightest objective's unloaded latency at `speed` as a share of it (> 1: unreachable)."""
-        z = self.sizing
-        shares = [
-            floor / speed / target
-            for floor, target in ((z.floor_ttft_s, self.slo.ttft_s), (z.floor_e2e_s, self.slo.e2e_s))
-            if target is not None and np.isfinite(floor)
-        ]
+        shares = [share / speed for share, _f, _k in self._floors()]
         return max(shares) if shares else 0.0
 
     def floor_ms(self) -> float | None:
         """The unloaded latency (ms) of the objective that bites hardest."""
-        z = self.sizing
-        pairs = [
-            (floor / target, floor)
-            for floor, target in ((z.floor_ttft_s, self.slo.ttft_s), (z.floor_e2e_s, self.slo.e2e_s))
-            if target is not None and np.isfinite(floor)
-        ]
+        pairs = self._floors()
         return max(pairs)[1] * 1000 if pairs else None
+
+    def floor_key(self) -> str:
+        pairs = self._floors()
+        return max(pairs)[2] if pairs else ""
+
+    def reach(self) -> tuple[dict[str, float], int | None]:
+        """No size meets the SLO: the objectives a large fleet does meet (ms, and goodput_pct), and its size."""
+        z = self.sizing
+        if z is None or z.reach is None:
+            return {}, None
+        r = self.fleet.relaxed(self.slo, z.reach)
+        if any(not np.isfinite(v) for v in z.reach.values):
+            return {}, None  # rejected requests: no objective value helps
+        out = {o.key: round(o.target_s * 1000, 6) for o in r.objectives}
+        if r.goodput is not None:
+            out["goodput_pct"] = round(r.goodput * 100, 6)
+        return out, z.reach.instances
 
 
 def _capacity(f: _Fleet, n: int, speed: float, start: float, steps: int) -> float | None:
@@ -289,7 +311,8 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     far."""
     best: tuple[int, _Fleet] | None = None
     tried: list[str] = []
-    floors: list[float] = []
+    floors: list[tuple[float, str]] = []
+    blocked: list[tuple[float, tuple[str, ...], dict[str, float], int | None]] = []
     runs = 0
     for lay in (p, *getattr(p, "alternatives", ())):
         f = _Fleet(sim, s, load, shapes, lay, slo)
@@ -298,7 +321,10 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         runs += f.runs
         if z is None or z.verdict != "meets":
             if z is not None and z.verdict == "below_floor" and f.floor_ms() is not None:
-                floors.append(f.floor_ms() or 0.0)
+                floors.append((f.floor_ms() or 0.0, f.floor_key()))
+            if z is not None and best is None and z.verdict in ("below_floor", "over_cap"):
+                reach, n_reach = f.reach()
+                blocked.append((_relaxation(slo, reach), z.blocking(), reach, n_reach))
             why = z.message if z is not None and best is None else f"no fewer than {best[0] if best else 0}"
             tried.append(f"{_layout_words(lay.config)}: {why}")
             continue
@@ -308,6 +334,8 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     # the band of the layout sized (the fewest instances), not of the projection's own pick
     band = float((best[1].lay.times if best is not None else p.times).band or 0.0)
     if best is None:
+        floor = min(floors) if floors else (None, "")
+        least = min(blocked, key=lambda b: b[0]) if blocked else (0.0, (), {}, None)
         return InstanceSim(
             p.instance,
             None,
@@ -317,8 +345,12 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
             None,
             band,
             False,
-            min(floors) if floors else None,
+            floor[0],
             note=f"{what}; layouts tried: " + "; ".join(tried),
+            floor_key=floor[1],
+            blocking=least[1],
+            reach=least[2],
+            reach_count=least[3],
         )
     n, f = best
     before = f.runs
@@ -367,7 +399,43 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         f.lay.times,
         _ms(res.e2e.p50),
         f.capped,
+        objectives={o.key: v * 1000 for o, v in zip(slo.objectives, f.sizing.check.values, strict=True)},
+        goodput_pct=f.sizing.check.goodput * 100,
     )
+
+
+def _relaxation(slo: Any, reach: dict[str, float]) -> float:
+    """How far `reach` relaxes the SLO: the largest ratio of a reached value to its target (inf: none)."""
+    if not reach:
+        return float("inf")
+    ratios = [reach.get(o.key, o.target_s * 1000) / (o.target_s * 1000) for o in slo.objectives]
+    if slo.goodput is not None and "goodput_pct" in reach:
+        ratios.append(slo.goodput * 100 / max(reach["goodput_pct"], 1e-9))
+    return max(ratios)
+
+
+def objective_words(key: str, ms: float) -> str:
+    """"ttft_p99", 2000 -> "TTFT p99 <= 2,000 ms" (TPOT to a tenth of a ms)."""
+    from chipswap.simulation.fleet import METRICS
+
+    metric, pct = key.rsplit("_p", 1)
+    value = f"{ms:,.1f}" if ms < 100 and ms != int(ms) else f"{ms:,.0f}"
+    return f"{METRICS[metric]} p{pct} <= {value} ms"
+
+
+def slo_of(workload_slo: Any) -> Any:
+    """The simulator's SLO (chipswap.simulation.fleet.Slo) from the workload's [slo]; None without an
+    objective."""
+    from chipswap.simulation.fleet import Objective, Slo
+
+    objs = []
+    for key, ms in workload_slo.objectives().items():
+        metric, pct = key.rsplit("_p", 1)
+        objs.append(Objective(metric, float(pct), ms / 1000))
+    if not objs:
+        return None
+    g = workload_slo.goodput_pct
+    return Slo.of(objs, None if g is None else g / 100)
 
 
 def _same_layouts(p: Any) -> tuple[Any, ...]:
@@ -393,19 +461,15 @@ def simulation(
                 "simulated",
             )
         )
-    objectives = s.workload.slo
-    if objectives.p99_ms is None and objectives.ttft_p99_ms is None:
+    slo = slo_of(s.workload.slo)
+    if slo is None:
         return SimulationStage(
             notes=(
-                "no latency objective (slo.p99_ms or slo.ttft_p99_ms): projected fleets are sized from the "
-                f"projected steady throughput at {s.workload.utilization:.0%} utilization; state an SLO to "
-                "size both fleets by simulation",
+                "no latency objective (slo.ttft_p99_ms, tpot_p99_ms, e2e_p99_ms, ...): projected fleets are "
+                f"sized from the projected steady throughput at {s.workload.utilization:.0%} utilization; "
+                "state an SLO to size both fleets by simulation",
             )
         )
-    slo = sim[1].Slo(
-        ttft_s=objectives.ttft_p99_ms / 1000 if objectives.ttft_p99_ms is not None else None,
-        e2e_s=objectives.p99_ms / 1000 if objectives.p99_ms is not None else None,
-    )
     out: dict[str, InstanceSim] = {}
     done: list[tuple[tuple[Any, ...], InstanceSim]] = []
     for p in projected:
