@@ -9,14 +9,14 @@ utilization. Input: PlanSetup, TrafficStage, ProjectionStage, SimulationStage. O
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chipswap.plan.figures import Chosen, Figure, pick
 from chipswap.plan.projection import ProjectionStage
 from chipswap.plan.result import FleetPlan, LatencySample
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.simulation import InstanceSim, SimulationStage
-from chipswap.plan.sizing import FixedSizer, RateSizer, Sizer
+from chipswap.plan.sizing import CurveSizer, FixedSizer, RateSizer, Sizer
 from chipswap.plan.traffic import TrafficStage
 from chipswap.plan.workload import FIGURE_UNITS, FigureIn
 from chipswap.textsafe import human_number
@@ -170,6 +170,8 @@ def _serving_fleet(
         sizing = f"busiest-window rate / ({fig.label} throughput x {s.workload.utilization:.0%} utilization)"
     # the projection's exclusion (memory, no calibration) stands unless the user measured the instance
     excluded = None if fig is not None and fig.kind == "measured" else p.excluded
+    least = s.workload.targets.min_replicas
+    sizer = replace(sizer, least=least) if isinstance(sizer, RateSizer | CurveSizer) else sizer
     count = sizer.count() if sizer is not None else None
     band = fig.band if fig is not None else None
     rng: tuple[int | None, int | None] = (count, count)
@@ -192,9 +194,25 @@ def _serving_fleet(
         overridden=thr.overridden + e2e.overridden + ttft.overridden,
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,
+        min_count_why=_redundancy(sizer, count, least),
         **(_sim_fields(sim) if sim is not None and simulated or sim is not None and not sim.feasible else {}),
     )
     return plan, sizer, excluded
+
+
+def _redundancy(sizer: Sizer | None, count: int | None, least: int) -> str:
+    """Words when the redundancy floor decides the count (or there is none), else ""."""
+    if sizer is None or count is None:
+        return ""
+    if least == 1:
+        return "" if count > 1 else "one instance: no redundancy (targets.min_replicas = 1)"
+    alone = replace(sizer, least=1).count()  # type: ignore[type-var]
+    if alone is not None and alone < least:
+        return (
+            f"{alone} would carry the traffic; {least} for redundancy (targets.min_replicas = {least}: one can "
+            "fail or be drained while the rest serve)"
+        )
+    return ""
 
 
 def _sim_fields(sim: InstanceSim) -> dict[str, object]:
@@ -362,6 +380,7 @@ def fleets(s: PlanSetup, t: TrafficStage | None, proj: ProjectionStage, sims: Si
         if why:
             excluded[inst.name] = why
     notes: list[str] = [n for plan in plans if (n := _overridden_note(plan))]
+    notes += [f"{plan.instance}: {plan.min_count_why}" for plan in plans if plan.min_count_why]
     gpu = plans[0]
     if gpu.throughput is None:
         notes.append(

@@ -361,13 +361,13 @@ class Slo(_Model):
             if getattr(self, old) is not None and getattr(self, f"{key}_ms") is not None:
                 raise ValueError(f"expected {old} or {key}_ms, not both (the same objective)")
         got = self.objectives()
+        spelled = {k: o for o, k in _OLD_KEYS.items() if getattr(self, o) is not None}
         for m in _METRIC_WORDS:
-            vals = [(p, v) for k, v in got.items() for mm, p in [_split(k)] if mm == m]
-            for (p1, v1), (p2, v2) in zip(vals, vals[1:], strict=False):
+            vals = [(spelled.get(k, f"{k}_ms"), v) for k, v in got.items() if _split(k)[0] == m]
+            for (k1, v1), (k2, v2) in zip(vals, vals[1:], strict=False):
                 if v1 > v2:
                     raise ValueError(
-                        f"expected {m}_p{p1}_ms <= {m}_p{p2}_ms (a lower percentile above a higher one is "
-                        "impossible)"
+                        f"expected {k1} <= {k2} (a lower percentile above a higher one is impossible)"
                     )
         if self.goodput_pct is not None and not got:
             raise ValueError("expected goodput_pct with at least one latency objective (what requests meet)")
@@ -420,6 +420,14 @@ class Targets(_Model):
         description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or "
         "tnx-2.18; "
         "the projection and the simulator's scheduling policy follow it.",
+    )
+    min_replicas: Annotated[Whole, In("instances")] = Field(
+        2,
+        ge=1,
+        le=MAX_COUNT,
+        description="Fewest instances a serving fleet is sized to, on both sides (like for like), so one "
+        "can fail or be drained while the rest serve (N+1). Default 2; 1 only when an outage of the single "
+        "instance is acceptable (the plan then says the fleet has no redundancy).",
     )
     chunked_prefill: StrictBool = Field(
         False,
