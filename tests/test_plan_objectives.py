@@ -88,3 +88,17 @@ def test_workload_objectives_any_subset_and_old_spellings() -> None:
     ):
         with pytest.raises(ChipswapError, match=words):
             parse_workload(llama(slo=bad), "w.toml")
+
+
+def test_each_objective_is_a_sensitivity_rechecked_by_replanning() -> None:
+    """TTFT below what inf2.xlarge gets alone: stay; relaxing it flips toward a move, and the plan run again
+    at the printed value gives that verdict."""
+    d = llama(3.0, slo={"ttft_p99_ms": 200, "p99_ms": 8000}, fleet={"instance": "g6e.12xlarge", "count": 2})
+    r = plan(d)
+    rows = [f for f in r.flips if f.knob.endswith(" objective")]
+    assert {f.knob for f in rows} == {"TTFT p99 objective", "end-to-end p99 objective"}  # every objective
+    flip = next(f for f in rows if f.knob == "TTFT p99 objective")
+    assert flip.value is not None and flip.value > 200, flip.text
+    assert f"relaxing TTFT p99 to {flip.value:,.0f} ms would flip it to '{flip.verdict}'" in flip.text
+    again = plan({**d, "slo": {**d["slo"], "ttft_p99_ms": flip.value}})
+    assert again.verdict.verdict == flip.verdict != r.verdict.verdict

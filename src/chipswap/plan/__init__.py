@@ -117,6 +117,24 @@ def run_plan(
     summary = t.summary if t is not None else None
     v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
     fp = clock.stage("sensitivity", sensitivity.flips, s, v)
+    if s.kind == "serving" and load is not None and any(x.table is not None for x in sim.by_instance.values()):
+
+        def again(slo: Any, quick: bool) -> str:
+            """The verdict for another [slo]: re-sized from the size tables (quick) or re-planned (the
+            simulation, fleets and verdict stages run again; the stages before them do not read the SLO)."""
+            s2 = replace(s, workload=s.workload.model_copy(update={"slo": slo}))
+            sim2 = simulation.resized(sim, slo) if quick else simulation.simulation(s2, load, sh.summary, pr)
+            fl2 = fleets.fleets(s2, t, pr, sim2)
+            return decide.verdict(s2, summary, sh.summary, rd, fl2).verdict.verdict
+
+        fp = fp + clock.stage(
+            "objectives' sensitivity",
+            sensitivity.objective_flips,
+            s,
+            v,
+            lambda x: again(x, True),
+            lambda x: again(x, False),
+        )
     checked, cap_notes = clock.stage(
         "checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check
     )

@@ -8,8 +8,10 @@ itself is chipswap.verdict.sensitivity (pure); every evaluation here is a pure r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from chipswap.economics import cost
 from chipswap.plan.economics import Scenario, evaluate
@@ -125,3 +127,67 @@ def directions(verdict: str) -> tuple[tuple[str, Callable[[str], bool]], ...]:
     if verdict == STAY:
         return (to_move,)
     return (to_move, ("toward stay", lambda x: x == STAY))
+
+
+# Objective values tried, as multiples of the stated one (rounded to two significant digits), nearest first:
+# a re-sizing from each fleet's size table per value, then the value that flips re-checked by re-planning.
+OBJECTIVE_STEPS = (1.25, 0.8, 1.5, 0.67, 2.0, 0.5, 3.0, 0.33, 5.0, 0.2, 10.0)
+CONFIRM_TRIES = 3  # re-planned values per objective and direction before "not confirmed"
+
+
+def _two_digits(ms: float) -> float:
+    step = 10.0 ** (math.floor(math.log10(ms)) - 1)
+    return round(ms / step) * step
+
+
+def objective_flips(
+    s: PlanSetup, v: VerdictStage, quick: Callable[[Any], str], replan: Callable[[Any], str]
+) -> tuple[Flip, ...]:
+    """Every stated objective as a sensitivity: the nearest value on the ladder (OBJECTIVE_STEPS) whose
+    re-sizing flips the verdict in each direction, kept only when re-planning at that value (`replan`: the
+    simulation, fleets and verdict stages run again for that [slo]) gives that verdict too. `quick`: the
+    verdict from the fleets' size tables (no simulation), to find the value."""
+    from chipswap.plan.simulation import objective_words
+
+    if v.best is None and not v.candidates:
+        return ()
+    slo = s.workload.slo
+    out: list[Flip] = []
+    done: dict[tuple[str, float], str] = {}
+    for direction, toward in directions(v.verdict.verdict):
+        for key, base in slo.objectives().items():
+            label = objective_words(key, base).split(" <= ")[0]
+            tried: list[float] = []
+            confirmed: Flip | None = None
+            for step in OBJECTIVE_STEPS:
+                ms = _two_digits(base * step)
+                try:
+                    x = slo.with_objective(key, ms)
+                except ValueError:  # e.g. a p50 tightened above the p99: not a value to offer
+                    continue
+                if ms == base or not toward(quick(x)):
+                    continue
+                tried.append(ms)
+                after = done[(key, ms)] = done.get((key, ms)) or replan(x)
+                if toward(after):
+                    how = "relaxing" if ms > base else "tightening"
+                    words = objective_words(key, ms).split(" <= ")[1]
+                    text = f"{how} {label} to {words} would flip it to '{after}' (re-planned at that value)"
+                    confirmed = Flip(f"{label} objective", base, ms, after, text, ms, direction)
+                    break
+                if len(tried) >= CONFIRM_TRIES:
+                    break
+            if confirmed is None:
+                lo, hi = _two_digits(base * min(OBJECTIVE_STEPS)), _two_digits(base * max(OBJECTIVE_STEPS))
+                unconfirmed = (
+                    f" (re-sizing suggested {', '.join(f'{t:g}' for t in tried)} ms; re-planning there did not "
+                    "confirm it)"
+                    if tried
+                    else ""
+                )
+                text = (
+                    f"no {label} objective from {lo:g} to {hi:g} ms changes the verdict {direction}{unconfirmed}"
+                )
+                confirmed = Flip(f"{label} objective", base, None, None, text, None, direction)
+            out.append(confirmed)
+    return tuple(out)

@@ -59,6 +59,7 @@ class InstanceSim:
     blocking: tuple[str, ...] = ()  # no size meets the SLO: the objectives that block, in words
     reach: dict[str, float] = field(default_factory=dict)  # objectives (ms; goodput_pct) a fleet does meet
     reach_count: int | None = None  # that fleet's instances
+    table: Any = None  # chipswap.simulation.fleet.SizeTable of the layout sized: re-sizing for other objectives
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class SimulationStage:
     by_instance: dict[str, InstanceSim] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     scheduling: dict[str, str] = field(default_factory=dict)  # policies, dispatch, scaling method
+    rate_rps: float = 0.0  # the busiest window's arrival rate the fleets are sized for
 
     def get(self, instance: str) -> InstanceSim | None:
         return self.by_instance.get(instance)
@@ -166,6 +168,16 @@ class _Fleet:
         self.capped = False  # a capacity search met the SLO at g_max: what it found is a lower bound
         self.runs = 0
         self.sizing: Any = None
+
+    def table(self, lower: int, top: int) -> Any:
+        """chipswap.simulation.fleet.size_table from `lower` to `top` instances."""
+        ld = self.load
+        lo = max(1, min(lower, top))
+        self.runs += top - lo + 1
+        return self.fleet.size_table(
+            ld.traffic, self.lay.times, self.setup, self.cfg.replicas, range(lo, top + 1), mode=self.mode,
+            window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
+        )  # fmt: skip
 
     def size(self, cap: int) -> Any:
         """chipswap.simulation.fleet.size_fleet on the busiest window, up to `cap` instances."""
@@ -324,7 +336,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
                 floors.append((f.floor_ms() or 0.0, f.floor_key()))
             if z is not None and best is None and z.verdict in ("below_floor", "over_cap"):
                 reach, n_reach = f.reach()
-                blocked.append((_relaxation(slo, reach), z.blocking(), reach, n_reach))
+                blocked.append((_relaxation(slo, reach), z.blocking(), reach, n_reach, f))
             why = z.message if z is not None and best is None else f"no fewer than {best[0] if best else 0}"
             tried.append(f"{_layout_words(lay.config)}: {why}")
             continue
@@ -335,7 +347,9 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     band = float((best[1].lay.times if best is not None else p.times).band or 0.0)
     if best is None:
         floor = min(floors) if floors else (None, "")
-        least = min(blocked, key=lambda b: b[0]) if blocked else (0.0, (), {}, None)
+        least = min(blocked, key=lambda b: b[0]) if blocked else (0.0, (), {}, None, None)
+        z = least[4].sizing if least[4] is not None else None
+        table = least[4].table(z.lower_bound, min(MAX_INSTANCES, max(8, 4 * z.lower_bound))) if z else None
         return InstanceSim(
             p.instance,
             None,
@@ -351,6 +365,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
             blocking=least[1],
             reach=least[2],
             reach_count=least[3],
+            table=table,
         )
     n, f = best
     before = f.runs
@@ -365,6 +380,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     for sp in speeds:
         g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
         caps.append(None if g is None else load.rate_rps * g / n)
+    table = f.table(f.sizing.lower_bound, min(MAX_INSTANCES, max(8, 2 * n + 2)))
     runs += f.runs - before
     res = f.sizing.check.result
     batching = f"continuous ({f.policy})" if f.mode == "llm" else "dynamic"
@@ -401,7 +417,36 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         f.capped,
         objectives={o.key: v * 1000 for o, v in zip(slo.objectives, f.sizing.check.values, strict=True)},
         goodput_pct=f.sizing.check.goodput * 100,
+        table=table,
     )
+
+
+def resized(stage: SimulationStage, workload_slo: Any) -> SimulationStage:
+    """The stage re-sized for other objectives from each fleet's SizeTable, without simulating (the search of
+    the objectives' sensitivity; the value it finds is then re-checked by re-running the plan). Capacities
+    scale with the count (capacity per instance at n' = at n x n / n')."""
+    slo = slo_of(workload_slo)
+    out: dict[str, InstanceSim] = {}
+    for name, x in stage.by_instance.items():
+        n = x.table.count(slo) if x.table is not None and slo is not None else None
+        if n is None or x.table is None:
+            out[name] = replace(x, sizer=None, count=None, capacity_rps=None, feasible=False)
+            continue
+        if x.sizer is not None and x.count:
+            k = x.count / n
+            caps = tuple(None if c is None else c * k for c in x.sizer.capacity_rps)
+            sizer = replace(x.sizer, capacity_rps=caps)
+        else:  # not feasible at the stated objectives: the count, and the band taken as linear in speed
+            b = x.band or 0.0
+            speeds = (1 / (1 + b), 1.0, 1 + b) if b else (1.0,)
+            caps = tuple(stage.rate_rps / n * sp for sp in speeds)
+            sizer = CurveSizer(stage.rate_rps, speeds, caps, "re-sized for the objectives")
+        # at a band edge whose unloaded latency misses an objective no size meets it
+        caps = tuple(c if x.table.floor_ok(slo, sp) else None for sp, c in zip(sizer.speeds, sizer.capacity_rps))
+        sizer = replace(sizer, capacity_rps=caps)
+        cap = sizer.capacity(1.0)
+        out[name] = replace(x, sizer=sizer, count=n, capacity_rps=cap, feasible=sizer is not None)
+    return replace(stage, by_instance=out)
 
 
 def _relaxation(slo: Any, reach: dict[str, float]) -> float:
@@ -478,4 +523,4 @@ def simulation(
         out[p.instance] = replace(twin, instance=p.instance) if twin else _one(s, sim, load, shapes, p, slo)
         done.append((key, out[p.instance]))
     sched = scheduling_summary(s.workload)
-    return SimulationStage(out, (sched["line"],), sched)
+    return SimulationStage(out, (sched["line"],), sched, load.rate_rps)

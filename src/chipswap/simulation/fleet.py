@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -531,3 +531,67 @@ def size_fleet_sweep(
             least = sizing.instances
         results.append(sizing)
     return tuple(results)
+
+
+@dataclass(frozen=True)
+class SizeTable:
+    """One layout's measured latencies at every fleet size from `sizes[0]` to `sizes[-1]` on the busiest
+    window, and alone on an idle replica, so the size that meets other objectives is found again without a
+    simulation (the sensitivity of each objective). `count` applies size_fleet's rule: the smallest size that
+    meets them and whose next size up meets them too; None when the floor is above an objective or no size in
+    the table meets them (the table ends at `sizes[-1]`)."""
+
+    sizes: tuple[int, ...]
+    ttft: tuple[np.ndarray, ...] = field(repr=False)  # per size, the window's requests (NaN: rejected)
+    e2e: tuple[np.ndarray, ...] = field(repr=False)
+    output_tokens: np.ndarray = field(repr=False)
+    alone_ttft: np.ndarray = field(repr=False)
+    alone_e2e: np.ndarray = field(repr=False)
+
+    def floor_ok(self, slo: Slo, speed: float = 1.0) -> bool:
+        """Does a request alone, every call `speed` times as fast, meet every objective?"""
+        a = assess(slo, self.alone_ttft / speed, self.alone_e2e / speed, self.output_tokens)
+        return not a.misses
+
+    def meets(self, i: int, slo: Slo) -> bool:
+        return not assess(slo, self.ttft[i], self.e2e[i], self.output_tokens).misses
+
+    def count(self, slo: Slo) -> int | None:
+        if not self.floor_ok(slo):
+            return None
+        ok = [self.meets(i, slo) for i in range(len(self.sizes))]
+        for i, n in enumerate(self.sizes):
+            if ok[i] and (i + 1 == len(ok) or ok[i + 1]):
+                return n
+        return None
+
+
+def size_table(
+    traffic: Traffic,
+    service: ServiceTimes,
+    setup: ReplicaSetup,
+    replicas_per_instance: int,
+    sizes: range,
+    *,
+    mode: str = "llm",
+    dispatch: str = DEFAULT_DISPATCH,
+    window_s: float = DEFAULT_WINDOW_S,
+    warmup_s: float = DEFAULT_WARMUP_S,
+    cooldown_s: float = DEFAULT_COOLDOWN_S,
+) -> SizeTable:
+    """Simulate the busiest window at every size in `sizes` (instances of `replicas_per_instance`)."""
+    rpi = _count(replicas_per_instance, "replicas per instance", 1, MAX_REPLICAS)
+    if not sizes or sizes.step != 1 or sizes.start < 1 or sizes.stop - 1 > MAX_REPLICAS // rpi:
+        raise ChipswapError(f"sizes must be a range of whole instance counts from 1, got {sizes!r}")
+    part, window = window_traffic(traffic, window_s, warmup_s=warmup_s, cooldown_s=cooldown_s)
+    inside = (part.arrivals_s >= window.start_s) & (part.arrivals_s < window.end_s)
+    alone_ttft, alone_e2e, _work = request_work(part, service, setup, mode)
+    ttft, e2e = [], []
+    for n in sizes:
+        res = simulate(
+            part, service, setup, n * rpi, mode=mode, dispatch=dispatch, measure=(window.start_s, window.end_s)
+        )
+        ttft.append(res.ttft_s[res.measured])
+        e2e.append(res.e2e_s[res.measured])
+    out = part.output_tokens[inside]
+    return SizeTable(tuple(sizes), tuple(ttft), tuple(e2e), out, alone_ttft[inside], alone_e2e[inside])
