@@ -9,6 +9,7 @@ utilization. Input: PlanSetup, TrafficStage, ProjectionStage, SimulationStage. O
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from chipswap.plan.figures import Chosen, Figure, pick
@@ -189,12 +190,13 @@ def _serving_fleet(
         sizing=sizing,
         meets_slo=_meets(s, fig, e2e.figure, ttft.figure, sim),
         slo_floor_ms=sim.floor_ms if sim is not None else None,
-        curve=_curve(sizer),
+        curve_linear=_curve(sizer),
         config=sim.config if sim is not None and sim.config is not None and simulated else p.config,
         overridden=thr.overridden + e2e.overridden + ttft.overridden,
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,
         min_count_why=_redundancy(sizer, count, least),
+        **(_replanned(sim.curve, sizer, least) if simulated and sim is not None and sim.curve else {"curve": _curve(sizer)}),
         **(_sim_fields(sim) if sim is not None and simulated or sim is not None and not sim.feasible else {}),
     )
     return plan, sizer, excluded
@@ -213,6 +215,24 @@ def _redundancy(sizer: Sizer | None, count: int | None, least: int) -> str:
             "fail or be drained while the rest serve)"
         )
     return ""
+
+
+def _replanned(curve: tuple[tuple[float, int | None], ...], sizer: Sizer | None, least: int) -> dict:
+    """FleetPlan's curve from the simulation's re-planned points and its band: the band's edges at 1x (the
+    count range) scaled by each point's re-planned count over the count at 1x; the redundancy floor applied."""
+
+    def floor(n: float | None) -> int | None:
+        return None if n is None else max(least, math.ceil(n - 1e-9))
+
+    band = []
+    one = dict(curve).get(1.0)
+    for g, n in curve:
+        edges: list[float | None] = [n, n]
+        if isinstance(sizer, CurveSizer) and one and n is not None and len(sizer.speeds) > 1:
+            caps = (sizer.capacity(sizer.speeds[-1]), sizer.capacity(sizer.speeds[0]))  # fast, slow
+            edges = [None if not c else sizer.rate_rps / c * n / one for c in caps]
+        band.append((g, floor(edges[0]), floor(edges[1])))
+    return {"curve": tuple((g, floor(n)) for g, n in curve), "curve_band": tuple(band)}
 
 
 def _sim_fields(sim: InstanceSim) -> dict[str, object]:

@@ -131,6 +131,10 @@ class FleetPlan:
     slo_reach: dict[str, float] = field(default_factory=dict)  # objectives (ms) that a fleet does meet
     slo_reach_count: int | None = None  # that fleet's instances
     min_count_why: str = ""  # the count was raised to the redundancy floor (targets.min_replicas): words
+    # `curve` re-planned (each traffic point sized by simulation): its band (factor, fewest, most), and the
+    # linear curve it replaces (the count at 1x scaled by the traffic), kept for comparison
+    curve_band: tuple[tuple[float, int | None, int | None], ...] = ()
+    curve_linear: tuple[tuple[float, int | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ MAX_INSTANCES = 1000  # the largest fleet the sizing search tries; beyond it the
 CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
 BAND_STEPS = 1  # the same at the band's edges (about 7%)
 SMALL_FLEET = 3  # up to this many instances the capacity per instance is searched, not bounded
+CURVE_FACTORS = (0.5, 1.0, 2.0, 4.0)  # traffic multiples the fleet-size curve is re-planned at
 # The capacity search scales the window's traffic up; beyond this many simulated requests per probe it stops
 # and the capacity found is a lower bound (a tiny model on a big instance carries ~1e6 requests/s).
 MAX_PROBE_REQUESTS = 400_000
@@ -60,6 +61,9 @@ class InstanceSim:
     reach: dict[str, float] = field(default_factory=dict)  # objectives (ms; goodput_pct) a fleet does meet
     reach_count: int | None = None  # that fleet's instances
     table: Any = None  # chipswap.simulation.fleet.SizeTable of the layout sized: re-sizing for other objectives
+    # fleet size vs traffic, re-planned: (traffic factor, instances) at each of CURVE_FACTORS, each point sized
+    # by simulation on the traffic scaled by the workload's method
+    curve: tuple[tuple[float, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,33 @@ class _Fleet:
             ld.traffic, self.lay.times, self.setup, self.cfg.replicas, range(lo, top + 1), mode=self.mode,
             window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
         )  # fmt: skip
+
+    def curve(self, n: int) -> tuple[tuple[float, int | None], ...]:
+        """Fleet size vs traffic, re-planned: size_fleet_sweep on the traffic scaled to each of CURVE_FACTORS
+        (superposition unless the workload asks otherwise); at 1x the size already found (`n`)."""
+        ld = self.load
+        factors = [g for g in CURVE_FACTORS if g != 1.0]
+        traffics = []
+        for g in factors:
+            if g not in self._scaled:
+                self._scaled[g] = self.simulate.scale_traffic(
+                    ld.traffic, g, np.random.default_rng(SEED), method=self.scale_method
+                )
+            traffics.append(self._scaled[g])
+        below = [k for k, g in enumerate(factors) if g < 1.0]
+        above = [k for k, g in enumerate(factors) if g > 1.0]
+        found: dict[float, int | None] = {1.0: n}
+        for part, cap in ((below, n), (above, MAX_INSTANCES)):  # less traffic never needs more than n
+            if not part:
+                continue
+            sweep = self.fleet.size_fleet_sweep(
+                [traffics[k] for k in part], self.lay.times, self.setup, self.cfg.replicas, self.slo,
+                mode=self.mode, window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
+                max_instances=cap,
+            )  # fmt: skip
+            self.runs += sum(len(z.probes) for z in sweep)
+            found.update({factors[k]: z.instances for k, z in zip(part, sweep, strict=True)})
+        return tuple((g, found[g]) for g in CURVE_FACTORS)
 
     def size(self, cap: int) -> Any:
         """chipswap.simulation.fleet.size_fleet on the busiest window, up to `cap` instances."""
@@ -381,6 +412,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
         caps.append(None if g is None else load.rate_rps * g / n)
     table = f.table(f.sizing.lower_bound, min(MAX_INSTANCES, max(8, 2 * n + 2)))
+    curve = f.curve(n)
     runs += f.runs - before
     res = f.sizing.check.result
     batching = f"continuous ({f.policy})" if f.mode == "llm" else "dynamic"
@@ -418,6 +450,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         objectives={o.key: v * 1000 for o, v in zip(slo.objectives, f.sizing.check.values, strict=True)},
         goodput_pct=f.sizing.check.goodput * 100,
         table=table,
+        curve=curve,
     )
 
 
