@@ -274,6 +274,33 @@ def _with_train_hours(wl: Any, hours: float) -> Any:
     return wl.model_copy(update={"job": job})
 
 
+def with_slo_flags(wl: Any, items: list[str]) -> Any:
+    """The workload with each `--slo OBJECTIVE=MS` set (one-line errors naming the flag and the fix)."""
+    from pydantic import ValidationError
+
+    from chipswap.plan.workload import OBJECTIVE_KEYS
+
+    known = [*OBJECTIVE_KEYS, "goodput_pct"]
+    slo = wl.slo
+    for item in items:
+        key, _, value = item.partition("=")
+        key = key.strip().removesuffix("_ms")
+        if key not in known:
+            near = closest(key, known, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"use one of {', '.join(known)}"
+            raise ChipswapError(f"--slo {item!r}: unknown objective; {hint} (e.g. --slo ttft_p99=3000)")
+        try:
+            ms = float(value)
+            if key == "goodput_pct":
+                slo = type(slo).model_validate({**slo.model_dump(), "goodput_pct": ms})
+            else:
+                slo = slo.with_objective(key, ms)
+        except (ValueError, ValidationError) as exc:
+            why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "expected a number"
+            raise ChipswapError(f"--slo {item!r}: {why}; give OBJECTIVE=MS, e.g. --slo {key}=3000") from None
+    return wl.model_copy(update={"slo": slo})
+
+
 def _plan(
     workload: Path | None = typer.Argument(
         None,
@@ -323,6 +350,13 @@ def _plan(
         help="Training: the hours one run takes on the GPU fleet (stated). Replaces the job's size: the "
         "tokens are inferred from the GPU's projected throughput and each candidate's hours follow "
         "(labelled).",
+    ),
+    slo: list[str] = typer.Option(
+        [],
+        "--slo",
+        metavar="OBJECTIVE=MS",
+        help="Set a latency objective over the workload's [slo], e.g. --slo ttft_p99=3000 --slo tpot_p99=80; "
+        "objectives: ttft, tpot, e2e at p50, p90, p99 (ms), or goodput_pct=99. Repeat for several.",
     ),
     quiet: bool = switch(
         "--quiet", "-q", help="No progress on stderr (default: a line per stage, a spinner on a terminal)."
@@ -386,6 +420,8 @@ def _plan(
     wl = load_workload(path, catalog, defaults=workload_defaults(found))
     if train_hours is not None:
         wl = _with_train_hours(wl, train_hours)
+    if slo:
+        wl = with_slo_flags(wl, slo)
 
     from chipswap.cli.stages import StageProgress
     from chipswap.plan import run_plan
