@@ -102,3 +102,15 @@ def test_each_objective_is_a_sensitivity_rechecked_by_replanning() -> None:
     assert f"relaxing TTFT p99 to {flip.value:,.0f} ms would flip it to '{flip.verdict}'" in flip.text
     again = plan({**d, "slo": {**d["slo"], "ttft_p99_ms": flip.value}})
     assert again.verdict.verdict == flip.verdict != r.verdict.verdict
+
+
+def test_slo_flags_set_objectives_over_the_workload() -> None:
+    from chipswap.cli.plan import with_slo_flags
+
+    wl = parse_workload(llama(slo={"p99_ms": 8000, "ttft_p99_ms": 1500}), "w.toml")
+    got = with_slo_flags(wl, ["tpot_p99=80", "e2e_p99_ms=9000", "goodput_pct=99"]).slo
+    assert got.objectives() == {"ttft_p99": 1500.0, "tpot_p99": 80.0, "e2e_p99": 9000.0}
+    assert got.goodput_pct == 99 and got.p99_ms is None  # the old spelling gives way to the flag's
+    for bad, words in (("ttft_p98=3", "did you mean ttft_p99"), ("tpot_p99=x", "expected a number")):
+        with pytest.raises(ChipswapError, match=words):
+            with_slo_flags(wl, [bad])

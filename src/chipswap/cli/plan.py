@@ -93,7 +93,8 @@ def figure_line(fleet: object) -> str:
             )
     others = {k: v for k, v in (getattr(fleet, "objectives", None) or {}).items() if k not in _SHOWN}
     if others:
-        parts.append(", ".join(f"{_objective_name(k)} {_ms_text(v)}" for k, v in others.items()) + " (simulated)")
+        shown = ", ".join(f"{_objective_name(k)} {_ms_text(v)}" for k, v in others.items())
+        parts.append(shown + " (simulated)")
     goodput = getattr(fleet, "goodput_pct", None)
     if goodput is not None and getattr(fleet, "count", None) is not None:
         parts.append(f"goodput {goodput:.1f}% of requests meet every objective")
@@ -297,7 +298,8 @@ def with_slo_flags(wl: Any, items: list[str]) -> Any:
                 slo = slo.with_objective(key, ms)
         except (ValueError, ValidationError) as exc:
             why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "expected a number"
-            raise ChipswapError(f"--slo {item!r}: {why}; give OBJECTIVE=MS, e.g. --slo {key}=3000") from None
+            eg = "goodput_pct=99" if key == "goodput_pct" else f"{key}=3000"
+            raise ChipswapError(f"--slo {item!r}: {why}; give OBJECTIVE=MS, e.g. --slo {eg}") from None
     return wl.model_copy(update={"slo": slo})
 
 

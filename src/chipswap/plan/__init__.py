@@ -117,7 +117,8 @@ def run_plan(
     summary = t.summary if t is not None else None
     v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
     fp = clock.stage("sensitivity", sensitivity.flips, s, v)
-    if s.kind == "serving" and load is not None and any(x.table is not None for x in sim.by_instance.values()):
+    tabled = any(x.table is not None for x in sim.by_instance.values())
+    if s.kind == "serving" and load is not None and tabled:
 
         def again(slo: Any, quick: bool) -> str:
             """The verdict for another [slo]: re-sized from the size tables (quick) or re-planned (the

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from chipswap.plan.figures import Chosen, Figure, pick
 from chipswap.plan.projection import ProjectionStage
@@ -196,7 +197,11 @@ def _serving_fleet(
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,
         min_count_why=_redundancy(sizer, count, least),
-        **(_replanned(sim.curve, sizer, least) if simulated and sim is not None and sim.curve else {"curve": _curve(sizer)}),
+        **(
+            _replanned(sim.curve, sizer, least)
+            if simulated and sim is not None and sim.curve
+            else {"curve": _curve(sizer)}
+        ),
         **(_sim_fields(sim) if sim is not None and simulated or sim is not None and not sim.feasible else {}),
     )
     return plan, sizer, excluded
@@ -211,15 +216,18 @@ def _redundancy(sizer: Sizer | None, count: int | None, least: int) -> str:
     alone = replace(sizer, least=1).count()  # type: ignore[type-var]
     if alone is not None and alone < least:
         return (
-            f"{alone} would carry the traffic; {least} for redundancy (targets.min_replicas = {least}: one can "
-            "fail or be drained while the rest serve)"
+            f"{alone} would carry the traffic; {least} for redundancy (targets.min_replicas = {least}: one "
+            "can fail or be drained while the rest serve)"
         )
     return ""
 
 
-def _replanned(curve: tuple[tuple[float, int | None], ...], sizer: Sizer | None, least: int) -> dict:
+def _replanned(
+    curve: tuple[tuple[float, int | None], ...], sizer: Sizer | None, least: int
+) -> dict[str, Any]:
     """FleetPlan's curve from the simulation's re-planned points and its band: the band's edges at 1x (the
-    count range) scaled by each point's re-planned count over the count at 1x; the redundancy floor applied."""
+    count range) scaled by each point's re-planned count over the count at 1x; the redundancy floor
+    applied."""
 
     def floor(n: float | None) -> int | None:
         return None if n is None else max(least, math.ceil(n - 1e-9))
@@ -235,7 +243,7 @@ def _replanned(curve: tuple[tuple[float, int | None], ...], sizer: Sizer | None,
     return {"curve": tuple((g, floor(n)) for g, n in curve), "curve_band": tuple(band)}
 
 
-def _sim_fields(sim: InstanceSim) -> dict[str, object]:
+def _sim_fields(sim: InstanceSim) -> dict[str, Any]:
     """What the simulation says about every objective, for FleetPlan."""
     return {
         "objectives": dict(sim.objectives),

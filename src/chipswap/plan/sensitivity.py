@@ -179,15 +179,12 @@ def objective_flips(
                     break
             if confirmed is None:
                 lo, hi = _two_digits(base * min(OBJECTIVE_STEPS)), _two_digits(base * max(OBJECTIVE_STEPS))
+                said = ", ".join(f"{t:g}" for t in tried)
                 unconfirmed = (
-                    f" (re-sizing suggested {', '.join(f'{t:g}' for t in tried)} ms; re-planning there did not "
-                    "confirm it)"
-                    if tried
-                    else ""
+                    f" (re-sizing suggested {said} ms; re-planning there did not confirm it)" if tried else ""
                 )
-                text = (
-                    f"no {label} objective from {lo:g} to {hi:g} ms changes the verdict {direction}{unconfirmed}"
-                )
+                text = f"no {label} objective from {lo:g} to {hi:g} ms changes the verdict {direction}"
+                text += unconfirmed
                 confirmed = Flip(f"{label} objective", base, None, None, text, None, direction)
             out.append(confirmed)
     return tuple(out)

@@ -60,8 +60,8 @@ class InstanceSim:
     blocking: tuple[str, ...] = ()  # no size meets the SLO: the objectives that block, in words
     reach: dict[str, float] = field(default_factory=dict)  # objectives (ms; goodput_pct) a fleet does meet
     reach_count: int | None = None  # that fleet's instances
-    table: Any = None  # chipswap.simulation.fleet.SizeTable of the layout sized: re-sizing for other objectives
-    # fleet size vs traffic, re-planned: (traffic factor, instances) at each of CURVE_FACTORS, each point sized
+    table: Any = None  # simulation.fleet.SizeTable of the layout sized: re-sizing for other objectives
+    # fleet size vs traffic, re-planned: (traffic factor, instances) at each of CURVE_FACTORS, each sized
     # by simulation on the traffic scaled by the workload's method
     curve: tuple[tuple[float, int | None], ...] = ()
 
@@ -276,7 +276,7 @@ class _Fleet:
         return max(pairs)[2] if pairs else ""
 
     def reach(self) -> tuple[dict[str, float], int | None]:
-        """No size meets the SLO: the objectives a large fleet does meet (ms, and goodput_pct), and its size."""
+        """No size meets the SLO: the objectives a large fleet does meet (ms; goodput_pct), and its size."""
         z = self.sizing
         if z is None or z.reach is None:
             return {}, None
@@ -355,7 +355,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     best: tuple[int, _Fleet] | None = None
     tried: list[str] = []
     floors: list[tuple[float, str]] = []
-    blocked: list[tuple[float, tuple[str, ...], dict[str, float], int | None]] = []
+    blocked: list[tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]] = []
     runs = 0
     for lay in (p, *getattr(p, "alternatives", ())):
         f = _Fleet(sim, s, load, shapes, lay, slo)
@@ -378,9 +378,11 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     band = float((best[1].lay.times if best is not None else p.times).band or 0.0)
     if best is None:
         floor = min(floors) if floors else (None, "")
-        least = min(blocked, key=lambda b: b[0]) if blocked else (0.0, (), {}, None, None)
-        z = least[4].sizing if least[4] is not None else None
-        table = least[4].table(z.lower_bound, min(MAX_INSTANCES, max(8, 4 * z.lower_bound))) if z else None
+        nothing: tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]
+        nothing = (0.0, (), {}, None, None)
+        _r, blocking, reach, reach_n, fl = min(blocked, key=lambda b: b[0]) if blocked else nothing
+        z = fl.sizing if fl is not None else None
+        table = fl.table(z.lower_bound, min(MAX_INSTANCES, max(8, 4 * z.lower_bound))) if fl and z else None
         return InstanceSim(
             p.instance,
             None,
@@ -393,9 +395,9 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
             floor[0],
             note=f"{what}; layouts tried: " + "; ".join(tried),
             floor_key=floor[1],
-            blocking=least[1],
-            reach=least[2],
-            reach_count=least[3],
+            blocking=blocking,
+            reach=reach,
+            reach_count=reach_n,
             table=table,
         )
     n, f = best
@@ -475,7 +477,8 @@ def resized(stage: SimulationStage, workload_slo: Any) -> SimulationStage:
             caps = tuple(stage.rate_rps / n * sp for sp in speeds)
             sizer = CurveSizer(stage.rate_rps, speeds, caps, "re-sized for the objectives")
         # at a band edge whose unloaded latency misses an objective no size meets it
-        caps = tuple(c if x.table.floor_ok(slo, sp) else None for sp, c in zip(sizer.speeds, sizer.capacity_rps))
+        edges = zip(sizer.speeds, sizer.capacity_rps, strict=True)
+        caps = tuple(c if x.table.floor_ok(slo, sp) else None for sp, c in edges)
         sizer = replace(sizer, capacity_rps=caps)
         cap = sizer.capacity(1.0)
         out[name] = replace(x, sizer=sizer, count=n, capacity_rps=cap, feasible=sizer is not None)

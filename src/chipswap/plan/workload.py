@@ -22,16 +22,11 @@ workload file (through chipswap.datafile) and the catalog (for did-you-mean).
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import Decimal
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     StrictBool,
     field_validator,
@@ -40,73 +35,27 @@ from pydantic import (
 
 from chipswap import ranges
 from chipswap.errors import closest
+from chipswap.plan.workload_slo import OBJECTIVE_KEYS, Slo
+from chipswap.plan.workload_types import (
+    MAX_COUNT,
+    MAX_JOB_TOKENS,
+    MAX_MS,
+    MAX_RPS,
+    MAX_SCALE,
+    MAX_TOKENS,
+    MAX_USD,
+    TERMS,
+    In,
+    InRange,
+    Money,
+    Real,
+    Source,
+    Term,
+    Whole,
+    _Model,
+)
 
-Source = Literal["stated", "assumption", "seed example", "published benchmark", "projected", "measured"]
-Term = Literal["on-demand", "spot", "1yr", "3yr", "ri-effective"]
-TERMS: tuple[str, ...] = get_args(Term)
-
-# Upper bounds: every number here may size an allocation (lengths, rates, counts) or a Decimal that is later
-# rounded to the cent, so each has a documented ceiling far above any real workload.
-MAX_TOKENS = 1_048_576  # longest prompt / output / sequence, tokens
-MAX_RPS = 1_000_000.0  # requests per second
-MAX_USD = Decimal("10000000000")  # any amount of money (USD)
-MAX_MS = 3_600_000.0  # any latency (one hour)
-MAX_COUNT = 100_000  # instances in a fleet
-MAX_SCALE = 10_000.0  # traffic scale factor
-MAX_JOB_TOKENS = 1e16  # tokens in one training run
-
-
-# ---------------------------------------------------------------------------------------- strict numbers
-
-
-def _number(v: Any, what: str = "a number") -> Any:
-    """Refuse what pydantic's lax mode would coerce: true/false and quoted numbers are not numbers."""
-    if isinstance(v, bool):
-        raise ValueError(f"expected {what}, not {str(v).lower()}")
-    if isinstance(v, str):
-        raise ValueError(f"expected {what} without quotes")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError("expected a finite number")
-    return v
-
-
-def _whole(v: Any) -> Any:
-    v = _number(v, "an integer")
-    if isinstance(v, float):
-        raise ValueError("expected an integer (a whole number, no decimal point)")
-    return v
-
-
-def _money(v: Any) -> Any:
-    v = _number(v)
-    return Decimal(repr(v)) if isinstance(v, float) else v
-
-
-Real = Annotated[float, BeforeValidator(_number)]
-Whole = Annotated[int, BeforeValidator(_whole)]
-Money = Annotated[Decimal, BeforeValidator(_money)]
-
-
-class InRange:
-    """A number with a unit (chipswap.ranges); the field's gt/ge/le lie inside the unit's range, and this
-    refuses what they let through: a nonzero value below the unit's smallest (5e-324)."""
-
-    def __init__(self, unit: str, zero: bool = False) -> None:
-        self.spec = ranges.Spec(unit, zero)
-
-    def __call__(self, v: Any) -> Any:
-        if ranges.below_floor(ranges.as_decimal(v), self.spec):
-            raise ValueError(f"expected {ranges.span(self.spec)}; give a value in that range")
-        return v + 0 if v == 0 else v  # -0.0 -> 0.0
-
-
-def In(unit: str, zero: bool = False) -> Any:  # noqa: N802 - reads as a type: Annotated[Real, In("rate")]
-    """`Annotated[Real, In("rate")]`: the field's unit; `In("days", zero=True)`: 0 is also a value."""
-    return AfterValidator(InRange(unit, zero))
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+__all__ = ["OBJECTIVE_KEYS", "TERMS", "In", "InRange", "Money", "Real", "Slo", "Source", "Term", "Whole"]
 
 
 class ModelSpec(_Model):
@@ -308,99 +257,6 @@ def _check_stack(name: str, side: str) -> str:
     raise ValueError(
         f"a {side} serving stack ({', '.join(ids)})" + (f"; did you mean {near[0]}?" if near else "")
     )
-
-
-_METRIC_WORDS = {
-    "ttft": "time-to-first-token (arrival to the first token; an encoder's result)",
-    "tpot": "time-per-output-token (after the first: (end-to-end - TTFT) / (output tokens - 1), per request, "
-    "vLLM's TPOT; the mean inter-token latency a streaming client sees)",
-    "e2e": "end-to-end latency (arrival to the last token)",
-}
-OBJECTIVE_KEYS = tuple(f"{m}_p{p}" for m in _METRIC_WORDS for p in (50, 90, 99))  # slo.<key>_ms
-_OLD_KEYS = {"p99_ms": "e2e_p99", "p50_ms": "e2e_p50"}  # the first spellings, still read
-
-
-def _objective(metric: str, pct: int) -> Any:
-    return Field(
-        None, gt=0, le=MAX_MS, description=f"{pct}th-percentile {_METRIC_WORDS[metric]} objective, ms."
-    )
-
-
-class Slo(_Model):
-    """Latency objectives the serving fleet must meet, as users state them: TTFT, TPOT and end-to-end, each at
-    p50, p90 and p99, any subset; and optionally goodput, the share of requests meeting every stated metric at
-    once (vLLM's and guidellm's SLO modes). Both fleets (GPU and every candidate) are sized by simulation so
-    that the busiest traffic window meets every objective given here."""
-
-    ttft_p50_ms: Annotated[Real, In("ms")] | None = _objective("ttft", 50)
-    ttft_p90_ms: Annotated[Real, In("ms")] | None = _objective("ttft", 90)
-    ttft_p99_ms: Annotated[Real, In("ms")] | None = _objective("ttft", 99)
-    tpot_p50_ms: Annotated[Real, In("ms")] | None = _objective("tpot", 50)
-    tpot_p90_ms: Annotated[Real, In("ms")] | None = _objective("tpot", 90)
-    tpot_p99_ms: Annotated[Real, In("ms")] | None = _objective("tpot", 99)
-    e2e_p50_ms: Annotated[Real, In("ms")] | None = _objective("e2e", 50)
-    e2e_p90_ms: Annotated[Real, In("ms")] | None = _objective("e2e", 90)
-    e2e_p99_ms: Annotated[Real, In("ms")] | None = _objective("e2e", 99)
-    p99_ms: Annotated[Real, In("ms")] | None = Field(
-        None, gt=0, le=MAX_MS, description="The first spelling of e2e_p99_ms (still read; give one of them)."
-    )
-    p50_ms: Annotated[Real, In("ms")] | None = Field(
-        None, gt=0, le=MAX_MS, description="The first spelling of e2e_p50_ms (still read; give one of them)."
-    )
-    goodput_pct: Annotated[Real, In("percent")] | None = Field(
-        None,
-        gt=0,
-        le=100,
-        description="Goodput objective: at least this percent of requests meet every stated metric at once "
-        "(per request: TTFT, TPOT and end-to-end each within the target of its highest stated percentile).",
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Slo:
-        for old, key in _OLD_KEYS.items():
-            if getattr(self, old) is not None and getattr(self, f"{key}_ms") is not None:
-                raise ValueError(f"expected {old} or {key}_ms, not both (the same objective)")
-        got = self.objectives()
-        spelled = {k: o for o, k in _OLD_KEYS.items() if getattr(self, o) is not None}
-        for m in _METRIC_WORDS:
-            vals = [(spelled.get(k, f"{k}_ms"), v) for k, v in got.items() if _split(k)[0] == m]
-            for (k1, v1), (k2, v2) in zip(vals, vals[1:], strict=False):
-                if v1 > v2:
-                    raise ValueError(
-                        f"expected {k1} <= {k2} (a lower percentile above a higher one is impossible)"
-                    )
-        if self.goodput_pct is not None and not got:
-            raise ValueError("expected goodput_pct with at least one latency objective (what requests meet)")
-        return self
-
-    def objectives(self) -> dict[str, float]:
-        """Every objective given, key ("ttft_p99") -> milliseconds, in OBJECTIVE_KEYS order."""
-        out = {}
-        for key in OBJECTIVE_KEYS:
-            v = getattr(self, f"{key}_ms")
-            old = next((o for o, k in _OLD_KEYS.items() if k == key), None)
-            v = v if v is not None or old is None else getattr(self, old)
-            if v is not None:
-                out[key] = float(v)
-        return out
-
-    def with_objective(self, key: str, ms: float | None) -> Slo:
-        """A copy with objective `key` ("ttft_p99") set to `ms` (None: dropped), whichever spelling held it."""
-        old = {k: o for o, k in _OLD_KEYS.items()}.get(key)
-        upd: dict[str, Any] = {f"{key}_ms": ms}
-        if old is not None:
-            upd[old] = None
-        return type(self).model_validate({**self.model_dump(), **upd})
-
-    @property
-    def any(self) -> bool:
-        return bool(self.objectives())
-
-
-def _split(key: str) -> tuple[str, int]:
-    """"ttft_p99" -> ("ttft", 99)."""
-    m, p = key.rsplit("_p", 1)
-    return m, int(p)
 
 
 class Targets(_Model):

@@ -77,7 +77,8 @@ def curve_table(fleets: list[Any]) -> list[str]:
         "",
         "## Fleet size vs traffic",
         "",
-        "Each point re-planned: the traffic scaled (superposition) and the fleet sized by simulation for every "
+        "Each point re-planned: the traffic scaled (superposition) and the fleet sized by simulation for "
+        "every "
         "objective; the band scales each point by the capacity's ratio at the projection band's edges; "
         "linear: the count at 1x times the traffic (the curve before re-planning).",
         "",

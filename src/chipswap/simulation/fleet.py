@@ -60,7 +60,8 @@ class Objective:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise ChipswapError(f"objective metric {self.metric!r} is not known; use one of {', '.join(METRICS)}")
+            known = ", ".join(METRICS)
+            raise ChipswapError(f"objective metric {self.metric!r} is not known; use one of {known}")
         p, v = self.percentile, self.target_s
         if not (isinstance(p, int | float) and 0 < p < 100):
             raise ChipswapError(f"SLO percentile must be between 0 and 100, got {p!r}; e.g. 99")
@@ -82,11 +83,11 @@ class Objective:
 
 @dataclass(frozen=True)
 class Slo:
-    """Latency objectives. `ttft_s` / `e2e_s` at `percentile` (default p99) are the short form; `more` adds any
-    objective (TPOT, other percentiles). `goodput`: the share of requests (0..1] that must meet every metric's
-    threshold at once, as in vLLM's and guidellm's SLO modes (a metric's threshold is the target of its
-    highest-percentile objective). Give at least one objective; a request rejected as too long counts as
-    missing every objective."""
+    """Latency objectives. `ttft_s` / `e2e_s` at `percentile` (default p99) are the short form; `more`
+    adds any objective (TPOT, other percentiles). `goodput`: the share of requests (0..1] that must meet
+    every metric's threshold at once, as in vLLM's and guidellm's SLO modes (a metric's threshold is the
+    target of its highest-percentile objective). Give at least one objective; a request rejected as too
+    long counts as missing every objective."""
 
     ttft_s: float | None = None  # time to first token (LLM) or to the result (encoder)
     e2e_s: float | None = None  # arrival to the last token
@@ -96,7 +97,7 @@ class Slo:
 
     def __post_init__(self) -> None:
         if self.ttft_s is None and self.e2e_s is None and not self.more:
-            raise ChipswapError("the SLO has no objective; give a TTFT, TPOT and/or end-to-end latency target")
+            raise ChipswapError("the SLO has no objective; give a TTFT, TPOT and/or end-to-end latency")
         for name, v in (("TTFT", self.ttft_s), ("end-to-end", self.e2e_s)):
             if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ChipswapError(f"{name} SLO must be a positive number of seconds, got {v!r}; e.g. 2.5")
@@ -118,7 +119,9 @@ class Slo:
     @property
     def objectives(self) -> tuple[Objective, ...]:
         short = [
-            Objective(m, self.percentile, v) for m, v in (("ttft", self.ttft_s), ("e2e", self.e2e_s)) if v is not None
+            Objective(m, self.percentile, v)
+            for m, v in (("ttft", self.ttft_s), ("e2e", self.e2e_s))
+            if v is not None
         ]
         return (*short, *self.more)
 
@@ -168,7 +171,9 @@ def assess(slo: Slo, ttft: np.ndarray, e2e: np.ndarray, output_tokens: np.ndarra
     """The SLO against per-request latencies (one entry per request; NaN end-to-end = rejected)."""
     rejected = np.isnan(e2e)
     series = {m: per_request(m, ttft, e2e, output_tokens) for m in {o.metric for o in slo.objectives}}
-    values, misses, margins = [], [], []
+    values: list[float] = []
+    misses: list[str] = []
+    margins: list[str] = []
     for o in slo.objectives:
         v = series[o.metric]
         keep = rejected | ~np.isnan(v)  # TPOT of a one-token answer is not a value; a rejected one is late
@@ -252,7 +257,7 @@ class FleetSizing:
     message: str  # one line for reports
     floors: tuple[float, ...] = ()  # every objective's value alone on an idle replica (slo.objectives)
     goodput_floor: float = math.nan  # share of requests meeting every threshold alone
-    reach: FleetCheck | None = None  # no size meets the SLO: a large fleet simulated, for `relaxed(slo, reach)`
+    reach: FleetCheck | None = None  # no size meets the SLO: a large fleet simulated (`relaxed(slo, reach)`)
 
     @property
     def replicas(self) -> int | None:
@@ -588,9 +593,8 @@ def size_table(
     alone_ttft, alone_e2e, _work = request_work(part, service, setup, mode)
     ttft, e2e = [], []
     for n in sizes:
-        res = simulate(
-            part, service, setup, n * rpi, mode=mode, dispatch=dispatch, measure=(window.start_s, window.end_s)
-        )
+        measure = (window.start_s, window.end_s)
+        res = simulate(part, service, setup, n * rpi, mode=mode, dispatch=dispatch, measure=measure)
         ttft.append(res.ttft_s[res.measured])
         e2e.append(res.e2e_s[res.measured])
     out = part.output_tokens[inside]

@@ -438,7 +438,9 @@ DECISION_TABLE: tuple[
         "costs-more",
         lambda a: (a.facts.monthly_saving_usd or Decimal(0)) <= 0,
         STAY,
-        lambda a: f"{a.facts.target} {_costs_more_words(a.facts)} per month as the GPU fleet it would replace",
+        lambda a: (
+            f"{a.facts.target} {_costs_more_words(a.facts)} per month as the GPU fleet it would replace"
+        ),
     ),
     (
         "never-pays-back",
