@@ -29,6 +29,7 @@ CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide:
 BAND_STEPS = 1  # the same at the band's edges (about 7%)
 SMALL_FLEET = 3  # up to this many instances the capacity per instance is searched, not bounded
 CURVE_FACTORS = (0.5, 1.0, 2.0, 4.0)  # traffic multiples the fleet-size curve is re-planned at
+TABLE_SIZES = 24  # most fleet sizes in a size table (the objectives' sensitivity re-sizes on it)
 # The capacity search scales the window's traffic up; beyond this many simulated requests per probe it stops
 # and the capacity found is a lower bound (a tiny model on a big instance carries ~1e6 requests/s).
 MAX_PROBE_REQUESTS = 400_000
@@ -174,12 +175,16 @@ class _Fleet:
         self.sizing: Any = None
 
     def table(self, lower: int, top: int) -> Any:
-        """chipswap.simulation.fleet.size_table from `lower` to `top` instances."""
+        """chipswap.simulation.fleet.size_table from `lower` to `top` instances: every size when there are at
+        most TABLE_SIZES, else TABLE_SIZES spaced geometrically (a count between two is rounded up)."""
         ld = self.load
         lo = max(1, min(lower, top))
-        self.runs += top - lo + 1
+        sizes = list(range(lo, top + 1))
+        if len(sizes) > TABLE_SIZES:
+            sizes = sorted({round(lo * (top / lo) ** (k / (TABLE_SIZES - 1))) for k in range(TABLE_SIZES)})
+        self.runs += len(sizes)
         return self.fleet.size_table(
-            ld.traffic, self.lay.times, self.setup, self.cfg.replicas, range(lo, top + 1), mode=self.mode,
+            ld.traffic, self.lay.times, self.setup, self.cfg.replicas, sizes, mode=self.mode,
             window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
         )  # fmt: skip
 

@@ -576,7 +576,7 @@ def size_table(
     service: ServiceTimes,
     setup: ReplicaSetup,
     replicas_per_instance: int,
-    sizes: range,
+    sizes: Sequence[int],
     *,
     mode: str = "llm",
     dispatch: str = DEFAULT_DISPATCH,
@@ -584,10 +584,12 @@ def size_table(
     warmup_s: float = DEFAULT_WARMUP_S,
     cooldown_s: float = DEFAULT_COOLDOWN_S,
 ) -> SizeTable:
-    """Simulate the busiest window at every size in `sizes` (instances of `replicas_per_instance`)."""
+    """Simulate the busiest window at every size in `sizes` (ascending instance counts of
+    `replicas_per_instance` replicas; a gap between two sizes makes `count` round up to the next one)."""
     rpi = _count(replicas_per_instance, "replicas per instance", 1, MAX_REPLICAS)
-    if not sizes or sizes.step != 1 or sizes.start < 1 or sizes.stop - 1 > MAX_REPLICAS // rpi:
-        raise ChipswapError(f"sizes must be a range of whole instance counts from 1, got {sizes!r}")
+    sizes = [_count(n, "instance count", 1, MAX_REPLICAS // rpi) for n in sizes]
+    if not sizes or sizes != sorted(set(sizes)):
+        raise ChipswapError(f"sizes must be ascending distinct instance counts, got {sizes!r}")
     part, window = window_traffic(traffic, window_s, warmup_s=warmup_s, cooldown_s=cooldown_s)
     inside = (part.arrivals_s >= window.start_s) & (part.arrivals_s < window.end_s)
     alone_ttft, alone_e2e, _work = request_work(part, service, setup, mode)
