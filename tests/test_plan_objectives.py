@@ -114,3 +114,23 @@ def test_slo_flags_set_objectives_over_the_workload() -> None:
     for bad, words in (("ttft_p98=3", "did you mean ttft_p99"), ("tpot_p99=x", "expected a number")):
         with pytest.raises(ChipswapError, match=words):
             with_slo_flags(wl, [bad])
+
+
+def test_redundancy_floor_and_the_replanned_curve() -> None:
+    """targets.min_replicas: two instances by default where one carries the traffic, said in the notes; one
+    when asked, said too. The fleet-size curve is re-planned at each traffic point (monotone, its 1x point the
+    count, its band at 1x the count range) and the linear curve is kept beside it."""
+    one = plan(llama(1.0, targets={"candidates": ["inf2.xlarge"], "min_replicas": 1}))
+    two = plan(llama(1.0, targets={"candidates": ["inf2.xlarge"]}))
+    assert one.gpu_fleet.count == 1 and two.gpu_fleet.count == 2
+    assert any("2 for redundancy (targets.min_replicas = 2" in n for n in two.notes)
+    assert any("no redundancy (targets.min_replicas = 1)" in n for n in one.notes)
+    assert two.monthly_now.value == 2 * one.monthly_now.value  # the cost follows the count
+    f = two.gpu_fleet
+    factors = [g for g, _ in f.curve]
+    counts = [n for _, n in f.curve]
+    assert factors == [0.5, 1.0, 2.0, 4.0] and dict(f.curve)[1.0] == f.count
+    assert all(a <= b for a, b in zip(counts, counts[1:], strict=False)) and min(counts) >= 2
+    assert {g for g, _ in f.curve_linear} >= set(factors)
+    at1 = next((lo, hi) for g, lo, hi in f.curve_band if g == 1.0)
+    assert at1 == f.count_range
