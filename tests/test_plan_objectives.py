@@ -134,3 +134,15 @@ def test_redundancy_floor_and_the_replanned_curve() -> None:
     assert {g for g, _ in f.curve_linear} >= set(factors)
     at1 = next((lo, hi) for g, lo, hi in f.curve_band if g == 1.0)
     assert at1 == f.count_range
+
+
+def test_goodput_is_a_sensitivity_row_too() -> None:
+    r = plan(llama(3.0, slo={"ttft_p99_ms": 1500, "p99_ms": 8000, "goodput_pct": 99.0}))
+    rows = {f.knob: f for f in r.flips if f.knob.endswith(" objective")}
+    assert set(rows) == {"TTFT p99 objective", "end-to-end p99 objective", "goodput objective"}
+    g = rows["goodput objective"]
+    if g.value is not None:  # a flip is re-checked by planning again at the printed value
+        again = plan(llama(3.0, slo={"ttft_p99_ms": 1500, "p99_ms": 8000, "goodput_pct": g.value}))
+        assert again.verdict.verdict == g.verdict
+    else:
+        assert "no goodput objective from 80 to 99.9 %" in g.text

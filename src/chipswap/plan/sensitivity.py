@@ -140,51 +140,76 @@ def _two_digits(ms: float) -> float:
     return round(ms / step) * step
 
 
+GOODPUT_STEPS = (99.9, 99.5, 99.0, 98.0, 95.0, 90.0, 80.0)  # goodput_pct values tried, nearest first
+
+
+def _ladders(slo: Any) -> list[tuple[str, str, float, list[float], str]]:
+    """(key, label, stated value, values to try nearest first, unit) for every stated objective."""
+    from chipswap.plan.simulation import objective_words
+
+    rows = []
+    for key, base in slo.objectives().items():
+        label = objective_words(key, base).split(" <= ")[0]
+        rows.append((key, label, base, [_two_digits(base * st) for st in OBJECTIVE_STEPS], "ms"))
+    if slo.goodput_pct is not None:
+        g = float(slo.goodput_pct)
+        rows.append(("goodput_pct", "goodput", g, sorted(GOODPUT_STEPS, key=lambda x: abs(x - g)), "%"))
+    return rows
+
+
+def _set(slo: Any, key: str, value: float) -> Any:
+    if key == "goodput_pct":
+        return type(slo).model_validate({**slo.model_dump(), "goodput_pct": value})
+    return slo.with_objective(key, value)
+
+
+def _shown(key: str, value: float) -> str:
+    from chipswap.plan.simulation import objective_words
+
+    return f"{value:g}%" if key == "goodput_pct" else objective_words(key, value).split(" <= ")[1]
+
+
 def objective_flips(
     s: PlanSetup, v: VerdictStage, quick: Callable[[Any], str], replan: Callable[[Any], str]
 ) -> tuple[Flip, ...]:
-    """Every stated objective as a sensitivity: the nearest value on the ladder (OBJECTIVE_STEPS) whose
-    re-sizing flips the verdict in each direction, kept only when re-planning at that value (`replan`: the
-    simulation, fleets and verdict stages run again for that [slo]) gives that verdict too. `quick`: the
-    verdict from the fleets' size tables (no simulation), to find the value."""
-    from chipswap.plan.simulation import objective_words
-
+    """Every stated objective (and goodput) as a sensitivity: the nearest value on the ladder
+    (OBJECTIVE_STEPS; GOODPUT_STEPS) whose re-sizing flips the verdict in each direction, kept only when
+    re-planning at that value (`replan`: the simulation, fleets and verdict stages run again for that [slo])
+    gives that verdict too. `quick`: the verdict from the fleets' size tables (no simulation), to find it."""
     if v.best is None and not v.candidates:
         return ()
     slo = s.workload.slo
     out: list[Flip] = []
     done: dict[tuple[str, float], str] = {}
     for direction, toward in directions(v.verdict.verdict):
-        for key, base in slo.objectives().items():
-            label = objective_words(key, base).split(" <= ")[0]
+        for key, label, base, values, unit in _ladders(slo):
             tried: list[float] = []
             confirmed: Flip | None = None
-            for step in OBJECTIVE_STEPS:
-                ms = _two_digits(base * step)
+            for value in values:
                 try:
-                    x = slo.with_objective(key, ms)
+                    x = _set(slo, key, value)
                 except ValueError:  # e.g. a p50 tightened above the p99: not a value to offer
                     continue
-                if ms == base or not toward(quick(x)):
+                if value == base or not toward(quick(x)):
                     continue
-                tried.append(ms)
-                after = done[(key, ms)] = done.get((key, ms)) or replan(x)
+                tried.append(value)
+                after = done[(key, value)] = done.get((key, value)) or replan(x)
                 if toward(after):
-                    how = "relaxing" if ms > base else "tightening"
-                    words = objective_words(key, ms).split(" <= ")[1]
-                    text = f"{how} {label} to {words} would flip it to '{after}' (re-planned at that value)"
-                    confirmed = Flip(f"{label} objective", base, ms, after, text, ms, direction)
+                    looser = value < base if key == "goodput_pct" else value > base
+                    how = "relaxing" if looser else "tightening"
+                    text = f"{how} {label} to {_shown(key, value)} would flip it to '{after}'"
+                    text += " (re-planned at that value)"
+                    confirmed = Flip(f"{label} objective", base, value, after, text, value, direction)
                     break
                 if len(tried) >= CONFIRM_TRIES:
                     break
             if confirmed is None:
-                lo, hi = _two_digits(base * min(OBJECTIVE_STEPS)), _two_digits(base * max(OBJECTIVE_STEPS))
                 said = ", ".join(f"{t:g}" for t in tried)
-                unconfirmed = (
-                    f" (re-sizing suggested {said} ms; re-planning there did not confirm it)" if tried else ""
-                )
-                text = f"no {label} objective from {lo:g} to {hi:g} ms changes the verdict {direction}"
-                text += unconfirmed
+                unconfirmed = ""
+                if tried:
+                    unconfirmed = f" (re-sizing suggested {said} {unit}; re-planning did not confirm it)"
+                span = f"from {min(values):g} to {max(values):g} {unit}"
+                text = f"no {label} objective {span} changes the verdict {direction}{unconfirmed}"
                 confirmed = Flip(f"{label} objective", base, None, None, text, None, direction)
             out.append(confirmed)
     return tuple(out)
