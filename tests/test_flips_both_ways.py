@@ -30,6 +30,14 @@ def _edited(d: dict[str, Any], knob: str, value: Any) -> dict[str, Any]:
     elif knob == "price term":
         e["pricing"] = {"term": value}
         e["fleet"]["term"] = value
+    elif knob == "goodput objective":
+        e["slo"]["goodput_pct"] = value
+    elif knob.endswith(" objective"):  # "TTFT p99 objective" -> slo.ttft_p99_ms (the first spellings dropped)
+        metric, pct = knob.removesuffix(" objective").split(" p")
+        key = {"TTFT": "ttft", "TPOT": "tpot", "end-to-end": "e2e"}[metric] + f"_p{pct}"
+        if key in ("e2e_p99", "e2e_p50"):
+            e["slo"].pop(key.replace("e2e_", ""), None)
+        e["slo"][f"{key}_ms"] = value
     else:  # pragma: no cover - a new knob needs its edit here
         raise AssertionError(knob)
     return e

@@ -111,9 +111,13 @@ def test_unknown_readiness_is_not_a_pass() -> None:
 
 
 def test_costs_more_stays() -> None:
-    v = decide(clean(monthly_after_usd=Decimal("41000"), payback_month=None))
+    f = clean(monthly_after_usd=Decimal("41000"), payback_month=None)
+    v = decide(f)
     assert v.verdict == STAY
-    assert "costs as much or more" in v.why
+    ratio = f.monthly_after_usd / f.monthly_now_usd  # the words say the ratio, not "as much or more"
+    assert f"costs {ratio.quantize(Decimal('0.01'))}x as much" in v.why and "or more" not in v.why
+    for after, words in ((f.monthly_now_usd * 8, "costs 8.0x as much"), (f.monthly_now_usd, "costs as much")):
+        assert words + " per month as" in decide(replace(f, monthly_after_usd=after, payback_month=None)).why
 
 
 def test_never_pays_back_within_horizon_stays() -> None:

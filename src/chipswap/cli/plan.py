@@ -91,10 +91,19 @@ def figure_line(fleet: object) -> str:
                 f"{'end-to-end' if name == 'e2e_p99' else 'TTFT'} p99 {float(fig.value):,.0f} ms "
                 f"({fig.label})"
             )
+    others = {k: v for k, v in (getattr(fleet, "objectives", None) or {}).items() if k not in _SHOWN}
+    if others:
+        shown = ", ".join(f"{_objective_name(k)} {_ms_text(v)}" for k, v in others.items())
+        parts.append(shown + " (simulated)")
+    goodput = getattr(fleet, "goodput_pct", None)
+    if goodput is not None and getattr(fleet, "count", None) is not None:
+        parts.append(f"goodput {goodput:.1f}% of requests meet every objective")
     count, (lo, hi) = getattr(fleet, "count", None), getattr(fleet, "count_range", (None, None))
     if count is None and getattr(fleet, "sizing", ""):
         floor = getattr(fleet, "slo_floor_ms", None)
-        parts.append(fleet.sizing + (f" (unloaded {floor:,.0f} ms)" if floor else ""))  # type: ignore[attr-defined]
+        blocking = getattr(fleet, "slo_blocking", ())
+        why = f" ({'; '.join(blocking)})" if blocking else (f" (unloaded {floor:,.0f} ms)" if floor else "")
+        parts.append(fleet.sizing + why)  # type: ignore[attr-defined]
     if count is not None:
         band = ""
         if lo is not None and hi is not None and lo != hi:
@@ -113,6 +122,20 @@ def figure_line(fleet: object) -> str:
     if lost:
         parts.append("not used: " + ", ".join(f"{human_number(o.value)} {o.unit} ({o.label})" for o in lost))
     return f"{getattr(fleet, 'instance', '?')}: " + ("; ".join(parts) or "no figure")
+
+
+_SHOWN = ("e2e_p99", "ttft_p99")  # objectives figure_line prints as figures (with their source)
+
+
+def _objective_name(key: str) -> str:
+    from chipswap.simulation.fleet import METRICS
+
+    metric, pct = key.rsplit("_p", 1)
+    return f"{METRICS.get(metric, metric)} p{pct}"
+
+
+def _ms_text(ms: float) -> str:
+    return f"{ms:,.1f} ms" if ms < 100 else f"{ms:,.0f} ms"
 
 
 def summary_lines(result: object) -> list[str]:
@@ -252,6 +275,34 @@ def _with_train_hours(wl: Any, hours: float) -> Any:
     return wl.model_copy(update={"job": job})
 
 
+def with_slo_flags(wl: Any, items: list[str]) -> Any:
+    """The workload with each `--slo OBJECTIVE=MS` set (one-line errors naming the flag and the fix)."""
+    from pydantic import ValidationError
+
+    from chipswap.plan.workload import OBJECTIVE_KEYS
+
+    known = [*OBJECTIVE_KEYS, "goodput_pct"]
+    slo = wl.slo
+    for item in items:
+        key, _, value = item.partition("=")
+        key = key.strip().removesuffix("_ms")
+        if key not in known:
+            near = closest(key, known, n=1)
+            hint = f"did you mean {near[0]}?" if near else f"use one of {', '.join(known)}"
+            raise ChipswapError(f"--slo {item!r}: unknown objective; {hint} (e.g. --slo ttft_p99=3000)")
+        try:
+            ms = float(value)
+            if key == "goodput_pct":
+                slo = type(slo).model_validate({**slo.model_dump(), "goodput_pct": ms})
+            else:
+                slo = slo.with_objective(key, ms)
+        except (ValueError, ValidationError) as exc:
+            why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else "expected a number"
+            eg = "goodput_pct=99" if key == "goodput_pct" else f"{key}=3000"
+            raise ChipswapError(f"--slo {item!r}: {why}; give OBJECTIVE=MS, e.g. --slo {eg}") from None
+    return wl.model_copy(update={"slo": slo})
+
+
 def _plan(
     workload: Path | None = typer.Argument(
         None,
@@ -301,6 +352,13 @@ def _plan(
         help="Training: the hours one run takes on the GPU fleet (stated). Replaces the job's size: the "
         "tokens are inferred from the GPU's projected throughput and each candidate's hours follow "
         "(labelled).",
+    ),
+    slo: list[str] = typer.Option(
+        [],
+        "--slo",
+        metavar="OBJECTIVE=MS",
+        help="Set a latency objective over the workload's [slo], e.g. --slo ttft_p99=3000 --slo tpot_p99=80; "
+        "objectives: ttft, tpot, e2e at p50, p90, p99 (ms), or goodput_pct=99. Repeat for several.",
     ),
     quiet: bool = switch(
         "--quiet", "-q", help="No progress on stderr (default: a line per stage, a spinner on a terminal)."
@@ -364,6 +422,8 @@ def _plan(
     wl = load_workload(path, catalog, defaults=workload_defaults(found))
     if train_hours is not None:
         wl = _with_train_hours(wl, train_hours)
+    if slo:
+        wl = with_slo_flags(wl, slo)
 
     from chipswap.cli.stages import StageProgress
     from chipswap.plan import run_plan

@@ -117,6 +117,25 @@ def run_plan(
     summary = t.summary if t is not None else None
     v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
     fp = clock.stage("sensitivity", sensitivity.flips, s, v)
+    tabled = any(x.table is not None for x in sim.by_instance.values())
+    if s.kind == "serving" and load is not None and tabled:
+
+        def again(slo: Any, quick: bool) -> str:
+            """The verdict for another [slo]: re-sized from the size tables (quick) or re-planned (the
+            simulation, fleets and verdict stages run again; the stages before them do not read the SLO)."""
+            s2 = replace(s, workload=s.workload.model_copy(update={"slo": slo}))
+            sim2 = simulation.resized(sim, slo) if quick else simulation.simulation(s2, load, sh.summary, pr)
+            fl2 = fleets.fleets(s2, t, pr, sim2)
+            return decide.verdict(s2, summary, sh.summary, rd, fl2).verdict.verdict
+
+        fp = fp + clock.stage(
+            "objectives' sensitivity",
+            sensitivity.objective_flips,
+            s,
+            v,
+            lambda x: again(x, True),
+            lambda x: again(x, False),
+        )
     checked, cap_notes = clock.stage(
         "checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check
     )
@@ -149,15 +168,12 @@ def _assemble(
         *fl.notes,
         *v.notes,
     ]
-    slo = {
-        k: float(val)
-        for k, val in (
-            ("p99_ms", wl.slo.p99_ms),
-            ("ttft_p99_ms", wl.slo.ttft_p99_ms),
-            ("p50_ms", wl.slo.p50_ms),
-        )
-        if val is not None
-    }
+    slo = {f"{k}_ms": v for k, v in wl.slo.objectives().items()}
+    for old, key in (("p99_ms", "e2e_p99_ms"), ("p50_ms", "e2e_p50_ms")):  # the first spellings, still read
+        if key in slo:
+            slo[old] = slo[key]
+    if wl.slo.goodput_pct is not None:
+        slo["goodput_pct"] = float(wl.slo.goodput_pct)
     return PlanResult(
         wl.title,
         wl.kind,

@@ -9,14 +9,16 @@ utilization. Input: PlanSetup, TrafficStage, ProjectionStage, SimulationStage. O
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from chipswap.plan.figures import Chosen, Figure, pick
 from chipswap.plan.projection import ProjectionStage
 from chipswap.plan.result import FleetPlan, LatencySample
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.simulation import InstanceSim, SimulationStage
-from chipswap.plan.sizing import FixedSizer, RateSizer, Sizer
+from chipswap.plan.sizing import CurveSizer, FixedSizer, RateSizer, Sizer
 from chipswap.plan.traffic import TrafficStage
 from chipswap.plan.workload import FIGURE_UNITS, FigureIn
 from chipswap.textsafe import human_number
@@ -128,11 +130,10 @@ def _meets(
     slo = s.workload.slo
     if thr is not None and thr.kind == "projected" and sim is not None:
         # the simulator sized the fleet for the p99 objectives, or found no size that meets them
-        if sim.feasible and slo.p50_ms is not None and sim.e2e_p50_ms is not None:
-            return sim.e2e_p50_ms <= slo.p50_ms
-        return sim.feasible
+        return sim.feasible  # every objective, p50s included, is in the simulated sizing
     checks: list[bool | None] = []
-    for objective, fig in ((slo.p99_ms, e2e), (slo.ttft_p99_ms, ttft)):
+    got = slo.objectives()
+    for objective, fig in ((got.get("e2e_p99"), e2e), (got.get("ttft_p99"), ttft)):
         if objective is not None:
             checks.append(None if fig is None else float(fig.value) <= objective)
     if not checks:
@@ -171,6 +172,8 @@ def _serving_fleet(
         sizing = f"busiest-window rate / ({fig.label} throughput x {s.workload.utilization:.0%} utilization)"
     # the projection's exclusion (memory, no calibration) stands unless the user measured the instance
     excluded = None if fig is not None and fig.kind == "measured" else p.excluded
+    least = s.workload.targets.min_replicas
+    sizer = replace(sizer, least=least) if isinstance(sizer, RateSizer | CurveSizer) else sizer
     count = sizer.count() if sizer is not None else None
     band = fig.band if fig is not None else None
     rng: tuple[int | None, int | None] = (count, count)
@@ -188,14 +191,69 @@ def _serving_fleet(
         sizing=sizing,
         meets_slo=_meets(s, fig, e2e.figure, ttft.figure, sim),
         slo_floor_ms=sim.floor_ms if sim is not None else None,
-        curve=_curve(sizer),
+        curve_linear=_curve(sizer),
         config=sim.config if sim is not None and sim.config is not None and simulated else p.config,
         overridden=thr.overridden + e2e.overridden + ttft.overridden,
         latency=sim.latency if sim is not None else LatencySample(),
         note=p.note,
         to_measure=getattr(p.detail, "to_measure", None),
+        min_count_why=_redundancy(sizer, count, least),
+        **(
+            _replanned(sim.curve, sizer, least)
+            if simulated and sim is not None and sim.curve
+            else {"curve": _curve(sizer)}
+        ),
+        **(_sim_fields(sim) if sim is not None and simulated or sim is not None and not sim.feasible else {}),
     )
     return plan, sizer, excluded
+
+
+def _redundancy(sizer: Sizer | None, count: int | None, least: int) -> str:
+    """Words when the redundancy floor decides the count (or there is none), else ""."""
+    if sizer is None or count is None:
+        return ""
+    if least == 1:
+        return "" if count > 1 else "one instance: no redundancy (targets.min_replicas = 1)"
+    alone = replace(sizer, least=1).count()  # type: ignore[type-var]
+    if alone is not None and alone < least:
+        return (
+            f"{alone} would carry the traffic; {least} for redundancy (targets.min_replicas = {least}: one "
+            "can fail or be drained while the rest serve)"
+        )
+    return ""
+
+
+def _replanned(
+    curve: tuple[tuple[float, int | None], ...], sizer: Sizer | None, least: int
+) -> dict[str, Any]:
+    """FleetPlan's curve from the simulation's re-planned points and its band: the band's edges at 1x (the
+    count range) scaled by each point's re-planned count over the count at 1x; the redundancy floor
+    applied."""
+
+    def floor(n: float | None) -> int | None:
+        return None if n is None else max(least, math.ceil(n - 1e-9))
+
+    band = []
+    one = dict(curve).get(1.0)
+    for g, n in curve:
+        edges: list[float | None] = [n, n]
+        if isinstance(sizer, CurveSizer) and one and n is not None and len(sizer.speeds) > 1:
+            caps = (sizer.capacity(sizer.speeds[-1]), sizer.capacity(sizer.speeds[0]))  # fast, slow
+            edges = [None if not c else sizer.rate_rps / c * n / one for c in caps]
+        band.append((g, floor(edges[0]), floor(edges[1])))
+    return {"curve": tuple((g, floor(n)) for g, n in curve), "curve_band": tuple(band)}
+
+
+def _sim_fields(sim: InstanceSim) -> dict[str, Any]:
+    """What the simulation says about every objective, for FleetPlan."""
+    return {
+        "objectives": dict(sim.objectives),
+        "goodput_pct": sim.goodput_pct,
+        "slo_floor_key": sim.floor_key,
+        "slo_blocking": sim.blocking,
+        "slo_reach": dict(sim.reach),
+        "slo_reach_count": sim.reach_count,
+    }
 
 
 def _mode(s: PlanSetup) -> str:
@@ -351,6 +409,7 @@ def fleets(s: PlanSetup, t: TrafficStage | None, proj: ProjectionStage, sims: Si
         if why:
             excluded[inst.name] = why
     notes: list[str] = [n for plan in plans if (n := _overridden_note(plan))]
+    notes += [f"{plan.instance}: {plan.min_count_why}" for plan in plans if plan.min_count_why]
     gpu = plans[0]
     if gpu.throughput is None:
         notes.append(

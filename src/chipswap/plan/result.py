@@ -127,6 +127,17 @@ class FleetPlan:
     # outside what the calibration covers: the layout a trial measures (no projected figure; a
     # ServingConfig picked by memory fit), None otherwise
     to_measure: Any = None
+    objectives: dict[str, float] = field(default_factory=dict)  # simulated value of every objective, ms
+    goodput_pct: float | None = None  # simulated share of requests meeting every objective at once
+    slo_floor_key: str = ""  # the objective slo_floor_ms is the unloaded value of ("ttft_p99")
+    slo_blocking: tuple[str, ...] = ()  # no size meets the SLO: which objectives block, in words
+    slo_reach: dict[str, float] = field(default_factory=dict)  # objectives (ms) that a fleet does meet
+    slo_reach_count: int | None = None  # that fleet's instances
+    min_count_why: str = ""  # the count was raised to the redundancy floor (targets.min_replicas): words
+    # `curve` re-planned (each traffic point sized by simulation): its band (factor, fewest, most), and the
+    # linear curve it replaces (the count at 1x scaled by the traffic), kept for comparison
+    curve_band: tuple[tuple[float, int | None, int | None], ...] = ()
+    curve_linear: tuple[tuple[float, int | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ itself is chipswap.verdict.sensitivity (pure); every evaluation here is a pure r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from chipswap.economics import cost
 from chipswap.plan.economics import Scenario, evaluate
@@ -125,3 +127,89 @@ def directions(verdict: str) -> tuple[tuple[str, Callable[[str], bool]], ...]:
     if verdict == STAY:
         return (to_move,)
     return (to_move, ("toward stay", lambda x: x == STAY))
+
+
+# Objective values tried, as multiples of the stated one (rounded to two significant digits), nearest first:
+# a re-sizing from each fleet's size table per value, then the value that flips re-checked by re-planning.
+OBJECTIVE_STEPS = (1.25, 0.8, 1.5, 0.67, 2.0, 0.5, 3.0, 0.33, 5.0, 0.2, 10.0)
+CONFIRM_TRIES = 3  # re-planned values per objective and direction before "not confirmed"
+
+
+def _two_digits(ms: float) -> float:
+    step = 10.0 ** (math.floor(math.log10(ms)) - 1)
+    return round(ms / step) * step
+
+
+GOODPUT_STEPS = (99.9, 99.5, 99.0, 98.0, 95.0, 90.0, 80.0)  # goodput_pct values tried, nearest first
+
+
+def _ladders(slo: Any) -> list[tuple[str, str, float, list[float], str]]:
+    """(key, label, stated value, values to try nearest first, unit) for every stated objective."""
+    from chipswap.plan.simulation import objective_words
+
+    rows = []
+    for key, base in slo.objectives().items():
+        label = objective_words(key, base).split(" <= ")[0]
+        rows.append((key, label, base, [_two_digits(base * st) for st in OBJECTIVE_STEPS], "ms"))
+    if slo.goodput_pct is not None:
+        g = float(slo.goodput_pct)
+        rows.append(("goodput_pct", "goodput", g, sorted(GOODPUT_STEPS, key=lambda x: abs(x - g)), "%"))
+    return rows
+
+
+def _set(slo: Any, key: str, value: float) -> Any:
+    if key == "goodput_pct":
+        return type(slo).model_validate({**slo.model_dump(), "goodput_pct": value})
+    return slo.with_objective(key, value)
+
+
+def _shown(key: str, value: float) -> str:
+    from chipswap.plan.simulation import objective_words
+
+    return f"{value:g}%" if key == "goodput_pct" else objective_words(key, value).split(" <= ")[1]
+
+
+def objective_flips(
+    s: PlanSetup, v: VerdictStage, quick: Callable[[Any], str], replan: Callable[[Any], str]
+) -> tuple[Flip, ...]:
+    """Every stated objective (and goodput) as a sensitivity: the nearest value on the ladder
+    (OBJECTIVE_STEPS; GOODPUT_STEPS) whose re-sizing flips the verdict in each direction, kept only when
+    re-planning at that value (`replan`: the simulation, fleets and verdict stages run again for that [slo])
+    gives that verdict too. `quick`: the verdict from the fleets' size tables (no simulation), to find it."""
+    if v.best is None and not v.candidates:
+        return ()
+    slo = s.workload.slo
+    out: list[Flip] = []
+    done: dict[tuple[str, float], str] = {}
+    for direction, toward in directions(v.verdict.verdict):
+        for key, label, base, values, unit in _ladders(slo):
+            tried: list[float] = []
+            confirmed: Flip | None = None
+            for value in values:
+                try:
+                    x = _set(slo, key, value)
+                except ValueError:  # e.g. a p50 tightened above the p99: not a value to offer
+                    continue
+                if value == base or not toward(quick(x)):
+                    continue
+                tried.append(value)
+                after = done[(key, value)] = done.get((key, value)) or replan(x)
+                if toward(after):
+                    looser = value < base if key == "goodput_pct" else value > base
+                    how = "relaxing" if looser else "tightening"
+                    text = f"{how} {label} to {_shown(key, value)} would flip it to '{after}'"
+                    text += " (re-planned at that value)"
+                    confirmed = Flip(f"{label} objective", base, value, after, text, value, direction)
+                    break
+                if len(tried) >= CONFIRM_TRIES:
+                    break
+            if confirmed is None:
+                said = ", ".join(f"{t:g}" for t in tried)
+                unconfirmed = ""
+                if tried:
+                    unconfirmed = f" (re-sizing suggested {said} {unit}; re-planning did not confirm it)"
+                span = f"from {min(values):g} to {max(values):g} {unit}"
+                text = f"no {label} objective {span} changes the verdict {direction}{unconfirmed}"
+                confirmed = Flip(f"{label} objective", base, None, None, text, None, direction)
+            out.append(confirmed)
+    return tuple(out)

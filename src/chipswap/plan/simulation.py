@@ -28,6 +28,8 @@ MAX_INSTANCES = 1000  # the largest fleet the sizing search tries; beyond it the
 CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
 BAND_STEPS = 1  # the same at the band's edges (about 7%)
 SMALL_FLEET = 3  # up to this many instances the capacity per instance is searched, not bounded
+CURVE_FACTORS = (0.5, 1.0, 2.0, 4.0)  # traffic multiples the fleet-size curve is re-planned at
+TABLE_SIZES = 24  # most fleet sizes in a size table (the objectives' sensitivity re-sizes on it)
 # The capacity search scales the window's traffic up; beyond this many simulated requests per probe it stops
 # and the capacity found is a lower bound (a tiny model on a big instance carries ~1e6 requests/s).
 MAX_PROBE_REQUESTS = 400_000
@@ -53,6 +55,16 @@ class InstanceSim:
     times: Any = None  # its ServiceTimes
     e2e_p50_ms: float | None = None
     capacity_is_lower_bound: bool = False  # the SLO still held at the most traffic the search simulates
+    objectives: dict[str, float] = field(default_factory=dict)  # every objective's value at the size, ms
+    goodput_pct: float | None = None  # requests meeting every objective at once at the size, percent
+    floor_key: str = ""  # the objective floor_ms is the unloaded value of ("ttft_p99")
+    blocking: tuple[str, ...] = ()  # no size meets the SLO: the objectives that block, in words
+    reach: dict[str, float] = field(default_factory=dict)  # objectives (ms; goodput_pct) a fleet does meet
+    reach_count: int | None = None  # that fleet's instances
+    table: Any = None  # simulation.fleet.SizeTable of the layout sized: re-sizing for other objectives
+    # fleet size vs traffic, re-planned: (traffic factor, instances) at each of CURVE_FACTORS, each sized
+    # by simulation on the traffic scaled by the workload's method
+    curve: tuple[tuple[float, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,7 @@ class SimulationStage:
     by_instance: dict[str, InstanceSim] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     scheduling: dict[str, str] = field(default_factory=dict)  # policies, dispatch, scaling method
+    rate_rps: float = 0.0  # the busiest window's arrival rate the fleets are sized for
 
     def get(self, instance: str) -> InstanceSim | None:
         return self.by_instance.get(instance)
@@ -161,6 +174,47 @@ class _Fleet:
         self.runs = 0
         self.sizing: Any = None
 
+    def table(self, lower: int, top: int) -> Any:
+        """chipswap.simulation.fleet.size_table from `lower` to `top` instances: every size when there are at
+        most TABLE_SIZES, else TABLE_SIZES spaced geometrically (a count between two is rounded up)."""
+        ld = self.load
+        lo = max(1, min(lower, top))
+        sizes = list(range(lo, top + 1))
+        if len(sizes) > TABLE_SIZES:
+            sizes = sorted({round(lo * (top / lo) ** (k / (TABLE_SIZES - 1))) for k in range(TABLE_SIZES)})
+        self.runs += len(sizes)
+        return self.fleet.size_table(
+            ld.traffic, self.lay.times, self.setup, self.cfg.replicas, sizes, mode=self.mode,
+            window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
+        )  # fmt: skip
+
+    def curve(self, n: int) -> tuple[tuple[float, int | None], ...]:
+        """Fleet size vs traffic, re-planned: size_fleet_sweep on the traffic scaled to each of CURVE_FACTORS
+        (superposition unless the workload asks otherwise); at 1x the size already found (`n`)."""
+        ld = self.load
+        factors = [g for g in CURVE_FACTORS if g != 1.0]
+        traffics = []
+        for g in factors:
+            if g not in self._scaled:
+                self._scaled[g] = self.simulate.scale_traffic(
+                    ld.traffic, g, np.random.default_rng(SEED), method=self.scale_method
+                )
+            traffics.append(self._scaled[g])
+        below = [k for k, g in enumerate(factors) if g < 1.0]
+        above = [k for k, g in enumerate(factors) if g > 1.0]
+        found: dict[float, int | None] = {1.0: n}
+        for part, cap in ((below, n), (above, MAX_INSTANCES)):  # less traffic never needs more than n
+            if not part:
+                continue
+            sweep = self.fleet.size_fleet_sweep(
+                [traffics[k] for k in part], self.lay.times, self.setup, self.cfg.replicas, self.slo,
+                mode=self.mode, window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
+                max_instances=cap,
+            )  # fmt: skip
+            self.runs += sum(len(z.probes) for z in sweep)
+            found.update({factors[k]: z.instances for k, z in zip(part, sweep, strict=True)})
+        return tuple((g, found[g]) for g in CURVE_FACTORS)
+
     def size(self, cap: int) -> Any:
         """chipswap.simulation.fleet.size_fleet on the busiest window, up to `cap` instances."""
         ld = self.load
@@ -203,25 +257,41 @@ class _Fleet:
         )
         return bool(check.meets)
 
+    def _floors(self) -> list[tuple[float, float, str]]:
+        """(unloaded value / target, unloaded value in s, key) per objective."""
+        z = self.sizing
+        return [
+            (floor / o.target_s, floor, o.key)
+            for o, floor in zip(self.slo.objectives, z.floors, strict=False)
+            if np.isfinite(floor)
+        ]
+
     def floor_s(self, speed: float = 1.0) -> float:
         """The tightest objective's unloaded latency at `speed` as a share of it (> 1: unreachable)."""
-        z = self.sizing
-        shares = [
-            floor / speed / target
-            for floor, target in ((z.floor_ttft_s, self.slo.ttft_s), (z.floor_e2e_s, self.slo.e2e_s))
-            if target is not None and np.isfinite(floor)
-        ]
+        shares = [share / speed for share, _f, _k in self._floors()]
         return max(shares) if shares else 0.0
 
     def floor_ms(self) -> float | None:
         """The unloaded latency (ms) of the objective that bites hardest."""
-        z = self.sizing
-        pairs = [
-            (floor / target, floor)
-            for floor, target in ((z.floor_ttft_s, self.slo.ttft_s), (z.floor_e2e_s, self.slo.e2e_s))
-            if target is not None and np.isfinite(floor)
-        ]
+        pairs = self._floors()
         return max(pairs)[1] * 1000 if pairs else None
+
+    def floor_key(self) -> str:
+        pairs = self._floors()
+        return max(pairs)[2] if pairs else ""
+
+    def reach(self) -> tuple[dict[str, float], int | None]:
+        """No size meets the SLO: the objectives a large fleet does meet (ms; goodput_pct), and its size."""
+        z = self.sizing
+        if z is None or z.reach is None:
+            return {}, None
+        r = self.fleet.relaxed(self.slo, z.reach)
+        if any(not np.isfinite(v) for v in z.reach.values):
+            return {}, None  # rejected requests: no objective value helps
+        out = {o.key: round(o.target_s * 1000, 6) for o in r.objectives}
+        if r.goodput is not None:
+            out["goodput_pct"] = round(r.goodput * 100, 6)
+        return out, z.reach.instances
 
 
 def _capacity(f: _Fleet, n: int, speed: float, start: float, steps: int) -> float | None:
@@ -289,7 +359,8 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     far."""
     best: tuple[int, _Fleet] | None = None
     tried: list[str] = []
-    floors: list[float] = []
+    floors: list[tuple[float, str]] = []
+    blocked: list[tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]] = []
     runs = 0
     for lay in (p, *getattr(p, "alternatives", ())):
         f = _Fleet(sim, s, load, shapes, lay, slo)
@@ -298,7 +369,10 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         runs += f.runs
         if z is None or z.verdict != "meets":
             if z is not None and z.verdict == "below_floor" and f.floor_ms() is not None:
-                floors.append(f.floor_ms() or 0.0)
+                floors.append((f.floor_ms() or 0.0, f.floor_key()))
+            if z is not None and best is None and z.verdict in ("below_floor", "over_cap"):
+                reach, n_reach = f.reach()
+                blocked.append((_relaxation(slo, reach), z.blocking(), reach, n_reach, f))
             why = z.message if z is not None and best is None else f"no fewer than {best[0] if best else 0}"
             tried.append(f"{_layout_words(lay.config)}: {why}")
             continue
@@ -308,6 +382,12 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     # the band of the layout sized (the fewest instances), not of the projection's own pick
     band = float((best[1].lay.times if best is not None else p.times).band or 0.0)
     if best is None:
+        floor = min(floors) if floors else (None, "")
+        nothing: tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]
+        nothing = (0.0, (), {}, None, None)
+        _r, blocking, reach, reach_n, fl = min(blocked, key=lambda b: b[0]) if blocked else nothing
+        z = fl.sizing if fl is not None else None
+        table = fl.table(z.lower_bound, min(MAX_INSTANCES, max(8, 4 * z.lower_bound))) if fl and z else None
         return InstanceSim(
             p.instance,
             None,
@@ -317,8 +397,13 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
             None,
             band,
             False,
-            min(floors) if floors else None,
+            floor[0],
             note=f"{what}; layouts tried: " + "; ".join(tried),
+            floor_key=floor[1],
+            blocking=blocking,
+            reach=reach,
+            reach_count=reach_n,
+            table=table,
         )
     n, f = best
     before = f.runs
@@ -333,6 +418,8 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
     for sp in speeds:
         g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
         caps.append(None if g is None else load.rate_rps * g / n)
+    table = f.table(f.sizing.lower_bound, min(MAX_INSTANCES, max(8, 2 * n + 2)))
+    curve = f.curve(n)
     runs += f.runs - before
     res = f.sizing.check.result
     batching = f"continuous ({f.policy})" if f.mode == "llm" else "dynamic"
@@ -367,7 +454,74 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         f.lay.times,
         _ms(res.e2e.p50),
         f.capped,
+        objectives={o.key: v * 1000 for o, v in zip(slo.objectives, f.sizing.check.values, strict=True)},
+        goodput_pct=f.sizing.check.goodput * 100,
+        table=table,
+        curve=curve,
     )
+
+
+def resized(stage: SimulationStage, workload_slo: Any) -> SimulationStage:
+    """The stage re-sized for other objectives from each fleet's SizeTable, without simulating (the search of
+    the objectives' sensitivity; the value it finds is then re-checked by re-running the plan). Capacities
+    scale with the count (capacity per instance at n' = at n x n / n')."""
+    slo = slo_of(workload_slo)
+    out: dict[str, InstanceSim] = {}
+    for name, x in stage.by_instance.items():
+        n = x.table.count(slo) if x.table is not None and slo is not None else None
+        if n is None or x.table is None:
+            out[name] = replace(x, sizer=None, count=None, capacity_rps=None, feasible=False)
+            continue
+        if x.sizer is not None and x.count:
+            k = x.count / n
+            caps = tuple(None if c is None else c * k for c in x.sizer.capacity_rps)
+            sizer = replace(x.sizer, capacity_rps=caps)
+        else:  # not feasible at the stated objectives: the count, and the band taken as linear in speed
+            b = x.band or 0.0
+            speeds = (1 / (1 + b), 1.0, 1 + b) if b else (1.0,)
+            caps = tuple(stage.rate_rps / n * sp for sp in speeds)
+            sizer = CurveSizer(stage.rate_rps, speeds, caps, "re-sized for the objectives")
+        # at a band edge whose unloaded latency misses an objective no size meets it
+        edges = zip(sizer.speeds, sizer.capacity_rps, strict=True)
+        caps = tuple(c if x.table.floor_ok(slo, sp) else None for sp, c in edges)
+        sizer = replace(sizer, capacity_rps=caps)
+        cap = sizer.capacity(1.0)
+        out[name] = replace(x, sizer=sizer, count=n, capacity_rps=cap, feasible=sizer is not None)
+    return replace(stage, by_instance=out)
+
+
+def _relaxation(slo: Any, reach: dict[str, float]) -> float:
+    """How far `reach` relaxes the SLO: the largest ratio of a reached value to its target (inf: none)."""
+    if not reach:
+        return float("inf")
+    ratios = [reach.get(o.key, o.target_s * 1000) / (o.target_s * 1000) for o in slo.objectives]
+    if slo.goodput is not None and "goodput_pct" in reach:
+        ratios.append(slo.goodput * 100 / max(reach["goodput_pct"], 1e-9))
+    return max(ratios)
+
+
+def objective_words(key: str, ms: float) -> str:
+    """"ttft_p99", 2000 -> "TTFT p99 <= 2,000 ms" (TPOT to a tenth of a ms)."""
+    from chipswap.simulation.fleet import METRICS
+
+    metric, pct = key.rsplit("_p", 1)
+    value = f"{ms:,.1f}" if ms < 100 and ms != int(ms) else f"{ms:,.0f}"
+    return f"{METRICS[metric]} p{pct} <= {value} ms"
+
+
+def slo_of(workload_slo: Any) -> Any:
+    """The simulator's SLO (chipswap.simulation.fleet.Slo) from the workload's [slo]; None without an
+    objective."""
+    from chipswap.simulation.fleet import Objective, Slo
+
+    objs = []
+    for key, ms in workload_slo.objectives().items():
+        metric, pct = key.rsplit("_p", 1)
+        objs.append(Objective(metric, float(pct), ms / 1000))
+    if not objs:
+        return None
+    g = workload_slo.goodput_pct
+    return Slo.of(objs, None if g is None else g / 100)
 
 
 def _same_layouts(p: Any) -> tuple[Any, ...]:
@@ -393,19 +547,15 @@ def simulation(
                 "simulated",
             )
         )
-    objectives = s.workload.slo
-    if objectives.p99_ms is None and objectives.ttft_p99_ms is None:
+    slo = slo_of(s.workload.slo)
+    if slo is None:
         return SimulationStage(
             notes=(
-                "no latency objective (slo.p99_ms or slo.ttft_p99_ms): projected fleets are sized from the "
-                f"projected steady throughput at {s.workload.utilization:.0%} utilization; state an SLO to "
-                "size both fleets by simulation",
+                "no latency objective (slo.ttft_p99_ms, tpot_p99_ms, e2e_p99_ms, ...): projected fleets are "
+                f"sized from the projected steady throughput at {s.workload.utilization:.0%} utilization; "
+                "state an SLO to size both fleets by simulation",
             )
         )
-    slo = sim[1].Slo(
-        ttft_s=objectives.ttft_p99_ms / 1000 if objectives.ttft_p99_ms is not None else None,
-        e2e_s=objectives.p99_ms / 1000 if objectives.p99_ms is not None else None,
-    )
     out: dict[str, InstanceSim] = {}
     done: list[tuple[tuple[Any, ...], InstanceSim]] = []
     for p in projected:
@@ -414,4 +564,4 @@ def simulation(
         out[p.instance] = replace(twin, instance=p.instance) if twin else _one(s, sim, load, shapes, p, slo)
         done.append((key, out[p.instance]))
     sched = scheduling_summary(s.workload)
-    return SimulationStage(out, (sched["line"],), sched)
+    return SimulationStage(out, (sched["line"],), sched, load.rate_rps)

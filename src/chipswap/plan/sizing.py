@@ -7,6 +7,8 @@ None means no fleet size meets the objective. Two kinds:
 
 - RateSizer: from a requests/s-per-instance figure (stated, measured, or the simulator's capacity at the SLO)
   and a utilization target: ceil(rate x factor / (per_instance x speed x utilization)).
+
+Both never go below `least`, the redundancy floor (targets.min_replicas, N+1: default 2).
 - CurveSizer: from a table of simulated capacities at several speeds (the simulation stage builds it), so a
   re-sizing at another traffic or speed is a lookup, never a new simulation.
 
@@ -41,12 +43,13 @@ class RateSizer:
     rate_rps: float  # the arrival rate the fleet is sized for (the busiest window, after scale)
     per_instance_rps: float  # requests/s one instance carries
     utilization: float = 1.0
+    least: int = 1  # the redundancy floor (targets.min_replicas): never fewer instances
 
     def count(self, traffic_factor: float = 1.0, speed: float = 1.0) -> int | None:
         cap = self.per_instance_rps * speed * self.utilization
         if cap <= 0:
             return None
-        n = _ceil(self.rate_rps * traffic_factor / cap)
+        n = max(self.least, _ceil(self.rate_rps * traffic_factor / cap))
         return n if n <= MAX_FLEET else None
 
     @property
@@ -65,6 +68,7 @@ class CurveSizer:
     speeds: tuple[float, ...]  # increasing
     capacity_rps: tuple[float | None, ...]  # per instance at each speed; None: no size meets the SLO
     what: str = "simulated for the SLO"
+    least: int = 1  # the redundancy floor (targets.min_replicas): never fewer instances
 
     def capacity(self, speed: float) -> float | None:
         sp, cap = self.speeds, self.capacity_rps
@@ -85,7 +89,7 @@ class CurveSizer:
         cap = self.capacity(speed)
         if cap is None or cap <= 0:
             return None
-        n = _ceil(self.rate_rps * traffic_factor / cap)
+        n = max(self.least, _ceil(self.rate_rps * traffic_factor / cap))
         return n if n <= MAX_FLEET else None
 
     @property

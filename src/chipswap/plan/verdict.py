@@ -202,14 +202,12 @@ def gpu_hourly(s: PlanSetup, today: Figure, fleet_rate: Figure | None) -> Decima
 
 
 def _slo_text(s: PlanSetup) -> str | None:
+    from chipswap.plan.simulation import objective_words
+
     slo = s.workload.slo
-    parts = []
-    if slo.p99_ms is not None:
-        parts.append(f"end-to-end p99 <= {slo.p99_ms:,.0f} ms")
-    if slo.ttft_p99_ms is not None:
-        parts.append(f"TTFT p99 <= {slo.ttft_p99_ms:,.0f} ms")
-    if slo.p50_ms is not None:
-        parts.append(f"end-to-end p50 <= {slo.p50_ms:,.0f} ms")
+    parts = [objective_words(k, v) for k, v in slo.objectives().items()]
+    if slo.goodput_pct is not None:
+        parts.append(f"goodput >= {slo.goodput_pct:g}% of requests meeting every objective")
     return "; ".join(parts) or None
 
 
@@ -263,8 +261,47 @@ def band_check(
 
 
 def _floor_words(fleet: FleetPlan) -> str:
+    if fleet.slo_blocking:
+        return f"{fleet.instance} ({'; '.join(fleet.slo_blocking)})"
     floor = f"{fleet.slo_floor_ms:,.0f} ms" if fleet.slo_floor_ms is not None else "unknown"
     return f"{fleet.instance} (unloaded latency {floor})"
+
+
+def slo_key(s: PlanSetup, key: str) -> str:
+    """The workload field that holds objective `key` ("ttft_p99" -> "slo.ttft_p99_ms"; the first spellings
+    p99_ms / p50_ms where the workload uses them)."""
+    slo = s.workload.slo
+    for old, k in (("p99_ms", "e2e_p99"), ("p50_ms", "e2e_p50")):
+        if key == k and getattr(slo, old) is not None:
+            return f"slo.{old}"
+    return f"slo.{key}_ms" if key != "goodput_pct" else "slo.goodput_pct"
+
+
+def reachable_hint(s: PlanSetup, fleets: list[FleetPlan]) -> str:
+    """'; reachable: slo.ttft_p99_ms = 2300 ... (N x inst meet every objective then)': the objectives that a
+    simulated fleet of the least-relaxed instance does meet; "" when none is known."""
+    stated = s.workload.slo.objectives()
+    if s.workload.slo.goodput_pct is not None:
+        stated["goodput_pct"] = float(s.workload.slo.goodput_pct)
+
+    def relax(f: FleetPlan) -> float:
+        return max(
+            (v / stated[k] if k != "goodput_pct" else stated[k] / max(v, 1e-9))
+            for k, v in f.slo_reach.items()
+            if k in stated
+        )
+
+    known = [f for f in fleets if f.slo_reach]
+    if not known:
+        return ""
+    f = min(known, key=relax)
+    moved = [(k, v) for k, v in f.slo_reach.items() if k in stated and v != stated[k]]
+    if not moved:
+        return ""
+    sets = ", ".join(f"{slo_key(s, k)} = {v:g}" for k, v in moved)
+    n = f.slo_reach_count
+    who = f"{n} x {f.instance}" if n else f.instance
+    return f"; reachable when set: {sets} ({who} meet every objective then)"
 
 
 def verdict(
@@ -305,7 +342,7 @@ def verdict(
         monthly_after_usd=None,
         porting_usd=porting_usd,
         payback_month=None,
-        slo_p99_ms=wl.slo.p99_ms if slo_on else None,
+        slo_p99_ms=wl.slo.objectives().get("e2e_p99") if slo_on else None,
         slo_text=_slo_text(s) if slo_on else None,
     )
     base_scn = Scenario(
@@ -456,12 +493,11 @@ def _latency_words(fleet: FleetPlan) -> str:
 def _no_candidate(s: PlanSetup, cands: list[CandidateResult], fl: FleetsStage) -> str | None:
     slo_out = [c for c in cands if c.excluded and c.excluded.startswith("no fleet size meets the SLO")]
     if slo_out and len(slo_out) == len(cands):
-        floors = [c.fleet.slo_floor_ms for c in slo_out if c.fleet and c.fleet.slo_floor_ms is not None]
-        need = f"; an objective of at least {min(floors):,.0f} ms would be reachable" if floors else ""
+        need = reachable_hint(s, [c.fleet for c in slo_out if c.fleet])
         gpu = fl.gpu
         gpu_words = (
-            f"; today's {gpu.instance} cannot meet it either (unloaded {gpu.slo_floor_ms:,.0f} ms)"
-            if gpu.meets_slo is False and gpu.slo_floor_ms is not None
+            f"; today's {_floor_words(gpu)} cannot meet it either"
+            if gpu.meets_slo is False and (gpu.slo_floor_ms is not None or gpu.slo_blocking)
             else ""
         )
         return (

@@ -22,16 +22,11 @@ workload file (through chipswap.datafile) and the catalog (for did-you-mean).
 
 from __future__ import annotations
 
-import math
 import re
 from decimal import Decimal
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     StrictBool,
     field_validator,
@@ -40,73 +35,27 @@ from pydantic import (
 
 from chipswap import ranges
 from chipswap.errors import closest
+from chipswap.plan.workload_slo import OBJECTIVE_KEYS, Slo
+from chipswap.plan.workload_types import (
+    MAX_COUNT,
+    MAX_JOB_TOKENS,
+    MAX_MS,
+    MAX_RPS,
+    MAX_SCALE,
+    MAX_TOKENS,
+    MAX_USD,
+    TERMS,
+    In,
+    InRange,
+    Money,
+    Real,
+    Source,
+    Term,
+    Whole,
+    _Model,
+)
 
-Source = Literal["stated", "assumption", "seed example", "published benchmark", "projected", "measured"]
-Term = Literal["on-demand", "spot", "1yr", "3yr", "ri-effective"]
-TERMS: tuple[str, ...] = get_args(Term)
-
-# Upper bounds: every number here may size an allocation (lengths, rates, counts) or a Decimal that is later
-# rounded to the cent, so each has a documented ceiling far above any real workload.
-MAX_TOKENS = 1_048_576  # longest prompt / output / sequence, tokens
-MAX_RPS = 1_000_000.0  # requests per second
-MAX_USD = Decimal("10000000000")  # any amount of money (USD)
-MAX_MS = 3_600_000.0  # any latency (one hour)
-MAX_COUNT = 100_000  # instances in a fleet
-MAX_SCALE = 10_000.0  # traffic scale factor
-MAX_JOB_TOKENS = 1e16  # tokens in one training run
-
-
-# ---------------------------------------------------------------------------------------- strict numbers
-
-
-def _number(v: Any, what: str = "a number") -> Any:
-    """Refuse what pydantic's lax mode would coerce: true/false and quoted numbers are not numbers."""
-    if isinstance(v, bool):
-        raise ValueError(f"expected {what}, not {str(v).lower()}")
-    if isinstance(v, str):
-        raise ValueError(f"expected {what} without quotes")
-    if isinstance(v, float) and not math.isfinite(v):
-        raise ValueError("expected a finite number")
-    return v
-
-
-def _whole(v: Any) -> Any:
-    v = _number(v, "an integer")
-    if isinstance(v, float):
-        raise ValueError("expected an integer (a whole number, no decimal point)")
-    return v
-
-
-def _money(v: Any) -> Any:
-    v = _number(v)
-    return Decimal(repr(v)) if isinstance(v, float) else v
-
-
-Real = Annotated[float, BeforeValidator(_number)]
-Whole = Annotated[int, BeforeValidator(_whole)]
-Money = Annotated[Decimal, BeforeValidator(_money)]
-
-
-class InRange:
-    """A number with a unit (chipswap.ranges); the field's gt/ge/le lie inside the unit's range, and this
-    refuses what they let through: a nonzero value below the unit's smallest (5e-324)."""
-
-    def __init__(self, unit: str, zero: bool = False) -> None:
-        self.spec = ranges.Spec(unit, zero)
-
-    def __call__(self, v: Any) -> Any:
-        if ranges.below_floor(ranges.as_decimal(v), self.spec):
-            raise ValueError(f"expected {ranges.span(self.spec)}; give a value in that range")
-        return v + 0 if v == 0 else v  # -0.0 -> 0.0
-
-
-def In(unit: str, zero: bool = False) -> Any:  # noqa: N802 - reads as a type: Annotated[Real, In("rate")]
-    """`Annotated[Real, In("rate")]`: the field's unit; `In("days", zero=True)`: 0 is also a value."""
-    return AfterValidator(InRange(unit, zero))
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+__all__ = ["OBJECTIVE_KEYS", "TERMS", "In", "InRange", "Money", "Real", "Slo", "Source", "Term", "Whole"]
 
 
 class ModelSpec(_Model):
@@ -310,37 +259,6 @@ def _check_stack(name: str, side: str) -> str:
     )
 
 
-class Slo(_Model):
-    """Latency objectives the serving fleet must meet. Both fleets (GPU and every candidate) are sized by
-    simulation so that the busiest traffic window meets every objective given here."""
-
-    p99_ms: Annotated[Real, In("ms")] | None = Field(
-        None,
-        gt=0,
-        le=MAX_MS,
-        description="99th-percentile end-to-end latency objective (arrival to last token), milliseconds.",
-    )
-    ttft_p99_ms: Annotated[Real, In("ms")] | None = Field(
-        None,
-        gt=0,
-        le=MAX_MS,
-        description="99th-percentile time-to-first-token objective (LLM serving), milliseconds.",
-    )
-    p50_ms: Annotated[Real, In("ms")] | None = Field(
-        None, gt=0, le=MAX_MS, description="Median end-to-end latency objective, milliseconds."
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Slo:
-        if self.p50_ms is not None and self.p99_ms is not None and self.p50_ms > self.p99_ms:
-            raise ValueError("expected p50_ms <= p99_ms (a median above the 99th percentile is impossible)")
-        return self
-
-    @property
-    def any(self) -> bool:
-        return self.p99_ms is not None or self.ttft_p99_ms is not None or self.p50_ms is not None
-
-
 class Targets(_Model):
     """Which Neuron instances to consider."""
 
@@ -358,6 +276,14 @@ class Targets(_Model):
         description="Serving stack the Neuron candidates would run: nxdi-vllm (default), nxdi-tgi or "
         "tnx-2.18; "
         "the projection and the simulator's scheduling policy follow it.",
+    )
+    min_replicas: Annotated[Whole, In("instances")] = Field(
+        2,
+        ge=1,
+        le=MAX_COUNT,
+        description="Fewest instances a serving fleet is sized to, on both sides (like for like), so one "
+        "can fail or be drained while the rest serve (N+1). Default 2; 1 only when an outage of the single "
+        "instance is acceptable (the plan then says the fleet has no redundancy).",
     )
     chunked_prefill: StrictBool = Field(
         False,

@@ -134,9 +134,11 @@ def _plots(r: Any) -> dict[str, Markup]:
             or any(c.fleet is not None and c.fleet.ttft_p99 is not None for c in r.candidates)
         )
         out["latency"] = Markup(latency_svg(sims, slo.get("p99_ms"), slo.get("ttft_p99_ms"), with_ttft=llm))
-    curves = [(f.instance, f.curve) for f in fleets if f.curve]
+    sized = [f for f in fleets if f.curve]
+    curves = [(f.instance, f.curve) for f in sized]
+    bands = [getattr(f, "curve_band", ()) for f in sized]
     if r.kind == "serving" and curves:
-        out["fleetsize"] = Markup(fleet_size_svg(curves, (r.fleet_instance, r.fleet_count)))
+        out["fleetsize"] = Markup(fleet_size_svg(curves, (r.fleet_instance, r.fleet_count), bands))
     return out
 
 

@@ -67,6 +67,32 @@ def _fleet_row(f: Any, serving: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def curve_table(fleets: list[Any]) -> list[str]:
+    """Fleet size vs traffic: each point re-planned (sized by simulation on the traffic scaled by
+    superposition), its band, and the linear curve (the 1x count scaled) it replaces."""
+    rows = [f for f in fleets if getattr(f, "curve_band", ())]
+    if not rows:
+        return []
+    out = [
+        "",
+        "## Fleet size vs traffic",
+        "",
+        "Each point re-planned: the traffic scaled (superposition) and the fleet sized by simulation for "
+        "every "
+        "objective; the band scales each point by the capacity's ratio at the projection band's edges; "
+        "linear: the count at 1x times the traffic (the curve before re-planning).",
+        "",
+        "| instance | traffic | re-planned | band | linear |",
+        "|---|---|---|---|---|",
+    ]
+    for f in rows:
+        linear = dict(f.curve_linear)
+        for (g, n), (_g, lo, hi) in zip(f.curve, f.curve_band, strict=True):
+            band = f"{_count(lo)}–{_count(hi) if hi is not None else 'none meets'}"
+            out.append(f"| {md_text(f.instance)} | {g:g}x | {_count(n)} | {band} | {_count(linear.get(g))} |")
+    return out
+
+
 def render_markdown(r: Any, summary: list[str]) -> str:
     v = r.verdict
     out = [
@@ -127,6 +153,7 @@ def render_markdown(r: Any, summary: list[str]) -> str:
         head += ["instances", "configuration"]
         out += ["", "## Figures", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         out += [_fleet_row(f, serving) for f in fleets]
+    out += curve_table(fleets) if serving else []
     out += [
         "",
         "## Screening rules",

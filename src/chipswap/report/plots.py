@@ -307,9 +307,12 @@ def latency_svg(
 
 
 def fleet_size_svg(
-    curves: Sequence[tuple[str, Sequence[tuple[float, int | None]]]], today: tuple[str, int] | None = None
+    curves: Sequence[tuple[str, Sequence[tuple[float, int | None]]]],
+    today: tuple[str, int] | None = None,
+    bands: Sequence[Sequence[tuple[float, int | None, int | None]]] = (),
 ) -> str:
-    """Instances each fleet needs as traffic grows or shrinks (both sides re-sized the same way)."""
+    """Instances each fleet needs as traffic grows or shrinks (both sides re-sized the same way: each point
+    re-planned by simulation), with each curve's band (fewest, most) shaded where `bands[i]` gives it."""
     fig, ax = _figure()
     names = _same_as([(label, [(f, -1 if n is None else n) for f, n in pts]) for label, pts in curves])
     for i, (_label, pts) in enumerate(curves):
@@ -326,6 +329,18 @@ def fleet_size_svg(
                 label=names[i],
                 gid=f"size-{i}",
                 **_style(i),
+            )
+        band = [(g, lo, hi) for g, lo, hi in (bands[i] if i < len(bands) else ()) if lo and hi]
+        if len(band) > 1:
+            ax.fill_between(
+                [g for g, _lo, _hi in band],
+                [lo for _g, lo, _hi in band],
+                [hi for _g, _lo, hi in band],
+                step="post",
+                color=PALETTE[i % len(PALETTE)],
+                alpha=0.10,
+                linewidth=0,
+                gid=f"size-band-{i}",
             )
     if today is not None:
         ax.plot(

@@ -17,7 +17,8 @@ from typing import Any
 
 def flip_lines(result: Any) -> list[str]:
     """Flips that exist, toward move first, each prefixed with its direction when it has one."""
-    flips = [f for f in getattr(result, "flips", ()) if f.value is not None]
+    # every stated objective is shown, flip or not (the other knobs only where they flip)
+    flips = [f for f in getattr(result, "flips", ()) if f.value is not None or f.knob.endswith(" objective")]
     order = {"toward move": 0, "toward stay": 1}
     flips.sort(key=lambda f: order.get(getattr(f, "direction", ""), 2))
     return [f"{f.direction}: {f.text}" if getattr(f, "direction", "") else f.text for f in flips]

@@ -395,6 +395,16 @@ def _move_verdict(a: _Assessment) -> str:
     return MOVE_INF if (a.facts.target_kind == "inferentia" and a.facts.kind == "serving") else MOVE_TRN
 
 
+def _costs_more_words(f: Facts) -> str:
+    """"costs 8.0x as much" (the ratio of the two monthly figures), "costs as much" when equal."""
+    now, after = f.monthly_now_usd, f.monthly_after_usd
+    if now is None or after is None or now <= 0:
+        return "costs at least as much"
+    ratio = Decimal(after) / Decimal(now)
+    shown = ratio.quantize(Decimal("0.01") if ratio < Decimal("1.1") else Decimal("0.1"))
+    return "costs as much" if shown == 1 else f"costs {shown}x as much"
+
+
 def _names(rs: tuple[Reason, ...]) -> str:
     return ", ".join(r.rule for r in rs)
 
@@ -428,7 +438,9 @@ DECISION_TABLE: tuple[
         "costs-more",
         lambda a: (a.facts.monthly_saving_usd or Decimal(0)) <= 0,
         STAY,
-        lambda a: f"{a.facts.target} costs as much or more per month than the GPU fleet it would replace",
+        lambda a: (
+            f"{a.facts.target} {_costs_more_words(a.facts)} per month as the GPU fleet it would replace"
+        ),
     ),
     (
         "never-pays-back",
