@@ -42,8 +42,12 @@ WORKED_GPU_HOURS = 20.0
 WORKED_SEQ = 4096
 
 
+CALIB = "the serving calibration (data/platforms/physics.toml; its coverage in docs/projection.md)"
 CATALOG = "the catalog (data/catalog/catalog.toml: every price with source and date)"
 _NO_PRICE_FIX = "a price for it: `chipswap catalog refresh`, or your own rate in a --catalog file"
+_NO_FIGURE_FIX = (
+    "a measured figure at this shape: `chipswap trial` builds the kit, `chipswap plan --bench` reads it"
+)
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,21 @@ def _serving_pair(
         n = _serving(work, trn, case[1], case[2], catalog)
         g = _serving(work, gpu, case[1], case[2], catalog)
     except ChipswapError as exc:
-        return str(exc)
+        return _NO_FIGURE + str(exc)
     return n, g, pn, pg
+
+
+_NO_FIGURE = "no figure: "  # a projection refused (not a price): the fix is a measurement, not a catalog
+
+
+def _refused(claim: str, what: str, claimed: str, got: str) -> ClaimLine:
+    """The line of a refused pair: a projection outside the calibration wants a measurement, a missing
+    price a catalog entry."""
+    if got.startswith(_NO_FIGURE):
+        return ClaimLine(
+            claim, what, claimed, f"refused: {got[len(_NO_FIGURE) :]}", "-", _NO_FIGURE_FIX, CALIB
+        )
+    return ClaimLine(claim, what, claimed, f"refused: {got}", "-", _NO_PRICE_FIX, CATALOG)
 
 
 def price_performance_lines(catalog: Catalog) -> list[ClaimLine]:
@@ -141,11 +158,7 @@ def price_performance_lines(catalog: Catalog) -> list[ClaimLine]:
             what = f"{_shape(*case)}: {trn} vs {gpu}"
             got = _serving_pair(work, case, pair, catalog)
             if isinstance(got, str):
-                out.append(
-                    ClaimLine(
-                        PRICE_PERF, what, "+30 to +40 %", f"refused: {got}", "-", _NO_PRICE_FIX, CATALOG
-                    )
-                )
+                out.append(_refused(PRICE_PERF, what, "+30 to +40 %", got))
                 continue
             n, g, pn, pg = got
             assert pn.rate is not None and pg.rate is not None
@@ -204,7 +217,7 @@ def cut_lines(catalog: Catalog) -> list[ClaimLine]:
         what = f"{_shape(*case)}: cost per 1M requests, {trn} vs {gpu}"
         got = _serving_pair(work, case, pair, catalog)
         if isinstance(got, str):
-            out.append(ClaimLine(CUT, what, "40 to 60 % cut", f"refused: {got}", "-", _NO_PRICE_FIX, CATALOG))
+            out.append(_refused(CUT, what, "40 to 60 % cut", got))
             continue
         n, g, pn, pg = got
         assert pn.rate is not None and pg.rate is not None
