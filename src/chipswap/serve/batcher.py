@@ -11,9 +11,10 @@ call, instead of computing padding rows. ``workers`` batches run at once (``defa
 over the threads one call uses, so one-thread calls on 2 cores run 2 batches at once).
 
 Waiting for company is skipped where it cannot pay (issue 33): a bucket with one compiled batch size of 1 (the
-batch cannot grow), or whose measured shape times say a full batch serves no faster per request than a batch
-of 1 (a CPU: time grows with the batch) is due at once, so the first request of a batch never waits
-``max_batch_delay_s`` for nothing.
+batch cannot grow), a bucket whose measured shape times say a full batch serves a request no faster than the
+smallest size (a CPU: time grows with the batch), and a bucket whose requests have lately come further apart
+than the delay (no company is coming: one request at a time, light load) are due at once, so the first
+request of a batch does not wait ``max_batch_delay_s`` for nothing.
 
 Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, or an
 estimated wait (queued requests x recent wall time per answered request) over ``max_queue_wait_s``,
@@ -150,9 +151,11 @@ class DynamicBatcher:
         # fastest time seen per (batch, seq) call: the intrinsic cost, unlike a mean it ignores the runs a
         # busy machine preempted; it is what the batch-size choice compares
         self._shape_s: dict[tuple[int, int], float] = {}
-        self._no_wait: dict[
-            int, bool
-        ] = {}  # bucket -> waiting for company cannot pay (see _waits_for_company)
+        # per bucket: last arrival, smoothed gap between arrivals; a bucket whose requests come further apart
+        # than the batch delay gets no company by waiting, so its batches start at once
+        self._arrivals: dict[int, float] = {}
+        self._gap_s: dict[int, float] = {}
+        self._no_wait: dict[int, bool] = {}  # bucket -> company cannot pay (waits_for_company), cached
         self.batches_run = 0
         self.requests_run = 0
 
@@ -212,6 +215,7 @@ class DynamicBatcher:
                     self.metrics.rejected("queue_full")
                 raise QueueFull(bucket, depth, self._retry_after_locked())
             p = _Pending(ids, bucket, now, now + self.config.request_timeout_s)
+            self._note_arrival(bucket, now)
             if q is None:
                 q = self._queues[bucket] = deque()
             q.append(p)
@@ -285,6 +289,7 @@ class DynamicBatcher:
                     or len(q) >= self._max_batch(bucket)
                     or due <= now
                     or self._skip_wait(bucket)
+                    or self._gap_s.get(bucket, 0.0) > self.config.max_batch_delay_s
                 ):
                     if head < best_t:
                         best, best_t = bucket, head
@@ -313,6 +318,13 @@ class DynamicBatcher:
         if old is None or seconds < old:
             self._shape_s[(batch, seq)] = seconds
             self._no_wait.pop(seq, None)  # decided again with the new time
+
+    def _note_arrival(self, bucket: int, now: float) -> None:
+        last = self._arrivals.get(bucket)
+        self._arrivals[bucket] = now
+        if last is not None:  # a sample is capped at 2 delays: after an idle hour a burst is seen within ~5
+            gap = min(now - last, 2.0 * self.config.max_batch_delay_s)
+            self._gap_s[bucket] = 0.8 * self._gap_s.get(bucket, gap) + 0.2 * gap
 
     def _skip_wait(self, bucket: int) -> bool:
         skip = self._no_wait.get(bucket)
