@@ -23,7 +23,7 @@ token ids. Measured, per model and repetition:
 2. runtime efficiency: the chipswap server's closed-loop throughput / the raw ORT loop's at the same calls.
 Medians of --reps repetitions; ratios of the medians.
 
-Run: python bench/bench_serve.py [--models bert-mini,tiny-bert,...] [--reps 3] [--probe-s 5]
+Run: python bench/bench_serve.py [--models bert-mini,tiny-bert,...] [--reps 3] [--probe-s 4]
 Compiles are cached in $CHIPSWAP_BENCH_CACHE (default /tmp/chipswap-bench-cache).
 """
 
@@ -381,8 +381,8 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8, help="closed-loop clients (capacity, efficiency)")
     ap.add_argument("--threads", type=int, default=1, help="per model call, every server")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--probe-s", type=float, default=5.0)
-    ap.add_argument("--sat-s", type=float, default=5.0)
+    ap.add_argument("--probe-s", type=float, default=4.0)
+    ap.add_argument("--sat-s", type=float, default=4.0)
     ap.add_argument("--no-write", action="store_true", help="print, do not write docs/benchmarks.md")
     args = ap.parse_args()
     from _results import write_section
