@@ -155,6 +155,8 @@ class DynamicBatcher:
         # than the batch delay gets no company by waiting, so its batches start at once
         self._arrivals: dict[int, float] = {}
         self._gap_s: dict[int, float] = {}
+        self._last_any: float | None = None  # the same across buckets: what a bucket without history goes by
+        self._gap_all: float | None = None
         self._no_wait: dict[int, bool] = {}  # bucket -> company cannot pay (waits_for_company), cached
         self.batches_run = 0
         self.requests_run = 0
@@ -289,7 +291,7 @@ class DynamicBatcher:
                     or len(q) >= self._max_batch(bucket)
                     or due <= now
                     or self._skip_wait(bucket)
-                    or self._gap_s.get(bucket, 0.0) > self.config.max_batch_delay_s
+                    or self._gap_s.get(bucket, self._gap_all or 0.0) > self.config.max_batch_delay_s
                 ):
                     if head < best_t:
                         best, best_t = bucket, head
@@ -320,10 +322,15 @@ class DynamicBatcher:
             self._no_wait.pop(seq, None)  # decided again with the new time
 
     def _note_arrival(self, bucket: int, now: float) -> None:
+        cap = 2.0 * self.config.max_batch_delay_s
+        if self._last_any is not None:
+            gap_all = min(now - self._last_any, cap)
+            self._gap_all = gap_all if self._gap_all is None else 0.8 * self._gap_all + 0.2 * gap_all
+        self._last_any = now
         last = self._arrivals.get(bucket)
         self._arrivals[bucket] = now
         if last is not None:  # a sample is capped at 2 delays: after an idle hour a burst is seen within ~5
-            gap = min(now - last, 2.0 * self.config.max_batch_delay_s)
+            gap = min(now - last, cap)
             self._gap_s[bucket] = 0.8 * self._gap_s.get(bucket, gap) + 0.2 * gap
 
     def _skip_wait(self, bucket: int) -> bool:
