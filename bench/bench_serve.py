@@ -372,9 +372,7 @@ def _run_model(name: str, args: argparse.Namespace, cache_dir: Path) -> dict[str
                 cpu0 = _cpu_s(proc.pid)
                 sat = _saturate(url, vocab, args.clients, args.sat_s, seed=rep)
                 cpu = (_cpu_s(proc.pid) - cpu0) / max(len(sat["records"]), 1)
-                _log(
-                    f"  rep {rep + 1} {n}: closed loop {sat['rps']:.1f} req/s, {cpu * 1000:.2f} ms CPU/req"
-                )
+                _log(f"  rep {rep + 1} {n}: closed loop {sat['rps']:.1f} req/s, {cpu * 1000:.2f} ms CPU/req")
                 found = _search(url, p99_ms, sat["rps"], args.probe_s, seed=rep)
                 res[n].append(found | {"closed_loop": sat["rps"], "cpu_ms": cpu * 1000})
                 if n == "chipswap":
