@@ -304,3 +304,45 @@ def test_estimated_wait_over_the_limit_is_refused():
 def test_config_checks(kw):
     with pytest.raises(ChipswapError):
         BatcherConfig(**kw)
+
+
+# --- issue 33: waiting for company only where it can pay; workers from the cores ---------------------------
+class PerRowModel(RecordingModel):
+    """A CPU-like model: a call costs ``delay`` per row, so a batch of 4 serves a request no faster than 1."""
+
+    def run_bucket(self, rows, batch, bucket):
+        time.sleep(self.delay * batch)
+        self.calls.append((batch, bucket, len(rows)))
+        return [(sum(r),) for r in rows]
+
+
+@pytest.mark.parametrize("model_cls, waits", [(PerRowModel, False), (RecordingModel, True)])
+def test_lone_request_waits_for_company_only_where_a_full_batch_is_cheaper(model_cls, waits):
+    model = model_cls(delay=0.01)
+    b = DynamicBatcher(model, BatcherConfig(max_batch_delay_s=1.5), ServeMetrics())
+    b.calibrate()  # per-row cost: 4 rows take 4x one row; constant cost: 4 rows take what one takes
+    assert b.waits_for_company(8) is waits
+    b.start()
+    served = b.submit([1, 2])[0].result(30)
+    assert (served.queue_s >= 1.4) is waits, served.queue_s  # held for the delay only where batching pays
+    b.close()
+
+
+def test_requests_further_apart_than_the_delay_start_at_once():
+    model = RecordingModel()  # no measured times: company is worth waiting for, by shape
+    b = _batcher(model, max_batch_delay_s=1.0)
+    first = b.submit([1])[0].result(30)
+    assert first.queue_s >= 0.9  # the first request waited for company
+    time.sleep(1.5)  # the next one comes 2.5 s after it: no company is coming at this rate
+    second = b.submit([1])[0].result(30)
+    assert second.queue_s < 0.5, second.queue_s
+    b.close()
+
+
+def test_default_workers_fill_the_cores_without_oversubscribing():
+    from chipswap.serve.batcher import default_workers
+
+    assert default_workers(2, 1) == 2  # two one-thread calls at once on 2 cores
+    assert default_workers(16, 4) == 4
+    assert default_workers(2, 4) == 1
+    assert default_workers(8, None) == 1  # the library's own thread count uses every core already

@@ -78,8 +78,10 @@ def _serve(
         2000.0, "--max-queue-wait-ms", help="429 when a new request's estimated wait is longer."
     ),
     timeout_s: float = typer.Option(30.0, "--timeout", help="Seconds a request may take before 504."),
-    workers: int = typer.Option(
-        1, "--workers", help="Batches run at once (1 on CPU: one call uses every core)."
+    workers: int | None = maybe_flag(
+        "--workers",
+        help="Batches run at once; default: the cores over --threads (1 without --threads: one call uses"
+        " every core).",
     ),
     max_body_bytes: int = typer.Option(1024 * 1024, "--max-body-bytes", help="Larger bodies get 413."),
     tokenizer: str | None = maybe_flag(
@@ -138,6 +140,10 @@ def _serve(
         torch.set_num_threads(threads)
     if drain_timeout_s <= 0 or drain_timeout_s > 3600:
         raise ChipswapError(f"--drain-timeout must be in (0, 3600] s, got {drain_timeout_s}")
+    if workers is None:
+        from chipswap.serve.batcher import default_workers
+
+        workers = default_workers(len(os.sched_getaffinity(0)), threads)
     batcher = BatcherConfig(
         max_batch_delay_s=max_batch_delay_ms / 1000.0,
         max_queue=max_queue,

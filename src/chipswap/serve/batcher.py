@@ -7,8 +7,14 @@ compiled batch size (FIFO) and picks the compiled batch size that serves them fa
 measured time of each (batch, seq) shape (``calibrate`` times every shape once at start-up; every batch run
 updates it). Where a bigger batch costs about the same as a small one (accelerators) it pads up with whole
 padding rows; where time grows with the batch (CPU) it runs fewer and leaves the rest queued for the next
-call, instead of computing padding rows. ``workers`` batches run at once (1 on CPU, where one ONNX Runtime
-call already uses every core).
+call, instead of computing padding rows. ``workers`` batches run at once (``default_workers``: the cores
+over the threads one call uses, so one-thread calls on 2 cores run 2 batches at once).
+
+Waiting for company is skipped where it cannot pay (issue 33): a bucket with one compiled batch size of 1 (the
+batch cannot grow), a bucket whose measured shape times say a full batch serves a request no faster than the
+smallest size (a CPU: time grows with the batch), and a bucket whose requests have lately come further apart
+than the delay (no company is coming: one request at a time, light load) are due at once, so the first
+request of a batch does not wait ``max_batch_delay_s`` for nothing.
 
 Backpressure: a bucket queue holding ``max_queue`` requests, or ``max_queue_total`` across buckets, or an
 estimated wait (queued requests x recent wall time per answered request) over ``max_queue_wait_s``,
@@ -35,6 +41,10 @@ from chipswap.errors import ChipswapError
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.router import choose_batch
 from chipswap.serve.served import ServedModel
+
+WAIT_GAIN = (
+    0.1  # a full batch must serve a request this much faster than the smallest size to wait for company
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,14 @@ class BatcherConfig:
             raise ChipswapError(f"max queue wait must be in (0, 3600] s, got {self.max_queue_wait_s}")
         if not 1 <= self.workers <= 64:
             raise ChipswapError(f"workers must be 1..64, got {self.workers}")
+
+
+def default_workers(cores: int, threads_per_call: int | None) -> int:
+    """Batches to run at once when --workers is not given: every core busy, none oversubscribed. A call with
+    the library's own thread count (None) already uses every core: 1."""
+    if threads_per_call is None or threads_per_call < 1:
+        return 1
+    return max(1, min(64, cores // threads_per_call))
 
 
 class QueueFull(Exception):
@@ -133,6 +151,13 @@ class DynamicBatcher:
         # fastest time seen per (batch, seq) call: the intrinsic cost, unlike a mean it ignores the runs a
         # busy machine preempted; it is what the batch-size choice compares
         self._shape_s: dict[tuple[int, int], float] = {}
+        # per bucket: last arrival, smoothed gap between arrivals; a bucket whose requests come further apart
+        # than the batch delay gets no company by waiting, so its batches start at once
+        self._arrivals: dict[int, float] = {}
+        self._gap_s: dict[int, float] = {}
+        self._last_any: float | None = None  # the same across buckets: what a bucket without history goes by
+        self._gap_all: float | None = None
+        self._no_wait: dict[int, bool] = {}  # bucket -> company cannot pay (waits_for_company), cached
         self.batches_run = 0
         self.requests_run = 0
 
@@ -192,6 +217,7 @@ class DynamicBatcher:
                     self.metrics.rejected("queue_full")
                 raise QueueFull(bucket, depth, self._retry_after_locked())
             p = _Pending(ids, bucket, now, now + self.config.request_timeout_s)
+            self._note_arrival(bucket, now)
             if q is None:
                 q = self._queues[bucket] = deque()
             q.append(p)
@@ -259,7 +285,14 @@ class DynamicBatcher:
                     continue
                 head = q[0].enqueued
                 due = head + self.config.max_batch_delay_s
-                if self._closing or self._flush or len(q) >= self._max_batch(bucket) or due <= now:
+                if (
+                    self._closing
+                    or self._flush
+                    or len(q) >= self._max_batch(bucket)
+                    or due <= now
+                    or self._skip_wait(bucket)
+                    or self._gap_s.get(bucket, self._gap_all or 0.0) > self.config.max_batch_delay_s
+                ):
                     if head < best_t:
                         best, best_t = bucket, head
                 else:
@@ -284,7 +317,39 @@ class DynamicBatcher:
 
     def _note_shape(self, batch: int, seq: int, seconds: float) -> None:
         old = self._shape_s.get((batch, seq))
-        self._shape_s[(batch, seq)] = seconds if old is None else min(old, seconds)
+        if old is None or seconds < old:
+            self._shape_s[(batch, seq)] = seconds
+            self._no_wait.pop(seq, None)  # decided again with the new time
+
+    def _note_arrival(self, bucket: int, now: float) -> None:
+        cap = 2.0 * self.config.max_batch_delay_s
+        if self._last_any is not None:
+            gap_all = min(now - self._last_any, cap)
+            self._gap_all = gap_all if self._gap_all is None else 0.8 * self._gap_all + 0.2 * gap_all
+        self._last_any = now
+        last = self._arrivals.get(bucket)
+        self._arrivals[bucket] = now
+        if last is not None:  # a sample is capped at 2 delays: after an idle hour a burst is seen within ~5
+            gap = min(now - last, cap)
+            self._gap_s[bucket] = 0.8 * self._gap_s.get(bucket, gap) + 0.2 * gap
+
+    def _skip_wait(self, bucket: int) -> bool:
+        skip = self._no_wait.get(bucket)
+        if skip is None:
+            skip = self._no_wait[bucket] = not self.waits_for_company(bucket)
+        return skip
+
+    def waits_for_company(self, bucket: int) -> bool:
+        """Is holding a lone request for company worth it here? Not when the bucket's batch cannot grow (one
+        compiled size of 1), nor when the measured times say a full batch is not at least WAIT_GAIN faster per
+        request than the smallest size (then the company would mostly cost time). Unknown times: wait."""
+        sizes = self.model.batch_sizes(bucket)
+        if not sizes or sizes == [1]:
+            return False
+        small, full = self._shape_s.get((sizes[0], bucket)), self._shape_s.get((sizes[-1], bucket))
+        if not small or not full:
+            return True
+        return full / sizes[-1] <= (1.0 - WAIT_GAIN) * small / sizes[0]
 
     def choose_batch(self, n: int, bucket: int) -> int:
         """The compiled batch size for ``n`` waiting requests: the one with the most requests per second by

@@ -108,44 +108,54 @@ class ServeMetrics:
         for reason in DROP_REASONS:
             self.connections_dropped.labels(reason)
         self._tokens: dict[str, list[int]] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # --- events from the batcher -----------------------------------------------------------------------
     def batch_done(
         self, bucket: int, batch: int, fill: int, real_tokens: int, computed_tokens: int, model_s: float
     ) -> None:
         b = str(bucket)
-        self.batch_s.labels(b).observe(model_s)
-        self.fill.labels(b).observe(fill / batch if batch else 0.0)
-        self.batches.labels(b, str(batch)).inc()
-        self.real_tokens.labels(b).inc(real_tokens)
-        self.computed_tokens.labels(b).inc(computed_tokens)
+        self._child(self.batch_s, b).observe(model_s)
+        self._child(self.fill, b).observe(fill / batch if batch else 0.0)
+        self._child(self.batches, b, str(batch)).inc()
+        self._child(self.real_tokens, b).inc(real_tokens)
+        self._child(self.computed_tokens, b).inc(computed_tokens)
         tot = self._tokens.setdefault(b, [0, 0])
         tot[0] += real_tokens
         tot[1] += computed_tokens
-        self.waste.labels(b).set(1.0 - tot[0] / tot[1] if tot[1] else 0.0)
+        self._child(self.waste, b).set(1.0 - tot[0] / tot[1] if tot[1] else 0.0)
 
     def queued(self, bucket: int, depth: int) -> None:
-        self.queue_depth.labels(str(bucket)).set(depth)
+        self._child(self.queue_depth, str(bucket)).set(depth)
 
     def rejected(self, reason: str) -> None:
-        self.rejects.labels(reason).inc()
+        self._child(self.rejects, reason).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, looked up once: the library validates and locks on every call, and the
+        request path makes several per request (issue 33's profile)."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     # --- events from the HTTP layer ----------------------------------------------------------------------
     def answered(
         self, status: int, bucket: int | None, request_s: float | None, queue_s: float | None
     ) -> None:
-        self.requests.labels(str(status)).inc()
+        self._child(self.requests, str(status)).inc()
         if bucket is not None and request_s is not None:
-            self.request_s.labels(str(bucket)).observe(request_s)
+            self._child(self.request_s, str(bucket)).observe(request_s)
         if bucket is not None and queue_s is not None:
-            self.queue_s.labels(str(bucket)).observe(queue_s)
+            self._child(self.queue_s, str(bucket)).observe(queue_s)
 
     def connection_event(self, reason: str) -> None:
         """From the connection gate: a DROP_REASONS entry, or "lane_probe"."""
         if reason == "lane_probe":
             self.lane_probes.inc()
         else:
-            self.connections_dropped.labels(reason).inc()
+            self._child(self.connections_dropped, reason).inc()
 
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

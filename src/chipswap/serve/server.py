@@ -28,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hmac
-import json
 import logging
 import socket
 import sys
@@ -43,14 +41,24 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from chipswap.compile.padding import InputTooLong
 from chipswap.errors import ChipswapError
-from chipswap.serve.batcher import BatcherConfig, Draining, DynamicBatcher, QueueFull, RequestExpired
+from chipswap.serve.batcher import BatcherConfig, DynamicBatcher
 from chipswap.serve.gate import ConnectionLimits, Gate, fit_fd_limit
 from chipswap.serve.metrics import ServeMetrics
+from chipswap.serve.predict import (  # parse_predict and the constants: re-exported, their old home
+    DEFAULT_MAX_TEXT_CHARS,
+    PREDICT_FIELDS,
+    ClientError,
+    answer_predict,
+    auth_error,
+    not_ready,
+    parse_predict,
+    send_error,
+)
+
+__all__ = ["DEFAULT_MAX_TEXT_CHARS", "PREDICT_FIELDS", "ClientError", "parse_predict"]  # re-exported
 from chipswap.serve.served import ServedModel
 from chipswap.serve.shedding import (
-    DRAINING_MESSAGE,
     LoopLag,
     discard_body,
     draining_answer,
@@ -63,9 +71,7 @@ log = logging.getLogger("chipswap.serve")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-DEFAULT_MAX_TEXT_CHARS = 100_000
 DRAIN_GRACE_S = 1.0  # after SIGTERM: answer what is already on open connections before closing them
-PREDICT_FIELDS = ("input_ids", "text", "model")
 
 
 @dataclass(frozen=True)
@@ -102,130 +108,6 @@ class ServeConfig:
             raise ChipswapError(f"max text chars must be 1..2^30, got {self.max_text_chars:,}")
         if self.token is not None and not self.token.strip():
             raise ChipswapError("the bearer token is empty; set a non-empty token or none")
-
-
-class ClientError(Exception):
-    """A request the client got wrong: HTTP status, a stable code and a message naming the problem."""
-
-    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers or {}
-
-
-# ------------------------------------------------------------------------------------------- validation
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def parse_predict(
-    body: bytes,
-    model: ServedModel,
-    *,
-    tokenizer: TextTokenizer | None,
-    max_text_chars: int = DEFAULT_MAX_TEXT_CHARS,
-    truncate: bool = False,
-) -> list[int]:
-    """The token ids of one /v1/predict body for `model` (its name, longest bucket and vocabulary), or
-    ClientError naming what is wrong. No I/O."""
-    model_name, max_length, vocab_size = model.name, model.max_length, model.vocab_size
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ClientError(
-            400, "invalid_json", f"body is not UTF-8 (byte {exc.start}); send UTF-8 JSON"
-        ) from None
-    if not text.strip():
-        raise ClientError(
-            400, "invalid_json", 'body is empty; send a JSON object like {"input_ids": [101, 102]}'
-        )
-    try:
-        payload = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        msg = (
-            f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-            if isinstance(exc, json.JSONDecodeError)
-            else exc
-        )
-        raise ClientError(400, "invalid_json", f"body is not valid JSON ({msg})") from None
-    if not isinstance(payload, dict):
-        raise ClientError(
-            422,
-            "invalid_body",
-            f"body must be a JSON object, got {type(payload).__name__};"
-            ' send {"input_ids": [...]} or {"text": "..."}',
-        )
-    unknown = [k for k in payload if k not in PREDICT_FIELDS]
-    if unknown:
-        raise ClientError(
-            422, "unknown_field", f"unknown field {unknown[0]!r}; fields are {', '.join(PREDICT_FIELDS)}"
-        )
-    if "model" in payload and payload["model"] is not None:
-        name = payload["model"]
-        if not isinstance(name, str):
-            raise ClientError(422, "invalid_field", f"'model' must be a string, got {type(name).__name__}")
-        if name != model_name:
-            shown = json.dumps(name[:100])
-            raise ClientError(
-                404, "model_not_found", f"unknown model {shown}; this server serves {json.dumps(model_name)}"
-            )
-    has_ids, has_text = "input_ids" in payload, "text" in payload
-    if has_ids == has_text:
-        raise ClientError(
-            422, "invalid_body", 'give exactly one of "input_ids" (a list of token ids) or "text" (a string)'
-        )
-    if has_text:
-        value = payload["text"]
-        if not isinstance(value, str):
-            raise ClientError(422, "invalid_field", f"'text' must be a string, got {type(value).__name__}")
-        if tokenizer is None:
-            raise ClientError(
-                422,
-                "no_tokenizer",
-                "this server has no tokenizer; send 'input_ids' or start it with --tokenizer",
-            )
-        if not value.strip():
-            raise ClientError(422, "empty_input", "'text' is empty; send at least one word")
-        if len(value) > max_text_chars:
-            raise ClientError(
-                413,
-                "input_too_long",
-                f"'text' has {len(value):,} characters, over the limit of {max_text_chars:,}",
-            )
-        ids = tokenizer.encode(value)
-    else:
-        value = payload["input_ids"]
-        if not isinstance(value, list):
-            raise ClientError(
-                422, "invalid_field", f"'input_ids' must be a list of integers, got {type(value).__name__}"
-            )
-        if not value:
-            raise ClientError(422, "empty_input", "'input_ids' is empty; send at least one token id")
-        for i, v in enumerate(value):
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise ClientError(
-                    422,
-                    "invalid_field",
-                    f"input_ids[{i}] must be an integer token id, got {json.dumps(v)[:40]}",
-                )
-        ids = value
-    if len(ids) > max_length and not truncate:
-        raise ClientError(
-            422,
-            "input_too_long",
-            f"input of {len(ids):,} tokens is longer than the largest compiled bucket ({max_length} tokens);"
-            " shorten it or serve a plan with a longer bucket",
-        )
-    top = vocab_size if vocab_size is not None else None
-    for i, v in enumerate(ids):
-        if v < 0 or (top is not None and v >= top):
-            limit = f"0..{top - 1}" if top is not None else ">= 0"
-            raise ClientError(
-                422, "token_out_of_range", f"input_ids[{i}] = {v} is outside the model's vocabulary ({limit})"
-            )
-    return ids
 
 
 # ---------------------------------------------------------------------------------------------- engine
@@ -314,56 +196,17 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
 
 
 def _auth(engine: ServingEngine, request: Request) -> None:
-    token = engine.config.token
-    if token is None:
-        return
-    got = request.headers.get("authorization")
-    if not got:
-        raise ClientError(
-            401,
-            "missing_token",
-            "this server needs 'Authorization: Bearer <token>'",
-            {"WWW-Authenticate": "Bearer"},
-        )
-    scheme, _, value = got.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-        raise ClientError(401, "invalid_token", "the bearer token is wrong", {"WWW-Authenticate": "Bearer"})
-
-
-class ClientGone(Exception):
-    """The client disconnected before its body was read: counted, never logged as a server error."""
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.strip().isdigit():
-            raise ClientError(400, "invalid_header", f"Content-Length {declared[:20]!r} is not a number")
-        if int(declared) > limit:
-            raise ClientError(
-                413, "body_too_large", f"body of {int(declared):,} bytes is over the limit of {limit:,} bytes"
-            )
-    from starlette.requests import ClientDisconnect
-
-    buf = bytearray()
-    try:
-        async for chunk in request.stream():
-            buf += chunk
-            if len(buf) > limit:
-                raise ClientError(413, "body_too_large", f"body is over the limit of {limit:,} bytes")
-    except ClientDisconnect:  # fewer bytes than announced, then gone (issue 19: logged "internal error")
-        raise ClientGone from None
-    return bytes(buf)
-
-
-def _jsonable(value: Any) -> Any:
-    return value.tolist() if hasattr(value, "tolist") else value
+    err = auth_error(engine.config.token, request.headers.get("authorization"))
+    if err is not None:
+        raise err
 
 
 class ShedLoad:
-    """ASGI middleware: while the batcher would refuse any new request, answer /v1/predict with 429 before
-    routing, body parsing or validation -- under overload most requests are refused, so refusing must be the
-    cheapest thing the server does. Authentication still comes first when a token is set."""
+    """ASGI wrapper in front of the framework: /healthz and /metrics answered at once; while the batcher would
+    refuse any new request, /v1/predict answered 429 before its body is parsed (under overload most requests
+    are refused, so refusing must be the cheapest thing the server does); otherwise POST /v1/predict answered
+    by chipswap.serve.predict without the framework's routing (issue 33). The token check comes first when a
+    token is set."""
 
     def __init__(self, app: Any, engine: ServingEngine) -> None:
         self.app = app
@@ -373,19 +216,25 @@ class ShedLoad:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         engine = self.engine
-        authorized = self._authorized(scope)
-        if await fast_answer(scope, send, engine, authorized):  # /healthz, /metrics: off the request path
+        denied = self._denied(scope)
+        if await fast_answer(scope, send, engine, denied is None):  # /healthz, /metrics: off the request path
             return None
+        if scope["path"] != "/v1/predict":
+            return await self.app(scope, receive, send)
+        if scope["method"] != "POST":
+            msg = f"{scope['method']} /v1/predict: Method Not Allowed"
+            return await send_error(send, ClientError(405, "method_not_allowed", msg, {"Allow": "POST"}))
+        if denied is not None:
+            engine.metrics.answered(denied.status, None, None, None)
+            return await send_error(send, denied)
         batcher = engine.batcher
-        if scope["path"] != "/v1/predict" or batcher is None or not authorized:
-            return await self.app(scope, receive, send)  # the route answers (and checks the token)
-        if engine.state == "draining":
+        if batcher is not None and engine.state == "draining":
             return await draining_answer(receive, send, engine)
-        retry, reason = batcher.overloaded(), "queue_full"
+        retry, reason = (batcher.overloaded() if batcher is not None else None), "queue_full"
         if retry is None and engine.lag.busy and engine.inflight > 0:  # a lag, nothing waiting: no overload
             retry, reason = 1, "loop_busy"
         if retry is None:
-            return await self.app(scope, receive, send)
+            return await answer_predict(engine, scope, receive, send)
         if not await discard_body(receive, engine.config.max_body_bytes):  # keeps the connection usable
             engine.metrics.disconnects.inc()
             return None
@@ -399,20 +248,15 @@ class ShedLoad:
         )
         return None
 
-    def _authorized(self, scope: Any) -> bool:
+    def _denied(self, scope: Any) -> ClientError | None:
         token = self.engine.config.token
         if token is None:
-            return True
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                scheme, _, given = value.decode("latin-1").partition(" ")
-                return scheme.lower() == "bearer" and hmac.compare_digest(
-                    given.strip().encode(), token.encode()
-                )
-        return False
+            return None
+        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        return auth_error(token, header.decode("latin-1") if header is not None else None)
 
 
-def create_app(engine: ServingEngine) -> FastAPI:
+def create_app(engine: ServingEngine) -> ShedLoad:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> Any:
         engine.start_loading()
@@ -422,19 +266,10 @@ def create_app(engine: ServingEngine) -> FastAPI:
         await asyncio.to_thread(engine.close)
 
     app = FastAPI(title="chipswap serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(ShedLoad, engine=engine)
-    cfg = engine.config
 
     @app.exception_handler(ClientError)
     async def _client_error(_request: Request, exc: ClientError) -> Any:
-        if _request.url.path == "/v1/predict":
-            engine.metrics.answered(exc.status, None, None, None)
         return _error(exc.status, exc.code, exc.message, exc.headers)
-
-    @app.exception_handler(ClientGone)
-    async def _client_gone(_request: Request, _exc: ClientGone) -> Any:
-        engine.metrics.disconnects.inc()  # nobody reads this answer; no log line: not a server error
-        return Response(status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_request: Request, exc: StarletteHTTPException) -> Any:
@@ -446,20 +281,6 @@ def create_app(engine: ServingEngine) -> FastAPI:
     async def _internal(_request: Request, exc: Exception) -> Any:  # pragma: no cover - a server bug
         log.exception("internal error")
         return _error(500, "internal", f"internal server error ({type(exc).__name__})")
-
-    def _not_ready() -> ClientError:
-        if engine.state == "draining":
-            return ClientError(
-                503,
-                "draining",
-                DRAINING_MESSAGE,
-                {"Retry-After": "1", "Connection": "close"},
-            )
-        if engine.state == "failed":
-            return ClientError(503, "load_failed", f"the model failed to load: {engine.error}")
-        return ClientError(
-            503, "not_ready", "the model is still loading and warming up", {"Retry-After": "1"}
-        )
 
     @app.get("/healthz")
     async def healthz() -> Any:
@@ -485,7 +306,7 @@ def create_app(engine: ServingEngine) -> FastAPI:
         _auth(engine, request)
         model = engine.model
         if model is None:
-            raise _not_ready()
+            raise not_ready(engine)
         return {
             "object": "list",
             "data": [
@@ -502,72 +323,7 @@ def create_app(engine: ServingEngine) -> FastAPI:
             ],
         }
 
-    @app.post("/v1/predict")
-    async def predict(request: Request) -> Any:
-        received = time.monotonic()
-        _auth(engine, request)
-        model, batcher = engine.model, engine.batcher
-        if engine.state != "ready" or model is None or batcher is None:
-            err = _not_ready()
-            engine.metrics.rejected("draining" if engine.state == "draining" else "not_ready")
-            raise err
-        body = await _read_body(request, cfg.max_body_bytes)
-        text_limits = {"max_text_chars": cfg.max_text_chars, "truncate": engine.truncate}
-        ids = parse_predict(body, model, tokenizer=engine.tokenizer, **text_limits)
-        try:
-            future, pending = batcher.submit(ids)
-        except InputTooLong as exc:
-            raise ClientError(422, "input_too_long", str(exc)) from None
-        except QueueFull as exc:
-            raise ClientError(
-                429,
-                "queue_full",
-                f"server is at capacity ({exc.depth} requests waiting for bucket {exc.bucket});"
-                f" retry after {exc.retry_after_s} s",
-                {"Retry-After": str(exc.retry_after_s)},
-            ) from None
-        except Draining:
-            engine.metrics.rejected("draining")
-            raise _not_ready() from None
-        engine.inflight += 1
-        engine.metrics.inflight.inc()
-        remaining = max(cfg.batcher.request_timeout_s - (time.monotonic() - received), 0.001)
-        try:
-            served = await asyncio.wait_for(asyncio.wrap_future(future), timeout=remaining)
-        except (TimeoutError, RequestExpired) as exc:
-            batcher.cancel(pending)
-            if isinstance(exc, TimeoutError):  # (an expiry in the queue is counted by the batcher)
-                engine.metrics.rejected("timeout")
-            raise ClientError(
-                504, "timeout", f"no answer within the request timeout of {cfg.batcher.request_timeout_s:g} s"
-            ) from None
-        except Draining:
-            raise _not_ready() from None
-        except Exception as exc:
-            log.error("model failed on a batch: %s: %s", type(exc).__name__, str(exc).splitlines()[0:1])
-            engine.metrics.answered(500, None, None, None)
-            return _error(500, "model_error", f"the model failed on this batch ({type(exc).__name__})")
-        finally:
-            engine.inflight -= 1
-            engine.metrics.inflight.dec()
-        names = model.output_names or tuple(f"output_{i}" for i in range(len(served.outputs)))
-        if len(names) != len(served.outputs):
-            names = tuple(f"output_{i}" for i in range(len(served.outputs)))
-        server_s = time.monotonic() - received
-        engine.metrics.answered(200, served.bucket, server_s, served.queue_s)
-        return {
-            "model": model.name,
-            "outputs": {n: _jsonable(v) for n, v in zip(names, served.outputs, strict=True)},
-            "tokens": served.tokens,
-            "bucket": {"seq_len": served.bucket, "batch": served.batch, "fill": served.fill},
-            "timing_ms": {
-                "queue": round(served.queue_s * 1000, 3),
-                "model": round(served.model_s * 1000, 3),
-                "server": round(server_s * 1000, 3),
-            },
-        }
-
-    return app
+    return ShedLoad(app, engine)
 
 
 # ------------------------------------------------------------------------------------------- running it
