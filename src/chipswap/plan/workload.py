@@ -352,8 +352,13 @@ FIGURE_UNITS: dict[str, tuple[str, dict[str, float]]] = {
     "run_hours": ("h", {"h": 1.0, "hours": 1.0, "min": 1 / 60, "s": 1 / 3600}),
 }
 # The unit (chipswap.ranges) of each figure, in its FIGURE_UNITS base unit.
-FIGURE_RANGES = {"throughput": "rate", "ttft_p99": "ms", "e2e_p99": "ms", "tokens_per_s": "token_rate",
-                 "run_hours": "hours"}
+FIGURE_RANGES = {
+    "throughput": "rate",
+    "ttft_p99": "ms",
+    "e2e_p99": "ms",
+    "tokens_per_s": "token_rate",
+    "run_hours": "hours",
+}
 
 
 class FigureIn(_Model):
@@ -504,10 +509,18 @@ class TrainLayout(_Model):
     """The training layout the job runs (every key optional; the rest is chosen). Without it chipswap
     projects the stack's conventional layout and shows its own fastest feasible layout beside it."""
 
-    tp: Annotated[Whole, In("workers")] | None = Field(None, ge=1, le=1024, description="Tensor-parallel degree.")
-    pp: Annotated[Whole, In("workers")] | None = Field(None, ge=1, le=256, description="Pipeline stages (need not divide the layers).")
-    cp: Annotated[Whole, In("workers")] | None = Field(None, ge=1, le=256, description="Context-parallel degree.")
-    dp: Annotated[Whole, In("count")] | None = Field(None, ge=1, le=1 << 20, description="Data-parallel replicas.")
+    tp: Annotated[Whole, In("workers")] | None = Field(
+        None, ge=1, le=1024, description="Tensor-parallel degree."
+    )
+    pp: Annotated[Whole, In("workers")] | None = Field(
+        None, ge=1, le=256, description="Pipeline stages (need not divide the layers)."
+    )
+    cp: Annotated[Whole, In("workers")] | None = Field(
+        None, ge=1, le=256, description="Context-parallel degree."
+    )
+    dp: Annotated[Whole, In("count")] | None = Field(
+        None, ge=1, le=1 << 20, description="Data-parallel replicas."
+    )
     sharding: Literal["fsdp", "hsdp", "zero1", "none"] | None = Field(
         None,
         description="Training-state sharding over the data-parallel group (hsdp: FSDP inside a node, "
@@ -516,7 +529,9 @@ class TrainLayout(_Model):
     recompute: Literal["none", "selective", "full"] | None = Field(
         None, description="Activation recompute (checkpointing)."
     )
-    micro_batch: Annotated[Whole, In("batch")] | None = Field(None, ge=1, le=4096, description="Sequences per micro-batch.")
+    micro_batch: Annotated[Whole, In("batch")] | None = Field(
+        None, ge=1, le=4096, description="Sequences per micro-batch."
+    )
 
 
 class Job(_Model):

@@ -24,8 +24,8 @@ from chipswap.projection.training_model import (
     System,
     degrees,
     memory,
-    step_time,
     stack_for,
+    step_time,
     virtual_stages,
 )
 from chipswap.projection.work import ModelWork
