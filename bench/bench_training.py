@@ -140,7 +140,8 @@ def memory_table(data: dict, missed: list[str]) -> list[str]:
     out += [
         "",
         "The reference rows (`../shared/reference`) print no peak, so the check there is that every "
-        f"published layout ran: its predicted peak must be at most the device's memory. {len(mem) - len(over)} of "
+        f"published layout ran: its predicted peak must be at most the device's memory. "
+        f"{len(mem) - len(over)} of "
         f"{len(mem)} rows are; the {len(whole)} LLM Foundry rows (whole layout published) all are.",
         "",
         row("row", "layout (pinned)", "predicted peak GiB", "device GiB", "fits"),
@@ -211,7 +212,8 @@ def seed_example(missed: list[str]) -> list[str]:
     for t in (p5, trn):
         f = t.tokens_per_s_per_node
         out.append(row(t.instance, t.layout.label(), f"{f.value:,.0f} ±{f.band:.0%}",
-                       t.best.label() if t.best else "", f"{t.best_tokens_per_s_per_node or 0:,.0f}"))  # fmt: skip
+                       t.best.label() if t.best else "",
+                       f"{t.best_tokens_per_s_per_node or 0:,.0f}"))  # fmt: skip
     out += [
         "",
         f"Llama 3 8B, bf16 both sides, sequence 4,096: p5.48xlarge / trn1.32xlarge = **{ratio:.2f}x** per "

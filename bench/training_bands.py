@@ -49,7 +49,8 @@ def report(data: dict) -> int:
             [] if ok_c else [f"{k} chosen: median {c['median_abs_error']:.1%}, coverage {c['coverage']:.0%}"]
         )
         print(
-            f"{k:24s} {v['rows']:4d} {v['median_abs_error']:13.1%} {v['median_error']:+11.1%} {v['coverage']:8.0%}"
+            f"{k:24s} {v['rows']:4d} {v['median_abs_error']:13.1%}"
+            f" {v['median_error']:+11.1%} {v['coverage']:8.0%}"
             f" {'ok' if ok else 'MISSED':6s} | {c['median_abs_error']:6.1%} {c['median_error']:+7.1%}"
             f" {c['coverage']:5.0%} {'ok' if ok_c else 'MISSED'}"
         )

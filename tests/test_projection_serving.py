@@ -71,8 +71,8 @@ def test_search_picks_the_highest_throughput_and_explains_the_losers():
     losers = [why for c, why in p.rejected if why.startswith("lower slow edge")]
     assert losers
     best = p.requests_per_s.value
-    # the search ranks by the layouts' own band (the capacity figure's band is widened on top for a stack whose
-    # knee is not validated under load, the same for every layout: chipswap.projection.stack_load)
+    # the search ranks by the layouts' own band (the capacity figure's band is widened on top for a stack
+    # whose knee is not validated under load, the same for every layout: chipswap.projection.stack_load)
     best_edge = best / (1 + dict(p.bands)["out_tok_s"])
     assert p.requests_per_s.band >= dict(p.bands)["out_tok_s"]
     for why in losers:

@@ -1,9 +1,10 @@
-"""Readiness round 3: the architectures teams bring next, configs as transformers writes them, graphs that grow
-with the sequence, and findings that agree between PyTorch and JAX.
+"""Readiness round 3: the architectures teams bring next, configs as transformers writes them, graphs that
+grow with the sequence, and findings that agree between PyTorch and JAX.
 
-The zoo below is written as transformers itself writes each config (`Config(...).save_pretrained`), at the real
-depth where a depth-dependent field is the point (DINOv2 and ViTDet at 12 layers) and otherwise small. Each entry
-carries the finding expected *before* the run, with the reason in docs/readiness.md ("Zoo, round 3").
+The zoo below is written as transformers itself writes each config (`Config(...).save_pretrained`), at the
+real depth where a depth-dependent field is the point (DINOv2 and ViTDet at 12 layers) and otherwise
+small. Each entry carries the finding expected *before* the run, with the reason in docs/readiness.md
+("Zoo, round 3").
 """
 
 from __future__ import annotations
@@ -147,7 +148,8 @@ ZOO = (
     "mamba2",
     "recurrent-gemma",
 )
-# The diffusion UNet of the issue's list is not covered: diffusers is not a chipswap dependency (docs/readiness.md).
+# The diffusion UNet of the issue's list is not covered: diffusers is not a chipswap dependency
+# (docs/readiness.md).
 
 
 def _written(tmp_path, name):

@@ -71,8 +71,8 @@ def _given_region(found: dict[str, Setting]) -> str | None:
 
 
 REGION_HELP = (
-    "AWS region for prices (default: region from `chipswap config show`, else us-east-1; an instance sold only "
-    "as Capacity Blocks is priced where a Capacity Block rate is known)."
+    "AWS region for prices (default: region from `chipswap config show`, else us-east-1; an instance sold "
+    "only as Capacity Blocks is priced where a Capacity Block rate is known)."
 )
 BLOCK_DAYS_HELP = (
     "Capacity Block length in days for a capacity-block candidate (1-14, then 21, 28, ... 182); default: the "

@@ -253,7 +253,8 @@ def project_training(
         assert chosen is not None
         if pres.best is None:
             notes.append(
-                f"chipswap's memory model puts the pinned layout's peak at {chosen.memory.peak / GiB:,.1f} GiB "
+                "chipswap's memory model puts the pinned layout's peak at "
+                f"{chosen.memory.peak / GiB:,.1f} GiB "
                 f"per {system.device_unit}, over the {chosen.memory.capacity / GiB:,.1f} GiB it has: it may "
                 "not fit (projected as pinned)"
             )

@@ -214,8 +214,8 @@ def conventional(
     """The layout the stack's users start from: FSDP over every device and the smallest model-parallel block
     that fits (none; then TP inside a node, CP for long sequences, PP last), with the knobs such users turn
     at their fastest: activation recompute (none, or full where memory needs it), the micro-batch (up to
-    16, splitting the replica's batch) and, across nodes, full or hybrid sharding (HSDP). None for a recipe stack
-    (CONVENTION), or when no conventional layout splits the global batch or fits."""
+    16, splitting the replica's batch) and, across nodes, full or hybrid sharding (HSDP). None for a recipe
+    stack (CONVENTION), or when no conventional layout splits the global batch or fits."""
     conv = CONVENTION[stack_for(system, stack)]
     if conv is None:
         return None

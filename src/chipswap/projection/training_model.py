@@ -3,10 +3,10 @@
 What it is for: `chipswap project --train-tokens`, the plan's training workloads and the training calibration
 (training_fit.py) all call `step_time` / `search` here, so a projection and its held-out error band come
 from one definition. It models, per device and per optimizer step:
-  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ, x a
-    published stack's own factor where it reached another share of the same chip), fp8 as a measured speed-up
-    of the linear layers per training stack (causal attention stays bf16), x 4/3 with full activation recompute
-    (selective: the attention core, or every other matmul on the PyTorch stack);
+  - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ, x
+    a published stack's own factor where it reached another share of the same chip), fp8 as a measured
+    speed-up of the linear layers per training stack (causal attention stays bf16), x 4/3 with full activation
+    recompute (selective: the attention core, or every other matmul on the PyTorch stack);
   - elementwise HBM traffic (norms, activations; a fixed count of passes, an assumption);
   - tensor / context parallel collectives (all-reduce or reduce-scatter + all-gather of the activations every
     layer) over NVLink/NVSwitch or NeuronLink inside a node, EFA across nodes, x the stack's exposed share
@@ -231,8 +231,8 @@ class Memory:
         return self.total <= self.usable
 
     def as_dict(self) -> dict[str, float]:
-        parts = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "total", "peak", "usable",
-                 "capacity")  # fmt: skip
+        parts = ("weights", "grads", "optimizer", "activations", "logits", "buffers", "total", "peak",
+                 "usable", "capacity")  # fmt: skip
         return {f"{k}_gib": getattr(self, k) / GiB for k in parts}
 
 
@@ -328,10 +328,11 @@ def memory(
         # Megatron's distributed optimizer: bf16 weights and the fp32 gradient buffer whole, the fp32 master
         # and Adam moments sharded (6 + 12 / shards bytes a parameter)
         weights, grads, opt = w * p_dev, g * p_dev, o * p_dev / shards
-    else:  # fsdp / hsdp: everything sharded; two layers gathered in bf16 (the one running and the prefetch) and
-        # their gradients reduce-scattered in fp32. With pipeline stages FSDP keeps the stage gathered between
-        # micro-batches (no re-shard after forward) and accumulates its gradients unsharded (bf16) until the
-        # last micro-batch (torchtitan / FSDP2 with pipelining): 2 + 2 bytes a parameter of the stage
+    else:  # fsdp / hsdp: everything sharded; two layers gathered in bf16 (the one running and the prefetch)
+        # and their gradients reduce-scattered in fp32. With pipeline stages FSDP keeps the stage gathered
+        # between micro-batches (no re-shard after forward) and accumulates its gradients unsharded (bf16)
+        # until the last micro-batch (torchtitan / FSDP2 with pipelining): 2 + 2 bytes a parameter of the
+        # stage
         weights, grads, opt = w * p_dev / shards, g * p_dev / shards, o * p_dev / shards
         if layout.pp > 1:
             buffers += (2.0 + 2.0) * p_dev

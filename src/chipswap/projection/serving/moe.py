@@ -1,9 +1,9 @@
 """MoE weight reads for the physical model: views of the one definition in chipswap.projection.work.
 
 What it is for: the physical model (serving.physics) counts a MoE decode step's weight read and a prefill's
-routed-expert FLOPs with these; the expert count itself (E x (1 - (1 - k/E)^B), MoE layers only, shared experts
-always read) is work.expected_experts_touched / work.decode_weight_params, which the table-fit time model
-(projection.platform) uses too. Pure: no I/O; imports only the work model.
+routed-expert FLOPs with these; the expert count itself (E x (1 - (1 - k/E)^B), MoE layers only, shared
+experts always read) is work.expected_experts_touched / work.decode_weight_params, which the table-fit time
+model (projection.platform) uses too. Pure: no I/O; imports only the work model.
 """
 
 from __future__ import annotations

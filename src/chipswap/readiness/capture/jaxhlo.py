@@ -544,7 +544,8 @@ def arg_shapes(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, ...
         shape = getattr(leaf, "shape", None)
         dtype = getattr(leaf, "dtype", None)
         if shape is not None:
-            # without jax_enable_x64 JAX computes a float64 / int64 argument in 32 bits: report what is checked
+            # without jax_enable_x64 JAX computes a float64 / int64 argument in 32 bits: report what is
+            # checked
             used = jax.dtypes.canonicalize_dtype(dtype) if dtype is not None else dtype
             note = f" (given as {dtype}; x64 is disabled)" if used != dtype else ""
             parts.append(f"arg{i}={'x'.join(str(d) for d in shape) or 'scalar'}:{used}{note}")
