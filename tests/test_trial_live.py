@@ -323,7 +323,8 @@ def test_nothing_to_trial_is_one_line(tmp_path, capsys):
         capsys, "trial", str(_llm(tmp_path, "p99_ms = 1")), "--out", str(tmp_path / "k")
     )
     assert code == 2 and err.count("\n") == 1 and "nothing to trial: no Neuron candidate meets the SLO" in err
-    assert "unloaded latency" in err and not (tmp_path / "k").exists()
+    # the blocking objective is named with its value (issue 30), not an unloaded latency of another one
+    assert "end-to-end p99 alone is" in err and "> 1 ms" in err and not (tmp_path / "k").exists()
     code, out, err = run_inproc(capsys, "trial", "--example", "finetune", "--out", str(tmp_path / "k"))
     assert code == 2 and "nothing to trial" in err and "'training'" in err and not (tmp_path / "k").exists()
     code, out, err = run_inproc(

@@ -35,7 +35,7 @@ TINY_WORKLOAD = (
     '[throughput.candidates."inf2.xlarge"]\nrequests_per_s = 1.8\n'
 )
 # A command line each flag is added to: cheap commands run for real; a command that would start work
-# (serve, bench, compile, check) is given a missing input, so it stops with one line after its flags parse.
+# (serve, bench, compile, check, trial) is given a missing input, so it stops with one line after its flags parse.
 BASE_ARGV: dict[str, list[str]] = {
     "plan": ["plan", "{work}/w.toml", "--no-aws", "--out", "{out}/report"],
     "shapes": ["shapes", "--json"],
@@ -45,6 +45,7 @@ BASE_ARGV: dict[str, list[str]] = {
     "compile": ["compile", "{work}/missing-model", "--seq-len", "8"],
     "serve": ["serve", "{work}/missing-set.json"],
     "bench": ["bench", "http://127.0.0.1:9", "--trace", "{work}/missing.csv"],
+    "trial": ["trial", "{work}/missing.toml", "--out", "{out}/kit"],
     "cost job": JOB,
     "cost serve": ["cost", "serve", "--instance", "inf2.xlarge", "--throughput", "5"],
     "cache prune": ["cache", "prune", "--dry-run"],
