@@ -111,7 +111,17 @@ def test_slo_flags_set_objectives_over_the_workload() -> None:
     got = with_slo_flags(wl, ["tpot_p99=80", "e2e_p99_ms=9000", "goodput_pct=99"]).slo
     assert got.objectives() == {"ttft_p99": 1500.0, "tpot_p99": 80.0, "e2e_p99": 9000.0}
     assert got.goodput_pct == 99 and got.p99_ms is None  # the old spelling gives way to the flag's
-    for bad, words in (("ttft_p98=3", "did you mean ttft_p99"), ("tpot_p99=x", "expected a number")):
+    for bad, words in (
+        ("ttft_p98=3", "did you mean ttft_p99"),
+        ("tpot_p99=x", "expected a number"),
+        ("ttft_p99=nan", "finite number"),
+        ("ttft_p99=inf", "finite number"),
+        ("ttft_p99=true", "expected a number"),
+        ("ttft_p99=1e308", "less than or equal"),
+        ("ttft_p99=-1", "greater than 0"),
+        ("goodput_pct=150", "less than or equal to 100"),
+        ("ttft_p99=", "expected a number"),
+    ):
         with pytest.raises(ChipswapError, match=words):
             with_slo_flags(wl, [bad])
 
