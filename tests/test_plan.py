@@ -200,6 +200,13 @@ def test_finetune_job_layout_pins_the_gpu_fleet(readiness) -> None:
     d["job"]["layout"] = {"tp": 2, "shard": "fsdp"}
     with pytest.raises(ChipswapError, match="shard"):
         plan(d)
+    # issue 41: the same checks and lines as --train-layout, naming the workload's job.layout; vp is a key
+    d["job"]["layout"] = {"tp": 3, "pp": 1, "vp": 2}
+    with pytest.raises(ChipswapError) as exc:
+        plan(d)
+    lines = getattr(exc.value, "lines", [str(exc.value)])
+    assert any("job.layout tp=3: does not divide the model's 32 attention heads" in x for x in lines)
+    assert any("job.layout vp=2: virtual stages need pipeline stages" in x for x in lines)
 
 
 def test_finetune_example_with_measured_hours_is_the_seed(readiness) -> None:

@@ -136,3 +136,56 @@ def test_a_batch_that_cannot_split_says_so() -> None:
 def test_trainium2_is_still_refused_with_the_reason() -> None:
     with pytest.raises(ChipswapError, match="no published training throughput"):
         project_training(W8, "trn2.48xlarge", tokens=1e9, catalog=CAT)
+
+
+def test_a_bad_pin_is_refused_before_any_search(monkeypatch) -> None:
+    """Issue 41: the pin is checked whole (heads, layers, devices, batch split) before the layout search
+    runs; every bad key is one line, the unreadable keys and the model's checks together."""
+    import chipswap.projection.training as tr
+
+    calls = []
+    monkeypatch.setattr(tr, "search", lambda *a, **k: calls.append(1))
+    pin = parse_layout("tp=3,pp=99999,vp=4", defer=True)
+    with pytest.raises(LayoutError) as exc:
+        project_training(W8, "p5.48xlarge", tokens=1e10, catalog=CAT, layout=pin)
+    assert calls == []
+    lines = exc.value.lines
+    assert any("pp=99999" in x for x in lines) and any("attention heads" in x for x in lines)
+    assert len(lines) == len(set(lines)) and all("\n" not in x for x in lines)
+    with pytest.raises(LayoutError, match="dp=3: does not divide the global batch"):
+        project_training(W8, "p5.48xlarge", catalog=CAT, layout=parse_layout("tp=1,dp=3", defer=True),
+                         global_batch=512, nodes=3)  # fmt: skip
+    with pytest.raises(LayoutError, match="vp=2: virtual stages need pipeline stages"):
+        project_training(W8, "p5.48xlarge", catalog=CAT, layout=parse_layout("pp=1,vp=2", defer=True))
+
+
+def test_huge_and_repeated_pins_are_short_lines() -> None:
+    """A 5,000-digit degree is out of range (never converted), 20,000 repeats of a key are one line, and
+    20,000 distinct unknown keys print a bounded number of lines."""
+    with pytest.raises(LayoutError) as exc:
+        parse_layout("tp=" + "9" * 5000)
+    (line,) = exc.value.lines
+    assert "expected a whole number 1..1024" in line and len(line) < 200
+    with pytest.raises(LayoutError) as exc:
+        parse_layout(",".join(["tp=8"] * 20000))
+    assert exc.value.lines == ["--train-layout: tp given 20,000 times; give each key once"]
+    with pytest.raises(LayoutError) as exc:
+        parse_layout(",".join(f"k{i}=1" for i in range(20000)))
+    assert len(exc.value.lines) <= 8 and "more problems" in exc.value.lines[-1]
+
+
+def test_cli_huge_pin_exits_2_without_a_traceback(capsys) -> None:
+    code, _, err = run_inproc(
+        capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-tokens", "1e9",
+        "--train-layout", "tp=" + "9" * 5000 + ",pp=99,tp=1",
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in err
+    lines = [x for x in err.splitlines() if x.startswith("chipswap: error:")]
+    assert 2 <= len(lines) <= 4 and all(len(x) < 300 for x in lines)
+
+
+def test_vp_pins_the_virtual_stages() -> None:
+    w70 = model_work("llama-3-70b")
+    pin = parse_layout("tp=8,pp=4,vp=5")
+    t = project_training(w70, "p5.48xlarge", catalog=CAT, layout=pin, nodes=8)
+    assert (t.layout.pp, t.layout.vp) == (4, 5)

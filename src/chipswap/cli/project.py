@@ -326,7 +326,7 @@ def register(app: typer.Typer) -> None:
             from chipswap.projection.training import project_training as project_layout
             from chipswap.projection.training_layout import parse_layout
 
-            pin = parse_layout(train_layout) if train_layout is not None else None
+            pin = parse_layout(train_layout, defer=True) if train_layout is not None else None
             results = [
                 project_layout(
                     work, i, tokens=train_tokens, seq_len=seq_len, dtype=train_dtype, nodes=nodes,

@@ -153,6 +153,7 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says
     otherwise)."""
     from chipswap.projection.training import project_training, system_of
+    from chipswap.projection.training_layout import LayoutError
 
     job = s.workload.job
     assert job is not None
@@ -166,15 +167,17 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     if job.layout is not None and inst.name == s.fleet.name:  # the layout is the GPU fleet's
         from chipswap.projection.training_layout import pin_from_mapping
 
-        pin = pin_from_mapping(job.layout.model_dump(exclude_none=True), where=f"{s.path}: job.layout")
+        pin = pin_from_mapping(
+            job.layout.model_dump(exclude_none=True), where=f"{s.path}: job.layout", defer=True
+        )
     try:
         t = project_training(
             work, inst, tokens=job.job_tokens, seq_len=seq, dtype=dtype, nodes=s.workload.fleet.count,
             global_batch=job.global_batch, catalog=s.catalog, layout=pin, stack=job.stack,
         )  # fmt: skip
+    except LayoutError:
+        raise  # the pin's own lines (each names the workload's job.layout)
     except ChipswapError as exc:
-        if pin is not None and "train-layout" in str(exc):
-            raise ChipswapError(f"{s.path}: job.layout: {exc}") from None
         return InstanceProjection(inst.name, excluded=f"not projected: {exc}")
     tps = t.tokens_per_s_per_node
     what = f"{t.dtype}, {t.layout.label()}, sequence length {seq}"

@@ -532,6 +532,9 @@ class TrainLayout(_Model):
     micro_batch: Annotated[Whole, In("batch")] | None = Field(
         None, ge=1, le=4096, description="Sequences per micro-batch."
     )
+    vp: Annotated[Whole, In("workers")] | None = Field(
+        None, ge=1, le=64, description="Virtual (interleaved) pipeline stages per device (with pp > 1)."
+    )
 
 
 class Job(_Model):

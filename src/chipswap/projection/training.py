@@ -241,13 +241,14 @@ def project_training(
     coef = coef_of(cal)
     kw: dict[str, Any] = {"seq_len": seq_len, "global_batch": gb}
     tk = {"seq_len": seq_len, "dtype": use, "nodes": nodes, "stack": stk}
-    res = search(work, system, coef, nodes=nodes, dtype=use, stack=stk, **kw)
     notes: list[str] = []
     conv: Layout | None = None
-    pinned = layout is not None and bool(layout.given())
+    pinned = layout is not None and bool(layout.given() or layout.problems)
+    # a pin is checked whole (every bad key one line) before any search runs
+    cands = pinned_layouts(work, system, layout, nodes=nodes, **kw) if layout is not None and pinned else []
+    res = search(work, system, coef, nodes=nodes, dtype=use, stack=stk, **kw)
     if pinned:
         assert layout is not None
-        cands = pinned_layouts(work, system, layout, nodes=nodes, **kw)
         pres = search(work, system, coef, nodes=nodes, dtype=use, stack=stk, candidates=cands, **kw)
         chosen = pres.best or pres.closest
         assert chosen is not None

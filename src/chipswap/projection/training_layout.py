@@ -11,7 +11,7 @@ Pure: no I/O, no clock; it may not read files, prices or the catalog (callers pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chipswap.errors import ChipswapError
@@ -48,17 +48,29 @@ CONVENTION: dict[str, dict[str, Any] | None] = {
 MAX_CONVENTIONAL_MICRO_BATCH = 16
 
 
+MAX_PIN_LINES = 8  # a pin with more problems prints this many lines and a count of the rest
+MAX_VALUE_CHARS = 24  # a longer value or key is shortened in its error line
+MAX_INT_DIGITS = 8  # a whole number longer than this is out of range (never converted: no huge ints)
+
+
 class LayoutError(ChipswapError):
-    """Several problems with one layout: `lines` holds one line per bad key or value."""
+    """Several problems with one layout: `lines` holds one line per bad key or value (at most
+    MAX_PIN_LINES, then a count of the rest)."""
 
     def __init__(self, lines: list[str]) -> None:
-        super().__init__("; ".join(lines))
-        self.lines = list(lines)
+        kept = list(dict.fromkeys(lines))  # one line per distinct problem
+        if len(kept) > MAX_PIN_LINES:
+            more = len(kept) - (MAX_PIN_LINES - 1)
+            kept = kept[: MAX_PIN_LINES - 1] + [f"... and {more:,} more problems with the same layout"]
+        super().__init__("; ".join(kept))
+        self.lines = kept
 
 
 @dataclass(frozen=True)
 class LayoutPin:
-    """A layout as far as the user pins it (None = chipswap chooses)."""
+    """A layout as far as the user pins it (None = chipswap chooses). `where` names the input in errors
+    (--train-layout, or the workload's job.layout); `problems` holds the lines of keys that could not be
+    read, reported with the checks that need the model (check_pin) so every bad key is one line at once."""
 
     tp: int | None = None
     pp: int | None = None
@@ -68,9 +80,11 @@ class LayoutPin:
     recompute: str | None = None
     micro_batch: int | None = None
     vp: int | None = None
+    where: str = field(default="--train-layout", compare=False)
+    problems: tuple[str, ...] = field(default=(), compare=False)
 
     def given(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
 
     @property
     def complete(self) -> bool:
@@ -80,62 +94,129 @@ class LayoutPin:
         return ",".join(f"{k}={v}" for k, v in self.given().items()) or "(none)"
 
 
-def _bad(key: str, value: str, what: str) -> str:
-    return f"--train-layout {key}={value}: {what}"
+def _short(text: object) -> str:
+    """A key or value as an error line quotes it: long ones cut, with their length."""
+    s = str(text)
+    return s if len(s) <= MAX_VALUE_CHARS else f"{s[: MAX_VALUE_CHARS - 4]}... ({len(s):,} characters)"
 
 
-def pin_from_mapping(items: dict[str, Any], *, where: str = "--train-layout") -> LayoutPin:
+def _whole(raw: Any, top: int) -> int | None:
+    """`raw` as a whole number 1..top, or None (booleans, fractions, signs and over-long digit strings
+    are never converted)."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw if 1 <= raw <= top else None
+    v = str(raw).strip()
+    if not (v.isascii() and v.isdigit()) or len(v) > MAX_INT_DIGITS:
+        return None
+    n = int(v)
+    return n if 1 <= n <= top else None
+
+
+def pin_from_mapping(items: dict[str, Any], *, where: str = "--train-layout", defer: bool = False) -> LayoutPin:
     """A LayoutPin from key -> value (strings from the CLI or values of a workload table); every bad key or
-    value is one line of the LayoutError."""
+    value is one line of the LayoutError (defer: kept in the pin's `problems` for check_pin instead)."""
     lines: list[str] = []
     out: dict[str, Any] = {}
     for key, raw in items.items():
         k = str(key).strip().lower().replace("-", "_")
         v = str(raw).strip().lower()
         if k not in KEYS:
-            lines.append(f"{where}: unknown key {key!r}; use {', '.join(KEYS)}")
+            lines.append(f"{where}: unknown key {_short(key)!r}; use {', '.join(KEYS)}")
         elif k in INT_KEYS:
-            if isinstance(raw, bool) or not (v.isascii() and v.isdigit()) or not 1 <= int(v) <= INT_KEYS[k]:
-                lines.append(f"{where} {k}={raw}: expected a whole number 1..{INT_KEYS[k]}")
+            n = _whole(raw, INT_KEYS[k])
+            if n is None:
+                lines.append(f"{where} {k}={_short(raw)}: expected a whole number 1..{INT_KEYS[k]}")
             else:
-                out[k] = int(v)
+                out[k] = n
         elif k == "sharding":
             if v not in SHARDING_NAMES:
-                lines.append(f"{where} sharding={raw}: unknown sharding; use fsdp, hsdp, zero1 or none")
+                lines.append(f"{where} sharding={_short(raw)}: unknown sharding; use fsdp, hsdp, zero1 or none")
             else:
                 out[k] = SHARDING_NAMES[v]
         elif v not in RECOMPUTE:
-            lines.append(f"{where} recompute={raw}: unknown recompute mode; use none, selective or full")
+            lines.append(f"{where} recompute={_short(raw)}: unknown recompute mode; use none, selective or full")
         else:
             out[k] = v
-    if lines:
+    if lines and not defer:
         raise LayoutError(lines)
-    return LayoutPin(**out)
+    return LayoutPin(**out, where=where, problems=tuple(dict.fromkeys(lines)))
 
 
-def parse_layout(text: str) -> LayoutPin:
-    """`tp=8,pp=1,cp=1,dp=8,sharding=fsdp,recompute=full,micro_batch=2` (every key optional)."""
+def parse_layout(text: str, *, defer: bool = False) -> LayoutPin:
+    """`tp=8,pp=1,cp=1,dp=8,sharding=fsdp,recompute=full,micro_batch=2` (every key optional). A key given
+    twice is one line however often it repeats. defer: return the pin with its problems (check_pin, run by
+    project_training before any search, reports them with the model's own checks)."""
     items: dict[str, str] = {}
     lines: list[str] = []
+    twice: dict[str, int] = {}
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         key, eq, value = part.partition("=")
-        if not eq or not key.strip() or not value.strip():
-            lines.append(f"--train-layout: {part!r} is not key=value; write e.g. tp=8,recompute=full")
-        elif key.strip() in items:
-            lines.append(f"--train-layout: {key.strip()} given twice; give each key once")
+        k = key.strip()
+        if not eq or not k or not value.strip():
+            lines.append(f"--train-layout: {_short(part)!r} is not key=value; write e.g. tp=8,recompute=full")
+        elif k in items:
+            twice[k] = twice.get(k, 1) + 1
         else:
-            items[key.strip()] = value.strip()
-    try:
-        pin = pin_from_mapping(items)
-    except LayoutError as exc:
-        lines += exc.lines
+            items[k] = value.strip()
+    lines += [f"--train-layout: {_short(k)} given {n:,} times; give each key once" for k, n in twice.items()]
+    pin = pin_from_mapping(items, defer=True)
+    lines += pin.problems
+    if not items and not lines:
+        raise LayoutError(["--train-layout is empty; give key=value pairs, e.g. tp=8,pp=1,recompute=full"])
+    if lines and not defer:
+        raise LayoutError(lines)
+    return replace(pin, problems=tuple(dict.fromkeys(lines)))
+
+
+def check_pin(
+    work: ModelWork, system: System, pin: LayoutPin, *, nodes: int, seq_len: int, global_batch: int
+) -> None:
+    """Every problem of a pin at once, before any search: the keys that could not be read, then what the
+    model, the devices and the batch rule out (heads, layers, devices, the batch split, virtual stages).
+    A LayoutError with one line per problem; nothing when the pin can run."""
+    d = work.dims
+    w = pin.where
+    devices = nodes * system.devices_per_node
+    lines = list(pin.problems)
+    if pin.tp and d.heads % pin.tp:
+        lines.append(f"{w} tp={pin.tp}: does not divide the model's {d.heads} attention heads")
+    if pin.tp and pin.tp > devices:
+        lines.append(f"{w} tp={pin.tp}: more than the run's {devices} {system.device_unit}s")
+    if pin.pp and pin.pp > d.layers:
+        lines.append(f"{w} pp={pin.pp}: more stages than the model's {d.layers} layers")
+    if pin.cp and pin.cp > 1 and seq_len % pin.cp:
+        lines.append(f"{w} cp={pin.cp}: does not divide the sequence length {seq_len}")
+    if pin.vp and pin.vp > 1:
+        if pin.pp == 1:
+            lines.append(f"{w} vp={pin.vp}: virtual stages need pipeline stages; give pp > 1 or vp=1")
+        elif pin.pp and pin.pp * pin.vp > d.layers:
+            lines.append(
+                f"{w} vp={pin.vp}: pp x vp = {pin.pp * pin.vp} chunks is more than the model's {d.layers} layers"
+            )
+    fixed_block = (pin.tp or 1) * (pin.pp or 1) * (pin.cp or 1) * (pin.dp or 1)
+    if devices % fixed_block or (pin.tp and pin.pp and pin.cp and pin.dp and fixed_block != devices):
+        lines.append(
+            f"{w}: tp x pp x cp x dp = {fixed_block} does not fit {devices} {system.device_unit}s "
+            f"({nodes} x {system.devices_per_node}); make the product {devices}"
+        )
+    if pin.sharding == "hsdp" and nodes == 1:
+        lines.append(f"{w} sharding=hsdp: replicates across nodes, and this run has one; use fsdp")
+    if pin.dp and global_batch % pin.dp:
+        lines.append(
+            f"{w} dp={pin.dp}: does not divide the global batch of {global_batch} sequences; give a dp "
+            "that divides it or change the global batch"
+        )
+    elif pin.micro_batch and global_batch % (pin.micro_batch * (pin.dp or 1)):
+        lines.append(
+            f"{w} micro_batch={pin.micro_batch}: {pin.dp or 1} replica(s) x {pin.micro_batch} does not "
+            f"divide the global batch {global_batch}"
+        )
     if lines:
         raise LayoutError(lines)
-    if not items:
-        raise LayoutError(["--train-layout is empty; give key=value pairs, e.g. tp=8,pp=1,recompute=full"])
-    return pin
 
 
 def pinned_layouts(
@@ -143,34 +224,14 @@ def pinned_layouts(
 ) -> list[Layout]:
     """Every layout matching the pin on `nodes` nodes (unpinned keys open as in the search). A pinned value
     outside the search's range (TP across nodes, an uneven PP) is taken as given; an impossible one is a
-    LayoutError with one line per problem."""
+    LayoutError with one line per problem (check_pin)."""
+    check_pin(work, system, pin, nodes=nodes, seq_len=seq_len, global_batch=global_batch)
     d = work.dims
     devices = nodes * system.devices_per_node
     deg = degrees(work, system, nodes=nodes, seq_len=seq_len)
     tps = [pin.tp] if pin.tp else deg["tp"]
     pps = [pin.pp] if pin.pp else deg["pp"]
     cps = [pin.cp] if pin.cp else deg["cp"]
-    lines = []
-    if pin.tp and d.heads % pin.tp:
-        lines.append(f"--train-layout tp={pin.tp}: does not divide the model's {d.heads} attention heads")
-    if pin.pp and pin.pp > d.layers:
-        lines.append(f"--train-layout pp={pin.pp}: more stages than the model's {d.layers} layers")
-    if pin.cp and pin.cp > 1 and seq_len % pin.cp:
-        lines.append(f"--train-layout cp={pin.cp}: does not divide the sequence length {seq_len}")
-    fixed_block = (pin.tp or 1) * (pin.pp or 1) * (pin.cp or 1) * (pin.dp or 1)
-    if devices % fixed_block or (pin.tp and pin.pp and pin.cp and pin.dp and fixed_block != devices):
-        lines.append(
-            f"--train-layout: tp x pp x cp x dp = {fixed_block} does not fit {devices} {system.device_unit}s "
-            f"({nodes} x {system.devices_per_node}); make the product {devices}"
-        )
-    if pin.sharding == "hsdp" and nodes == 1:
-        lines.append("--train-layout sharding=hsdp: replicates across nodes, and this run has one; use fsdp")
-    if pin.micro_batch and global_batch % pin.micro_batch:
-        lines.append(
-            f"--train-layout micro_batch={pin.micro_batch}: does not divide the global batch {global_batch}"
-        )
-    if lines:
-        raise LayoutError(lines)
     out = []
     for tp in tps:
         for pp in pps:
@@ -187,12 +248,15 @@ def pinned_layouts(
                         if sh != "ddp" and dp * cp == 1 and not pin.sharding:
                             continue
                         for rc in [pin.recompute] if pin.recompute else RECOMPUTE:
-                            for vp in [pin.vp] if pin.vp else virtual_stages(d.layers, pp):
+                            vps = virtual_stages(d.layers, pp)
+                            if pin.vp:
+                                vps = [pin.vp] if pp > 1 or pin.vp == 1 else []
+                            for vp in vps:
                                 out.append(Layout(tp, pp, dp, cp, sh, rc, mb, vp, global_batch))
     if not out:
         raise LayoutError(
             [
-                f"--train-layout {pin.label()}: no layout with these degrees splits the global batch of "
+                f"{pin.where} {pin.label()}: no layout with these degrees splits the global batch of "
                 f"{global_batch} over {devices} {system.device_unit}s into whole micro-batches; change the "
                 "global batch, dp or micro_batch"
             ]
