@@ -24,7 +24,7 @@ from chipswap.economics.catalog_io import load_catalog  # noqa: E402
 from chipswap.projection import calibration as C  # noqa: E402
 from chipswap.projection.api import model_work, platform_of, project_serving  # noqa: E402
 from chipswap.projection.platform import llm_poly  # noqa: E402
-from chipswap.projection.training import project_training  # noqa: E402
+from chipswap.projection.training.project import project_training  # noqa: E402
 from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
 
 REPEATS = 5

@@ -19,9 +19,9 @@ from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.reference_tables import _Models
-from chipswap.projection.training import coef_of, load_calibration, project_training, system_of
-from chipswap.projection.training_fit import TARGETS, calibrate
-from chipswap.projection.training_model import Layout, layouts, step_time
+from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
+from chipswap.projection.training.fit import TARGETS, calibrate
+from chipswap.projection.training.model import Layout, layouts, step_time
 
 COMMAND = "PYTHONPATH=src python bench/bench_training.py"
 PUBLISHED_BF16_RATIO = (3.8, 4.3)  # issue 28: published bf16 trn1.32xlarge vs p5.48xlarge, 7-8B, per node
@@ -70,8 +70,8 @@ def neuron_by_stack() -> list[str]:
     """The Neuron rows held out by stack instead of by published table: what a stack never seen gets."""
     from dataclasses import replace
 
-    from chipswap.projection.training_fit import leave_one_source_out, summarize
-    from chipswap.projection.training_rows import load_rows
+    from chipswap.projection.training.fit import leave_one_source_out, summarize
+    from chipswap.projection.training.rows import load_rows
 
     rows, _ = load_rows()
     rows = [replace(r, source=r.train_stack) if r.group == "neuron" else r for r in rows]

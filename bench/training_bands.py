@@ -3,7 +3,7 @@
     PYTHONPATH=src python bench/training_bands.py           # print per-source / per-family held-out errors
     PYTHONPATH=src python bench/training_bands.py --write   # also regenerate data/training/calibration.toml
 
-Fits chipswap.projection.training_model on the published training rows (../shared/reference + data/training/
+Fits chipswap.projection.training.model on the published training rows (../shared/reference + data/training/
 published_rows.toml), re-fits once per held-out source, and prints each source's median held-out error and
 band coverage per family and dtype, pinned to the published layouts and as the CLI default chooses them,
 against issue 28's targets (pinned: median |err| <= 15 %, fp8 <= 20 %, coverage >= 75 %; chosen: <= 20 %,
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 
-from chipswap.projection.training_fit import TARGETS, calibrate, write
+from chipswap.projection.training.fit import TARGETS, calibrate, write
 
 
 def main(argv: list[str]) -> int:

@@ -62,7 +62,7 @@ def test_the_price_performance_figure_is_recomputed_independently(lines) -> None
 
 
 def test_the_worked_examples_hours_are_the_plans_projection(lines) -> None:
-    from chipswap.projection.training import project_training
+    from chipswap.projection.training.project import project_training
 
     work = model_work("llama-3-8b")
     gpu = project_training(work, "p5.48xlarge", seq_len=4096)

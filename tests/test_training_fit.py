@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chipswap.projection.training import load_calibration
-from chipswap.projection.training_fit import MIN_FAMILY_ROWS, TARGETS, band_of, calibrate, render
+from chipswap.projection.training.project import load_calibration
+from chipswap.projection.training.fit import MIN_FAMILY_ROWS, TARGETS, band_of, calibrate, render
 
 REF = Path("../shared/reference")
 pytestmark = pytest.mark.skipif(not (REF / "gpu-benchmarks").is_dir(), reason="needs ../shared/reference")

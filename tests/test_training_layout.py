@@ -10,9 +10,9 @@ import pytest
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work
-from chipswap.projection.training import coef_of, load_calibration, project_training, system_of
-from chipswap.projection.training_layout import LayoutError, LayoutPin, parse_layout, pinned_layouts
-from chipswap.projection.training_model import Layout, layouts, memory, stage_layers, step_time
+from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
+from chipswap.projection.training.layout import LayoutError, LayoutPin, parse_layout, pinned_layouts
+from chipswap.projection.training.model import Layout, layouts, memory, stage_layers, step_time
 from tests.cli_helpers import run_inproc
 
 CAT = load_catalog()
@@ -141,7 +141,7 @@ def test_trainium2_is_still_refused_with_the_reason() -> None:
 def test_a_bad_pin_is_refused_before_any_search(monkeypatch) -> None:
     """Issue 41: the pin is checked whole (heads, layers, devices, batch split) before the layout search
     runs; every bad key is one line, the unreadable keys and the model's checks together."""
-    import chipswap.projection.training as tr
+    import chipswap.projection.training.project as tr
 
     calls = []
     monkeypatch.setattr(tr, "search", lambda *a, **k: calls.append(1))

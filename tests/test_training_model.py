@@ -1,4 +1,4 @@
-"""The layout-aware training model (training_model) and its API (projection.training): memory rejects
+"""The layout-aware training model (training.model) and its API (projection.training): memory rejects
 layouts that do not fit, communication grows with scale, dtypes follow the chip, bands come from the file."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work
-from chipswap.projection.training import coef_of, load_calibration, project_training, system_of
-from chipswap.projection.training_model import Layout, memory, step_time
+from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
+from chipswap.projection.training.model import Layout, memory, step_time
 
 CAT = load_catalog()
 W8 = model_work("llama-3-8b")
@@ -103,7 +103,7 @@ def test_projection_states_layout_band_and_dtype() -> None:
 
 
 def test_per_node_throughput_changes_with_nodes_through_communication() -> None:
-    from chipswap.projection.training_layout import LayoutPin
+    from chipswap.projection.training.layout import LayoutPin
 
     full_shard = LayoutPin(tp=1, sharding="fsdp")  # FSDP over every GPU: its gathers cross EFA at 32 nodes
     runs = [
@@ -191,7 +191,7 @@ def test_fsdp_with_pipeline_stages_keeps_the_stage_gathered() -> None:
 def test_a_calibration_only_stack_scales_the_efficiency_by_its_own_factor() -> None:
     """meta-2023 (Meta's LLaMA code) runs at its fitted share of the reference stack's efficiency; a user's
     stack never does."""
-    from chipswap.projection.training_model import Coef, efficiency
+    from chipswap.projection.training.model import Coef, efficiency
 
     a100 = _sys("p4de.24xlarge")
     coef = Coef(COEF.values + (("f_meta2023", 0.5),)) if not COEF.has("f_meta2023") else COEF

@@ -186,7 +186,7 @@ def price_performance_lines(catalog: Catalog) -> list[ClaimLine]:
 
 def _training_price_performance(catalog: Catalog) -> ClaimLine:
     from chipswap.projection.api import model_work
-    from chipswap.projection.training import project_training
+    from chipswap.projection.training.project import project_training
 
     what = f"training {WORKED['model']}, {WORKED_SEQ:,}-token sequences, bf16: trn2.48xlarge vs p5en.48xlarge"
     try:
@@ -245,7 +245,7 @@ def cut_lines(catalog: Catalog) -> list[ClaimLine]:
 def _worked(catalog: Catalog) -> tuple[Any, Any, float]:
     """(GPU training plan, trn1 plan, tokens): the run's size inferred from the seed's 20 h on the GPU."""
     from chipswap.projection.api import model_work
-    from chipswap.projection.training import project_training
+    from chipswap.projection.training.project import project_training
 
     work = model_work(WORKED["model"])
     seq = WORKED_SEQ

@@ -152,8 +152,8 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     """Tokens/s per instance from the layout-aware model (projection.training): the fastest layout that
     fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says
     otherwise)."""
-    from chipswap.projection.training import project_training, system_of
-    from chipswap.projection.training_layout import LayoutError
+    from chipswap.projection.training.project import project_training, system_of
+    from chipswap.projection.training.layout import LayoutError
 
     job = s.workload.job
     assert job is not None
@@ -165,7 +165,7 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
         dtype = "fp8" if "fp8" in supported else "bf16"
     pin = None
     if job.layout is not None and inst.name == s.fleet.name:  # the layout is the GPU fleet's
-        from chipswap.projection.training_layout import pin_from_mapping
+        from chipswap.projection.training.layout import pin_from_mapping
 
         pin = pin_from_mapping(
             job.layout.model_dump(exclude_none=True), where=f"{s.path}: job.layout", defer=True

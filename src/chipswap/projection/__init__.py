@@ -19,8 +19,8 @@ Pure core (no I/O, no torch, no clock):
                  held-out validation; import path chipswap.projection.fitting); the I/O modules rows.py
                  (the modern serving runs) and physfit.py (the physical model's fit across shapes, its
                  held-out and extrapolation tests, physics.toml);
-- training*.py   the training room (training_model.py pure; training.py, training_fit.py shell), left in
-                 place this round.
+- training/      the training room (model.py, layout.py, transfer.py pure; project.py, rows.py, fit.py
+                 shell); callers import chipswap.projection.training.
 Shell:
 - api.py         the projection API for callers: loads the catalog and platform files, calls predict.py;
 - platforms.py   loads data/platforms/*.toml (the projection's only I/O edge for platform data);

@@ -1,7 +1,7 @@
 """Reading the published benchmark tables: CSV rows (size-bounded), positive finite numbers, the benchmark
 model names of benchmark_models.toml, the Neuron tables' source line, and why a row was skipped.
 
-Shared by calibration.py, calibration_encoders.py and training_fit.py; reads only the files it is given (no
+Shared by calibration.py, calibration_encoders.py and training/fit.py; reads only the files it is given (no
 fitting, no writing); may not import calibration.py (which imports it).
 """
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chipswap.errors import ChipswapError
-from chipswap.projection.training_model import (
+from chipswap.projection.training.model import (
     MICRO_BATCHES,
     RECOMPUTE,
     SHARDINGS,

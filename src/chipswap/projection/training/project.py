@@ -1,6 +1,6 @@
 """Training projections for callers (`chipswap project --train-tokens`, the plan): an instance type from the
-catalog becomes a chipswap.projection.training_model.System, the shipped training calibration
-(data/training/calibration.toml, written by projection.training_fit) gives the coefficients and the held-out
+catalog becomes a chipswap.projection.training.model.System, the shipped training calibration
+(data/training/calibration.toml, written by projection.training.fit) gives the coefficients and the held-out
 bands, and the layout search picks the fastest layout that fits.
 
     t = project_training(model_work("llama-3-8b"), "p5.48xlarge", tokens=1e10, dtype="bf16", nodes=1)
@@ -23,8 +23,8 @@ from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.platforms import device_spec, family_of_chip
 from chipswap.projection.predict import Projected
-from chipswap.projection.training_layout import LayoutPin, conventional, pinned_layouts
-from chipswap.projection.training_model import (
+from chipswap.projection.training.layout import LayoutPin, conventional, pinned_layouts
+from chipswap.projection.training.model import (
     TRAIN_STACKS,
     Coef,
     Layout,

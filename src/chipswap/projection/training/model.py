@@ -1,7 +1,7 @@
 """Training throughput with layout and scale: how a dense transformer trains on N nodes of one instance type.
 
 What it is for: `chipswap project --train-tokens`, the plan's training workloads and the training calibration
-(training_fit.py) all call `step_time` / `search` here, so a projection and its held-out error band come
+(training/fit.py) all call `step_time` / `search` here, so a projection and its held-out error band come
 from one definition. It models, per device and per optimizer step:
   - compute: linear-layer FLOPs at the bf16 peak x a fitted efficiency (per family where the rows differ, x
     a published stack's own factor where it reached another share of the same chip), fp8 as a measured
@@ -19,7 +19,7 @@ from one definition. It models, per device and per optimizer step:
   - peak memory per device (weights, gradients, optimizer states sharded over DP x CP, activations by
     recompute mode as the stack means it and CP shard, fp8 weight copies, FSDP gather / reduce buffers (the
     whole stage with pipeline stages), logits at the stack's loss, allocator fragmentation and runtime) that
-    rejects layouts which do not fit; checked against published peaks (training_fit.peak_check).
+    rejects layouts which do not fit; checked against published peaks (training.fit.peak_check).
 `search` enumerates TP x PP x CP x sharding x recompute x micro-batch, rejects what does not fit (saying why)
 and keeps the fastest; when no layout can split the global batch it says so (not "does not fit").
 

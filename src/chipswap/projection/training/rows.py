@@ -1,4 +1,4 @@
-"""The published training rows the training calibration fits on (projection.training_fit) and the bench
+"""The published training rows the training calibration fits on (projection.training.fit) and the bench
 measures: one TrainRow per published figure, with the layout as far as its source prints it.
 
 Also the published peak-memory rows (data/training/published_memory.csv: torchtitan's benchmark tables, memory
@@ -25,8 +25,8 @@ from chipswap.errors import ChipswapError
 from chipswap.projection.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.reference_tables import _int, _Models, _num, _read_csv
-from chipswap.projection.training import calibration_path, system_of
-from chipswap.projection.training_model import Layout, System
+from chipswap.projection.training.project import calibration_path, system_of
+from chipswap.projection.training.model import Layout, System
 from chipswap.projection.work import ModelWork, work_from_config
 
 # calibration rows run on these instances' chips; their network is the published system's, not the instance's
@@ -42,7 +42,7 @@ DGX_NETWORK_GBPS = 3200  # DGX H100 / B200: 8 x 400 Gb/s InfiniBand
 TRN1N_NETWORK_GBPS = 1600  # multi-node rows say trn1.32xlarge/trn1n.32xlarge; trn1n has 1,600 Gb/s EFA
 FOUNDRY_NETWORK_GBPS = {"H100": 3200, "A100-80GB": 1600, "A100": 1600}  # A100: "1600 Gbps node-node (RoCE)"
 FOUNDRY_CHIP = {"H100 80GB": "H100", "A100 80GB": "A100-80GB", "A100 40GB": "A100"}
-# the source's training stack (training_model.STACK_RULES)
+# the source's training stack (training.model.STACK_RULES)
 SOURCE_STACK = {
     "nemo-24.07": "megatron",
     "megatron-bridge": "megatron",
@@ -82,7 +82,7 @@ class TrainRow:
     observed: float
     fixed: dict[str, Any]
     note: str = ""
-    stack_key: str = ""  # the training_model.STACK_RULES key, where the source does not set it for every row
+    stack_key: str = ""  # the training.model.STACK_RULES key, where the source does not set it for every row
 
     @property
     def group(self) -> str:
@@ -90,7 +90,7 @@ class TrainRow:
 
     @property
     def train_stack(self) -> str:
-        """The training_model.STACK_RULES key of the row's stack."""
+        """The training.model.STACK_RULES key of the row's stack."""
         return self.stack_key or SOURCE_STACK.get(self.source, "megatron")
 
 
@@ -247,7 +247,7 @@ def _published_rows(catalog: Catalog, out: list[TrainRow], skipped: list[str]) -
         elif "gpu_hours" in r:
             obs = float(r["tokens"]) / float(r["gpu_hours"]) / 3600.0 / float(src.get("effective_time", 1.0))
         else:
-            from chipswap.projection.training_model import flops_per_token
+            from chipswap.projection.training.model import flops_per_token
 
             lin, att = flops_per_token(work, seq)
             obs = float(r["tflops_per_gpu"]) * 1e12 / (3.0 * (lin + att))
