@@ -36,10 +36,12 @@ def test_every_line_has_a_figure_band_and_source_or_a_reason(lines) -> None:
             assert len(ln.chipswap) > len("refused: ") + 20 and ln.band == "-"
         else:
             assert ln.band != "-" and any(ch.isdigit() for ch in ln.chipswap) and ln.true_if != "-"
+    # issue 41: the training claim is answered by transfer from trn1, with a band, bf16 and fp8
     training = [ln for ln in lines if ln.case.startswith("training") and "trn2" in ln.case]
-    assert (
-        training and training[0].refused and "no training calibration for Trainium2" in training[0].chipswap
-    )
+    assert len(training) == 2 and not any(ln.refused for ln in training)
+    for ln in training:
+        assert "transferred from trn1 by spec sheet, ±" in ln.source and "Capacity Block" in ln.chipswap
+        assert "measured trn2 training throughput outranks this" in ln.true_if
     assert any("p5e.48xlarge" in ln.case and ln.refused for ln in lines)  # no price: no number
     assert {"26 h", "+30 to +40 %"} <= {ln.claimed for ln in lines}
 
@@ -79,4 +81,20 @@ def test_the_command_prints_the_same_lines(capsys, lines) -> None:
     got = json.loads(out)
     assert [g["chipswap"] for g in got] == [ln.chipswap for ln in lines]
     code, out, _ = run_inproc(capsys, "plan", "--example", "trn2-claims")
-    assert code == 0 and "claimed 26 h; chipswap" in out and "refused: no training calibration" in out
+    assert code == 0 and "claimed 26 h; chipswap" in out and "(training tokens/s per $/h)" in out
+    assert "refused: no training calibration" not in out
+
+
+def test_the_training_price_performance_is_recomputed_independently(lines) -> None:
+    """The trn2 training line: tokens/s per $/h from two independent projections and the two prices."""
+    from chipswap.projection.training import project_training
+
+    cat = load_catalog()
+    work = model_work("llama-3-8b")
+    n = project_training(work, "trn2.48xlarge", seq_len=4096, catalog=cat).tokens_per_s_per_node
+    g = project_training(work, "p5en.48xlarge", seq_len=4096, catalog=cat).tokens_per_s_per_node
+    rn = float(cat.rate("trn2.48xlarge", "us-east-2", "capacity-block").usd_per_hour)
+    rg = float(cat.rate("p5en.48xlarge", "us-east-1", "on-demand").usd_per_hour)
+    line = next(ln for ln in lines if ln.case.startswith("training") and "bf16" in ln.case)
+    assert line.chipswap.startswith(f"{((n.value / rn) / (g.value / rg) - 1) * 100:+.0f} %")
+    assert line.band.startswith(f"{((n.low / rn) / (g.high / rg) - 1) * 100:+.0f} %")

@@ -133,9 +133,12 @@ def test_a_batch_that_cannot_split_says_so() -> None:
     assert "does not fit" not in str(exc.value)
 
 
-def test_trainium2_is_still_refused_with_the_reason() -> None:
+def test_a_family_without_a_calibration_entry_is_refused_with_the_reason() -> None:
+    """Trainium2 is projected by transfer (issue 41); a calibration without its entry still refuses."""
+    cal = load_calibration()
+    bare = {**cal, "families": {k: v for k, v in cal["families"].items() if k != "Trainium2"}}
     with pytest.raises(ChipswapError, match="no published training throughput"):
-        project_training(W8, "trn2.48xlarge", tokens=1e9, catalog=CAT)
+        project_training(W8, "trn2.48xlarge", tokens=1e9, catalog=CAT, calibration=bare)
 
 
 def test_a_bad_pin_is_refused_before_any_search(monkeypatch) -> None:

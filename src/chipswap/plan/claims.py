@@ -180,30 +180,72 @@ def price_performance_lines(catalog: Catalog) -> list[ClaimLine]:
                     f"{_projection_words(n, g, trn, gpu)}; prices {pn.words()} and {pg.words()}",
                 )
             )
-    out.append(_training_price_performance(catalog))
+    out += _training_price_performance(catalog)
     return out
 
 
-def _training_price_performance(catalog: Catalog) -> ClaimLine:
+def _training_price_performance(catalog: Catalog) -> list[ClaimLine]:
+    """Training tokens/s per $/h on trn2.48xlarge (Capacity Block) against p5en.48xlarge (on demand), bf16
+    and fp8 on both sides: trn2 by transfer from trn1's calibration (projection.training.transfer) with its
+    measured transfer band, H200 by transfer from H100; and the worked example's run on trn2 priced as one
+    Capacity Block of whole days. A measured trn2 figure outranks every number here."""
+    from chipswap.economics.catalog import block_days_covering
     from chipswap.projection.api import model_work
-    from chipswap.projection.training.project import project_training
+    from chipswap.projection.training import project_training
 
-    what = f"training {WORKED['model']}, {WORKED_SEQ:,}-token sequences, bf16: trn2.48xlarge vs p5en.48xlarge"
-    try:
-        project_training(model_work(WORKED["model"]), "trn2.48xlarge", seq_len=WORKED_SEQ,
-                         catalog=catalog)  # fmt: skip
-    except ChipswapError as exc:
-        return ClaimLine(
-            PRICE_PERF,
-            what,
-            "+30 to +40 %",
-            f"refused: {exc}",
-            "-",
-            "a measured trn2 training throughput (`chipswap plan --bench`, or job.candidates hours with "
-            'source = "measured")',
-            "data/training/calibration.toml (the families with published training throughput)",
+    trn, trn_region, gpu, gpu_region = PRICE_PERF_PAIRS[0]
+    work = model_work(WORKED["model"])
+    pn, pg = _price(catalog, trn, trn_region), _price(catalog, gpu, gpu_region)
+    out = []
+    for dtype in ("bf16", "fp8"):
+        what = f"training {WORKED['model']}, {WORKED_SEQ:,}-token sequences, {dtype} on both: {trn} vs {gpu}"
+        try:
+            n = project_training(work, trn, seq_len=WORKED_SEQ, dtype=dtype, catalog=catalog)
+            g = project_training(work, gpu, seq_len=WORKED_SEQ, dtype=dtype, catalog=catalog)
+        except ChipswapError as exc:
+            out.append(ClaimLine(PRICE_PERF, what, "+30 to +40 %", f"refused: {exc}", "-", _MEASURE_TRN2,
+                                 "data/training/calibration.toml"))  # fmt: skip
+            continue
+        if pn.rate is None or pg.rate is None:
+            out.append(_refused(PRICE_PERF, what, "+30 to +40 %", pn.why or pg.why))
+            continue
+        nv, gv = n.tokens_per_s_per_node, g.tokens_per_s_per_node
+        cost_n, cost_g = float(pn.rate.usd_per_hour), float(pg.rate.usd_per_hour)
+        ratio = (nv.value / cost_n) / (gv.value / cost_g)
+        lo = (nv.low / cost_n) / (gv.high / cost_g)
+        hi = (nv.high / cost_n) / (gv.low / cost_g)
+        need = 1.30 * gv.value * cost_n / cost_g
+        run_tokens = _worked(catalog)[2]
+        hours = run_tokens / nv.value / 3600.0
+        days = block_days_covering(round(hours, 6))
+        block = (
+            f"; the worked example's run ({run_tokens:,.3g} tokens) takes {hours:,.1f} h on {trn}: one "
+            f"{days}-day Capacity Block, ${days * 24 * cost_n:,.0f} paid up front"
+            if days is not None
+            else ""
         )
-    return ClaimLine(PRICE_PERF, what, "+30 to +40 %", "not evaluated", "-", "-", "-")  # pragma: no cover
+        out.append(
+            ClaimLine(
+                PRICE_PERF,
+                what,
+                "+30 to +40 %",
+                f"{_pct((ratio - 1) * 100)} (training tokens/s per $/h){block}",
+                f"{_pct((lo - 1) * 100)} to {_pct((hi - 1) * 100)}",
+                f"+30 % needs {need:,.0f} tokens/s on {trn} (projected {nv.value:,.0f}); "
+                + _MEASURE_TRN2,
+                f"projected {nv.value:,.0f} tokens/s per node on {trn} (±{nv.band:.0%}, {n.band_basis}) and "
+                f"{gv.value:,.0f} on {gpu} (±{gv.band:.0%}, {g.band_basis}); `chipswap project "
+                f"{WORKED['model']} -i {trn} --train-tokens ... --train-dtype {dtype}`; prices {pn.words()} "
+                f"and {pg.words()}",
+            )
+        )
+    return out
+
+
+_MEASURE_TRN2 = (
+    "a measured trn2 training throughput outranks this (`chipswap plan --bench`, or job.candidates hours with "
+    'source = "measured")'
+)
 
 
 def cut_lines(catalog: Catalog) -> list[ClaimLine]:

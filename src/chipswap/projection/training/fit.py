@@ -37,15 +37,17 @@ from chipswap.projection.training.model import (
     search,
     step_time,
 )
-from chipswap.projection.training.rows import PeakRow, TrainRow, load_peaks, load_rows
+from chipswap.projection.training.transfer import TRANSFERRED, transfer_band, transfer_tests
+from chipswap.projection.training.rows import PeakRow, TrainRow, load_peaks, load_rows, recipe_pairs
 
 # e16_<group>: share of the bf16 peak the linear layers reach; k_A100: A100's own factor on it (its rows
 # run nearer the peak than H100's); s8_<stack>: fp8 speed-up of the linear layers; x_tp: exposed share of
 # tensor / context-parallel collectives on stacks that overlap them
-PARAMS = ("e16_nvidia", "k_A100", "s8_megatron", "s8_pytorch", "e16_neuron", "x_tp", "f_meta2023",
+PARAMS = ("e16_nvidia", "k_A100", "s8_megatron", "s8_composer", "e16_neuron", "x_tp", "f_meta2023",
           "f_neuron_nemo", "f_neuron_hf")  # fmt: skip
 START = (0.45, 1.2, 1.5, 1.2, 0.3, 0.5, 1.0, 1.0, 1.0)
-LOWER = (0.05, 0.5, 1.0, 1.0, 0.05, 0.0, 0.3, 0.3, 0.3)
+# an fp8 speed-up is not floored at 1: what the rows say (a recipe can lose to bf16 on a small model)
+LOWER = (0.05, 0.5, 0.7, 0.7, 0.05, 0.0, 0.3, 0.3, 0.3)
 UPPER = (1.0, 2.0, 2.0, 2.0, 1.0, 1.0, 3.0, 3.0, 3.0)
 BAND_QUANTILE = 0.8
 LOSS, F_SCALE = "soft_l1", 0.1
@@ -154,16 +156,17 @@ def _used(rows: list[TrainRow]) -> set[str]:
     return used
 
 
-def fit(rows: list[TrainRow], rounds: int = 2) -> tuple[Coef, list[Layout]]:
+def fit(rows: list[TrainRow], rounds: int = 2, exclude: tuple[str, ...] = ()) -> tuple[Coef, list[Layout]]:
     """Least squares on ln(predicted / published), each source weighted equally; layouts re-chosen each
-    round. Only the coefficients the rows inform are returned."""
+    round. Only the coefficients the rows inform are returned (less `exclude`: a family factor a transfer
+    test must not fit)."""
     from scipy.optimize import least_squares
 
     by_source: dict[str, int] = {}
     for r in rows:
         by_source[r.source] = by_source.get(r.source, 0) + 1
     w = np.array([1.0 / math.sqrt(by_source[r.source]) for r in rows])
-    used = _used(rows)
+    used = _used(rows) - set(exclude)
     theta = np.array(START)
     coef = _coef(theta)
     lays = [choose(r, coef) for r in rows]
@@ -298,7 +301,52 @@ def summarize(rows: list[TrainRow], held: HeldOutResult) -> dict[str, Any]:
         st["coverage"] = round(float(np.mean(inside)), 4)
         st["coverage_pinned_band"] = round(float(np.mean(inside_pinned_band)), 4)
         out["chosen"][f"{key[0]} {key[1]}"] = st
+    out["stack_bands"], out["family_stack_dtype"] = stack_bands(rows, le, chosen_le, fam_band)
     return out
+
+
+# the user-facing stack (--train-stack, Trainium's NxD) each row's stack is; others (Meta's 2023 code, the
+# NeMo and Hugging Face Neuron stacks) only widen the cross-stack bands
+USER_STACK = {"composer": "pytorch", "megatron": "megatron", "neuron": "neuron"}
+
+
+def stack_bands(
+    rows: list[TrainRow], le: np.ndarray, chosen_le: np.ndarray, fam_band: dict[str, float]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Per vendor group, user stack and dtype: the pinned band (80th percentile of its rows' held-out
+    |ln error|; a stack with rows from one source only, or fewer than MIN_FAMILY_ROWS, takes at least the
+    group's cross-stack band of that dtype, and says so), the CLI default's band the same way; then per family, stack and dtype the held-out
+    stats against the band a projection of it shows (the stack's, at least the family's own where it has
+    MIN_FAMILY_ROWS rows of that stack)."""
+    bands: dict[str, Any] = {}
+    for g, stk, dt in sorted({(r.group, USER_STACK.get(r.train_stack, ""), r.dtype) for r in rows}):
+        if not stk:
+            continue
+        idx = [i for i, r in enumerate(rows) if (r.group, USER_STACK.get(r.train_stack, ""), r.dtype) == (g, stk, dt)]
+        pool = [i for i, r in enumerate(rows) if (r.group, r.dtype) == (g, dt)]
+        n_src = len({rows[i].source for i in idx})
+        band, chosen = band_of(le[idx]), band_of(chosen_le[idx])
+        basis = f"leave-one-source-out at the published layouts: {len(idx)} {stk} {dt} rows from {n_src} sources"
+        if n_src < 2 or len(idx) < MIN_FAMILY_ROWS:
+            band = max(band, band_of(le[pool]))
+            chosen = max(chosen, band_of(chosen_le[pool]))
+            why = f"one source ({rows[idx[0]].source})" if n_src < 2 else f"only {len(idx)}"
+            basis = (
+                f"{why} of {stk} {dt} rows: the cross-stack band of all {len(pool)} {g} {dt} rows held out by "
+                f"source (at least the stack's own {len(idx)})"
+            )
+        bands[f"{g} {stk} {dt}"] = {"band": round(band, 4), "band_chosen": round(chosen, 4), "sources": n_src,
+                                     "rows": len(idx), "basis": basis}  # fmt: skip
+    table: dict[str, Any] = {}
+    for fam, stk, dt in sorted({(r.family, USER_STACK.get(r.train_stack, ""), r.dtype) for r in rows}):
+        if not stk:
+            continue
+        idx = [i for i, r in enumerate(rows) if (r.family, USER_STACK.get(r.train_stack, ""), r.dtype) == (fam, stk, dt)]
+        b = bands[f"{rows[idx[0]].group} {stk} {dt}"]["band"]
+        if len(idx) >= MIN_FAMILY_ROWS:
+            b = max(b, band_of(le[idx]))
+        table[f"{fam} {stk} {dt}"] = _stats(le, idx, b)
+    return bands, table
 
 
 def memory_check(rows: list[TrainRow], coef: Coef) -> list[dict[str, Any]]:
@@ -350,6 +398,44 @@ def peak_check(peaks: list[PeakRow]) -> list[dict[str, Any]]:
     return out
 
 
+SPEC_NAME = {"Trainium": "trn1", "H100": "H100"}  # how a transfer names its source
+
+
+def transferred_family(src: dict[str, Any], name: str, tests: list[Any]) -> dict[str, Any]:
+    """The calibration entry of a family with no rows, transferred from `name`'s (training.transfer): every
+    band of the source at least the measured transfer band, and the label a projection prints."""
+    floor = float(src.get("band_neuron_bf16", src["band"])) if name == "Trainium" else float(src["band"])
+    band, on = transfer_band(tests, floor)
+    label = (
+        f"transferred from {SPEC_NAME.get(name, name)} by spec sheet, ±{band * 100:.0f} % (transfer error "
+        f"measured on {on}; at least {SPEC_NAME.get(name, name)}'s own held-out ±{floor * 100:.0f} %)"
+    )
+    out: dict[str, Any] = {}
+    for k, v in src.items():
+        if k.startswith("band"):
+            out[k] = round(max(float(v), band), 4)
+        elif k.startswith("basis"):
+            out[k] = label
+    out["basis"] = label
+    out["transferred"] = label
+    out["transferred_from"] = name
+    out["sources"] = []
+    return out
+
+
+def fp8_recipes(reference: str | Path | None = None) -> dict[str, Any]:
+    """Each fp8 recipe's throughput over tensorwise at one layout (geometric mean of the published pairs,
+    rows.recipe_pairs) with the pairs it rests on; bf16 -> recipe pairs are listed (`pairs`), not used."""
+    pairs = recipe_pairs(reference)
+    out: dict[str, Any] = {}
+    for rec in sorted({p.recipe for p in pairs if p.base == "tensorwise"}):
+        got = [p for p in pairs if p.base == "tensorwise" and p.recipe == rec]
+        out[rec] = round(float(np.exp(np.mean([math.log(p.ratio) for p in got]))), 4)
+        out[f"{rec}_basis"] = "; ".join(p.what for p in got)
+    out["pairs"] = [f"{p.recipe} / {p.base} = {p.ratio:.3f}: {p.what}" for p in pairs]
+    return out
+
+
 def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
     """Fit on every row, measure leave-one-source-out, and return the calibration file's content."""
     rows, skipped = load_rows(reference)
@@ -376,7 +462,20 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
             "sources": sorted({f"{r.source_title} ({r.date})" for r in rows if r.family == fam}),
             "held_out_median_abs_error": s["median_abs_error"],
         }
+        for k, v in summ["family_stack_dtype"].items():
+            f, stk, dt = k.split()
+            if f == fam:
+                sb = summ["stack_bands"][f"{g} {stk} {dt}"]
+                fams[fam][f"band_{stk}_{dt}"] = v["band"]
+                fams[fam][f"band_chosen_{stk}_{dt}"] = sb["band_chosen"]
+                fams[fam][f"basis_{stk}_{dt}"] = sb["basis"]
+    tests = transfer_tests(rows, coef)
+    summ["transfer"] = [t.as_dict() for t in tests]
+    for fam, src in TRANSFERRED.items():
+        fams[fam] = transferred_family(fams[src], src, tests)
     for fam, g in TRANSFER.items():
+        if fam in fams:
+            continue
         chosen_g = max(summ["chosen_bands"][f] for f in summ["chosen_bands"] if f != "Trainium")
         fams[fam] = {
             "band": round(summ["groups"][g]["band"] * TRANSFER_WIDEN, 4),
@@ -391,6 +490,7 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
     return {
         "schema": 2,
         "coefficients": {k: round(v, 4) for k, v in coef.values},
+        "fp8_recipes": fp8_recipes(reference),
         "families": fams,
         "held_out": summ,
         "rows": [
@@ -432,15 +532,18 @@ def render(data: dict[str, Any]) -> str:
         "[coefficients]",
     ]
     lines += [f"{k} = {_toml_value(v)}" for k, v in data["coefficients"].items()]
+    lines += ["", "[fp8_recipes]"] + [f"{k} = {_toml_value(v)}" for k, v in data["fp8_recipes"].items()]
     for fam, d in data["families"].items():
         lines += ["", f'[families."{fam}"]'] + [f"{k} = {_toml_value(v)}" for k, v in d.items()]
     for sect in ("chosen_bands", "chosen_bands_dtype"):
         lines += ["", f"[held_out.{sect}]"]
         lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"][sect].items()]
-    for sect in ("groups", "families", "sources", "family_dtype", "chosen"):
+    for sect in ("groups", "families", "sources", "family_dtype", "chosen", "stack_bands", "family_stack_dtype"):
         lines += ["", f"[held_out.{sect}]"]
         lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"][sect].items()]
     lines += [""]
+    for t in data["held_out"].get("transfer", []):
+        lines += ["[[held_out.transfer]]"] + [f"{k} = {_toml_value(v)}" for k, v in t.items()]
     for r in data["rows"]:
         lines += ["[[rows]]"] + [f"{k} = {_toml_value(v)}" for k, v in r.items()]
     for m in data["memory"]:

@@ -77,16 +77,24 @@ STACK_RULES = {
     "megatron": {"group": "nvidia", "tp_exposed": "x_tp", "fp8": "s8_megatron", "efficiency": None},
     "pytorch": {"group": "nvidia", "tp_exposed": None, "fp8": "s8_pytorch", "efficiency": None,
                 "selective": "selective-op", "loss_bytes": 10.0, "tp_replicated_h": 4.0},
-    "composer": {"group": "nvidia", "tp_exposed": None, "fp8": "s8_pytorch", "efficiency": None,
+    "composer": {"group": "nvidia", "tp_exposed": None, "fp8": "s8_composer", "efficiency": None,
                  "selective": "selective-op", "loss_bytes": 4.0, "tp_replicated_h": 4.0},
     "meta-2023": {"group": "nvidia", "tp_exposed": "x_tp", "fp8": "s8_megatron", "efficiency": "f_meta2023"},
-    "neuron": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": None},
+    "neuron": {"group": "neuron", "tp_exposed": "x_tp", "fp8": "s8_neuron", "efficiency": None},
     "neuron-nemo": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": "f_neuron_nemo"},
     "neuron-hf": {"group": "neuron", "tp_exposed": "x_tp", "fp8": None, "efficiency": "f_neuron_hf"},
 }  # fmt: skip
 LOSS_BYTES = 4.0  # a stack without its own loss_bytes
 TRAIN_STACKS = ("pytorch", "megatron")
-FP8_UNMEASURED = 1.0  # fp8 speed-up of a stack with no fp8 rows (none assumed)
+FP8_UNMEASURED = 1.0  # fp8 speed-up when no stack has fp8 rows at all (none assumed)
+FP8_FITTED = ("s8_megatron", "s8_composer")  # the stacks whose fp8 rows fit a speed-up of their own
+# fp8 recipes: how the linear layers are scaled. tensorwise (one scale per tensor: Transformer Engine's
+# delayed / current scaling, torchao's tensorwise Float8) is what every fitted fp8 row ran; rowwise (a scale
+# per row, torchao) and mxfp8 (32-element blocks, Blackwell only) multiply the tensorwise speed-up by the
+# calibration's measured recipe ratio (calibration.toml [fp8_recipes], from published pairs at one layout) or,
+# with none, by 1 with the band widened (projection.training.project).
+FP8_RECIPES = ("tensorwise", "rowwise", "mxfp8")
+FP8_BLOCK_FAMILIES = ("B200",)  # block-scaled (MX) fp8 needs Blackwell tensor cores
 # assumptions (stated in docs/projection.md): bytes of optimizer state per parameter with mixed precision
 # Adam (bf16 weights 2 + fp32 gradients 4 + fp32 master 4 + two fp32 moments 8 = 18; ZeRO-1 shards the last
 # 12, FSDP all of it), elementwise passes over the stored activations, the share of a micro-batch's compute
@@ -393,13 +401,44 @@ def stack_for(system: System, stack: str | None) -> str:
     return "neuron" if system.group == "neuron" else "pytorch"
 
 
+def fp8_speedups(coef: Coef) -> list[float]:
+    """The fp8 speed-ups of the linear layers fitted per stack (FP8_FITTED present in `coef`)."""
+    return [coef.get(k) for k in FP8_FITTED if coef.has(k)]
+
+
 def fp8_speedup(stack: str, coef: Coef) -> float:
-    """Measured speed-up of the linear layers in fp8 over bf16 for a stack (s8_<stack>); a stack with no
-    fp8 rows of its own gets none (1.0): another stack's tuned fp8 recipe is not assumed to carry over."""
+    """Speed-up of the linear layers in fp8 over bf16 for a stack: its own fitted s8_<stack>; a stack with
+    no fp8 rows of its own gets the cross-stack speed-up (the geometric mean of the fitted stacks'; their
+    spread is its band, fp8_spread), never the 1.0 floor while any stack has fp8 rows."""
     name = STACK_RULES[stack]["fp8"]
     if name is None:
         raise ChipswapError(f"the {stack} stack does not train in fp8; use bf16")
-    return coef.get(name) if coef.has(name) else FP8_UNMEASURED
+    if coef.has(name):
+        return coef.get(name)
+    got = fp8_speedups(coef)
+    if not got:
+        return FP8_UNMEASURED
+    prod = 1.0
+    for v in got:
+        prod *= v
+    return float(prod ** (1.0 / len(got)))
+
+
+def fp8_spread(stack: str, coef: Coef) -> tuple[float, ...]:
+    """The fitted stacks' speed-ups a stack without its own spans (its band covers each); () when the stack
+    has its own."""
+    name = STACK_RULES[stack]["fp8"]
+    if name is None or coef.has(name):
+        return ()
+    return tuple(fp8_speedups(coef))
+
+
+def with_fp8(coef: Coef, stack: str, speedup: float) -> Coef:
+    """`coef` with the stack's fp8 speed-up set (a recipe's, or one end of the cross-stack spread)."""
+    name = STACK_RULES[stack]["fp8"]
+    if name is None:
+        return coef
+    return Coef(tuple((k, v) for k, v in coef.values if k != name) + ((name, float(speedup)),))
 
 
 def tp_exposed(stack: str, coef: Coef) -> float:

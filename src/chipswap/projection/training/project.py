@@ -25,19 +25,26 @@ from chipswap.projection.platforms import device_spec, family_of_chip
 from chipswap.projection.predict import Projected
 from chipswap.projection.training.layout import LayoutPin, conventional, pinned_layouts
 from chipswap.projection.training.model import (
+    FP8_BLOCK_FAMILIES,
+    FP8_RECIPES,
     TRAIN_STACKS,
     Coef,
     Layout,
     SearchResult,
     System,
     batch_split_reason,
+    fp8_speedup,
+    fp8_spread,
     memory,
     search,
     step_time,
+    with_fp8,
 )
 from chipswap.projection.work import GiB, ModelWork
 
-FP8_FAMILIES = ("H100", "H200", "B200")  # fp8 training: Hopper and Blackwell (Transformer Engine)
+# fp8 training: Hopper and Blackwell (Transformer Engine), Trainium2 (its fp8 peak is twice bf16, as on
+# Hopper; the NxD stack has no fp8 rows: the cross-stack speed-up and its spread)
+FP8_FAMILIES = ("H100", "H200", "B200", "Trainium2")
 DEFAULT_GLOBAL_BATCH_TOKENS = 2**21  # 2M tokens per step when the user gives no global batch (assumption)
 MAX_NODES = 4096
 
@@ -119,9 +126,11 @@ class TrainingPlan:
     conventional_tokens_per_s_per_node: float | None = None
     family_band: float = 0.0  # the held-out band before widening to cover best and conventional
     peak_gib: float = 0.0
+    fp8_recipe: str | None = None  # the fp8 recipe projected (None in bf16)
 
     def as_dict(self) -> dict[str, Any]:
-        plain = ("model", "instance", "family", "dtype", "seq_len", "nodes", "tokens", "stack", "pinned")
+        plain = ("model", "instance", "family", "dtype", "seq_len", "nodes", "tokens", "stack", "pinned",
+                 "fp8_recipe")  # fmt: skip
         return {
             **{k: getattr(self, k) for k in plain},
             "layout": self.layout.as_dict(),
@@ -196,6 +205,12 @@ def widened_band(band: float, value: float, others: list[float]) -> float:
     return out
 
 
+def quadrature(band: float, *log_spreads: float) -> float:
+    """A relative band and independent spreads (|ln ratio|) added in quadrature on the log scale: the
+    model's error at the layout and the fp8 speed-up's uncertainties do not share a cause."""
+    return math.exp(math.hypot(math.log1p(band), *log_spreads)) - 1.0
+
+
 def project_training(
     work: ModelWork,
     instance: str | Instance,
@@ -209,6 +224,7 @@ def project_training(
     calibration: dict[str, Any] | None = None,
     layout: LayoutPin | None = None,
     stack: str | None = None,
+    fp8_recipe: str | None = None,
 ) -> TrainingPlan:
     """`work` on `nodes` x `instance`: the pinned layout (`layout`) or, without one, the conventional layout
     of the stack with chipswap's fastest feasible layout beside it; tokens/s per node +- the held-out band of
@@ -239,6 +255,9 @@ def project_training(
     stk = "neuron" if system.group == "neuron" else (stack or "pytorch")
     gb = global_batch or max(1, DEFAULT_GLOBAL_BATCH_TOKENS // seq_len)
     coef = coef_of(cal)
+    recipe, speedup, spreads, fp8_note = _fp8_setup(cal, coef, system, stk, use, fp8_recipe)
+    if use == "fp8":
+        coef = with_fp8(coef, stk, speedup)
     kw: dict[str, Any] = {"seq_len": seq_len, "global_batch": gb}
     tk = {"seq_len": seq_len, "dtype": use, "nodes": nodes, "stack": stk}
     notes: list[str] = []
@@ -277,7 +296,10 @@ def project_training(
         rejected = res.rejected
         feasible = res.feasible
     timing = step_time(work, system, head, coef, **tk)
-    band = float(fam["band"])
+    # the band of this stack and dtype where its rows gave one (training.fit.stack_bands), else the family's
+    # (an fp8 speed-up that is not the stack's own: the stack's bf16 band, the speed-up's spread added below)
+    bkey = "bf16" if spreads else use
+    band = float(fam.get(f"band_{stk}_{bkey}", fam["band"]))
     per_node = timing.tokens_per_s_per_device * system.devices_per_node
     best_lay = res.best.layout if res.best is not None else None
     best_v = _per_node(work, system, best_lay, coef, **tk) if best_lay is not None else None
@@ -285,14 +307,20 @@ def project_training(
     conv_v = None if conv_lay is None else per_node
     shown = band
     if not pinned and best_v is not None:
-        own = fam.get(f"band_chosen_{use}", fam.get("band_chosen", band))  # per dtype with enough rows
+        own = fam.get(f"band_chosen_{stk}_{bkey}", fam.get(f"band_chosen_{bkey}", fam.get("band_chosen", band)))
         shown = max(widened_band(band, per_node, [best_v]), float(own))
         if best_lay != head:
             notes.append(
                 f"the headline is the conventional {stk} layout; chipswap's fastest feasible layout projects "
                 f"{best_v / per_node:.2f}x it and the band covers both"
             )
-    basis = str(fam.get("basis", ""))
+    if spreads:  # the fp8 speed-up's own spreads (cross-stack; a recipe with no pair), each independent
+        logs = [
+            max(abs(math.log(_per_node(work, system, head, with_fp8(coef, stk, a), **tk) / per_node)) for a in alts)
+            for alts in spreads
+        ]
+        shown = quadrature(shown, *logs)
+    basis = str(fam.get(f"basis_{stk}_{use}", fam.get("basis", "")))
     fig = Projected(
         per_node, "tokens/s", shown, note=f"{system.devices_per_node} {system.device_unit}s, {use}"
     )
@@ -300,7 +328,7 @@ def project_training(
     if tokens is not None:
         hours = Projected(tokens / (per_node * nodes) / 3600.0, "h", shown)
     if use == "fp8":
-        notes.append(_FP8_NOTE[stk])
+        notes.append(fp8_note)
     if fam.get("transferred"):
         notes.append(str(fam["transferred"]))
     if global_batch is None:
@@ -332,16 +360,63 @@ def project_training(
         conventional_tokens_per_s_per_node=conv_v,
         family_band=band,
         peak_gib=head_mem.peak / GiB,
+        fp8_recipe=recipe,
     )
 
 
-_FP8_NOTE = {
-    "megatron": "fp8 speed-up as measured on NeMo / Megatron-Bridge fp8 rows (Transformer Engine, tensorwise "
-    "delayed / current scaling, bf16 all-gathers); no published bf16/fp8 pair at one layout was found, so it "
-    "is fitted against the bf16 model at each row's published layout",
-    "pytorch": "fp8 speed-up as measured on LLM Foundry's fp8 rows (Composer amp_fp8: Transformer Engine "
-    "tensorwise delayed scaling, bf16 FSDP all-gathers); rowwise scaling or fp8 all-gathers differ; no "
-    "published bf16/fp8 pair at one layout was found, so it is fitted against the bf16 model at each row's "
-    "published layout",
-    "neuron": "",
-}
+def _fp8_setup(
+    cal: dict[str, Any], coef: Coef, system: System, stk: str, dtype: str, recipe: str | None
+) -> tuple[str | None, float, list[list[float]], str]:
+    """(recipe, the fp8 speed-up of the linear layers, the independent spreads its band must cover (each a
+    list of other speed-ups), the note). The stack's own fitted speed-up, else the cross-stack one spanning the fitted stacks';
+    x the recipe's measured ratio to tensorwise (calibration [fp8_recipes]); a recipe with no published pair
+    keeps tensorwise's speed-up and its band covers the measured recipe-to-recipe ratios too."""
+    if dtype != "fp8":
+        if recipe is not None:
+            raise ChipswapError(
+                f"an fp8 recipe ({recipe}) applies to fp8 training; add --train-dtype fp8 or drop the recipe"
+            )
+        return None, 1.0, [], ""
+    use = (recipe or "tensorwise").strip().lower()
+    if use not in FP8_RECIPES:
+        raise ChipswapError(f"unknown fp8 recipe {_short(recipe)!r}; use {', '.join(FP8_RECIPES)}")
+    if use == "mxfp8" and system.family not in FP8_BLOCK_FAMILIES:
+        raise ChipswapError(
+            f"mxfp8 (block-scaled fp8) needs Blackwell tensor cores ({', '.join(FP8_BLOCK_FAMILIES)}); "
+            f"{system.family} trains fp8 tensorwise or rowwise"
+        )
+    recipes = cal.get("fp8_recipes") or {}
+    measured = {k: float(v) for k, v in recipes.items() if isinstance(v, (int, float))}
+    base = fp8_speedup(stk, coef)
+    spread = list(fp8_spread(stk, coef))
+    factor = measured.get(use, 1.0)
+    speedup = base * factor
+    spreads = [[x * factor for x in spread]] if spread else []
+    where = (
+        f"the {stk} stack's own fp8 rows"
+        if not spread
+        else f"no {stk} fp8 rows of its own: the cross-stack speed-up {base:.2f}x, the band covering the "
+        f"fitted stacks' {', '.join(f'{x:.2f}x' for x in spread)}"
+    )
+    if use == "tensorwise":
+        how = "tensorwise scaling, as every fitted fp8 row ran"
+    elif use in measured:
+        how = f"{use}: {factor:.3f}x tensorwise, measured on {recipes.get(use + '_basis', 'a published pair')}"
+    else:
+        others = [v for v in measured.values() if v > 0]
+        spreads.append([speedup * v for v in others])
+        how = (
+            f"{use}: no published {use} pair at one layout, so tensorwise's speed-up (assumption), the band "
+            "covering the measured recipe-to-recipe ratios " + ", ".join(f"{v:.3f}x" for v in others)
+        )
+    note = (
+        f"fp8 {how}; linear layers {speedup:.2f}x bf16 ({where}); fitted against the bf16 model at each "
+        "row's published layout (no bf16/fp8 pair of an NVIDIA training stack at one layout is published "
+        "for a chip chipswap projects); causal attention stays bf16"
+    )
+    return use, speedup, spreads, note
+
+
+def _short(text: object, limit: int = 24) -> str:
+    t = str(text)
+    return t if len(t) <= limit else t[: limit - 3] + "..."

@@ -332,6 +332,49 @@ def _foundry_rows(ref: Path, catalog: Catalog, out: list[TrainRow], skipped: lis
         )
 
 
+# the published precision labels as fp8 recipes (training.model.FP8_RECIPES); NVFP4 is not projected
+RECIPE_OF = {"BF16": "bf16", "FP8": "tensorwise", "FP8-CS": "tensorwise", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
+PAIR_KEYS = ("gpu", "gpu_count", "model", "task", "seq_len", "global_batch_size", "micro_batch_size", "tp", "pp",
+             "cp", "vp", "fsdp")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RecipePair:
+    """Two published runs at one layout (every PAIR_KEYS field equal) in two precisions: throughput of
+    `recipe` over `base` (whole step)."""
+
+    base: str
+    recipe: str
+    ratio: float
+    what: str
+
+
+def recipe_pairs(reference: str | Path | None = None) -> list[RecipePair]:
+    """Every pair of NeMo / Megatron-Bridge rows (training.csv) at the same layout in two precisions of
+    RECIPE_OF (bf16 and the fp8 recipes), any chip or model: the measured recipe-to-recipe ratios."""
+    ref = Path(reference) if reference else DEFAULT_REFERENCE
+    groups: dict[tuple[str, ...], dict[str, list[tuple[float, str]]]] = {}
+    for _line, r in _read_csv(ref / "gpu-benchmarks" / "training.csv"):
+        rec = RECIPE_OF.get(r["precision"].upper())
+        v = _num(r["tokens_per_s_per_gpu"])
+        if rec is None or v is None or r["task"] == "LoRA":
+            continue
+        key = tuple(r[k] for k in PAIR_KEYS)
+        groups.setdefault(key, {}).setdefault(rec, []).append((v, f"{r['precision']} {r['source_id']}"))
+    out = []
+    order = ("bf16", "tensorwise", "mxfp8")
+    for key, by in groups.items():
+        have = [k for k in order if k in by]
+        for i, a in enumerate(have):
+            for b in have[i + 1 :]:
+                va = sum(x for x, _ in by[a]) / len(by[a])
+                vb = sum(x for x, _ in by[b]) / len(by[b])
+                what = (f"{key[2]} on {key[1]} x {key[0]} (TP{key[7]} PP{key[8]} CP{key[9]} VP{key[10]}, "
+                        f"seq {key[4]}): {', '.join(n for _, n in by[b])} vs {', '.join(n for _, n in by[a])}")  # fmt: skip
+                out.append(RecipePair(a, b, vb / va, what))
+    return out
+
+
 def load_rows(reference: str | Path | None = None) -> tuple[list[TrainRow], list[str]]:
     """Every usable published training row and why the others were left out."""
     ref = Path(reference) if reference else DEFAULT_REFERENCE
