@@ -241,7 +241,11 @@ def register(app: typer.Typer) -> None:
             "--seq-len", help="training sequence length (with --train-tokens; default 4096)"
         ),
         train_dtype: str | None = maybe_flag(
-            "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200)"
+            "--train-dtype", help="bf16 (default, like for like) or fp8 (H100/H200/B200, Trainium2)"
+        ),
+        train_fp8_recipe: str | None = maybe_flag(
+            "--train-fp8-recipe",
+            help="fp8 scaling recipe with --train-dtype fp8: tensorwise (default), rowwise or mxfp8 (B200)",
         ),
         nodes: int | None = maybe_flag("--nodes", help="training nodes (instances) of the run (default 1)"),
         global_batch: int | None = maybe_flag(
@@ -250,7 +254,7 @@ def register(app: typer.Typer) -> None:
         train_layout: str | None = maybe_flag(
             "--train-layout",
             help="pin the training layout: tp=8,pp=1,cp=1,dp=8,sharding=fsdp|hsdp|zero1|none,"
-            "recompute=none|selective|full,micro_batch=2 (every key optional; default: the conventional "
+            "recompute=none|selective|full,micro_batch=2,vp=1 (every key optional; default: the conventional "
             "layout, with chipswap's fastest beside it)",
         ),
         train_stack: str | None = maybe_flag(
@@ -284,7 +288,7 @@ def register(app: typer.Typer) -> None:
             f
             for f, v in (("--seq-len", seq_len), ("--train-dtype", train_dtype), ("--nodes", nodes),
                          ("--global-batch", global_batch), ("--train-layout", train_layout),
-                         ("--train-stack", train_stack))
+                         ("--train-stack", train_stack), ("--train-fp8-recipe", train_fp8_recipe))
             if v is not None
         ]  # fmt: skip
         seq_len = 4096 if seq_len is None else seq_len
@@ -331,6 +335,7 @@ def register(app: typer.Typer) -> None:
                 project_layout(
                     work, i, tokens=train_tokens, seq_len=seq_len, dtype=train_dtype, nodes=nodes,
                     global_batch=global_batch, catalog=catalog, layout=pin, stack=train_stack,
+                    fp8_recipe=train_fp8_recipe,
                 )
                 for i in insts
             ]  # fmt: skip

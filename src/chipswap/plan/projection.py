@@ -174,6 +174,7 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
         t = project_training(
             work, inst, tokens=job.job_tokens, seq_len=seq, dtype=dtype, nodes=s.workload.fleet.count,
             global_batch=job.global_batch, catalog=s.catalog, layout=pin, stack=job.stack,
+            fp8_recipe=_recipe(job.fp8_recipe, dtype, s, inst),
         )  # fmt: skip
     except LayoutError:
         raise  # the pin's own lines (each names the workload's job.layout)
@@ -184,6 +185,18 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     fig = Figure(tps.value, "tokens/s", "projected", what, tps.band)
     note = "; ".join((f"{inst.name} trains in {t.dtype} ({t.layout.label()})", *t.notes))
     return InstanceProjection(inst.name, tokens_per_s=fig, note=note, detail=t)
+
+
+def _recipe(recipe: str | None, dtype: str, s: PlanSetup, inst: Any) -> str | None:
+    """The job's fp8 recipe where this instance trains in fp8 (mxfp8 only on Blackwell: tensorwise
+    elsewhere); None in bf16."""
+    from chipswap.projection.training import system_of
+    from chipswap.projection.training.model import FP8_BLOCK_FAMILIES
+
+    if dtype != "fp8" or recipe is None:
+        return None
+    family = system_of(inst, s.catalog.chip(inst.accelerator)).family
+    return recipe if recipe != "mxfp8" or family in FP8_BLOCK_FAMILIES else "tensorwise"
 
 
 def _measured(s: PlanSetup, name: str, is_gpu: bool) -> bool:

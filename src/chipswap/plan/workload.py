@@ -580,6 +580,11 @@ class Job(_Model):
         description="Training stack on GPUs: pytorch (FSDP / DTensor: torchtitan, LLM Foundry) or megatron "
         "(NeMo / Megatron-Core); Trainium runs the Neuron stack.",
     )
+    fp8_recipe: Literal["tensorwise", "rowwise", "mxfp8"] | None = Field(
+        None,
+        description="fp8 scaling recipe where the job trains in fp8: tensorwise (default), rowwise or mxfp8 "
+        "(B200 only; elsewhere tensorwise).",
+    )
     candidates: dict[str, CandidateJob] = Field(
         default_factory=dict, description="Per candidate instance type: its run time (see the fields below)."
     )

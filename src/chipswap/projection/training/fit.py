@@ -314,8 +314,8 @@ def stack_bands(
     rows: list[TrainRow], le: np.ndarray, chosen_le: np.ndarray, fam_band: dict[str, float]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per vendor group, user stack and dtype: the pinned band (80th percentile of its rows' held-out
-    |ln error|; a stack with rows from one source only, or fewer than MIN_FAMILY_ROWS, takes at least the
-    group's cross-stack band of that dtype, and says so), the CLI default's band the same way; then per family, stack and dtype the held-out
+    |ln error|; a stack with rows from one source only takes at least the group's cross-stack band of
+    that dtype, and says so), the CLI default's band the same way; then per family, stack and dtype the held-out
     stats against the band a projection of it shows (the stack's, at least the family's own where it has
     MIN_FAMILY_ROWS rows of that stack)."""
     bands: dict[str, Any] = {}
@@ -327,12 +327,11 @@ def stack_bands(
         n_src = len({rows[i].source for i in idx})
         band, chosen = band_of(le[idx]), band_of(chosen_le[idx])
         basis = f"leave-one-source-out at the published layouts: {len(idx)} {stk} {dt} rows from {n_src} sources"
-        if n_src < 2 or len(idx) < MIN_FAMILY_ROWS:
+        if n_src < 2:
             band = max(band, band_of(le[pool]))
             chosen = max(chosen, band_of(chosen_le[pool]))
-            why = f"one source ({rows[idx[0]].source})" if n_src < 2 else f"only {len(idx)}"
             basis = (
-                f"{why} of {stk} {dt} rows: the cross-stack band of all {len(pool)} {g} {dt} rows held out by "
+                f"one source ({rows[idx[0]].source}) of {stk} {dt} rows: the cross-stack band of all {len(pool)} {g} {dt} rows held out by "
                 f"source (at least the stack's own {len(idx)})"
             )
         bands[f"{g} {stk} {dt}"] = {"band": round(band, 4), "band_chosen": round(chosen, 4), "sources": n_src,

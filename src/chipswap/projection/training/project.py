@@ -320,7 +320,7 @@ def project_training(
             for alts in spreads
         ]
         shown = quadrature(shown, *logs)
-    basis = str(fam.get(f"basis_{stk}_{use}", fam.get("basis", "")))
+    basis = str(fam.get(f"basis_{stk}_{bkey}", fam.get("basis", "")))
     fig = Projected(
         per_node, "tokens/s", shown, note=f"{system.devices_per_node} {system.device_unit}s, {use}"
     )
