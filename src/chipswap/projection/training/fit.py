@@ -461,11 +461,13 @@ def calibrate(reference: str | Path | None = None) -> dict[str, Any]:
             "sources": sorted({f"{r.source_title} ({r.date})" for r in rows if r.family == fam}),
             "held_out_median_abs_error": s["median_abs_error"],
         }
-        for k, v in summ["family_stack_dtype"].items():
-            f, stk, dt = k.split()
-            if f == fam:
-                sb = summ["stack_bands"][f"{g} {stk} {dt}"]
-                fams[fam][f"band_{stk}_{dt}"] = v["band"]
+        # every stack and dtype of the family's vendor group: the group's band, at least the family's own
+        # where it has enough rows of it (family_stack_dtype)
+        for k, sb in summ["stack_bands"].items():
+            grp, stk, dt = k.split()
+            if grp == g:
+                own_rows = summ["family_stack_dtype"].get(f"{fam} {stk} {dt}")
+                fams[fam][f"band_{stk}_{dt}"] = own_rows["band"] if own_rows else sb["band"]
                 fams[fam][f"band_chosen_{stk}_{dt}"] = sb["band_chosen"]
                 fams[fam][f"basis_{stk}_{dt}"] = sb["basis"]
     tests = transfer_tests(rows, coef)
