@@ -66,7 +66,8 @@ def test_project_training(capsys):
     assert trn["hours"]["value"] > 2 * p5["hours"]["value"]
     for r in (trn, p5):
         assert r["layout"]["tp"] * r["layout"]["pp"] * r["layout"]["cp"] * r["layout"]["dp"] >= 8
-        assert r["tokens_per_s_per_node"]["band"] > 0 and r["band_basis"].startswith("leave-one-source-out")
+        assert r["tokens_per_s_per_node"]["band"] > 0
+        assert r["band_basis"].startswith(("leave-one-source-out", "one source"))  # issue 41: per stack
 
 
 def test_project_training_table_names_layout_and_band(capsys):
