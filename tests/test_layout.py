@@ -66,6 +66,7 @@ PURE_CORES = {
     "chipswap.projection.stacks",
     "chipswap.projection.training.model",
     "chipswap.projection.training.layout",
+    "chipswap.projection.training.transfer",
     "chipswap.projection.fitting",
     "chipswap.projection.fitting.tables",
     "chipswap.projection.serving",

@@ -19,7 +19,7 @@ Pure core (no I/O, no torch, no clock):
                  held-out validation; import path chipswap.projection.fitting); the I/O modules rows.py
                  (the modern serving runs) and physfit.py (the physical model's fit across shapes, its
                  held-out and extrapolation tests, physics.toml);
-- training/      the training room (model.py, layout.py pure; project.py, rows.py, fit.py, transfer.py
+- training/      the training room (model.py, layout.py, transfer.py pure; project.py, rows.py, fit.py
                  shell); callers import chipswap.projection.training.
 Shell:
 - api.py         the projection API for callers: loads the catalog and platform files, calls predict.py;

@@ -4,7 +4,7 @@ known.
     model.py    pure: the layout-aware step time and memory (System, Layout, Coef, step_time, search)
     layout.py   pure: pinned layouts (--train-layout, job.layout) checked whole, the conventional layout
     project.py  callers' API: project_training (catalog + shipped calibration -> TrainingPlan)
-    transfer.py a family with no published rows (Trainium2, H200) by spec sheet: the transfer tests (fits)
+    transfer.py pure: a family with no published rows (Trainium2, H200) by spec sheet, its transfer band
     rows.py     the published training rows (reads ../shared/reference and data/training)
     fit.py      the calibration: fit, leave-one-source-out bands, data/training/calibration.toml
 

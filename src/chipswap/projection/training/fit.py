@@ -37,7 +37,14 @@ from chipswap.projection.training.model import (
     search,
     step_time,
 )
-from chipswap.projection.training.transfer import TRANSFERRED, transfer_band, transfer_tests
+from chipswap.projection.training.transfer import (
+    FAMILY_FACTORS,
+    TRANSFER_TESTS,
+    TRANSFERRED,
+    TransferResult,
+    transfer_band,
+    transferred_coef,
+)
 from chipswap.projection.training.rows import PeakRow, TrainRow, load_peaks, load_rows, recipe_pairs
 
 # e16_<group>: share of the bf16 peak the linear layers reach; k_A100: A100's own factor on it (its rows
@@ -419,6 +426,27 @@ def transferred_family(src: dict[str, Any], name: str, tests: list[Any]) -> dict
     out["transferred"] = label
     out["transferred_from"] = name
     out["sources"] = []
+    return out
+
+
+def transfer_tests(rows: list[TrainRow], full: Coef) -> list[TransferResult]:
+    """Each TRANSFER_TESTS pair: fit on the source family's rows, predict the target family's rows."""
+    out = []
+    for src, dst in TRANSFER_TESTS:
+        train = [r for r in rows if r.family == src]
+        test = [r for r in rows if r.family == dst]
+        if not train or not test:
+            continue
+        coef, _ = fit(train, exclude=FAMILY_FACTORS)
+        tc = transferred_coef(coef, full, train[0].group, test[0].group)
+        le = np.array([math.log(predict(r, tc, choose(r, tc)) / r.observed) for r in test])
+        rel = np.exp(le) - 1.0
+        out.append(
+            TransferResult(
+                src, dst, len(test), float(np.median(np.abs(rel))), float(np.median(rel)), band_of(le),
+                train[0].group != test[0].group,
+            )
+        )  # fmt: skip
     return out
 
 

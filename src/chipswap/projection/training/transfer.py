@@ -3,7 +3,7 @@ fitted on a calibrated family applied to the target's spec sheet (matmul peak pe
 NeuronLink / NVLink, EFA: the System the catalog gives), with the band measured by the same transfer
 where the truth is known.
 
-Transfer test (`transfer_tests`): fit on one family's published rows only (its own family factor left
+Transfer test (training.fit.transfer_tests): fit on one family's published rows only (its own family factor left
 out, so the fitted efficiency is the source's), predict another family's rows at their published layouts
 with the target's spec sheet, and compare with what was published. The stack factors (stack properties,
 not chip ones) come from the full fit. The trn2 band is the widest 80th percentile |ln error| of the
@@ -11,19 +11,15 @@ generation transfers within a vendor (A100 <-> H100, H100 -> B200: trn1 -> trn2 
 compiler), and never below trn1's own held-out band; the cross-vendor tests (trn1 <-> H100) are printed
 beside it as the bound of carrying an efficiency across vendors.
 
-Shell: fits with projection.training.fit (scipy); reads nothing itself; writes nothing.
+Pure: no I/O, no clock; the fits that measure the transfer run in training.fit (it calls these).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from chipswap.projection.training.model import Coef
-from chipswap.projection.training.rows import TrainRow
 
 # (source family, target family): every pair with published rows on both sides
 TRANSFER_TESTS: tuple[tuple[str, str], ...] = (
@@ -68,29 +64,6 @@ def transferred_coef(src: Coef, full: Coef, src_group: str, dst_group: str) -> C
     for k in FAMILY_FACTORS:
         vals.pop(k, None)
     return Coef(tuple(vals.items()))
-
-
-def transfer_tests(rows: list[TrainRow], full: Coef) -> list[TransferResult]:
-    """Each TRANSFER_TESTS pair: fit on the source family's rows, predict the target family's rows."""
-    from chipswap.projection.training.fit import band_of, choose, fit, predict
-
-    out = []
-    for src, dst in TRANSFER_TESTS:
-        train = [r for r in rows if r.family == src]
-        test = [r for r in rows if r.family == dst]
-        if not train or not test:
-            continue
-        coef, _ = fit(train, exclude=FAMILY_FACTORS)
-        tc = transferred_coef(coef, full, train[0].group, test[0].group)
-        le = np.array([math.log(predict(r, tc, choose(r, tc)) / r.observed) for r in test])
-        rel = np.exp(le) - 1.0
-        out.append(
-            TransferResult(
-                src, dst, len(test), float(np.median(np.abs(rel))), float(np.median(rel)), band_of(le),
-                train[0].group != test[0].group,
-            )
-        )  # fmt: skip
-    return out
 
 
 def transfer_band(tests: list[TransferResult], floor: float) -> tuple[float, str]:
