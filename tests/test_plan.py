@@ -207,6 +207,11 @@ def test_finetune_job_layout_pins_the_gpu_fleet(readiness) -> None:
     lines = getattr(exc.value, "lines", [str(exc.value)])
     assert any("job.layout tp=3: does not divide the model's 32 attention heads" in x for x in lines)
     assert any("job.layout vp=2: virtual stages need pipeline stages" in x for x in lines)
+    # job.fp8_recipe: mxfp8 where the chip has it (B200), tensorwise elsewhere; never an error on a p5 fleet
+    d["job"]["layout"] = {"tp": 2}
+    d["job"]["dtype"], d["job"]["fp8_recipe"] = "fp8", "mxfp8"
+    r8 = plan(d)
+    assert "TP2 x " in str(r8.gpu_fleet) and "fp8" in str(r8.gpu_fleet)
 
 
 def test_finetune_example_with_measured_hours_is_the_seed(readiness) -> None:

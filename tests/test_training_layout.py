@@ -192,3 +192,23 @@ def test_vp_pins_the_virtual_stages() -> None:
     pin = parse_layout("tp=8,pp=4,vp=5")
     t = project_training(w70, "p5.48xlarge", catalog=CAT, layout=pin, nodes=8)
     assert (t.layout.pp, t.layout.vp) == (4, 5)
+
+
+def test_cli_fp8_recipe_flag(capsys) -> None:
+    """--train-fp8-recipe: a training flag (refused without --train-tokens), one line for a bad recipe."""
+    code, _, err = run_inproc(capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-fp8-recipe", "rowwise")
+    assert code == 2 and "--train-fp8-recipe" in err and "--train-tokens" in err
+    code, _, err = run_inproc(
+        capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-tokens", "1e9", "--train-dtype", "fp8",
+        "--train-fp8-recipe", "mxfp8",
+    )  # fmt: skip
+    assert code == 2 and "needs Blackwell" in err and len(err.strip().splitlines()) == 1
+    code, out, err = run_inproc(
+        capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-tokens", "1e9", "--train-dtype", "fp8",
+        "--train-fp8-recipe", "rowwise", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    import json
+
+    (t,) = json.loads(out)["training"]
+    assert t["fp8_recipe"] == "rowwise" and any("rowwise" in n for n in t["notes"])
