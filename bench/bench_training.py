@@ -5,7 +5,8 @@ stages, the seed's fine-tune like for like, the time one projection takes, and t
 
     PYTHONPATH=src python bench/bench_training.py            # print and write docs/benchmarks.md (training)
 
-Accuracy, not speed, except the one timing table (median of 5 in-process calls, with the load average). Exit 1 when one of issue 28's targets is missed (the section
+Accuracy, not speed, except the one timing table (median of 5 in-process calls, with the load average).
+Exit 1 when one of issue 28's targets is missed (the section
 is written either way, misses named).
 """
 
@@ -21,10 +22,10 @@ from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.reference_tables import _Models
-from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
 from chipswap.projection.training.fit import TARGETS, calibrate
 from chipswap.projection.training.layout import parse_layout
 from chipswap.projection.training.model import Layout, layouts, step_time
+from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
 
 COMMAND = "PYTHONPATH=src python bench/bench_training.py"
 PUBLISHED_BF16_RATIO = (3.8, 4.3)  # issue 28: published bf16 trn1.32xlarge vs p5.48xlarge, 7-8B, per node
@@ -111,8 +112,9 @@ def stack_table(data: dict, missed: list[str]) -> list[str]:
         target = TARGETS["pinned_fp8"] if dt == "fp8" else TARGETS["pinned"]
         ok = v["median_abs_error"] <= target and v["coverage"] >= TARGETS["pinned_coverage"]
         missed += [] if ok else [f"{k} pinned: {v['median_abs_error']:.1%}, {v['coverage']:.0%} in band"]
-        out.append(row(k, v["rows"], f"{v['median_abs_error']:.1%}" + ("" if ok else " (missed)"),
-                       f"{v['median_error']:+.1%}", f"{v['coverage']:.0%}", f"±{v['band']:.0%}", basis))  # fmt: skip
+        err = f"{v['median_abs_error']:.1%}" + ("" if ok else " (missed)")
+        cells = (f"{v['median_error']:+.1%}", f"{v['coverage']:.0%}", f"±{v['band']:.0%}", basis)
+        out.append(row(k, v["rows"], err, *cells))
     return out + [""]
 
 
@@ -127,8 +129,9 @@ def fp8(data: dict) -> list[str]:
         "Fitted fp8 speed-up of the linear layers over the bf16 model at each row's published layout, per "
         f"stack with fp8 rows: **megatron {c.get('s8_megatron', 1.0):.2f}x** (NeMo 24.07 / Megatron-Bridge: "
         "Transformer Engine tensorwise delayed / current scaling), **LLM Foundry (Composer) "
-        f"{c.get('s8_composer', 1.0):.2f}x** (two MPT-3B rows; not floored at 1). A stack without fp8 rows of "
-        f"its own (the user's pytorch stack: torchtitan-style Float8; Trainium2's NxD) gets the **cross-stack "
+        f"{c.get('s8_composer', 1.0):.2f}x** (two MPT-3B rows; not floored at 1). A stack without fp8 rows "
+        "of its own (the user's pytorch stack: torchtitan-style Float8; Trainium2's NxD) gets the "
+        "**cross-stack "
         f"speed-up {cross:.2f}x** (geometric mean of the fitted stacks'), its band covering both ends in "
         "quadrature with the stack's bf16 band; never the 1.0 floor. Recipes: tensorwise is what every "
         "fitted row ran; "
@@ -142,8 +145,8 @@ def fp8(data: dict) -> list[str]:
     out += [f"- {p}" for p in rec.get("pairs", [])]
     out += [
         "",
-        "No bf16/fp8 pair at one layout exists for a chip chipswap projects (H100, B200) in any source, so no "
-        "stack's speed-up is fitted on a pair; the DeepSeek-V3 GB300 pair (MoE) is listed, not used.",
+        "No bf16/fp8 pair at one layout exists for a chip chipswap projects (H100, B200) in any source, so "
+        "no stack's speed-up is fitted on a pair; the DeepSeek-V3 GB300 pair (MoE) is listed, not used.",
         "",
         row("row", "stack", "published tokens/s/GPU", "held out (pinned)", "error"),
         "|---|---|---|---|---|",
@@ -156,7 +159,8 @@ def fp8(data: dict) -> list[str]:
     w = model_work("llama-3-8b")
     pin = parse_layout("tp=1,sharding=fsdp,recompute=full,micro_batch=1")
     out += ["", "Llama 3 8B, 8,192 tokens, TP1 x FSDP8 full recompute pinned, per node:", "",
-            row("instance", "stack", "bf16", "fp8 tensorwise", "fp8 rowwise", "fp8 mxfp8"), "|---|---|---|---|---|---|"]  # fmt: skip
+            row("instance", "stack", "bf16", "fp8 tensorwise", "fp8 rowwise", "fp8 mxfp8"),
+            "|---|---|---|---|---|---|"]  # fmt: skip
     for inst in ("p5.48xlarge", "p6-b200.48xlarge"):
         for stack in ("pytorch", "megatron"):
             cells = []
@@ -192,7 +196,8 @@ def transfer(data: dict) -> list[str]:
     cat = load_catalog()
     out += ["", f"`{data['families']['Trainium2']['transferred']}`", "",
             row("model", "sequence", "dtype", "trn2.48xlarge nodes", "layout (chipswap's fastest)",
-                "tokens/s per node", "p5en.48xlarge (H200, transferred)"), "|---|---|---|---|---|---|---|"]  # fmt: skip
+                "tokens/s per node", "p5en.48xlarge (H200, transferred)"),
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, nodes in (("llama-3-8b", 1), ("llama-3-70b", 4)):
         w = model_work(name)
         for seq in (4096, 8192):
@@ -339,7 +344,8 @@ def timing() -> list[str]:
     )
     out = ["### Time of one training projection (issue 41: <= 1 s)", "",
            f"Median of 5 in-process calls; load average {os.getloadavg()[0]:.2f} at the start.", "",
-           row("model", "instance", "nodes", "seq", "pin", "median s", "max s"), "|---|---|---|---|---|---|---|"]  # fmt: skip
+           row("model", "instance", "nodes", "seq", "pin", "median s", "max s"),
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, inst, nodes, seq, pin in cases:
         w = model_work(name)
         times = []

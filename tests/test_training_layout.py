@@ -10,9 +10,9 @@ import pytest
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work
-from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
 from chipswap.projection.training.layout import LayoutError, LayoutPin, parse_layout, pinned_layouts
 from chipswap.projection.training.model import Layout, layouts, memory, stage_layers, step_time
+from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
 from tests.cli_helpers import run_inproc
 
 CAT = load_catalog()
@@ -196,7 +196,9 @@ def test_vp_pins_the_virtual_stages() -> None:
 
 def test_cli_fp8_recipe_flag(capsys) -> None:
     """--train-fp8-recipe: a training flag (refused without --train-tokens), one line for a bad recipe."""
-    code, _, err = run_inproc(capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-fp8-recipe", "rowwise")
+    code, _, err = run_inproc(
+        capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-fp8-recipe", "rowwise"
+    )
     assert code == 2 and "--train-fp8-recipe" in err and "--train-tokens" in err
     code, _, err = run_inproc(
         capsys, "project", "llama-3-8b", "-i", "p5.48xlarge", "--train-tokens", "1e9", "--train-dtype", "fp8",

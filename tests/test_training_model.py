@@ -8,9 +8,9 @@ import pytest
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.errors import ChipswapError
 from chipswap.projection.api import model_work
-from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
 from chipswap.projection.training.layout import parse_layout
 from chipswap.projection.training.model import Layout, memory, step_time
+from chipswap.projection.training.project import coef_of, load_calibration, project_training, system_of
 
 CAT = load_catalog()
 W8 = model_work("llama-3-8b")

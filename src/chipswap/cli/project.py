@@ -327,8 +327,8 @@ def register(app: typer.Typer) -> None:
                 )
             )
         if train_tokens is not None:
-            from chipswap.projection.training.project import project_training as project_layout
             from chipswap.projection.training.layout import parse_layout
+            from chipswap.projection.training.project import project_training as project_layout
 
             pin = parse_layout(train_layout, defer=True) if train_layout is not None else None
             results = [

@@ -243,8 +243,8 @@ def _training_price_performance(catalog: Catalog) -> list[ClaimLine]:
 
 
 _MEASURE_TRN2 = (
-    "a measured trn2 training throughput outranks this (`chipswap plan --bench`, or job.candidates hours with "
-    'source = "measured")'
+    "a measured trn2 training throughput outranks this (`chipswap plan --bench`, or job.candidates hours "
+    'with source = "measured")'
 )
 
 

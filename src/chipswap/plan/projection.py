@@ -152,8 +152,8 @@ def _training(s: PlanSetup, engine: Any, work: Any, inst: Any) -> InstanceProjec
     """Tokens/s per instance from the layout-aware model (projection.training): the fastest layout that
     fits on the fleet's instance count, in the job's dtype (bf16 on both sides unless the job says
     otherwise)."""
-    from chipswap.projection.training.project import project_training, system_of
     from chipswap.projection.training.layout import LayoutError
+    from chipswap.projection.training.project import project_training, system_of
 
     job = s.workload.job
     assert job is not None

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from chipswap.projection.calibration import _toml_value
-from chipswap.projection.training.project import calibration_path, widened_band
 from chipswap.projection.training.layout import conventional
 from chipswap.projection.training.model import (
     RECOMPUTE,
@@ -37,6 +36,8 @@ from chipswap.projection.training.model import (
     search,
     step_time,
 )
+from chipswap.projection.training.project import calibration_path, widened_band
+from chipswap.projection.training.rows import PeakRow, TrainRow, load_peaks, load_rows, recipe_pairs
 from chipswap.projection.training.transfer import (
     FAMILY_FACTORS,
     TRANSFER_TESTS,
@@ -45,7 +46,6 @@ from chipswap.projection.training.transfer import (
     transfer_band,
     transferred_coef,
 )
-from chipswap.projection.training.rows import PeakRow, TrainRow, load_peaks, load_rows, recipe_pairs
 
 # e16_<group>: share of the bf16 peak the linear layers reach; k_A100: A100's own factor on it (its rows
 # run nearer the peak than H100's); s8_<stack>: fp8 speed-up of the linear layers; x_tp: exposed share of
@@ -317,37 +317,44 @@ def summarize(rows: list[TrainRow], held: HeldOutResult) -> dict[str, Any]:
 USER_STACK = {"composer": "pytorch", "megatron": "megatron", "neuron": "neuron"}
 
 
+def _user(r: TrainRow) -> str:
+    return USER_STACK.get(r.train_stack, "")
+
+
 def stack_bands(
     rows: list[TrainRow], le: np.ndarray, chosen_le: np.ndarray, fam_band: dict[str, float]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Per vendor group, user stack and dtype: the pinned band (80th percentile of its rows' held-out
     |ln error|; a stack with rows from one source only takes at least the group's cross-stack band of
-    that dtype, and says so), the CLI default's band the same way; then per family, stack and dtype the held-out
+    that dtype, and says so), the CLI default's band the same way; then per family, stack and dtype the
+    held-out
     stats against the band a projection of it shows (the stack's, at least the family's own where it has
     MIN_FAMILY_ROWS rows of that stack)."""
     bands: dict[str, Any] = {}
-    for g, stk, dt in sorted({(r.group, USER_STACK.get(r.train_stack, ""), r.dtype) for r in rows}):
+    for g, stk, dt in sorted({(r.group, _user(r), r.dtype) for r in rows}):
         if not stk:
             continue
-        idx = [i for i, r in enumerate(rows) if (r.group, USER_STACK.get(r.train_stack, ""), r.dtype) == (g, stk, dt)]
+        idx = [i for i, r in enumerate(rows) if (r.group, _user(r), r.dtype) == (g, stk, dt)]
         pool = [i for i, r in enumerate(rows) if (r.group, r.dtype) == (g, dt)]
         n_src = len({rows[i].source for i in idx})
         band, chosen = band_of(le[idx]), band_of(chosen_le[idx])
-        basis = f"leave-one-source-out at the published layouts: {len(idx)} {stk} {dt} rows from {n_src} sources"
+        basis = (
+            f"leave-one-source-out at the published layouts: {len(idx)} {stk} {dt} rows from {n_src} sources"
+        )
         if n_src < 2:
             band = max(band, band_of(le[pool]))
             chosen = max(chosen, band_of(chosen_le[pool]))
             basis = (
-                f"one source ({rows[idx[0]].source}) of {stk} {dt} rows: the cross-stack band of all {len(pool)} {g} {dt} rows held out by "
-                f"source (at least the stack's own {len(idx)})"
+                f"one source ({rows[idx[0]].source}) of {stk} {dt} rows: the cross-stack band of all "
+                f"{len(pool)} {g} {dt} rows held out by source (at least the stack's own {len(idx)})"
             )
         bands[f"{g} {stk} {dt}"] = {"band": round(band, 4), "band_chosen": round(chosen, 4), "sources": n_src,
                                      "rows": len(idx), "basis": basis}  # fmt: skip
     table: dict[str, Any] = {}
-    for fam, stk, dt in sorted({(r.family, USER_STACK.get(r.train_stack, ""), r.dtype) for r in rows}):
+    for fam, stk, dt in sorted({(r.family, _user(r), r.dtype) for r in rows}):
         if not stk:
             continue
-        idx = [i for i, r in enumerate(rows) if (r.family, USER_STACK.get(r.train_stack, ""), r.dtype) == (fam, stk, dt)]
+        idx = [i for i, r in enumerate(rows) if (r.family, _user(r), r.dtype) == (fam, stk, dt)]
         b = bands[f"{rows[idx[0]].group} {stk} {dt}"]["band"]
         if len(idx) >= MIN_FAMILY_ROWS:
             b = max(b, band_of(le[idx]))
@@ -567,7 +574,8 @@ def render(data: dict[str, Any]) -> str:
     for sect in ("chosen_bands", "chosen_bands_dtype"):
         lines += ["", f"[held_out.{sect}]"]
         lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"][sect].items()]
-    for sect in ("groups", "families", "sources", "family_dtype", "chosen", "stack_bands", "family_stack_dtype"):
+    sects = ("groups", "families", "sources", "family_dtype", "chosen", "stack_bands", "family_stack_dtype")
+    for sect in sects:
         lines += ["", f"[held_out.{sect}]"]
         lines += [f'"{k}" = {_toml_value(v)}' for k, v in data["held_out"][sect].items()]
     lines += [""]

@@ -114,7 +114,9 @@ def _whole(raw: Any, top: int) -> int | None:
     return n if 1 <= n <= top else None
 
 
-def pin_from_mapping(items: dict[str, Any], *, where: str = "--train-layout", defer: bool = False) -> LayoutPin:
+def pin_from_mapping(
+    items: dict[str, Any], *, where: str = "--train-layout", defer: bool = False
+) -> LayoutPin:
     """A LayoutPin from key -> value (strings from the CLI or values of a workload table); every bad key or
     value is one line of the LayoutError (defer: kept in the pin's `problems` for check_pin instead)."""
     lines: list[str] = []
@@ -132,11 +134,13 @@ def pin_from_mapping(items: dict[str, Any], *, where: str = "--train-layout", de
                 out[k] = n
         elif k == "sharding":
             if v not in SHARDING_NAMES:
-                lines.append(f"{where} sharding={_short(raw)}: unknown sharding; use fsdp, hsdp, zero1 or none")
+                bad = f"{where} sharding={_short(raw)}"
+                lines.append(f"{bad}: unknown sharding; use fsdp, hsdp, zero1 or none")
             else:
                 out[k] = SHARDING_NAMES[v]
         elif v not in RECOMPUTE:
-            lines.append(f"{where} recompute={_short(raw)}: unknown recompute mode; use none, selective or full")
+            bad = f"{where} recompute={_short(raw)}"
+            lines.append(f"{bad}: unknown recompute mode; use none, selective or full")
         else:
             out[k] = v
     if lines and not defer:
@@ -195,7 +199,8 @@ def check_pin(
             lines.append(f"{w} vp={pin.vp}: virtual stages need pipeline stages; give pp > 1 or vp=1")
         elif pin.pp and pin.pp * pin.vp > d.layers:
             lines.append(
-                f"{w} vp={pin.vp}: pp x vp = {pin.pp * pin.vp} chunks is more than the model's {d.layers} layers"
+                f"{w} vp={pin.vp}: pp x vp = {pin.pp * pin.vp} chunks is more than the model's {d.layers} "
+                "layers"
             )
     fixed_block = (pin.tp or 1) * (pin.pp or 1) * (pin.cp or 1) * (pin.dp or 1)
     if devices % fixed_block or (pin.tp and pin.pp and pin.cp and pin.dp and fixed_block != devices):

@@ -307,7 +307,9 @@ def project_training(
     conv_v = None if conv_lay is None else per_node
     shown = band
     if not pinned and best_v is not None:
-        own = fam.get(f"band_chosen_{stk}_{bkey}", fam.get(f"band_chosen_{bkey}", fam.get("band_chosen", band)))
+        own = fam.get(
+            f"band_chosen_{stk}_{bkey}", fam.get(f"band_chosen_{bkey}", fam.get("band_chosen", band))
+        )
         shown = max(widened_band(band, per_node, [best_v]), float(own))
         if best_lay != head:
             notes.append(
@@ -316,7 +318,8 @@ def project_training(
             )
     if spreads:  # the fp8 speed-up's own spreads (cross-stack; a recipe with no pair), each independent
         logs = [
-            max(abs(math.log(_per_node(work, system, head, with_fp8(coef, stk, a), **tk) / per_node)) for a in alts)
+            max(abs(math.log(_per_node(work, system, head, with_fp8(coef, stk, a), **tk) / per_node))
+                for a in alts)
             for alts in spreads
         ]
         shown = quadrature(shown, *logs)
@@ -368,7 +371,8 @@ def _fp8_setup(
     cal: dict[str, Any], coef: Coef, system: System, stk: str, dtype: str, recipe: str | None
 ) -> tuple[str | None, float, list[list[float]], str]:
     """(recipe, the fp8 speed-up of the linear layers, the independent spreads its band must cover (each a
-    list of other speed-ups), the note). The stack's own fitted speed-up, else the cross-stack one spanning the fitted stacks';
+    list of other speed-ups), the note). The stack's own fitted speed-up, else the cross-stack one spanning
+    the fitted stacks';
     x the recipe's measured ratio to tensorwise (calibration [fp8_recipes]); a recipe with no published pair
     keeps tensorwise's speed-up and its band covers the measured recipe-to-recipe ratios too."""
     if dtype != "fp8":
@@ -401,7 +405,8 @@ def _fp8_setup(
     if use == "tensorwise":
         how = "tensorwise scaling, as every fitted fp8 row ran"
     elif use in measured:
-        how = f"{use}: {factor:.3f}x tensorwise, measured on {recipes.get(use + '_basis', 'a published pair')}"
+        on = recipes.get(use + "_basis", "a published pair")
+        how = f"{use}: {factor:.3f}x tensorwise, measured on {on}"
     else:
         others = [v for v in measured.values() if v > 0]
         spreads.append([speedup * v for v in others])

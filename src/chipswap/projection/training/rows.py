@@ -25,8 +25,8 @@ from chipswap.errors import ChipswapError
 from chipswap.projection.calibration import _GPU_TRAIN_MODELS, DEFAULT_REFERENCE
 from chipswap.projection.platforms import shipped_dir
 from chipswap.projection.reference_tables import _int, _Models, _num, _read_csv
-from chipswap.projection.training.project import calibration_path, system_of
 from chipswap.projection.training.model import Layout, System
+from chipswap.projection.training.project import calibration_path, system_of
 from chipswap.projection.work import ModelWork, work_from_config
 
 # calibration rows run on these instances' chips; their network is the published system's, not the instance's
@@ -334,8 +334,8 @@ def _foundry_rows(ref: Path, catalog: Catalog, out: list[TrainRow], skipped: lis
 
 # the published precision labels as fp8 recipes (training.model.FP8_RECIPES); NVFP4 is not projected
 RECIPE_OF = {"BF16": "bf16", "FP8": "tensorwise", "FP8-CS": "tensorwise", "MXFP8": "mxfp8", "FP8-MX": "mxfp8"}
-PAIR_KEYS = ("gpu", "gpu_count", "model", "task", "seq_len", "global_batch_size", "micro_batch_size", "tp", "pp",
-             "cp", "vp", "fsdp")  # fmt: skip
+PAIR_KEYS = ("gpu", "gpu_count", "model", "task", "seq_len", "global_batch_size", "micro_batch_size",
+             "tp", "pp", "cp", "vp", "fsdp")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -369,8 +369,9 @@ def recipe_pairs(reference: str | Path | None = None) -> list[RecipePair]:
             for b in have[i + 1 :]:
                 va = sum(x for x, _ in by[a]) / len(by[a])
                 vb = sum(x for x, _ in by[b]) / len(by[b])
+                names_a, names_b = (", ".join(n for _, n in by[x]) for x in (a, b))
                 what = (f"{key[2]} on {key[1]} x {key[0]} (TP{key[7]} PP{key[8]} CP{key[9]} VP{key[10]}, "
-                        f"seq {key[4]}): {', '.join(n for _, n in by[b])} vs {', '.join(n for _, n in by[a])}")  # fmt: skip
+                        f"seq {key[4]}): {names_b} vs {names_a}")  # fmt: skip
                 out.append(RecipePair(a, b, vb / va, what))
     return out
 

@@ -3,11 +3,11 @@ fitted on a calibrated family applied to the target's spec sheet (matmul peak pe
 NeuronLink / NVLink, EFA: the System the catalog gives), with the band measured by the same transfer
 where the truth is known.
 
-Transfer test (training.fit.transfer_tests): fit on one family's published rows only (its own family factor left
-out, so the fitted efficiency is the source's), predict another family's rows at their published layouts
-with the target's spec sheet, and compare with what was published. The stack factors (stack properties,
-not chip ones) come from the full fit. The trn2 band is the widest 80th percentile |ln error| of the
-generation transfers within a vendor (A100 <-> H100, H100 -> B200: trn1 -> trn2 is one such step on one
+Transfer test (training.fit.transfer_tests): fit on one family's published rows only (its own family
+factor left out, so the fitted efficiency is the source's), predict another family's rows at their published
+layouts with the target's spec sheet, and compare with what was published. The stack factors (stack
+properties, not chip ones) come from the full fit. The trn2 band is the widest 80th percentile |ln error| of
+the generation transfers within a vendor (A100 <-> H100, H100 -> B200: trn1 -> trn2 is one such step on one
 compiler), and never below trn1's own held-out band; the cross-vendor tests (trn1 <-> H100) are printed
 beside it as the bound of carrying an efficiency across vendors.
 
