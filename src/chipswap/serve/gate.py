@@ -13,9 +13,8 @@ accepted). The gate is an asyncio Protocol wrapped around uvicorn's h11 protocol
   ``GET``/``HEAD`` of ``/healthz`` or ``/readyz`` is served (that one request, then closed); anything else
   gets 503 + ``Connection: close`` at once. The lane holds at most ``max_connections`` undecided connections,
   each for at most ``LANE_TIMEOUT_S``; a newcomer beyond that is reset;
-* the health port (``--health-port``, optional): a second listener whose connections all take the lane's
-  path (probes only, ``HEALTH_MAX`` at once, no cap shared with the main port), so a probe never waits behind
-  a flood in the main listener's accept queue either.
+* the health port (``--health-port``) is not behind this gate: it has its own listener, thread and limits
+  (chipswap.serve.health).
 
 One sweep every ``SWEEP_S`` closes what is past its deadline (no timer per connection).
 
@@ -41,7 +40,6 @@ LANE_LINE_MAX = 256  # bytes of request line the lane waits for before it decide
 PROBE_METHODS = (b"GET", b"HEAD")
 PROBE_PATHS = (b"/healthz", b"/readyz")
 FD_SPARE = 256  # descriptors besides connections: listeners, the health port, model files, threads, logs
-HEALTH_MAX = 64  # undecided + answering connections on the health port at once
 MIN_FITTED = 64  # the default cap is lowered to fit ulimit -n, but not below this
 
 _REQUEST_TIMEOUT = (
@@ -51,10 +49,6 @@ _REQUEST_TIMEOUT = (
 _OVER_CAP = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-_NOT_HERE = (
-    b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nconnection: close\r\n"
-    b"content-length: %d\r\n\r\n%s"
 )
 
 
@@ -114,11 +108,6 @@ def fit_fd_limit(limits: ConnectionLimits) -> ConnectionLimits:
     )
 
 
-def _local_port(transport: Any) -> int | None:
-    name = transport.get_extra_info("sockname")
-    return name[1] if isinstance(name, tuple) and len(name) >= 2 else None
-
-
 def _json_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
@@ -130,14 +119,11 @@ class Gate:
         self,
         limits: ConnectionLimits,
         on_event: Callable[[str], None] | None = None,
-        health_port: int | None = None,
     ) -> None:
         self.limits = limits
-        self.health_port = health_port  # the local port whose connections may only probe
         self.on_event = on_event or (lambda _reason: None)  # serve.metrics.DROP_REASONS, or "lane_probe"
         self.admitted: set[GatedConnection] = set()
         self.lane: set[GatedConnection] = set()  # over a cap, request line not seen yet
-        self.health: set[GatedConnection] = set()  # on the health port, request line not seen yet
         self.probes: set[GatedConnection] = set()  # over a cap, serving one /healthz or /readyz
         self.per_client: dict[str, int] = {}
         self.closed = False
@@ -178,7 +164,6 @@ class Gate:
                 self.per_client.pop(c.client, None)
         else:
             self.lane.discard(c)
-            self.health.discard(c)
             self.probes.discard(c)
 
     def start_sweeping(self) -> None:
@@ -187,7 +172,7 @@ class Gate:
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        for c in [c for c in (*self.lane, *self.health) if now - c.opened > LANE_TIMEOUT_S]:
+        for c in [c for c in self.lane if now - c.opened > LANE_TIMEOUT_S]:
             c.expire("header_timeout")
         for group, head_s in ((self.admitted, self.limits.header_timeout_s), (self.probes, LANE_TIMEOUT_S)):
             late = [(c, why) for c in group if (why := c.overdue(now, head_s, self.limits.body_timeout_s))]
@@ -201,7 +186,7 @@ class Gate:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for c in (*self.lane, *self.health):
+        for c in self.lane:
             c.transport.abort()
 
 
@@ -231,14 +216,6 @@ class GatedConnection(asyncio.Protocol):
             transport.abort()
             return
         gate.start_sweeping()
-        if gate.health_port is not None and _local_port(transport) == gate.health_port:
-            if len(gate.health) < HEALTH_MAX:
-                self.refusal = f"port {gate.health_port} serves only GET /healthz and GET /readyz"
-                gate.health.add(self)
-            else:
-                gate.on_event("lane_full")
-                transport.abort()
-            return
         refusal = gate.over_cap(self.client)
         if refusal is None:
             gate.admit(self)
@@ -254,7 +231,7 @@ class GatedConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         inner = self.inner
         if inner is None:
-            if self in self.gate.lane or self in self.gate.health:
+            if self in self.gate.lane:
                 self._lane_data(data)
             return
         if self.head_since is None and inner.conn.their_state is h11.IDLE:
@@ -340,15 +317,8 @@ class GatedConnection(asyncio.Protocol):
             return
         parts = (buf[:end] if end >= 0 else buf).split()
         gate = self.gate
-        health = self in gate.health
         gate.lane.discard(self)
-        gate.health.discard(self)
         probe = len(parts) >= 2 and parts[0] in PROBE_METHODS and parts[1].split(b"?", 1)[0] in PROBE_PATHS
-        if not probe and health:
-            body = _json_body("not_found", self.refusal)
-            self.transport.write(_NOT_HERE % (len(body), body))
-            self.transport.close()
-            return
         if not probe:
             gate.on_event("over_cap")
             body = _json_body("over_capacity", self.refusal)
