@@ -35,6 +35,7 @@ import h11
 from chipswap.errors import ChipswapError
 
 SWEEP_S = 0.25  # deadline resolution
+LINGER_S = 1.0  # draining: how long a half-closed idle connection reads and drops before it is closed
 LANE_TIMEOUT_S = 2.0  # an over-cap connection must show a probe's request head within this
 LANE_LINE_MAX = 256  # bytes of request line the lane waits for before it decides
 PROBE_METHODS = (b"GET", b"HEAD")
@@ -108,6 +109,38 @@ def fit_fd_limit(limits: ConnectionLimits) -> ConnectionLimits:
     )
 
 
+def _unread(transport: Any) -> int:
+    """Bytes waiting in the connection's receive buffer (FIONREAD), 0 when unknown."""
+    import fcntl
+    import struct
+    import termios
+
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+_H11: list[Any] = []
+
+
+def _drain_aware_h11() -> Any:
+    """uvicorn's h11 protocol whose shutdown() asks the gate first (GatedConnection.drain)."""
+    if not _H11:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        class DrainAwareH11(H11Protocol):  # type: ignore[misc]
+            gated: Any = None
+
+            def shutdown(self) -> None:
+                if self.gated is None or not self.gated.drain():
+                    super().shutdown()
+
+        _H11.append(DrainAwareH11)
+    return _H11[0]
+
+
 def _json_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
@@ -126,6 +159,7 @@ class Gate:
         self.lane: set[GatedConnection] = set()  # over a cap, request line not seen yet
         self.probes: set[GatedConnection] = set()  # over a cap, serving one /healthz or /readyz
         self.per_client: dict[str, int] = {}
+        self.accepted = 0  # connections this listener accepted, in all (the drain test's count)
         self.closed = False
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -133,12 +167,16 @@ class Gate:
     def factory(
         self, *, config: Any, server_state: Any, app_state: Any, _loop: Any = None
     ) -> GatedConnection:
-        from uvicorn.protocols.http.h11_impl import H11Protocol
+        protocol = _drain_aware_h11()
+        conn: GatedConnection
 
         def inner() -> asyncio.Protocol:
-            return H11Protocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
+            made = protocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
+            made.gated = conn
+            return made
 
-        return GatedConnection(self, inner)
+        conn = GatedConnection(self, inner)
+        return conn
 
     def over_cap(self, client: str) -> str | None:
         if self.per_client.get(client, 0) >= self.limits.max_per_client:
@@ -204,10 +242,13 @@ class GatedConnection(asyncio.Protocol):
         self.body_since: float | None = None
         self.lane_buf = b""
         self.refusal = ""  # why it is over a cap (the 503's message)
+        self.draining = False  # uvicorn asked it to shut down: answer what is here, then close
+        self.lingering = False  # half-closed while draining: reads are dropped until the close
 
     # --- asyncio.Protocol --------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         gate = self.gate
+        gate.accepted += 1
         self.transport = transport
         self.opened = time.monotonic()
         peer = transport.get_extra_info("peername")
@@ -230,6 +271,8 @@ class GatedConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         inner = self.inner
+        if self.lingering:
+            return  # half-closed while draining: read and drop, so the close is never a reset
         if inner is None:
             if self in self.gate.lane:
                 self._lane_data(data)
@@ -241,6 +284,9 @@ class GatedConnection(asyncio.Protocol):
         self._observe()
 
     def eof_received(self) -> bool | None:
+        if self.lingering:
+            self.transport.close()
+            return None
         return self.inner.eof_received() if self.inner is not None else None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -269,8 +315,32 @@ class GatedConnection(asyncio.Protocol):
                 self.body_since = time.monotonic()
             return
         self.head_since = self.body_since = None  # the request is read; the app's own timeout applies
-        if self in self.gate.probes and inner.cycle is not None:
-            inner.cycle.keep_alive = False  # one probe per lane connection
+        if (self in self.gate.probes or self.draining) and inner.cycle is not None:
+            inner.cycle.keep_alive = False  # one probe per lane connection; one answer once draining
+
+    # --- drain -------------------------------------------------------------------------------------------
+    def drain(self) -> bool:
+        """uvicorn's shutdown of this connection (after SIGTERM and the grace): True when handled here.
+        uvicorn closes an idle keep-alive connection at once, and a close with a request already in the
+        socket resets it, the request unanswered. Instead: a request already here is read and answered
+        (503 draining, then close); an idle one is half-closed (FIN, what arrives later is read and dropped,
+        so never a reset) and closed after LINGER_S or the client's own close."""
+        inner = self.inner
+        self.draining = True
+        if inner is None or not (inner.cycle is None or inner.cycle.response_complete):
+            return False  # mid-request: uvicorn lets it finish and closes after the answer
+        if self.lingering or self.transport.is_closing():
+            return True
+        if _unread(self.transport) > 0:
+            return True  # data_received runs next: the request is answered, keep-alive off
+        self.lingering = True
+        try:
+            self.transport.write_eof()
+        except (OSError, RuntimeError):
+            self.transport.abort()
+            return True
+        asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+        return True
 
     def overdue(self, now: float, head_s: float, body_s: float) -> str | None:
         inner = self.inner
