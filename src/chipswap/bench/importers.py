@@ -5,7 +5,7 @@ converts on the fly.
 
 Each reader follows the tool's own writer (docs/serve.md names the source read): the figures it has become
 the file's throughput, latency percentiles and lengths; the identity is what the file says (the model name
-it was run against, nothing more: "identity by name only" unless it carries more), and the instance is the
+it was run against, nothing more: a plan labels its figures "identity as the file states"), and the instance is the
 one the file names (vLLM ``--metadata instance=NAME``, guidellm ``--label instance=NAME``) or the one given.
 
 Pure: a parsed document in, a chipswap.bench/2 dict out; every problem one ChipswapError line. May not read
