@@ -78,11 +78,19 @@ async def _conn(host: str, port: int, every: float, end: float, counts: dict[str
 
 
 async def main(host: str, port: int, conns: int, rate: float, seconds: float) -> dict[str, int]:
-    counts = {"sent": 0, "reset": 0, "closed": 0, "reset_new": 0, "closed_new": 0, "refused": 0, "connections": 0}
+    counts = {
+        "sent": 0,
+        "reset": 0,
+        "closed": 0,
+        "reset_new": 0,
+        "closed_new": 0,
+        "refused": 0,
+        "connections": 0,
+    }
     end = time.monotonic() + seconds
     every = conns / rate
     tasks = []
-    for i in range(conns):
+    for _ in range(conns):
         tasks.append(asyncio.create_task(_conn(host, port, every, end, counts)))
         await asyncio.sleep(every / conns)  # spread the connections over one period
     await asyncio.gather(*tasks)

@@ -108,7 +108,8 @@ def test_bench_import_writes_chipswap_bench_2_and_refuses_a_conflicting_instance
     doc = json.loads(out.read_text())
     assert doc["schema"] == "chipswap.bench/2" and doc["instance"]["name"] == "g6e.xlarge"
     assert (
-        doc["identity"]["model"]["name"] == "TinyLlama-1.1B-Chat-v1.0" and "identity as the file states" in stdout
+        doc["identity"]["model"]["name"] == "TinyLlama-1.1B-Chat-v1.0"
+        and "identity as the file states" in stdout
     )
     src = PEERS / "vllm_bench_serve.json"
     code, _, err = run_inproc(

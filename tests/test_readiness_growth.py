@@ -39,7 +39,8 @@ def _configs():
             layer_types=["linear_attention", "full_attention"],
         ),
         "bamba": T.BambaConfig(
-            **_SMALL, num_hidden_layers=2, mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8, mamba_n_groups=1,
+            **_SMALL, num_hidden_layers=2, mamba_n_heads=4, mamba_d_head=32, mamba_d_state=8,
+            mamba_n_groups=1,
             mamba_chunk_size=32, attn_layer_indices=[1],
         ),
     }  # fmt: skip
@@ -56,7 +57,9 @@ def test_probe_lengths_go_above_the_largest_chunk_the_config_names() -> None:
 
 def test_a_chunk_loop_is_found_from_its_steady_gain_per_chunk() -> None:
     issue = growth_issue(128, 256, 3415, 3517, 512, chunk=64)
-    assert issue is not None and "chunks of 64 tokens" in issue.message and "51 nodes per chunk" in issue.message
+    assert (
+        issue is not None and "chunks of 64 tokens" in issue.message and "51 nodes per chunk" in issue.message
+    )
     assert growth_issue(128, 256, 3364, 3364, 512, chunk=64) is None  # a transformer: flat
     assert growth_issue(128, 256, 3415, 3517, 512) is None  # too little for a per-token loop
 

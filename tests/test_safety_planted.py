@@ -41,7 +41,8 @@ def planted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 
 
 def _refused(capsys, *needles: str, args: tuple[str, ...] = ("cost", "job", "--baseline", "p5.48xlarge",
-             "--baseline-hours", "2", "--candidate", "trn1.32xlarge", "--candidate-hours", "3")) -> str:  # fmt: skip
+             "--baseline-hours", "2", "--candidate", "trn1.32xlarge",
+             "--candidate-hours", "3")) -> str:  # fmt: skip
     code, out, err = run_inproc(capsys, *args)
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, (out, err)
     for n in ("--config", "safe_directories", *needles):

@@ -63,7 +63,13 @@ def test_a_5000_digit_integer_in_a_workload_is_one_line(tmp_path, capsys) -> Non
 # ------------------------------------------------------------------------------------------- bench URLs
 @pytest.mark.parametrize(
     "url",
-    ["http://[::ffff:127.1]:8000/", "http://[127.0.0.1]:8000/", "http://[zz]/", "http://[::1", "http://h:99999/"],
+    [
+        "http://[::ffff:127.1]:8000/",
+        "http://[127.0.0.1]:8000/",
+        "http://[zz]/",
+        "http://[::1",
+        "http://h:99999/",
+    ],
 )
 def test_a_bracketed_host_that_is_not_ipv6_is_one_line(url, capsys) -> None:
     err = _one_line(*run_inproc(capsys, "bench", url, "--requests", "1"), "URL")
@@ -131,7 +137,9 @@ def test_llmperf_p99_below_p50_is_named(tmp_path, capsys) -> None:
     f = tmp_path / "s_summary.json"
     f.write_text(json.dumps(doc))
     _one_line(
-        *run_inproc(capsys, "bench", "import", str(f), "--instance", "inf2.xlarge", "--out", str(tmp_path / "o.json")),
+        *run_inproc(
+            capsys, "bench", "import", str(f), "--instance", "inf2.xlarge", "--out", str(tmp_path / "o.json")
+        ),
         "end_to_end_latency p99",
     )
 
@@ -149,13 +157,17 @@ def _dev_zero(p: Path) -> None:
     p.symlink_to("/dev/zero")
 
 
-@pytest.mark.parametrize("make", [Path.mkdir, _fifo, _loop, _dev_zero], ids=["dir", "fifo", "loop", "devzero"])
+@pytest.mark.parametrize(
+    "make", [Path.mkdir, _fifo, _loop, _dev_zero], ids=["dir", "fifo", "loop", "devzero"]
+)
 def test_an_unusable_user_config_is_named_not_ignored(user_config, capsys, make) -> None:
     make(user_config)
     _one_line(*run_inproc(capsys, "config", "show"), str(user_config))
 
 
-@pytest.mark.parametrize("make", [Path.mkdir, _fifo, _loop, _dev_zero], ids=["dir", "fifo", "loop", "devzero"])
+@pytest.mark.parametrize(
+    "make", [Path.mkdir, _fifo, _loop, _dev_zero], ids=["dir", "fifo", "loop", "devzero"]
+)
 def test_an_unusable_project_config_is_named_not_ignored(tmp_path, monkeypatch, capsys, make) -> None:
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)

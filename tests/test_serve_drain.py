@@ -47,7 +47,8 @@ def test_after_sigterm_every_sent_request_is_answered_or_503_none_reset() -> Non
         accepted = srv.server.gate.accepted
     counts = json.loads(out.strip().splitlines()[-1])
     never_accepted = counts["connections"] - accepted  # still in the listener's queue when it closed
-    print(f"drain at load ({CONNS} keep-alive connections, {RATE:g} req/s, SIGTERM at {SIGNAL_AT_S} s): {counts}, "
+    print(f"drain at load ({CONNS} keep-alive connections, {RATE:g} req/s, SIGTERM at {SIGNAL_AT_S} s): "
+          f"{counts}, "
           f"{never_accepted} connection(s) never accepted")  # fmt: skip
     assert counts.get("200", 0) > RATE * SIGNAL_AT_S * 0.5  # the load really ran
     assert counts.get("503", 0) > 0  # and met the drain

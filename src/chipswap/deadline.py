@@ -56,7 +56,8 @@ def deadline(seconds: float | None, what: str, fix: str) -> Iterator[None]:
     cpu0 = time.process_time()
 
     def message() -> str:
-        return f"{what} did not finish within {seconds:g} s {on_this_machine(time.process_time() - cpu0)}; {fix}"
+        used = on_this_machine(time.process_time() - cpu0)
+        return f"{what} did not finish within {seconds:g} s {used}; {fix}"
 
     def on_alarm(_sig: int, _frame: object) -> None:
         raise DeadlinePassed(message())

@@ -306,7 +306,8 @@ def judge(ev: Evidence, d: Declared, *, name_problem: str | None, decided_by: st
         floors.append(f"TPOT p50 {ev.tpot_p50_ms:.3g} ms >= bandwidth floor {tf:.3g} ms")
         if not floor_ok:
             floors.append(
-                f"under the {strict:.3g} ms floor of {d.demanding_dtype} weights (no dtype stated), so physics "
+                f"under the {strict:.3g} ms floor of {d.demanding_dtype} weights (no dtype stated), so "
+                "physics "
                 "is no evidence of the identity"
             )
     return Judgement(tuple(problems), label, tuple(meta_notes + tok_notes + floors), floor_ok)

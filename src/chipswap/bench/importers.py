@@ -5,8 +5,9 @@ converts on the fly.
 
 Each reader follows the tool's own writer (docs/serve.md names the source read): the figures it has become
 the file's throughput, latency percentiles and lengths; the identity is what the file says (the model name
-it was run against, nothing more: a plan labels its figures "identity as the file states"), and the instance is the
-one the file names (vLLM ``--metadata instance=NAME``, guidellm ``--label instance=NAME``) or the one given.
+it was run against, nothing more: a plan labels its figures "identity as the file states"), and the instance
+is the one the file names (vLLM ``--metadata instance=NAME``, guidellm ``--label instance=NAME``) or the one
+given.
 
 Pure: a parsed document in, a chipswap.bench/2 dict out; every problem one ChipswapError line. May not read
 files (the caller reads them with chipswap.datafile), open sockets or price anything.
@@ -67,14 +68,16 @@ def _lat(
     if p50 is None and p99 is None:
         return None
     given = [(k, v) for k, v in (("p50", p50), ("p90", p90), ("p99", p99)) if v is not None]
-    for (ka, a), (kb, b) in zip(given, given[1:]):
+    for (ka, a), (kb, b) in zip(given, given[1:], strict=False):
         if b < a * (1 - 1e-9):
             raise ChipswapError(
-                f"{name} {kb} ({b:g} ms) is below its {ka} ({a:g} ms); percentiles rise (p99 >= p90 >= p50 >= "
-                "0): pass the file the tool wrote, unedited"
+                f"{name} {kb} ({b:g} ms) is below its {ka} ({a:g} ms); percentiles rise (p99 >= p90 >= "
+                "p50 >= 0): pass the file the tool wrote, unedited"
             )
     if positive and any(v <= 0 for _, v in given):
-        raise ChipswapError(f"{name} {given[0][0]} is 0 ms; a request takes time: pass the file the tool wrote")
+        raise ChipswapError(
+            f"{name} {given[0][0]} is 0 ms; a request takes time: pass the file the tool wrote"
+        )
     return {"n": n, "p50": p50, "p90": p90, "p99": p99, "mean": mean, "max": None}
 
 

@@ -6,9 +6,9 @@ one function commands call, `chipswap config show` prints what it found and wher
 
 A project file is trusted the way git trusts a repository (`safe.directory`): one found by walking up that is
 owned by another user (root excepted) or writable by group/others, or a catalog such a file names, is refused
-with one line naming the file and the fix (`chipswap --config FILE`, or the folder in `safe_directories` of the
-user config); `config show` lists what it refused. A config path that exists but is no regular file (a folder,
-FIFO, device, symlink loop) is named, never silently skipped.
+with one line naming the file and the fix (`chipswap --config FILE`, or the folder in `safe_directories` of
+the user config); `config show` lists what it refused. A config path that exists but is no regular file (a
+folder, FIFO, device, symlink loop) is named, never silently skipped.
 
 A bad value is one ChipswapError line naming the file or variable, the key and an example (exit 2). May not:
 write anything, or decide anything a command's flags do not already decide.
@@ -149,7 +149,8 @@ def untrusted(path: Path) -> str | None:
         if st.st_uid not in (me, 0):
             return f"owned by uid {st.st_uid}, not by you (uid {me})"
         if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {st.st_mode & 0o777:o})"
+            who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+            return f"writable by {who} (mode {st.st_mode & 0o777:o})"
     return None
 
 
@@ -160,8 +161,8 @@ def _safe(path: Path, safe: tuple[str, ...]) -> bool:
 
 def refusal(path: Path, why: str, what: str = "project config") -> str:
     return (
-        f"{what} {path} is {why}, so it is not applied; pass `chipswap --config {path}` if you trust it, or add "
-        f"its folder to {SAFE_KEY} in {user_file()}"
+        f"{what} {path} is {why}, so it is not applied; pass `chipswap --config {path}` if you trust it, or "
+        f"add its folder to {SAFE_KEY} in {user_file()}"
     )
 
 
@@ -221,7 +222,8 @@ def _read(path: Path, *, user: bool = False) -> dict[str, Any]:
 
 def _safe_directories(data: Mapping[str, Any], path: Path) -> tuple[str, ...]:
     v = data.get(SAFE_KEY, [])
-    if not isinstance(v, list) or len(v) > 256 or not all(isinstance(x, str) and 0 < len(x) < 4096 for x in v):
+    ok = isinstance(v, list) and len(v) <= 256
+    if not ok or not all(isinstance(x, str) and 0 < len(x) < 4096 for x in v):
         raise ChipswapError(
             f"{path}: {SAFE_KEY} = {one_line(repr(v), 80)} is not a list of folders; "
             'write e.g. safe_directories = ["/srv/shared/project"] (or ["*"] to trust every folder)'

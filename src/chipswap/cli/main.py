@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         lines = list(dict.fromkeys(getattr(exc, "lines", None) or ()))  # one line per distinct problem
         if len(lines) > MAX_ERROR_LINES:
             more = len(lines) - MAX_ERROR_LINES + 1
-            lines = [*lines[: MAX_ERROR_LINES - 1], f"{more:,} more problems of the same input; fix those above first"]
+            rest = f"{more:,} more problems of the same input; fix those above first"
+            lines = [*lines[: MAX_ERROR_LINES - 1], rest]
         for line in lines[:-1]:  # several problems of one input: one line each
             sys.stderr.write(f"chipswap: error: {one_line(line, max_chars=4000)}\n")
         fail(str(lines[-1] if lines else exc), exc.exit_code)

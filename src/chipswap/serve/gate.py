@@ -141,6 +141,15 @@ def _drain_aware_h11() -> Any:
     return _H11[0]
 
 
+def release(per_client: dict[str, int], client: str) -> None:
+    """One connection of `client` closed: its count down by one, the entry gone at zero."""
+    left = per_client.get(client, 1) - 1
+    if left > 0:
+        per_client[client] = left
+    else:
+        per_client.pop(client, None)
+
+
 def _json_body(code: str, message: str) -> bytes:
     return json.dumps({"error": {"code": code, "message": message}}).encode()
 
@@ -195,11 +204,7 @@ class Gate:
     def forget(self, c: GatedConnection) -> None:
         if c in self.admitted:
             self.admitted.discard(c)
-            left = self.per_client.get(c.client, 1) - 1
-            if left > 0:
-                self.per_client[c.client] = left
-            else:
-                self.per_client.pop(c.client, None)
+            release(self.per_client, c.client)
         else:
             self.lane.discard(c)
             self.probes.discard(c)

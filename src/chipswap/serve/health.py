@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chipswap.serve.gate import release
+
 PER_CLIENT = 8  # open connections from one client address
 MAX_OPEN = 512  # open connections in all
 HEAD_TIMEOUT_S = 1.0  # connect -> end of request head
@@ -101,8 +103,12 @@ class _Conn(asyncio.Protocol):
             end = self.buf.find(b"\n\n")
         if end < 0:
             if len(self.buf) > HEAD_MAX:
-                self._finish(_response("431 Request Header Fields Too Large",
-                                       {"error": {"code": "head_too_large", "message": "probe heads are small"}}))
+                self._finish(
+                    _response(
+                        "431 Request Header Fields Too Large",
+                        {"error": {"code": "head_too_large", "message": "probe heads are small"}},
+                    )
+                )
             return  # fmt: skip
         line = self.buf.split(b"\n", 1)[0]
         self.port.answered += 1
@@ -120,13 +126,8 @@ class _Conn(asyncio.Protocol):
     def _forget(self) -> None:
         if self.counted:
             self.counted = False
-            hp = self.port
-            hp.open.discard(self)
-            left = hp.per_client.get(self.client, 1) - 1
-            if left > 0:
-                hp.per_client[self.client] = left
-            else:
-                hp.per_client.pop(self.client, None)
+            self.port.open.discard(self)
+            release(self.port.per_client, self.client)
 
     def _finish(self, data: bytes) -> None:
         self.done = True

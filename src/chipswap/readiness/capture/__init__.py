@@ -550,7 +550,9 @@ def _isolate(
 
 
 @contextlib.contextmanager
-def stubbed(module: Any, class_names: Sequence[str], inputs: Mapping[str, Any], *, device: str) -> Iterator[None]:
+def stubbed(
+    module: Any, class_names: Sequence[str], inputs: Mapping[str, Any], *, device: str
+) -> Iterator[None]:
     """Every instance of the named module classes answers with a same-shaped placeholder (its outputs recorded
     by one eager forward at `inputs`, off the meta device) until the block ends: how the main capture steps
     over a data-dependent module, and how the growth probe prepares the model the same way."""

@@ -110,7 +110,9 @@ def largest_chunk(config: Mapping[str, Any] | None) -> int | None:
                 found.append(v)
         types = cfg.get("layer_types")
         if isinstance(types, list):
-            found += [CHUNKED_LAYER_TYPES[t] for t in set(types) if isinstance(t, str) and t in CHUNKED_LAYER_TYPES]
+            found += [
+                CHUNKED_LAYER_TYPES[t] for t in set(types) if isinstance(t, str) and t in CHUNKED_LAYER_TYPES
+            ]
     return max(found) if found else None
 
 
