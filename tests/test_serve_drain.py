@@ -44,9 +44,10 @@ def test_after_sigterm_every_sent_request_is_answered_or_503_none_reset() -> Non
                 load.wait()
         srv.thread.join(20)
         assert not srv.thread.is_alive()
-        accepted = srv.server.gate.accepted
+        accepted = getattr(srv.server.gate, "accepted", None)  # None: a gate that does not count them
     counts = json.loads(out.strip().splitlines()[-1])
-    never_accepted = counts["connections"] - accepted  # still in the listener's queue when it closed
+    # still in the listener's queue when it closed (unknown: none may be excused)
+    never_accepted = counts["connections"] - accepted if accepted is not None else 0
     print(f"drain at load ({CONNS} keep-alive connections, {RATE:g} req/s, SIGTERM at {SIGNAL_AT_S} s): "
           f"{counts}, "
           f"{never_accepted} connection(s) never accepted")  # fmt: skip
