@@ -108,7 +108,8 @@ def test_bench_import_writes_chipswap_bench_2_and_refuses_a_conflicting_instance
     doc = json.loads(out.read_text())
     assert doc["schema"] == "chipswap.bench/2" and doc["instance"]["name"] == "g6e.xlarge"
     assert (
-        doc["identity"]["model"]["name"] == "TinyLlama-1.1B-Chat-v1.0" and "identity by name only" in stdout
+        doc["identity"]["model"]["name"] == "TinyLlama-1.1B-Chat-v1.0"
+        and "identity as the file states" in stdout
     )
     src = PEERS / "vllm_bench_serve.json"
     code, _, err = run_inproc(
@@ -160,10 +161,10 @@ def test_a_real_guidellm_file_feeds_plan_bench(tmp_path, capsys):
     assert code == 0, err
     gpu = json.loads(out)["gpu_fleet"]["throughput"]
     best = _guidellm_best(_load("guidellm_benchmarks.json"))["metrics"]["requests_per_second"]["successful"]
-    assert gpu["source"] == "measured; identity by name only"  # the report's label says so
+    assert gpu["source"] == "measured; identity as the file states"  # the report's label says so
     assert gpu["value"] == pytest.approx(best["mean"], rel=1e-3)
     md = (tmp_path / "r" / "report.md").read_text()
-    assert "measured; identity by name only" in md
+    assert "measured; identity as the file states" in md
 
 
 TRACE_WORKLOAD = """title = "code assistant"

@@ -138,19 +138,28 @@ def read_json(
     return parse_json(read_text(path, what, max_bytes=max_bytes), what, str(path), nonfinite=nonfinite)
 
 
+def parse_toml(text: str, where: str, *, fix: str = "fix it", **kw: Any) -> dict[str, Any]:
+    """TOML text to Python values (kw go to tomllib.loads), every failure one error line starting with
+    `where`: bad syntax, nesting deeper than MAX_NESTING, an integer longer than Python converts (4,300
+    digits: tomllib raises a bare ValueError). The one TOML parser for configs, catalogs and workloads."""
+    if not _depth_ok(text, MAX_NESTING):
+        raise ChipswapError(f"{where} is nested deeper than {MAX_NESTING} levels; not a chipswap file")
+    try:
+        return tomllib.loads(text, **kw)
+    except tomllib.TOMLDecodeError as exc:
+        raise ChipswapError(f"{where} is not valid TOML ({exc}); {fix}") from None
+    except RecursionError:
+        raise ChipswapError(f"{where} is nested too deeply; not a chipswap file") from None
+    except ValueError as exc:  # int() past sys.get_int_max_str_digits(), or a parse_float that refused
+        why = "an integer with too many digits" if "digits" in str(exc) else str(exc)[:80]
+        raise ChipswapError(f"{where} holds {why}; write a plain number of at most a few digits") from None
+
+
 def read_toml(
     path: str | Path, what: str, *, max_bytes: int = MAX_DATA_FILE_BYTES, **kw: Any
 ) -> dict[str, Any]:
     """Read and parse a TOML data file with every failure as one error line (kw go to tomllib.loads)."""
-    text = read_text(path, what, max_bytes=max_bytes)
-    if not _depth_ok(text, MAX_NESTING):
-        raise ChipswapError(f"{what} {path} is nested deeper than {MAX_NESTING} levels; not a chipswap file")
-    try:
-        return tomllib.loads(text, **kw)
-    except tomllib.TOMLDecodeError as exc:
-        raise ChipswapError(f"{what} {path} is not valid TOML ({exc}); fix it") from None
-    except RecursionError:
-        raise ChipswapError(f"{what} {path} is nested too deeply; not a chipswap file") from None
+    return parse_toml(read_text(path, what, max_bytes=max_bytes), f"{what} {path}", **kw)
 
 
 def strict_number(value: Any, field: str, *, lo: float | None = None, hi: float | None = None) -> float:

@@ -180,3 +180,17 @@ def test_F15_17_project_prompt_tokens_beyond_int64_is_one_error_line(box):
 
 def test_F15_18_cost_rate_that_overflows_to_infinity_is_one_error_line(box):
     _cli(box, ["cost", "serve", "--instance", "inf2.xlarge", "--throughput", "5", "--rate", "1e999"])
+
+
+# ------------------------------------------------------------------------- round-4 hostile pass (issue 42)
+HUGE_INT = "9" * 5000  # over Python's 4,300-digit limit for int()
+
+
+def test_F42_02_a_5000_digit_integer_in_a_workload_or_catalog_is_one_error_line(box):
+    _cli(box, ["plan", _file(box, "w.toml", SERVING.format(rps=HUGE_INT)), "--out", str(box.out)])
+    _cli(box, ["catalog", "--catalog", _file(box, "c.toml", PRICE.format(price=HUGE_INT, source="x"))])
+
+
+@pytest.mark.parametrize("url", ["http://[::ffff:127.1]:8000/", "http://[127.0.0.1]/", "http://[", "http://h:0x50/"])
+def test_F42_03_a_bracketed_url_host_that_is_not_ipv6_is_one_error_line(box, url):
+    _cli(box, ["bench", url, "--requests", "1"])

@@ -20,7 +20,7 @@ Pure: numbers and dicts in, findings out. May not read files, open sockets, impo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from chipswap.datafile import strict_int
@@ -38,6 +38,11 @@ LABEL_TOKENIZER = "identity: tokenizer agrees"
 LABEL_NAME = "identity by name only"
 LABEL_DIGEST = "identity: the server's model config digest agrees"
 LABEL_PARAMETERS = "identity: the server's parameter count agrees"
+# what a "measured" figure's identity rests on when the run's own evidence does not carry it (the source
+# reads "measured; <label>"): the server's self-description alone (it can say anything), a peer tool's file
+# (chipswap saw none of the run), nothing but the model's name
+LABEL_CLAIM = "identity by server claim"
+LABEL_FILE = "identity as the file states"
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,7 @@ class Declared:
 
     model: str
     instance: str
-    weight_bytes: float | None  # at the dtype the bench file states, else the workload's
+    weight_bytes: float | None  # at the dtype the bench file states, else the smallest (the refusal floor)
     weight_dtype: str
     parameters: float | None  # for the prefill FLOPs
     devices: int
@@ -162,6 +167,10 @@ class Declared:
     peak_flops: float | None  # one device, at the weight dtype
     max_positions: int | None
     vocab_size: int | None
+    # no dtype stated: the weights at the most demanding dtype (the largest); a run under that floor but
+    # over the smallest one is not refused, but its physics is no evidence for the label
+    demanding_weight_bytes: float | None = None
+    demanding_dtype: str = "fp32"
 
 
 @dataclass(frozen=True)
@@ -169,6 +178,19 @@ class Judgement:
     problems: tuple[str, ...]  # each one refuses the file (physics, contradicting metadata, tokenizer)
     label: str  # LABEL_* : what the identity rests on
     notes: tuple[str, ...]  # the figures behind the label
+    floor_ok: bool = True  # the TPOT is over the floor at the stated, else the most demanding, dtype
+
+
+def trust(j: Judgement, *, imported: bool, host_checked: bool) -> str:
+    """What a measured figure's identity rests on, as the words after "measured; " ("" when the run's own
+    evidence carries it: the tokenizer agreeing or the host checked beside the server, and the physics floor
+    met at the stated or most demanding dtype). A peer file: LABEL_FILE; the server's own metadata, digest
+    or parameter count: LABEL_CLAIM; nothing but the name: LABEL_NAME."""
+    if imported:
+        return LABEL_FILE
+    if (j.label in (LABEL_BOTH, LABEL_TOKENIZER) or host_checked) and j.floor_ok:
+        return ""
+    return LABEL_NAME if j.label == LABEL_NAME else LABEL_CLAIM
 
 
 def tpot_floor_ms(d: Declared) -> float | None:
@@ -276,9 +298,19 @@ def judge(ev: Evidence, d: Declared, *, name_problem: str | None, decided_by: st
         problems.insert(0, name_problem)
     floors = []
     tf = tpot_floor_ms(d)
+    strict = (
+        tpot_floor_ms(replace(d, weight_bytes=d.demanding_weight_bytes)) if d.demanding_weight_bytes else tf
+    )
+    floor_ok = strict is None or ev.tpot_p50_ms is None or ev.tpot_p50_ms >= PHYSICS_MARGIN * strict
     if tf is not None and ev.tpot_p50_ms is not None and not problems:
         floors.append(f"TPOT p50 {ev.tpot_p50_ms:.3g} ms >= bandwidth floor {tf:.3g} ms")
-    return Judgement(tuple(problems), label, tuple(meta_notes + tok_notes + floors))
+        if not floor_ok:
+            floors.append(
+                f"under the {strict:.3g} ms floor of {d.demanding_dtype} weights (no dtype stated), so "
+                "physics "
+                "is no evidence of the identity"
+            )
+    return Judgement(tuple(problems), label, tuple(meta_notes + tok_notes + floors), floor_ok)
 
 
 # ------------------------------------------------------------------------------------------------ lengths

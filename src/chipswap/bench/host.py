@@ -113,7 +113,10 @@ def url_host(url: str) -> str:
     try:
         return httpx.URL(url).host or ""
     except (httpx.InvalidURL, TypeError, ValueError):
-        return (urlsplit(url).hostname or "") if "://" in url else ""
+        try:
+            return (urlsplit(url).hostname or "") if "://" in url else ""
+        except ValueError:  # a bracketed host that is not an IPv6 address
+            return ""
 
 
 def is_beside(url: str, peer: str | None = None) -> bool:

@@ -5,8 +5,9 @@ converts on the fly.
 
 Each reader follows the tool's own writer (docs/serve.md names the source read): the figures it has become
 the file's throughput, latency percentiles and lengths; the identity is what the file says (the model name
-it was run against, nothing more: "identity by name only" unless it carries more), and the instance is the
-one the file names (vLLM ``--metadata instance=NAME``, guidellm ``--label instance=NAME``) or the one given.
+it was run against, nothing more: a plan labels its figures "identity as the file states"), and the instance
+is the one the file names (vLLM ``--metadata instance=NAME``, guidellm ``--label instance=NAME``) or the one
+given.
 
 Pure: a parsed document in, a chipswap.bench/2 dict out; every problem one ChipswapError line. May not read
 files (the caller reads them with chipswap.datafile), open sockets or price anything.
@@ -42,9 +43,41 @@ def _text(v: Any) -> str | None:
     return one_line(v, 200) if isinstance(v, str) and v else None
 
 
-def _lat(p50: float | None, p90: float | None, p99: float | None, n: int, mean: float | None = None) -> Any:
+def _ms(d: Mapping[str, Any], *path: str, scale: float = 1.0) -> float | None:
+    """A latency figure: None when the file leaves it out, else a finite number >= 0 times scale; anything
+    else there (negative, NaN, text) is one error line naming the field, never silently dropped."""
+    v: Any = d
+    for k in path:
+        if not isinstance(v, Mapping) or v.get(k) is None:
+            return None
+        v = v[k]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0 or v == float("inf"):
+        raise ChipswapError(
+            f"field {'.'.join(path)} is {one_line(repr(v), 40)}, not a latency (a finite number >= 0); "
+            "pass the file the tool wrote, unedited"
+        )
+    return float(v) * scale
+
+
+def _lat(
+    p50: float | None, p90: float | None, p99: float | None, n: int, mean: float | None = None, *,
+    name: str = "latency", positive: bool = False,
+) -> Any:  # fmt: skip
+    """One latency distribution; its percentiles must rise (p50 <= p90 <= p99) and, for a whole-request or
+    first-token latency (`positive`), the median be above 0: one error line naming the metric otherwise."""
     if p50 is None and p99 is None:
         return None
+    given = [(k, v) for k, v in (("p50", p50), ("p90", p90), ("p99", p99)) if v is not None]
+    for (ka, a), (kb, b) in zip(given, given[1:], strict=False):
+        if b < a * (1 - 1e-9):
+            raise ChipswapError(
+                f"{name} {kb} ({b:g} ms) is below its {ka} ({a:g} ms); percentiles rise (p99 >= p90 >= "
+                "p50 >= 0): pass the file the tool wrote, unedited"
+            )
+    if positive and any(v <= 0 for _, v in given):
+        raise ChipswapError(
+            f"{name} {given[0][0]} is 0 ms; a request takes time: pass the file the tool wrote"
+        )
     return {"n": n, "p50": p50, "p90": p90, "p99": p99, "mean": mean, "max": None}
 
 
@@ -129,8 +162,8 @@ def _vllm(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
 
     def ms(metric: str) -> Any:
         return _lat(
-            _num(d, f"median_{metric}_ms"), _num(d, f"p90_{metric}_ms"), _num(d, f"p99_{metric}_ms"), n,
-            _num(d, f"mean_{metric}_ms"),
+            _ms(d, f"median_{metric}_ms"), _ms(d, f"p90_{metric}_ms"), _ms(d, f"p99_{metric}_ms"), n,
+            _ms(d, f"mean_{metric}_ms"), name=metric, positive=metric in ("e2el", "ttft"),
         )  # fmt: skip
 
     backend = str(d.get("endpoint_type") or d.get("backend") or "")
@@ -175,10 +208,13 @@ def _guidellm(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
     def stat(name: str, scale: float = 1.0) -> Any:
         s = (m.get(name) or {}).get("successful") or {}
         pct = s.get("percentiles") or {}
+        where = ("metrics", name, "successful", "percentiles")
         return _lat(
-            _num(pct, "p50", scale=scale), _num(pct, "p90", scale=scale), _num(pct, "p99", scale=scale),
-            int(_num(s, "count") or 0), _num(s, "mean", scale=scale),
-        )  # fmt: skip
+            _ms({"metrics": m}, *where, "p50", scale=scale), _ms({"metrics": m}, *where, "p90", scale=scale),
+            _ms({"metrics": m}, *where, "p99", scale=scale), int(_num(s, "count") or 0),
+            _ms({"metrics": m}, "metrics", name, "successful", "mean", scale=scale),
+            name=name, positive=name in ("request_latency", "time_to_first_token_ms"),
+        ) if isinstance(pct, Mapping) else None  # fmt: skip
 
     def lengths(name: str) -> dict[str, float | None]:
         s = (m.get(name) or {}).get("successful") or {}
@@ -222,7 +258,10 @@ def _genai_perf(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
     n = int(_num(d, "request_count", "avg") or 0)
 
     def stat(name: str) -> Any:
-        return _lat(_num(d, name, "p50"), _num(d, name, "p90"), _num(d, name, "p99"), n, _num(d, name, "avg"))
+        return _lat(
+            _ms(d, name, "p50"), _ms(d, name, "p90"), _ms(d, name, "p99"), n, _ms(d, name, "avg"), name=name,
+            positive=name in ("request_latency", "time_to_first_token"),
+        ) if isinstance(d.get(name), Mapping) else None  # fmt: skip
 
     def lengths(name: str) -> dict[str, float | None]:
         return {"p50": _num(d, name, "p50"), "p99": _num(d, name, "p99"), "max": _num(d, name, "max")}
@@ -262,9 +301,10 @@ def _llmperf(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
     def stat(metric: str) -> Any:
         k = f"results_{metric}_s_quantiles_"
         return _lat(
-            _num(d, k + "p50", scale=1000), _num(d, k + "p90", scale=1000),
-            _num(d, k + "p99", scale=1000), ok,
-            _num(d, f"results_{metric}_s_mean", scale=1000),
+            _ms(d, k + "p50", scale=1000), _ms(d, k + "p90", scale=1000),
+            _ms(d, k + "p99", scale=1000), ok,
+            _ms(d, f"results_{metric}_s_mean", scale=1000),
+            name=metric, positive=metric in ("end_to_end_latency", "ttft"),
         )  # fmt: skip
 
     def lengths(which: str) -> dict[str, float | None]:

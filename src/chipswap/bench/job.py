@@ -8,6 +8,7 @@ command layer only parses flags, shows progress and writes the file. May not wri
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from chipswap.bench.schedule import LENGTH_MAPS, Schedule, build_schedule
 from chipswap.bench.stats import Slo, summarize
 from chipswap.errors import ChipswapError
+from chipswap.textsafe import one_line
 
 PROTOCOL_CHOICES = ("predict", "completions", "chat")
 
@@ -52,19 +54,34 @@ class BenchOptions:
 
 
 def check_url(url: str) -> str:
+    """The server URL, parsed once (every later reading goes through the string returned here): http(s), a
+    host (a bracketed one a real IPv6 address), a port in range, no credentials, no spaces; one error line
+    otherwise."""
     text = url.strip()
-    parts = urlsplit(text)
+    example = "e.g. http://127.0.0.1:8000 or http://[::1]:8000"
     blank = any(c.isspace() or not c.isprintable() for c in text)  # it goes into launch scripts as is
-    if parts.scheme not in ("http", "https") or not parts.hostname or blank:
+    try:
+        parts = urlsplit(text)
+        host, port = parts.hostname, parts.port  # urlsplit and .port raise ValueError on a bad host or port
+    except ValueError:
         raise ChipswapError(
-            f"URL must be http(s)://host[:port] with no spaces, got {url!r}; e.g. http://127.0.0.1:8000"
-        )
+            f"URL {one_line(url, 200)!r} has a bad host or port (a bracketed host must be an IPv6 address); "
+            f"{example}"
+        ) from None
+    if parts.scheme not in ("http", "https") or not host or blank:
+        raise ChipswapError(f"URL must be http(s)://host[:port] with no spaces, got {url!r}; {example}")
     if parts.username or parts.password:
         raise ChipswapError("put no credentials in the URL; set CHIPSWAP_BENCH_TOKEN for a bearer token")
-    try:
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError:
-        raise ChipswapError(f"URL has a bad port: {url!r}; e.g. http://127.0.0.1:8000") from None
+    bracketed = parts.netloc.rpartition("@")[2].startswith("[")
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host.split("%", 1)[0])
+        except ValueError:
+            raise ChipswapError(
+                f"URL host [{one_line(host, 80)}] is not an IPv6 address; {example}"
+            ) from None
+    if port == 0:
+        raise ChipswapError(f"URL has port 0: {url!r}; {example}")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[: -len("/v1")]  # people paste the OpenAI base URL

@@ -157,6 +157,7 @@ class BenchResults:
     cost_per_million_usd: Decimal | None
     buckets: tuple[BucketFigures, ...]
     identity: BenchIdentity = field(default_factory=BenchIdentity)
+    imported_from: str | None = None  # the peer tool whose file `chipswap bench import` converted
     evidence: Evidence = field(default_factory=Evidence)  # chipswap.bench.evidence: beyond the name
 
 
@@ -353,7 +354,18 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         buckets=tuple(buckets),
         identity=parse_identity(doc.get("identity"), source),
         evidence=parse_evidence(doc, source),
+        imported_from=_imported(doc),
     )
+
+
+def _imported(doc: dict[str, Any]) -> str | None:
+    """The peer tool a converted file came from (load.imported_from, or the tool's name says so)."""
+    load, tool = doc.get("load"), doc.get("tool")
+    named = load.get("imported_from") if isinstance(load, dict) else None
+    if isinstance(named, str) and named:
+        return named[:80]
+    name = tool.get("name") if isinstance(tool, dict) else None
+    return name[:80] if isinstance(name, str) and "imported" in name else None
 
 
 def read_bench_results(path: str | Path) -> BenchResults:

@@ -362,7 +362,7 @@ def _import(
         sys.stdout.write(
             f"{fmt}: {res.ok:,} of {res.sent:,} requests ok, {res.requests_per_s:.4g} requests/s"
             + (f", e2e p99 {res.e2e_p99_ms:,.0f} ms" if res.e2e_p99_ms is not None else "")
-            + f" on {inst.name}, model {res.model or '?'} (identity by name only) -> {out}\n"
+            + f" on {inst.name}, model {res.model or '?'} (identity as the file states) -> {out}\n"
         )
     return 0
 

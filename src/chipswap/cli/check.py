@@ -93,7 +93,8 @@ def check(
         deadline(
             limit,
             f"check of {one_line(model, 80)}",
-            "the model's factory or forward may never return; fix it, or pass a longer --timeout",
+            "on a busy machine pass a longer --timeout; if the CPU used is far below it, the model's factory "
+            "or forward may be waiting on something that never comes",
         ),
     ):
         report = run_check(

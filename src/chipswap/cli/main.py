@@ -69,6 +69,10 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
     ),
+    config: str = typer.Option(
+        None, "--config", metavar="FILE",
+        help="Use this project config file (trusted whoever owns it), or 'none' for no project file.",
+    ),
 ) -> None:
     """chipswap command line."""
 
@@ -91,6 +95,29 @@ def fail(message: str, code: int = 2) -> None:
     raise SystemExit(code)
 
 
+MAX_ERROR_LINES = 20  # several problems of one input: at most this many lines, each distinct
+
+
+def _global_config(args: list[str]) -> list[str]:
+    """The arguments after a leading `--config FILE` (which it records for chipswap.cli.config), so the
+    numeric-flag check finds the command whatever global option comes first."""
+    from chipswap.cli.config import EXPLICIT_CONFIG
+
+    EXPLICIT_CONFIG.set(None)
+    rest = list(args)
+    while rest and rest[0].startswith("--config"):
+        name, eq, value = rest[0].partition("=")
+        if name != "--config":
+            break
+        if not eq:
+            if len(rest) < 2:
+                break
+            value = rest[1]
+        EXPLICIT_CONFIG.set(value)
+        rest = rest[1:] if eq else rest[2:]
+    return rest
+
+
 def main(argv: list[str] | None = None) -> None:
     from chipswap.traffic.source import FOLLOW_LINKS
 
@@ -101,12 +128,18 @@ def main(argv: list[str] | None = None) -> None:
     if args[:2] == ["bench", "import"]:  # a sub-command of bench (its URL argument is never "import")
         args = ["bench-import", *args[2:]]
     try:
-        check_flags(args)  # every numeric flag in its physical range
+        command_args = _global_config(args)
+        check_flags(command_args)  # every numeric flag in its physical range
         rv = app(args=args, standalone_mode=False, prog_name="chipswap")
     except ChipswapError as exc:
-        for line in getattr(exc, "lines", ())[:-1]:  # several problems of one input: one line each
+        lines = list(dict.fromkeys(getattr(exc, "lines", None) or ()))  # one line per distinct problem
+        if len(lines) > MAX_ERROR_LINES:
+            more = len(lines) - MAX_ERROR_LINES + 1
+            rest = f"{more:,} more problems of the same input; fix those above first"
+            lines = [*lines[: MAX_ERROR_LINES - 1], rest]
+        for line in lines[:-1]:  # several problems of one input: one line each
             sys.stderr.write(f"chipswap: error: {one_line(line, max_chars=4000)}\n")
-        fail(str(getattr(exc, "lines", None) and exc.lines[-1] or exc), exc.exit_code)
+        fail(str(lines[-1] if lines else exc), exc.exit_code)
     except _NoArgsIsHelp as exc:
         # `chipswap` (or a sub-app) with no arguments: show help, as --help would
         ctx = getattr(exc, "ctx", None)

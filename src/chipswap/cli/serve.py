@@ -116,6 +116,10 @@ def _serve(
     health_port: int | None = maybe_flag(
         "--health-port", help="Also answer /healthz and /readyz (only) on this port; 0 picks a free one."
     ),
+    health_host: str = typer.Option(
+        "127.0.0.1", "--health-host",
+        help="Interface the health port binds (a Kubernetes probe reaches the pod IP: pass 0.0.0.0).",
+    ),
     as_json: bool = switch("--json", help="Start/stop announcements as JSON lines on stderr."),
 ) -> int:
     from chipswap.serve.batcher import BatcherConfig
@@ -167,6 +171,7 @@ def _serve(
             keep_alive_s=keep_alive_s,
         ),
         health_port=health_port,
+        health_host=health_host,
     )
     tok = None
     if tokenizer is not None:

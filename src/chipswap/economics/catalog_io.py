@@ -12,7 +12,6 @@ generator script and `chipswap catalog refresh`. It writes nothing itself.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from functools import lru_cache
@@ -20,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from chipswap.datafile import MAX_NESTING, _depth_ok, read_text
+from chipswap.datafile import parse_toml, read_text
 from chipswap.economics.capacity import is_region_name
 from chipswap.economics.catalog import (
     KINDS,
@@ -63,14 +62,7 @@ class _Doc:
         self.lines = text.splitlines()
         self._headers: dict[str, list[int]] = {}
         self._rows: dict[int, list[int]] = {}
-        if not _depth_ok(text, MAX_NESTING):
-            raise ChipswapError(f"{label}: nested deeper than {MAX_NESTING} levels; not a catalog file")
-        try:
-            self.data = tomllib.loads(text, parse_float=Decimal)
-        except tomllib.TOMLDecodeError as exc:
-            raise ChipswapError(f"{label}: not valid TOML: {exc}; fix the syntax at that line") from None
-        except RecursionError:
-            raise ChipswapError(f"{label}: nested too deeply; not a catalog file") from None
+        self.data = parse_toml(text, f"{label}:", fix="fix the syntax at that line", parse_float=Decimal)
 
     def table_line(self, header: str, index: int) -> int | None:
         """1-based line of the index-th [[header]] table (the positions are found once per header)."""

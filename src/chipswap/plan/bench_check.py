@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from chipswap.bench.evidence import LABEL_NAME, Declared, judge, length_note, workload_lengths
+from chipswap.bench.evidence import Declared, judge, length_note, trust, workload_lengths
 from chipswap.bench.identity import host_mismatch, model_mismatch
 from chipswap.compile.identity import config_digest
 from chipswap.errors import ChipswapError
@@ -26,7 +26,8 @@ DTYPE_WORDS = {
     "float16": "fp16", "fp16": "fp16", "half": "fp16", "fp8": "fp8", "float8": "fp8", "int8": "int8",
     "int4": "int4", "fp4": "fp4",
 }  # fmt: skip
-FLOOR_DTYPE = "int4"  # no dtype stated: the floor of the smallest weights any server uses (4-bit)
+FLOOR_DTYPE = "int4"  # no dtype stated: refused only under the floor of the smallest weights (4-bit) ...
+DEMANDING_DTYPE = "fp32"  # ... and "measured" only over the floor of the largest (issue 42)
 
 
 def _workload_model(ref: Any, task: str | None, ident: Any) -> tuple[str | None, int | None, str | None]:
@@ -67,6 +68,8 @@ def _declared(model: Any, task: str | None, instance: Any, chip: Any, dtype: str
         instance=instance.name,
         weight_bytes=work.streamed_weight_bytes(wdtype),
         weight_dtype=wdtype if dtype else f"{wdtype} (no dtype stated: the smallest weights)",
+        demanding_weight_bytes=None if dtype else work.streamed_weight_bytes(DEMANDING_DTYPE),
+        demanding_dtype=DEMANDING_DTYPE,
         parameters=float(work.matmul_params + work.head_params),
         devices=int(instance.accelerator_count),
         device_name=str(instance.accelerator),
@@ -131,8 +134,12 @@ def checked_measured(
             f"chipswap bench on the workload's model and instance, or pass {OVERRIDE_FLAG} to use it anyway"
         )
     source = "measured"
-    if verdict is not None and verdict.label == LABEL_NAME:
-        source = f"measured; {LABEL_NAME}"  # the report's label says what the identity rests on
+    if verdict is not None:  # the report's label says what the identity rests on
+        checked = ident.beside_server and found["another machine"] is None and bool(
+            ident.gpus or ident.neuron_devices or ident.ec2_instance_type
+        )
+        rests_on = trust(verdict, imported=results.imported_from is not None, host_checked=checked)
+        source = f"measured; {rests_on}" if rests_on else source
     if problems:
         kinds = ", ".join(k for k, p in found.items() if p)
         source = f"measured; mismatch accepted: {kinds}"

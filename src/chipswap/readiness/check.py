@@ -641,7 +641,9 @@ def _run_config(
         run_eager=not meta,
         highs=info.highs,
     )
-    inventory = with_growth(inventory, module, specs[0], device=device, vocab_size=vocab, highs=info.highs)
+    inventory = with_growth(
+        inventory, module, specs[0], device=device, vocab_size=vocab, highs=info.highs, config=ref.config
+    )
     if training:
         train_spec = _with_labels(info, specs[0])
         inputs = make_inputs(train_spec, device=device, highs=info.highs)

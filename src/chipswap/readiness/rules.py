@@ -112,6 +112,7 @@ class Inventory:
     notes: tuple[
         str, ...
     ] = ()  # what the inventory leaves out and why (e.g. a data-dependent module stubbed)
+    stubbed: tuple[str, ...] = ()  # module classes replaced by placeholders to capture the rest
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,8 @@ accepted). The gate is an asyncio Protocol wrapped around uvicorn's h11 protocol
   ``GET``/``HEAD`` of ``/healthz`` or ``/readyz`` is served (that one request, then closed); anything else
   gets 503 + ``Connection: close`` at once. The lane holds at most ``max_connections`` undecided connections,
   each for at most ``LANE_TIMEOUT_S``; a newcomer beyond that is reset;
-* the health port (``--health-port``, optional): a second listener whose connections all take the lane's
-  path (probes only, ``HEALTH_MAX`` at once, no cap shared with the main port), so a probe never waits behind
-  a flood in the main listener's accept queue either.
+* the health port (``--health-port``) is not behind this gate: it has its own listener, thread and limits
+  (chipswap.serve.health).
 
 One sweep every ``SWEEP_S`` closes what is past its deadline (no timer per connection).
 
@@ -36,12 +35,12 @@ import h11
 from chipswap.errors import ChipswapError
 
 SWEEP_S = 0.25  # deadline resolution
+LINGER_S = 1.0  # draining: how long a half-closed idle connection reads and drops before it is closed
 LANE_TIMEOUT_S = 2.0  # an over-cap connection must show a probe's request head within this
 LANE_LINE_MAX = 256  # bytes of request line the lane waits for before it decides
 PROBE_METHODS = (b"GET", b"HEAD")
 PROBE_PATHS = (b"/healthz", b"/readyz")
 FD_SPARE = 256  # descriptors besides connections: listeners, the health port, model files, threads, logs
-HEALTH_MAX = 64  # undecided + answering connections on the health port at once
 MIN_FITTED = 64  # the default cap is lowered to fit ulimit -n, but not below this
 
 _REQUEST_TIMEOUT = (
@@ -51,10 +50,6 @@ _REQUEST_TIMEOUT = (
 _OVER_CAP = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
     b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-)
-_NOT_HERE = (
-    b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nconnection: close\r\n"
-    b"content-length: %d\r\n\r\n%s"
 )
 
 
@@ -114,9 +109,45 @@ def fit_fd_limit(limits: ConnectionLimits) -> ConnectionLimits:
     )
 
 
-def _local_port(transport: Any) -> int | None:
-    name = transport.get_extra_info("sockname")
-    return name[1] if isinstance(name, tuple) and len(name) >= 2 else None
+def _unread(transport: Any) -> int:
+    """Bytes waiting in the connection's receive buffer (FIONREAD), 0 when unknown."""
+    import fcntl
+    import struct
+    import termios
+
+    sock = transport.get_extra_info("socket")
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+_H11: list[Any] = []
+
+
+def _drain_aware_h11() -> Any:
+    """uvicorn's h11 protocol whose shutdown() asks the gate first (GatedConnection.drain)."""
+    if not _H11:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        class DrainAwareH11(H11Protocol):  # type: ignore[misc]
+            gated: Any = None
+
+            def shutdown(self) -> None:
+                if self.gated is None or not self.gated.drain():
+                    super().shutdown()
+
+        _H11.append(DrainAwareH11)
+    return _H11[0]
+
+
+def release(per_client: dict[str, int], client: str) -> None:
+    """One connection of `client` closed: its count down by one, the entry gone at zero."""
+    left = per_client.get(client, 1) - 1
+    if left > 0:
+        per_client[client] = left
+    else:
+        per_client.pop(client, None)
 
 
 def _json_body(code: str, message: str) -> bytes:
@@ -130,16 +161,14 @@ class Gate:
         self,
         limits: ConnectionLimits,
         on_event: Callable[[str], None] | None = None,
-        health_port: int | None = None,
     ) -> None:
         self.limits = limits
-        self.health_port = health_port  # the local port whose connections may only probe
         self.on_event = on_event or (lambda _reason: None)  # serve.metrics.DROP_REASONS, or "lane_probe"
         self.admitted: set[GatedConnection] = set()
         self.lane: set[GatedConnection] = set()  # over a cap, request line not seen yet
-        self.health: set[GatedConnection] = set()  # on the health port, request line not seen yet
         self.probes: set[GatedConnection] = set()  # over a cap, serving one /healthz or /readyz
         self.per_client: dict[str, int] = {}
+        self.accepted = 0  # connections this listener accepted, in all (the drain test's count)
         self.closed = False
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -147,12 +176,16 @@ class Gate:
     def factory(
         self, *, config: Any, server_state: Any, app_state: Any, _loop: Any = None
     ) -> GatedConnection:
-        from uvicorn.protocols.http.h11_impl import H11Protocol
+        protocol = _drain_aware_h11()
+        conn: GatedConnection
 
         def inner() -> asyncio.Protocol:
-            return H11Protocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
+            made = protocol(config=config, server_state=server_state, app_state=app_state, _loop=_loop)
+            made.gated = conn
+            return made
 
-        return GatedConnection(self, inner)
+        conn = GatedConnection(self, inner)
+        return conn
 
     def over_cap(self, client: str) -> str | None:
         if self.per_client.get(client, 0) >= self.limits.max_per_client:
@@ -171,14 +204,9 @@ class Gate:
     def forget(self, c: GatedConnection) -> None:
         if c in self.admitted:
             self.admitted.discard(c)
-            left = self.per_client.get(c.client, 1) - 1
-            if left > 0:
-                self.per_client[c.client] = left
-            else:
-                self.per_client.pop(c.client, None)
+            release(self.per_client, c.client)
         else:
             self.lane.discard(c)
-            self.health.discard(c)
             self.probes.discard(c)
 
     def start_sweeping(self) -> None:
@@ -187,7 +215,7 @@ class Gate:
 
     def _sweep(self) -> None:
         now = time.monotonic()
-        for c in [c for c in (*self.lane, *self.health) if now - c.opened > LANE_TIMEOUT_S]:
+        for c in [c for c in self.lane if now - c.opened > LANE_TIMEOUT_S]:
             c.expire("header_timeout")
         for group, head_s in ((self.admitted, self.limits.header_timeout_s), (self.probes, LANE_TIMEOUT_S)):
             late = [(c, why) for c in group if (why := c.overdue(now, head_s, self.limits.body_timeout_s))]
@@ -201,7 +229,7 @@ class Gate:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        for c in (*self.lane, *self.health):
+        for c in self.lane:
             c.transport.abort()
 
 
@@ -219,10 +247,13 @@ class GatedConnection(asyncio.Protocol):
         self.body_since: float | None = None
         self.lane_buf = b""
         self.refusal = ""  # why it is over a cap (the 503's message)
+        self.draining = False  # uvicorn asked it to shut down: answer what is here, then close
+        self.lingering = False  # half-closed while draining: reads are dropped until the close
 
     # --- asyncio.Protocol --------------------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         gate = self.gate
+        gate.accepted += 1
         self.transport = transport
         self.opened = time.monotonic()
         peer = transport.get_extra_info("peername")
@@ -231,14 +262,6 @@ class GatedConnection(asyncio.Protocol):
             transport.abort()
             return
         gate.start_sweeping()
-        if gate.health_port is not None and _local_port(transport) == gate.health_port:
-            if len(gate.health) < HEALTH_MAX:
-                self.refusal = f"port {gate.health_port} serves only GET /healthz and GET /readyz"
-                gate.health.add(self)
-            else:
-                gate.on_event("lane_full")
-                transport.abort()
-            return
         refusal = gate.over_cap(self.client)
         if refusal is None:
             gate.admit(self)
@@ -253,8 +276,10 @@ class GatedConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         inner = self.inner
+        if self.lingering:
+            return  # half-closed while draining: read and drop, so the close is never a reset
         if inner is None:
-            if self in self.gate.lane or self in self.gate.health:
+            if self in self.gate.lane:
                 self._lane_data(data)
             return
         if self.head_since is None and inner.conn.their_state is h11.IDLE:
@@ -264,6 +289,9 @@ class GatedConnection(asyncio.Protocol):
         self._observe()
 
     def eof_received(self) -> bool | None:
+        if self.lingering:
+            self.transport.close()
+            return None
         return self.inner.eof_received() if self.inner is not None else None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -292,8 +320,32 @@ class GatedConnection(asyncio.Protocol):
                 self.body_since = time.monotonic()
             return
         self.head_since = self.body_since = None  # the request is read; the app's own timeout applies
-        if self in self.gate.probes and inner.cycle is not None:
-            inner.cycle.keep_alive = False  # one probe per lane connection
+        if (self in self.gate.probes or self.draining) and inner.cycle is not None:
+            inner.cycle.keep_alive = False  # one probe per lane connection; one answer once draining
+
+    # --- drain -------------------------------------------------------------------------------------------
+    def drain(self) -> bool:
+        """uvicorn's shutdown of this connection (after SIGTERM and the grace): True when handled here.
+        uvicorn closes an idle keep-alive connection at once, and a close with a request already in the
+        socket resets it, the request unanswered. Instead: a request already here is read and answered
+        (503 draining, then close); an idle one is half-closed (FIN, what arrives later is read and dropped,
+        so never a reset) and closed after LINGER_S or the client's own close."""
+        inner = self.inner
+        self.draining = True
+        if inner is None or not (inner.cycle is None or inner.cycle.response_complete):
+            return False  # mid-request: uvicorn lets it finish and closes after the answer
+        if self.lingering or self.transport.is_closing():
+            return True
+        if _unread(self.transport) > 0:
+            return True  # data_received runs next: the request is answered, keep-alive off
+        self.lingering = True
+        try:
+            self.transport.write_eof()
+        except (OSError, RuntimeError):
+            self.transport.abort()
+            return True
+        asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+        return True
 
     def overdue(self, now: float, head_s: float, body_s: float) -> str | None:
         inner = self.inner
@@ -340,15 +392,8 @@ class GatedConnection(asyncio.Protocol):
             return
         parts = (buf[:end] if end >= 0 else buf).split()
         gate = self.gate
-        health = self in gate.health
         gate.lane.discard(self)
-        gate.health.discard(self)
         probe = len(parts) >= 2 and parts[0] in PROBE_METHODS and parts[1].split(b"?", 1)[0] in PROBE_PATHS
-        if not probe and health:
-            body = _json_body("not_found", self.refusal)
-            self.transport.write(_NOT_HERE % (len(body), body))
-            self.transport.close()
-            return
         if not probe:
             gate.on_event("over_cap")
             body = _json_body("over_capacity", self.refusal)

@@ -44,6 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from chipswap.errors import ChipswapError
 from chipswap.serve.batcher import BatcherConfig, DynamicBatcher
 from chipswap.serve.gate import ConnectionLimits, Gate, fit_fd_limit
+from chipswap.serve.health import HealthPort
 from chipswap.serve.metrics import ServeMetrics
 from chipswap.serve.predict import (  # parse_predict and the constants: re-exported, their old home
     DEFAULT_MAX_TEXT_CHARS,
@@ -89,6 +90,7 @@ class ServeConfig:
     # the flood benchmark's baseline: no header or body timeout, no cap)
     connections: ConnectionLimits | None = field(default_factory=ConnectionLimits)
     health_port: int | None = None  # a second listener for /healthz and /readyz only (0 = a free port)
+    health_host: str = DEFAULT_HOST  # where that listener binds (a pod's kubelet probes the pod IP: 0.0.0.0)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -363,19 +365,25 @@ def _identity(model: Any) -> dict[str, Any]:
     return out
 
 
-def _listeners(cfg: ServeConfig) -> tuple[list[socket.socket], str, int, int | None]:
-    """The bound sockets (serving, then health if any), the shown host, the serving and health ports."""
-    sock = bind_socket(cfg.host, cfg.port)
-    socks = [sock]
-    if cfg.health_port is not None and cfg.connections is not None:
-        socks.append(bind_socket(cfg.host, cfg.health_port))
+def _shown(sock: socket.socket) -> tuple[str, int]:
     host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in str(host) else str(host)
-    health = int(socks[1].getsockname()[1]) if len(socks) > 1 else None
-    return socks, shown, int(port), health
+    return (f"[{host}]" if ":" in str(host) else str(host)), int(port)
 
 
-def _uvicorn_server(engine: ServingEngine, *, install_signals: bool, health_port: int | None = None) -> Any:
+def _listeners(engine: ServingEngine) -> tuple[list[socket.socket], str, int, HealthPort | None]:
+    """The serving socket, the shown host, the serving port, and the health port's own listener (not yet
+    started) when --health-port is given (chipswap.serve.health)."""
+    cfg = engine.config
+    sock = bind_socket(cfg.host, cfg.port)
+    health = None
+    if cfg.health_port is not None:
+        hsock = bind_socket(cfg.health_host, cfg.health_port)
+        health = HealthPort(hsock, lambda: engine.state, engine.name)
+    shown, port = _shown(sock)
+    return [sock], shown, port, health
+
+
+def _uvicorn_server(engine: ServingEngine, *, install_signals: bool) -> Any:
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
@@ -414,7 +422,7 @@ def _uvicorn_server(engine: ServingEngine, *, install_signals: bool, health_port
             await super().shutdown(sockets)
 
     limits = engine.config.connections
-    gate = Gate(limits, engine.metrics.connection_event, health_port) if limits is not None else None
+    gate = Gate(limits, engine.metrics.connection_event) if limits is not None else None
     gated: dict[str, Any] = {}
     if gate is not None:
         engine.metrics.connections_open.set_function(lambda: len(gate.admitted))
@@ -450,20 +458,27 @@ def run_server(engine: ServingEngine, *, announce: Callable[[str], None] | None 
                 " to fit ulimit -n (raise it to keep the default 2,048)"
             )
             cfg = engine.config = dataclasses.replace(cfg, connections=fitted)
-    socks, shown, port, health = _listeners(cfg)
+    socks, shown, port, health = _listeners(engine)
     say(
         f"chipswap serve: listening on http://{shown}:{port}"
         f" (model {engine.name}; /readyz turns 200 when warm)"
     )
     if health is not None:
-        say(f"chipswap serve: /healthz and /readyz also on http://{shown}:{health} (probes only)")
+        hshown, hport = _shown(health.sock)
+        say(f"chipswap serve: /healthz and /readyz also on http://{hshown}:{hport} (probes only)")
     if cfg.host not in ("127.0.0.1", "localhost", "::1") and cfg.token is None:
         say(
             f"chipswap serve: warning: listening on {cfg.host} without a bearer token;"
             " anyone who can reach it can use it"
         )
-    server = _uvicorn_server(engine, install_signals=True, health_port=health)
-    server.run(sockets=socks)
+    server = _uvicorn_server(engine, install_signals=True)
+    if health is not None:
+        health.start()
+    try:
+        server.run(sockets=socks)
+    finally:
+        if health is not None:
+            health.stop()
     if engine.state == "failed":
         raise ChipswapError(f"the model failed to load: {engine.error}")
     say(f"chipswap serve: stopped after draining {engine.drained} in-flight request(s)")
@@ -479,10 +494,13 @@ class BackgroundServer:
     thread: threading.Thread
     url: str
     health_url: str | None = None  # the probes-only listener, when ServeConfig.health_port is set
+    health: HealthPort | None = None
 
     def stop(self, timeout: float = 30.0) -> None:
         self.server.should_exit = True
         self.thread.join(timeout)
+        if self.health is not None:
+            self.health.stop()
 
     def __enter__(self) -> BackgroundServer:
         return self
@@ -494,13 +512,15 @@ class BackgroundServer:
 def start_background(engine: ServingEngine, *, ready_timeout: float = 120.0) -> BackgroundServer:
     """Start ``engine`` on 127.0.0.1 (or its configured host) in a thread; waits until it listens and
     has loaded (or ``ready_timeout`` passes)."""
-    socks, shown, port, health = _listeners(engine.config)
-    server = _uvicorn_server(engine, install_signals=False, health_port=health)
+    socks, shown, port, health = _listeners(engine)
+    server = _uvicorn_server(engine, install_signals=False)
+    if health is not None:
+        health.start()
     t = threading.Thread(target=server.run, kwargs={"sockets": socks}, name="chipswap-serve", daemon=True)
     t.start()
     deadline = time.monotonic() + ready_timeout
     while not server.started and t.is_alive() and time.monotonic() < deadline:
         time.sleep(0.01)
     engine.loaded.wait(max(deadline - time.monotonic(), 0.0))
-    health_url = f"http://{shown}:{health}" if health is not None else None
-    return BackgroundServer(engine, server, t, f"http://{shown}:{port}", health_url)
+    health_url = "http://{}:{}".format(*_shown(health.sock)) if health is not None else None
+    return BackgroundServer(engine, server, t, f"http://{shown}:{port}", health_url, health)

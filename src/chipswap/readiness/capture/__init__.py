@@ -22,7 +22,7 @@ import contextlib
 import io
 import math
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -510,8 +510,6 @@ def _isolate(
 ) -> Inventory | None:
     """A data-dependent failure inside one module: report it there, stub that module class, capture the
     rest."""
-    import types
-
     if rounds <= 0 or not is_data_dependent(error):
         return None
     found = failing_module(error, module)
@@ -531,22 +529,10 @@ def _isolate(
         module_types=(cls.__name__,),
         op=cls.__name__,
     )
-    recorded = _record_outputs(module, cls, inputs[0]) if device != "meta" else {}
-    saved = {}
-    for _, m in instances:
-        saved[id(m)] = m.__dict__.get("forward")
-        m.forward = types.MethodType(_stub(recorded.get(id(m))), m)
-    try:
+    with stubbed(module, (cls.__name__,), inputs[0], device=device):
         rest = _capture(
             module, specs, inputs, device=device, strip=strip, opts=opts, isolate_rounds=rounds - 1
         )
-    finally:
-        for _, m in instances:
-            old = saved[id(m)]
-            if old is None:
-                m.__dict__.pop("forward", None)
-            else:
-                m.forward = old
     names = ", ".join(_strip(n, strip) for n, _ in instances[:3]) + (" ..." if len(instances) > 3 else "")
     note = (
         f"{cls.__name__} ({len(instances)} instance(s): {names}) is left out of the op inventory: "
@@ -559,7 +545,40 @@ def _isolate(
         exported=False,
         method=f"{rest.method}; {cls.__name__} stubbed",
         notes=(note, *rest.notes),
+        stubbed=(cls.__name__, *rest.stubbed),
     )
+
+
+@contextlib.contextmanager
+def stubbed(
+    module: Any, class_names: Sequence[str], inputs: Mapping[str, Any], *, device: str
+) -> Iterator[None]:
+    """Every instance of the named module classes answers with a same-shaped placeholder (its outputs recorded
+    by one eager forward at `inputs`, off the meta device) until the block ends: how the main capture steps
+    over a data-dependent module, and how the growth probe prepares the model the same way."""
+    import types
+
+    saved: dict[int, Any] = {}
+    patched = []
+    for name in class_names:
+        instances = [m for m in module.modules() if type(m).__name__ == name]
+        if not instances:
+            continue
+        cls = type(instances[0])
+        recorded = _record_outputs(module, cls, inputs) if device != "meta" else {}
+        for m in instances:
+            saved[id(m)] = m.__dict__.get("forward")
+            m.forward = types.MethodType(_stub(recorded.get(id(m))), m)
+            patched.append(m)
+    try:
+        yield
+    finally:
+        for m in patched:
+            old = saved[id(m)]
+            if old is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.forward = old
 
 
 def _draft(
