@@ -48,7 +48,7 @@ class CaseTimeout(BaseException):
 # what Tally.counts counts; known_open_failures: failing inputs of a (class, kind) listed in KNOWN_OPEN
 COUNTS = (
     "tried", "ok", "blockers", "clean_errors", "tracebacks", "bad_exit", "outside_writes", "timeouts",
-    "over_memory", "skipped_for_time", "known_open_failures"
+    "over_memory", "known_open_failures"
 )
 
 
