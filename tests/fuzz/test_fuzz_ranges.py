@@ -220,6 +220,7 @@ def _leaf_keys(doc: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ..
     return out
 
 
+@pytest.mark.slow  # a whole plan per input (make test-slow)
 @pytest.mark.parametrize("template", ["serving", "training"])
 def test_fuzz_extreme_ratios(box: Sandbox, template: str) -> None:
     """Every number of a workload at an edge of what its field accepts, all at once."""

@@ -207,6 +207,7 @@ def _workload(box: Sandbox) -> Path:
     return p
 
 
+@pytest.mark.slow  # two whole plans per input (make test-slow)
 @pytest.mark.parametrize("kind", _params("report_out", ("user_files", "long_name", "own_set")))
 def test_fuzz_plan_out_targets(box: Sandbox, kind: str) -> None:
 

@@ -1,0 +1,49 @@
+"""A long command's first progress line comes while its first stage runs (chipswap.cli.stages, issue 38):
+off a terminal, a stage still running FIRST_LINE_S after the start is written by a timer, once; a closed
+progress (the command ended, or failed with its one error line) writes nothing later."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from chipswap.cli import stages
+from chipswap.cli.stages import StageProgress
+
+
+def _wait_for(buf: io.StringIO, limit_s: float = 20.0) -> str:
+    end = time.monotonic() + limit_s  # a bound, not a speed: the timer fires within it on any machine
+    while not buf.getvalue() and time.monotonic() < end:
+        time.sleep(0.02)
+    return buf.getvalue()
+
+
+def test_a_long_first_stage_is_written_while_it_runs(monkeypatch) -> None:
+    monkeypatch.setattr(stages, "FIRST_LINE_S", 0.05)
+    buf = io.StringIO()
+    monkeypatch.setattr("sys.stderr", buf)
+    p = StageProgress("chipswap plan", tty=False)
+    p.say("reading traffic")
+    p.say("checking readiness")  # both start well inside the quiet 2 s; readiness then runs on
+    got = _wait_for(buf)
+    assert got.startswith("chipswap plan: checking readiness (") and got.count("\n") == 1
+    p.say("projecting")  # started before 2 s: no line (the rule for later stages is unchanged)
+    p.close()
+    assert buf.getvalue() == got
+
+
+def test_a_closed_or_quiet_progress_writes_nothing_later(monkeypatch) -> None:
+    monkeypatch.setattr(stages, "FIRST_LINE_S", 0.05)
+    buf = io.StringIO()
+    monkeypatch.setattr("sys.stderr", buf)
+    p = StageProgress("chipswap plan", tty=False)
+    p.say("reading traffic")
+    p.close()  # e.g. bad input: the error line must stand alone
+    q = StageProgress("chipswap plan", tty=False, quiet=True)
+    q.say("reading traffic")
+    held = StageProgress("chipswap check", tty=False, hold_until=("exporting",))
+    held.say("building")  # check holds its lines until its config is known to be sound
+    time.sleep(0.3)
+    q.close()
+    held.close()
+    assert buf.getvalue() == ""
