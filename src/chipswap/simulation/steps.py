@@ -419,12 +419,13 @@ class StepSim:
             if not defer:
                 self._grow(rp, steps)
             return steps
+        key, held = self.key, self.held
         while rp.nr:
-            b = self.block
-            need = [i for _, i in rp.dec if -(-(self.key[i] + rp.it + 1) // b) > self.held[i]]
+            b, s = self.block, rp.it + 1
+            need = [i for _, i in rp.dec if -(-(key[i] + s) // b) > held[i]]
             if len(need) <= self.kv - rp.blocks:
                 for i in need:
-                    self.held[i] += 1
+                    held[i] += 1
                 rp.blocks += len(need)
                 return 1
             self._preempt(rp)
@@ -432,12 +433,15 @@ class StepSim:
 
     def _grow(self, rp: _Replica, steps: int) -> None:
         """Allocate the blocks `steps` decode steps need (exact per request)."""
-        b = self.block
+        b, key, held = self.block, self.key, self.held
+        s = rp.it + steps
+        added = 0
         for _, i in rp.dec:
-            add = -(-(self.key[i] + rp.it + steps) // b) - self.held[i]
+            add = -(-(key[i] + s) // b) - held[i]
             if add > 0:
-                self.held[i] += add
-                rp.blocks += add
+                held[i] += add
+                added += add
+        rp.blocks += added
 
     def _account(self, rp: _Replica, c0: int, m: int) -> None:
         rp.steps += m
