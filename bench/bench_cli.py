@@ -1,5 +1,6 @@
-"""CPU and wall time of the commands a user iterates on (issue 38), this tree side by side with a baseline tree
-(main before the speed work: a `git archive` of its commit), in one run, with the load average at each run.
+"""CPU and wall time of the commands a user iterates on (issue 38), this tree side by side with a baseline
+tree (main before the speed work: a `git archive` of its commit), in one run, with the load average at each
+run.
 
 Each run is a fresh `python -m chipswap ...` process; CPU is the child's user + system seconds (getrusage),
 the figure that is comparable on a shared machine; wall depends on the load, which is quoted. The two trees
@@ -69,8 +70,10 @@ def run_once(src: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = os.getloadavg()[0]
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "chipswap", *argv], cwd=cwd, env={**env, "PYTHONPATH": src},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600, check=False)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "chipswap", *argv], cwd=cwd, env={**env, "PYTHONPATH": src},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600, check=False,
+    )  # fmt: skip
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -82,7 +85,7 @@ def main() -> None:
     ap.add_argument("--baseline", required=True, help="a tree whose src/ to time side by side")
     ap.add_argument("--baseline-label", default="")
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--only", action="append", default=[], help="a command name (repeat); default: all but trial")
+    ap.add_argument("--only", action="append", default=[], help="a command (repeat); default: all but trial")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     label = args.baseline_label or args.baseline
@@ -90,7 +93,8 @@ def main() -> None:
         work = Path(tmp)
         cmds = commands(work)
         names = args.only or [n for n in cmds if n != "trial"]
-        env = {**os.environ, "CHIPSWAP_CHECKED_CONFIGS": str(work / "memo"), "CHIPSWAP_PROJECT_CONFIG": "none"}
+        env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none"}
+        env["CHIPSWAP_CHECKED_CONFIGS"] = str(work / "memo")
         trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
         rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
         for name in names:
@@ -107,7 +111,8 @@ def main() -> None:
         "the load (1-minute load average at the start of each run, quoted). This tree's figures are with the "
         "accepted-config memo warm (every call after a config's first).",
         "",
-        "| command | CPU this | CPU baseline | CPU ratio | wall this | wall baseline | load (this / base) | exit | target |",
+        "| command | CPU this | CPU baseline | CPU ratio | wall this | wall baseline | load (this / base)"
+        " | exit | target |",
         "|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
     for name in names:
@@ -120,7 +125,8 @@ def main() -> None:
         lines.append(f"| {' '.join(cmds[name][:1])} ({name}) | {ca:.2f} s | {cb:.2f} s | {ca / cb:.2f}x |"
                      f" {wa:.1f} s | {wb:.1f} s | {la} / {lb} | {codes} | {TARGETS[name]} |")  # fmt: skip
     body = "\n".join(lines) + "\n\nCommands timed:\n\n" + "\n".join(
-        f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`" for name in names
+        f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`"
+        for name in names
     )
     print(body)
     if not args.no_write:

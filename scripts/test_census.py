@@ -1,11 +1,13 @@
-"""The test suite's census for docs/DEVELOPING.md: how many tests each area has (pytest's collection, slow ones
-counted apart) and the slowest tests of a run (from a log of `pytest --durations=N`), so growth is visible.
+"""The test suite's census for docs/DEVELOPING.md: how many tests each area has (pytest's collection,
+slow ones counted apart) and the slowest tests of a run (from a log of `pytest --durations=N`), so growth is
+visible.
 
     python scripts/test_census.py [--durations LOG] [--label "how the log was made"] [--write]
 
---durations: a pytest log with a "slowest durations" section (e.g. `make test-all PYTEST_ADDOPTS=--durations=30
-> LOG`); several logs may be given (their lines are pooled). --write replaces the text between
-`<!-- census -->` and `<!-- /census -->` in docs/DEVELOPING.md; without it the section is printed.
+--durations: a pytest log with a "slowest durations" section (e.g.
+`make test-all PYTEST_ADDOPTS=--durations=30 > LOG`); several logs may be given (their lines are pooled).
+--write replaces the text between `<!-- census -->` and `<!-- /census -->` in docs/DEVELOPING.md; without it
+the section is printed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ AREAS = (
     ("test_workload", "plan"), ("test_catalog", "economics"), ("test_cost", "economics"),
     ("test_capacity", "economics"), ("test_aws", "economics"), ("test_compile", "compile"),
     ("test_cache", "compile"), ("test_security_cache", "compile"), ("test_shape", "shapes"),
-    ("test_buckets", "shapes"), ("test_ranges", "ranges"), ("test_round", "ranges"), ("test_report", "report"),
+    ("test_buckets", "shapes"), ("test_ranges", "ranges"), ("test_round", "ranges"),
+    ("test_report", "report"),
     ("test_verdict", "verdict"), ("test_models", "models"), ("test_cli", "cli"),
 )  # fmt: skip
 
@@ -79,7 +82,10 @@ def main() -> None:
     doc = DOC.read_text()
     block = f"<!-- census -->\n{text}\n<!-- /census -->"
     pattern = re.compile(r"<!-- census -->.*?<!-- /census -->", re.S)
-    doc = pattern.sub(lambda _m: block, doc) if pattern.search(doc) else doc.rstrip("\n") + "\n\n" + block + "\n"
+    if pattern.search(doc):
+        doc = pattern.sub(lambda _m: block, doc)
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
     DOC.write_text(doc)
 
 

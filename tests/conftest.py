@@ -80,9 +80,10 @@ def _no_user_config(monkeypatch: pytest.MonkeyPatch, _empty_config_home: str) ->
 _TIME_SKIP = ("time budget", "too slow", "ran out of time", "deadline", "timed out", "timeout")
 
 
-def _skip_reason(report: pytest.TestReport) -> str:
+def _for_time(report: pytest.TestReport) -> bool:
     lr = report.longrepr
-    return str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr or "")
+    reason = str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr or "").lower()
+    return any(w in reason for w in _TIME_SKIP)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
@@ -91,7 +92,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     stats = terminalreporter.stats
     n = {k: len([r for r in stats.get(k, []) if getattr(r, "when", "call") in ("call", "setup")])
          for k in ("passed", "failed", "skipped", "xfailed", "xpassed", "error")}  # fmt: skip
-    timed = [r.nodeid for r in stats.get("skipped", []) if any(w in _skip_reason(r).lower() for w in _TIME_SKIP)]
+    timed = [r.nodeid for r in stats.get("skipped", []) if _for_time(r)]
     terminalreporter.write_sep("-", "suite counts")
     terminalreporter.write_line(
         f"suite: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped, {n['xfailed']} xfailed,"
@@ -106,5 +107,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if reporter is None or exitstatus != 0:
         return
     skipped = reporter.stats.get("skipped", [])
-    if any(any(w in _skip_reason(r).lower() for w in _TIME_SKIP) for r in skipped):
+    if any(_for_time(r) for r in skipped):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -37,7 +37,7 @@ def _leaves(doc: Any) -> dict[str, Any]:
 
 
 def snapshot_of(report: dict[str, Any]) -> dict[str, Any]:
-    """Every value of a report.json by path (timings and run paths left out); the HASHED sections as one hash."""
+    """Every value of a report.json by path (timings and run paths left out); a HASHED section: one hash."""
     out: dict[str, Any] = {}
     hashed: dict[str, list[tuple[str, Any]]] = {}
     for path, value in sorted(_leaves(report).items()):
@@ -82,8 +82,8 @@ def test_the_example_report_is_unchanged(example: str, tmp_path: Path) -> None:
     assert len(want) > 100 and any("verdict" in k for k in want)
     bad = _differences(want, got)
     assert not bad, (
-        f"{example}: {len(bad)} of {len(want)} report values moved (regenerate the snapshot only for a change "
-        "meant to move them; see this file's docstring):\n" + "\n".join(bad[:30])
+        f"{example}: {len(bad)} of {len(want)} report values moved (regenerate the snapshot only for a "
+        "change meant to move them; see this file's docstring):\n" + "\n".join(bad[:30])
     )
 
 

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -41,7 +40,9 @@ def test_two_runs_draw_the_same_examples() -> None:
 
 # ------------------------------------------------------------------------------ no skip on a time budget
 REPO = Path(__file__).resolve().parents[1]
-_CLOCK_SKIP = re.compile(r"(monotonic|perf_counter|time\.time|TALLY\.seconds|_S\b)[^\n]*\n?[^\n]*pytest\.skip")
+_CLOCK_SKIP = re.compile(
+    r"(monotonic|perf_counter|time\.time|TALLY\.seconds|_S\b)[^\n]*\n?[^\n]*pytest\.skip"
+)
 
 
 def test_no_test_skips_on_a_clock() -> None:

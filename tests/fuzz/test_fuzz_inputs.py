@@ -25,7 +25,6 @@ from tests.fuzz import strategies as S
 from tests.fuzz.harness import (
     FILE_NODE_CEILING_BYTES,
     FILE_NODE_TIMEOUT_S,
-    TALLY,
     Sandbox,
     check,
     echoed_controls,

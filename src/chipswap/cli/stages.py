@@ -2,13 +2,13 @@
 a terminal, one line per stage otherwise (pipes, CI logs, --json), nothing with --quiet. stdout is left to
 the command's own output (the summary or the JSON).
 
-Off a terminal a stage line is written when its stage starts ``quiet_start_s`` (2 s) or later: bad input fails
-before that as the one error line it must be. A stage that starts earlier and is still running after
+Off a terminal a stage line is written when its stage starts ``quiet_start_s`` (2 s) or later: bad input
+fails before that as the one error line it must be. A stage that starts earlier and is still running after
 ``FIRST_LINE_S`` (1 s) is written then, by a timer, so a long command says where it is within a second even
-when its first stage is its longest (issue 38; `plan` used to print nothing until its readiness stage ended). A command whose early
-stages can still end in a usage error (``check`` builds the model before it knows the config is sound) gives
-``hold_until``: off a terminal its lines wait until a stage starting with one of those words begins, then
-come out together, each with its own time.
+when its first stage is its longest (issue 38: `plan` printed nothing until its readiness stage ended). A
+command whose early stages can still end in a usage error (``check`` builds the model before it knows the
+config is sound) gives ``hold_until``: off a terminal its lines wait until a stage starting with one of those
+words begins, then come out together, each with its own time (and no timer).
 """
 
 from __future__ import annotations

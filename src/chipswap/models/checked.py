@@ -4,8 +4,9 @@ importing transformers and the model's module) runs once per config, not once pe
 
 The key is the SHA-256 of the config as read (canonical JSON), the task it is built for, the installed
 transformers version and the bytes of the chipswap modules that do the checking (spec.py, build.py,
-inputs.py, resolve.py, this file), so an upgrade or an edit of the checks re-checks every config. Only a config
-that passed is remembered: a rejected one is checked again each time and fails with the same error line.
+inputs.py, resolve.py, this file), so an upgrade or an edit of the checks re-checks every config. Only a
+config that passed is remembered: a rejected one is checked again each time and fails with the same error
+line.
 
 Where: this process (a set), and one empty marker file per accepted config under
 ``$CHIPSWAP_CHECKED_CONFIGS`` (default: the user's cache folder, ``chipswap/checked-configs``). A marker is
