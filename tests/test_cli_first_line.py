@@ -4,24 +4,40 @@ progress (the command ended, or failed with its one error line) writes nothing l
 
 from __future__ import annotations
 
-import io
 import time
+
+import pytest
 
 from chipswap.cli import stages
 from chipswap.cli.stages import StageProgress
 
 
-def _wait_for(buf: io.StringIO, limit_s: float = 20.0) -> str:
+class Err:
+    """What the command wrote on stderr so far (pytest's capture; read as it grows)."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys, self.text = capsys, ""
+
+    def getvalue(self) -> str:
+        self.text += self.capsys.readouterr().err
+        return self.text
+
+
+def _wait_for(buf: Err, limit_s: float = 20.0) -> str:
     end = time.monotonic() + limit_s  # a bound, not a speed: the timer fires within it on any machine
     while not buf.getvalue() and time.monotonic() < end:
         time.sleep(0.02)
     return buf.getvalue()
 
 
-def test_a_long_first_stage_is_written_while_it_runs(monkeypatch) -> None:
+@pytest.fixture
+def buf(monkeypatch, capsys) -> Err:
+    """stderr as the test sees it, and a 50 ms first-line timer."""
     monkeypatch.setattr(stages, "FIRST_LINE_S", 0.05)
-    buf = io.StringIO()
-    monkeypatch.setattr("sys.stderr", buf)
+    return Err(capsys)
+
+
+def test_a_long_first_stage_is_written_while_it_runs(buf: Err) -> None:
     p = StageProgress("chipswap plan", tty=False)
     p.say("reading traffic")
     p.say("checking readiness")  # both start well inside the quiet 2 s; readiness then runs on
@@ -32,10 +48,7 @@ def test_a_long_first_stage_is_written_while_it_runs(monkeypatch) -> None:
     assert buf.getvalue() == got
 
 
-def test_a_closed_or_quiet_progress_writes_nothing_later(monkeypatch) -> None:
-    monkeypatch.setattr(stages, "FIRST_LINE_S", 0.05)
-    buf = io.StringIO()
-    monkeypatch.setattr("sys.stderr", buf)
+def test_a_closed_or_quiet_progress_writes_nothing_later(buf: Err) -> None:
     p = StageProgress("chipswap plan", tty=False)
     p.say("reading traffic")
     p.close()  # e.g. bad input: the error line must stand alone

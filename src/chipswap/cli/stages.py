@@ -47,10 +47,7 @@ class StageProgress:
         self._current: tuple[str, float] | None = None  # the stage running now and when it started
         self._stream = sys.stderr  # the timer writes where the command's lines go, even if it fires late
         self._timer: threading.Timer | None = None
-        if not quiet and not self.tty and not hold_until:
-            self._timer = threading.Timer(FIRST_LINE_S, self._first_line)
-            self._timer.daemon = True
-            self._timer.start()
+        self._armed = quiet or self.tty or bool(hold_until)  # True: no timer (any more)
 
     def _first_line(self) -> None:
         """The timer: nothing written yet and a stage running: write that stage's line now."""
@@ -72,6 +69,11 @@ class StageProgress:
             with self._lock:
                 self._held.append((stage, time.perf_counter() - self.t0))
                 self._current = self._held[-1]
+                if not self._armed:  # the first stage: its line comes FIRST_LINE_S after the start
+                    self._armed = True
+                    self._timer = threading.Timer(max(0.0, FIRST_LINE_S - self._current[1]), self._first_line)
+                    self._timer.daemon = True
+                    self._timer.start()
                 if self.hold_until and not stage.startswith(self.hold_until):
                     return
                 self.hold_until = ()
@@ -101,6 +103,7 @@ class StageProgress:
 
     def close(self) -> None:
         with self._lock:
+            self._armed = True
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
