@@ -39,7 +39,9 @@ def buf(monkeypatch, capsys) -> Err:
 
 def test_a_long_first_stage_is_written_while_it_runs(buf: Err) -> None:
     p = StageProgress("chipswap plan", tty=False)
-    p.say("reading traffic")
+    p.say("reading traffic")  # bad input shows here: no timer yet
+    time.sleep(0.2)
+    assert buf.getvalue() == ""
     p.say("checking readiness")  # both start well inside the quiet 2 s; readiness then runs on
     got = _wait_for(buf)
     assert got.startswith("chipswap plan: checking readiness (") and got.count("\n") == 1
@@ -50,7 +52,7 @@ def test_a_long_first_stage_is_written_while_it_runs(buf: Err) -> None:
 
 def test_a_closed_or_quiet_progress_writes_nothing_later(buf: Err) -> None:
     p = StageProgress("chipswap plan", tty=False)
-    p.say("reading traffic")
+    p.say("planning shapes")
     p.close()  # e.g. bad input: the error line must stand alone
     q = StageProgress("chipswap plan", tty=False, quiet=True)
     q.say("reading traffic")

@@ -5,7 +5,9 @@ the command's own output (the summary or the JSON).
 Off a terminal a stage line is written when its stage starts ``quiet_start_s`` (2 s) or later: bad input
 fails before that as the one error line it must be. A stage that starts earlier and is still running after
 ``FIRST_LINE_S`` (1 s) is written then, by a timer, so a long command says where it is within a second even
-when its first stage is its longest (issue 38: `plan` printed nothing until its readiness stage ended). A
+when its first stage is its longest (issue 38: `plan` printed nothing until its readiness stage ended). The
+timer starts with the first stage that is not "reading ..." (the workload, the traces: where bad input is
+found, so its error line still stands alone). A
 command whose early stages can still end in a usage error (``check`` builds the model before it knows the
 config is sound) gives ``hold_until``: off a terminal its lines wait until a stage starting with one of those
 words begins, then come out together, each with its own time (and no timer).
@@ -69,7 +71,9 @@ class StageProgress:
             with self._lock:
                 self._held.append((stage, time.perf_counter() - self.t0))
                 self._current = self._held[-1]
-                if not self._armed:  # the first stage: its line comes FIRST_LINE_S after the start
+                # the first stage past reading the inputs (where bad input surfaces as its one error line):
+                # its line comes FIRST_LINE_S after the start if it is still running then
+                if not self._armed and not stage.startswith("reading"):
                     self._armed = True
                     self._timer = threading.Timer(max(0.0, FIRST_LINE_S - self._current[1]), self._first_line)
                     self._timer.daemon = True
