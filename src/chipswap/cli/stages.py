@@ -7,7 +7,7 @@ fails before that as the one error line it must be. A stage that starts earlier 
 ``FIRST_LINE_S`` (1 s) is written then, by a timer, so a long command says where it is within a second even
 when its first stage is its longest (issue 38: `plan` printed nothing until its readiness stage ended). The
 timer starts with the first stage that is not "reading ..." (the workload, the traces: where bad input is
-found, so its error line still stands alone). A
+found, so its error line still stands alone). Once a line is out, every later stage gets its line. A
 command whose early stages can still end in a usage error (``check`` builds the model before it knows the
 config is sound) gives ``hold_until``: off a terminal its lines wait until a stage starting with one of those
 words begins, then come out together, each with its own time (and no timer).
@@ -82,7 +82,7 @@ class StageProgress:
                     return
                 self.hold_until = ()
                 for held, took in self._held:
-                    if took >= self.quiet_start_s:
+                    if took >= self.quiet_start_s or self._written:  # (once one is out, every one)
                         sys.stderr.write(f"{self.name}: {held} ({took:.1f} s)\n")
                         self._written = True
                 self._held = []
