@@ -49,11 +49,12 @@ def collect(marker: str) -> list[str]:
 
 
 def slowest(logs: list[Path], n: int = 20) -> list[tuple[float, str, str]]:
-    rows = []
+    """The n slowest (seconds, phase, test); a test timed in several logs counts with its last figure."""
+    last: dict[tuple[str, str], float] = {}
     for log in logs:
         for m in re.finditer(r"^([0-9.]+)s (call|setup|teardown)\s+(\S+)", log.read_text(), re.M):
-            rows.append((float(m.group(1)), m.group(2), m.group(3)))
-    return sorted(rows, reverse=True)[:n]
+            last[(m.group(3), m.group(2))] = float(m.group(1))
+    return sorted(((s, phase, test) for (test, phase), s in last.items()), reverse=True)[:n]
 
 
 def section(logs: list[Path], label: str) -> str:
