@@ -170,6 +170,17 @@ class StepSim:
                 )
         return v
 
+    def _prefill_of(self, length: np.ndarray) -> np.ndarray:
+        """pf of every length, computed once per distinct length, in order of first appearance (so a bad
+        service time is reported for the same length as one call per request would)."""
+        if not length.size:
+            return np.zeros(0)
+        uniq, first, inv = np.unique(length, return_index=True, return_inverse=True)
+        vals = np.empty(len(uniq))
+        for k in np.argsort(first, kind="stable").tolist():
+            vals[k] = self.pf(int(uniq[k]))
+        return vals[inv.reshape(-1)]
+
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
@@ -493,7 +504,7 @@ class StepSim:
         p = np.asarray(self.prompt, dtype=np.int64)[acc]
         steps = np.maximum(np.asarray(self.out, dtype=np.int64)[acc] - 1, 0)
         length = np.asarray(self.plen, dtype=np.int64)[acc]
-        pre = np.array([self.pf(int(x)) for x in length]) if length.size else np.zeros(0)
+        pre = self._prefill_of(length)
         row = self.tables.by_batch[1] or self.tables.row(1)
         ttft = a + pre
         dec = _take(row, p + 1 + steps) - _take(row, p + 1)
