@@ -6,7 +6,8 @@ Hypothesis runs derandomized by default (profile "ci": the same examples on ever
 a deadline: a busy machine must not turn a slow example into a failure. The `moto` fixture (one fake-AWS
 server per module) is shared by the AWS tests. The cache signing key (chipswap.compile.signing) lives in a
 temporary folder for the whole run (``CHIPSWAP_CACHE_KEY``, inherited by xdist workers and subprocesses),
-never in the user's config folder.
+never in the user's config folder; so does the memo of config.json files transformers accepted
+(``CHIPSWAP_CHECKED_CONFIGS``, chipswap.models.checked), shared by the run's workers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
         _KEY_DIR.append(tempfile.mkdtemp(prefix="chipswap-test-key-"))
         os.environ["CHIPSWAP_CACHE_KEY"] = os.path.join(_KEY_DIR[0], "cache.key")
+    if not os.environ.get("CHIPSWAP_CHECKED_CONFIGS"):  # the accepted-config memo (models/checked.py)
+        import tempfile
+
+        _KEY_DIR.append(tempfile.mkdtemp(prefix="chipswap-test-checked-"))
+        os.environ["CHIPSWAP_CHECKED_CONFIGS"] = _KEY_DIR[-1]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,3 +73,39 @@ def _no_user_config(monkeypatch: pytest.MonkeyPatch, _empty_config_home: str) ->
     monkeypatch.setenv("CHIPSWAP_PROJECT_CONFIG", "none")
     for key in KEYS.values():
         monkeypatch.delenv(key.env, raising=False)
+
+
+# A skip must say why, and the reason may never be time: a test that skips when the machine is slow hides
+# the failures it exists to catch (issue 38). Such a skip fails the run.
+_TIME_SKIP = ("time budget", "too slow", "ran out of time", "deadline", "timed out", "timeout")
+
+
+def _for_time(report: pytest.TestReport) -> bool:
+    lr = report.longrepr
+    reason = str(lr[2] if isinstance(lr, tuple) and len(lr) == 3 else lr or "").lower()
+    return any(w in reason for w in _TIME_SKIP)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """One line that always shows every count, zeros included (pytest's own line leaves zeros out), and a
+    failure when a test skipped for time."""
+    stats = terminalreporter.stats
+    n = {k: len([r for r in stats.get(k, []) if getattr(r, "when", "call") in ("call", "setup")])
+         for k in ("passed", "failed", "skipped", "xfailed", "xpassed", "error")}  # fmt: skip
+    timed = [r.nodeid for r in stats.get("skipped", []) if _for_time(r)]
+    terminalreporter.write_sep("-", "suite counts")
+    terminalreporter.write_line(
+        f"suite: {n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped, {n['xfailed']} xfailed,"
+        f" {n['xpassed']} xpassed, {n['error']} errors; {len(timed)} skipped for time (must be 0)"
+    )
+    for nodeid in timed:
+        terminalreporter.write_line(f"suite: FAIL: {nodeid} skipped for time; run a fixed number of inputs")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or exitstatus != 0:
+        return
+    skipped = reporter.stats.get("skipped", [])
+    if any(_for_time(r) for r in skipped):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -356,7 +356,7 @@ def test_unknown_instance_names_key(readiness) -> None:
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "chipswap", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+        [sys.executable, "-m", "chipswap", *args], capture_output=True, text=True, timeout=900, cwd=cwd
     )
 
 

@@ -3,7 +3,8 @@
 Environment (all optional; `make test` uses the defaults, `make fuzz` a longer run):
   CHIPSWAP_FUZZ_SCALE    multiplies every class's examples per kind (default 1)
   CHIPSWAP_FUZZ_SEED     an integer seed (default: derandomized, the same inputs on every run)
-  CHIPSWAP_FUZZ_TOTAL_S  seconds of cases after which remaining (class, kind) tests are skipped (default 240)
+There is no time budget: every kind runs its fixed number of inputs however loaded the machine is (a skip
+on a slow machine would hide the failures the suite exists to catch).
   CHIPSWAP_FUZZ_REPORT   write the counts as JSON to this path
 """
 
@@ -31,7 +32,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         f" outside the roots, {t.timeouts} timeouts, {t.over_memory} over the {CEILING_BYTES // 2**30} GiB"
         " ceiling",
         f"fuzz: peak RSS {t.peak_rss_kib / 1024:.0f} MiB (the test process), largest growth in one input"
-        f" {t.peak_growth_kib / 1024:.0f} MiB; {t.skipped_for_time} tests skipped (time budget)",
+        f" {t.peak_growth_kib / 1024:.0f} MiB",
     ]
     seed = os.environ.get("CHIPSWAP_FUZZ_SEED")
     lines.append(f"fuzz: seed {seed}" if seed else "fuzz: derandomized (CHIPSWAP_FUZZ_SEED=N: another draw)")

@@ -22,7 +22,7 @@ from chipswap import ranges as R
 from chipswap.cli.main import main as cli_main
 from tests.fuzz import strategies as S
 from tests.fuzz.harness import Sandbox, echoed_controls, run
-from tests.fuzz.test_fuzz_inputs import SCALE, SERVING, TRAINING, _check, _settings, _within_budget
+from tests.fuzz.test_fuzz_inputs import SCALE, SERVING, TRAINING, _check, _settings
 from tests.fuzz.test_fuzz_inputs import box as box  # noqa: F401 - the suite's sandbox fixture
 
 # ------------------------------------------------------------------------------------------- every flag
@@ -84,7 +84,6 @@ def _flag_values(key: str) -> st.SearchStrategy[str]:
 
 @pytest.mark.parametrize("key", sorted(R.FLAGS))
 def test_fuzz_every_numeric_flag(box: Sandbox, key: str) -> None:
-    _within_budget()
 
     @_settings("range_flags", key, 1)
     @given(value=_flag_values(key))
@@ -150,7 +149,6 @@ def _place(doc: dict[str, Any], key: tuple[str, ...], value: Any) -> dict[str, A
 def test_fuzz_every_workload_number(box: Sandbox, key: tuple[str, ...]) -> None:
     """A subnormal and a value past the unit's largest in every field (refused as it is read, so cheap);
     `make fuzz` (CHIPSWAP_FUZZ_SCALE > 1) adds drawn edge values, each a whole plan."""
-    _within_budget()
     spec = FIELDS[key]
     r = R.UNITS[spec.unit]
     name = ".".join(key)
@@ -222,10 +220,10 @@ def _leaf_keys(doc: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ..
     return out
 
 
+@pytest.mark.slow  # a whole plan per input (make test-slow)
 @pytest.mark.parametrize("template", ["serving", "training"])
 def test_fuzz_extreme_ratios(box: Sandbox, template: str) -> None:
     """Every number of a workload at an edge of what its field accepts, all at once."""
-    _within_budget()
     base = SERVING if template == "serving" else TRAINING
     leaves = _leaf_keys(base)
     assert len(leaves) >= 8
@@ -257,7 +255,6 @@ def test_fuzz_extreme_ratios(box: Sandbox, template: str) -> None:
 @pytest.mark.parametrize("command", ["cost job", "cost serve"])
 def test_fuzz_cost_flags_at_their_edges(box: Sandbox, command: str) -> None:
     """Every numeric flag of a cost command at once, each at an edge of its unit (or 0 where allowed)."""
-    _within_budget()
     keys = [k for k in R.FLAGS if k.startswith(command + " --") and len(R.FLAGS[k]) == 1]
     keys = [k for k in keys if not k.endswith(("--baseline-rate",))]
 

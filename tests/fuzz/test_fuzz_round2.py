@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from chipswap.cli.main import main as cli_main
 from tests.fuzz.harness import Sandbox, echoed_controls, run
-from tests.fuzz.test_fuzz_inputs import REPO, _check, _params, _settings, _within_budget
+from tests.fuzz.test_fuzz_inputs import REPO, _check, _params, _settings
 
 ELF_HEAD = b"\x7fELF\x02\x01\x01" + b"\0" * 57
 
@@ -70,7 +70,6 @@ def _rezip(base: bytes, extra: dict[str, bytes], drop: str | None = None) -> byt
 
 @pytest.mark.parametrize("kind", _params("pt2", PT2_KINDS))
 def test_fuzz_pt2_archives(box: Sandbox, plain_pt2: bytes, kind: str) -> None:
-    _within_budget()
     names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_./", min_size=1, max_size=20).map(
         lambda s: s.strip("/.") or "x"
     )
@@ -107,7 +106,6 @@ HEADER = b"prompt_tokens,output_tokens\n"
 
 @pytest.mark.parametrize("kind", _params("compressed", COMPRESSED_KINDS))
 def test_fuzz_compressed_and_binary_traces(box: Sandbox, kind: str) -> None:
-    _within_budget()
 
     @_settings("compressed", kind, 3)
     @example(mib=8, filler=b"1")
@@ -137,7 +135,6 @@ def test_fuzz_compressed_and_binary_traces(box: Sandbox, kind: str) -> None:
 # ------------------------------------------------------------------------------------------------ trace links
 @pytest.mark.parametrize("kind", _params("trace_links", ("outside", "inside", "chain", "dangling")))
 def test_fuzz_trace_folder_links(box: Sandbox, kind: str) -> None:
-    _within_budget()
 
     @_settings("trace_links", kind, 2)
     @given(n=st.integers(min_value=1, max_value=3), follow=st.booleans())
@@ -182,7 +179,6 @@ COUNT_FLAGS: dict[str, list[str]] = {
 
 @pytest.mark.parametrize("kind", _params("count_flags", tuple(COUNT_FLAGS)))
 def test_fuzz_count_flags(box: Sandbox, kind: str) -> None:
-    _within_budget()
 
     @_settings("count_flags", kind, 3)
     @example(1_000_000_000)
@@ -211,9 +207,9 @@ def _workload(box: Sandbox) -> Path:
     return p
 
 
+@pytest.mark.slow  # two whole plans per input (make test-slow)
 @pytest.mark.parametrize("kind", _params("report_out", ("user_files", "long_name", "own_set")))
 def test_fuzz_plan_out_targets(box: Sandbox, kind: str) -> None:
-    _within_budget()
 
     @_settings("report_out", kind, 2)
     @given(

@@ -12,6 +12,7 @@ from typing import Any
 
 from chipswap.errors import ChipswapError
 from chipswap.models.build import build_model
+from chipswap.models.checked import already_checked, config_key, remember
 from chipswap.models.entry import _import_factory, _split_factory
 from chipswap.models.spec import (
     _ARCH_TASKS,
@@ -110,20 +111,27 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     cfg = read_json(f, "config", nonfinite=True)  # as transformers reads it
     if not isinstance(cfg, dict):
         raise ChipswapError(f"config is not a JSON object: {f}; pass a transformers config.json")
-    _validate_hf_config(cfg, str(f))
     guessed = task is None and _task_from_config(cfg) is None
     t = task or _task_from_config(cfg) or "base"
+    key = config_key(cfg, t)  # a config transformers accepted before is not checked again (models/checked.py)
+    if already_checked(key):
+        _validate_hf_config(cfg, str(f), build=False)  # the cheap checks (model_type, bounds) still run
+    else:
+        _validate_hf_config(cfg, str(f))
     name = cfg.get("_name_or_path") or (f.parent.name if f.name == "config.json" else f.stem) or f.stem
     ref = ModelRef(
         kind="hf-config", name=one_line(name, 80), config=_normalize(cfg), task=t, source=str(f), path=str(f),
         task_guessed=guessed,
     )
+    if already_checked(key):
+        return ref
     # some checks (e.g. heads vs hidden size) only run when the model is built: build once on meta
     try:
         build_model(ref, meta=True)
     except ChipswapError as exc:
         detail = str(exc).removeprefix("transformers ")
         raise ChipswapError(f"transformers rejects the config {f}: {detail}") from None
+    remember(key)
     return ref
 
 

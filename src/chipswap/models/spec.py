@@ -370,16 +370,19 @@ def _bounded_number(value: Any, key: str, hi: int, where: str) -> None:
         )
 
 
-def _validate_hf_config(cfg: dict[str, Any], where: str):
-    """Build a transformers PretrainedConfig; anything transformers rejects becomes a ChipswapError."""
-    from transformers import AutoConfig
-
+def _validate_hf_config(cfg: dict[str, Any], where: str, *, build: bool = True):
+    """Build a transformers PretrainedConfig; anything transformers rejects becomes a ChipswapError.
+    `build=False`: only the checks that need no transformers (model_type, bounds); returns None."""
     model_type = cfg.get("model_type")
     if not model_type or not isinstance(model_type, str):
         raise ChipswapError(
             f'config has no model_type: {where}; add "model_type" (e.g. "bert") as config.json does'
         )
     check_config_bounds(cfg, where)
+    if not build:
+        return None
+    from transformers import AutoConfig
+
     kwargs = {
         k: v for k, v in cfg.items() if k not in ("model_type", "transformers_version", "_name_or_path")
     }

@@ -170,6 +170,17 @@ class StepSim:
                 )
         return v
 
+    def _prefill_of(self, length: np.ndarray) -> np.ndarray:
+        """pf of every length, computed once per distinct length, in order of first appearance (so a bad
+        service time is reported for the same length as one call per request would)."""
+        if not length.size:
+            return np.zeros(0)
+        uniq, first, inv = np.unique(length, return_index=True, return_inverse=True)
+        vals = np.empty(len(uniq))
+        for k in np.argsort(first, kind="stable").tolist():
+            vals[k] = self.pf(int(uniq[k]))
+        return vals[inv.reshape(-1)]
+
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
@@ -419,12 +430,13 @@ class StepSim:
             if not defer:
                 self._grow(rp, steps)
             return steps
+        key, held = self.key, self.held
         while rp.nr:
-            b = self.block
-            need = [i for _, i in rp.dec if -(-(self.key[i] + rp.it + 1) // b) > self.held[i]]
+            b, s = self.block, rp.it + 1
+            need = [i for _, i in rp.dec if -(-(key[i] + s) // b) > held[i]]
             if len(need) <= self.kv - rp.blocks:
                 for i in need:
-                    self.held[i] += 1
+                    held[i] += 1
                 rp.blocks += len(need)
                 return 1
             self._preempt(rp)
@@ -432,12 +444,15 @@ class StepSim:
 
     def _grow(self, rp: _Replica, steps: int) -> None:
         """Allocate the blocks `steps` decode steps need (exact per request)."""
-        b = self.block
+        b, key, held = self.block, self.key, self.held
+        s = rp.it + steps
+        added = 0
         for _, i in rp.dec:
-            add = -(-(self.key[i] + rp.it + steps) // b) - self.held[i]
+            add = -(-(key[i] + s) // b) - held[i]
             if add > 0:
-                self.held[i] += add
-                rp.blocks += add
+                held[i] += add
+                added += add
+        rp.blocks += added
 
     def _account(self, rp: _Replica, c0: int, m: int) -> None:
         rp.steps += m
@@ -489,7 +504,7 @@ class StepSim:
         p = np.asarray(self.prompt, dtype=np.int64)[acc]
         steps = np.maximum(np.asarray(self.out, dtype=np.int64)[acc] - 1, 0)
         length = np.asarray(self.plen, dtype=np.int64)[acc]
-        pre = np.array([self.pf(int(x)) for x in length]) if length.size else np.zeros(0)
+        pre = self._prefill_of(length)
         row = self.tables.by_batch[1] or self.tables.row(1)
         ttft = a + pre
         dec = _take(row, p + 1 + steps) - _take(row, p + 1)

@@ -1,0 +1,139 @@
+"""CPU and wall time of the commands a user iterates on (issue 38), this tree side by side with a baseline
+tree (main before the speed work: a `git archive` of its commit), in one run, with the load average at each
+run.
+
+Each run is a fresh `python -m chipswap ...` process; CPU is the child's user + system seconds (getrusage),
+the figure that is comparable on a shared machine; wall depends on the load, which is quoted. The two trees
+alternate (this, baseline, this, ...), so a change in the machine's load hits both alike; medians of
+`--repeat` runs. The accepted-config memo (chipswap.models.checked) lives in a temporary folder, warmed by one
+untimed run of each command on this tree: the "warm" figure is what every call after a config's first costs
+(the first call costs what the baseline does, once per config).
+
+Commands (`--only NAME` to pick; trial is opt-in, it takes minutes on main):
+- plan:          chipswap plan --example llama-serving --no-aws (the bundled example; the demo)
+- project-config: chipswap project CONFIG.json -i inf2.48xlarge -i p5.48xlarge (Qwen2.5-7B's config.json)
+- project-train: chipswap project CONFIG.json -i p5.48xlarge --train-tokens 2e9 --nodes 32 (Llama 3 70B)
+- check-70b:     chipswap check CONFIG.json (Llama 3 70B's config.json, one default shape)
+- trial:         chipswap trial (opt-in: --only trial)
+
+    python bench/bench_cli.py --baseline /tmp/base [--baseline-label 31a66e0] [--repeat 1] [--no-write]
+    git archive 31a66e0 | tar -x -C /tmp/base      # the baseline tree
+
+Writes its section of docs/benchmarks.md via bench/_results.write_section("cli", ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import ROOT, write_section  # noqa: E402
+
+MODELS = ROOT / "src" / "chipswap" / "data" / "models"
+TARGETS = {"plan": "<= 10 s wall", "project-config": "<= 1 s", "project-train": "<= 1 s",
+           "check-70b": "<= 10 s CPU", "trial": "<= 30 s"}  # fmt: skip
+
+
+def _config(preset: str, arch: str, folder: Path) -> str:
+    """A transformers config.json from a shipped preset's config (what a user passes)."""
+    cfg = json.loads((MODELS / f"{preset}.json").read_text())["config"]
+    cfg = {**cfg, "architectures": [arch], "torch_dtype": "bfloat16"}
+    d = folder / preset
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return str(d / "config.json")
+
+
+def commands(work: Path) -> dict[str, list[str]]:
+    qwen = _config("qwen2.5-7b", "Qwen2ForCausalLM", work)
+    llama70 = _config("llama-3-70b", "LlamaForCausalLM", work)
+    return {
+        "plan": ["plan", "--example", "llama-serving", "--no-aws", "-q", "--out", str(work / "report")],
+        "project-config": ["project", qwen, "-i", "inf2.48xlarge", "-i", "p5.48xlarge"],
+        "project-train": ["project", llama70, "-i", "p5.48xlarge", "--train-tokens", "2e9", "--nodes", "32"],
+        "check-70b": ["check", llama70],
+        "trial": ["trial", "--example", "llama-serving", "--no-aws", "--out", str(work / "kit")],
+    }
+
+
+def run_once(src: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int, float]:
+    """(cpu s, wall s, exit code, 1-min load average at the start) of one fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    load = os.getloadavg()[0]
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "chipswap", *argv], cwd=cwd, env={**env, "PYTHONPATH": src},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=3600, check=False,
+    )  # fmt: skip
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, r.returncode, load
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baseline", required=True, help="a tree whose src/ to time side by side")
+    ap.add_argument("--baseline-label", default="")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--only", action="append", default=[], help="a command (repeat); default: all but trial")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    label = args.baseline_label or args.baseline
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
+        work = Path(tmp)
+        cmds = commands(work)
+        names = args.only or [n for n in cmds if n != "trial"]
+        env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none"}
+        env["CHIPSWAP_CHECKED_CONFIGS"] = str(work / "memo")
+        trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
+        rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
+        for name in names:
+            run_once(trees[0][1], cmds[name], env, work)  # warm the memo (this tree only has one)
+            for _ in range(args.repeat):
+                for tree, src in trees:
+                    got = run_once(src, cmds[name], env, work)
+                    rows.setdefault((name, tree), []).append(got)
+                    print(f"{name:15} {tree:9} cpu {got[0]:7.2f} s  wall {got[1]:7.2f} s  exit {got[2]}"
+                          f"  load {got[3]:.2f}", flush=True)  # fmt: skip
+    lines = [
+        f"Each command in a fresh process, this tree and the baseline (`{label}`) alternating, median of "
+        f"{args.repeat}; CPU = user + system seconds of the process (comparable under load), wall depends on "
+        "the load (1-minute load average at the start of each run, quoted). This tree's figures are with the "
+        "accepted-config memo warm (every call after a config's first).",
+        "",
+        "| command | CPU this | CPU baseline | CPU ratio | wall this | wall baseline | load (this / base)"
+        " | exit | target |",
+        "|---|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for name in names:
+        a, b = rows[(name, "this")], rows[(name, "baseline")]
+        ca, cb = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
+        wa, wb = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
+        la = "/".join(f"{x[3]:.1f}" for x in a)
+        lb = "/".join(f"{x[3]:.1f}" for x in b)
+        codes = f"{a[0][2]} / {b[0][2]}"
+        lines.append(f"| {' '.join(cmds[name][:1])} ({name}) | {ca:.2f} s | {cb:.2f} s | {ca / cb:.2f}x |"
+                     f" {wa:.1f} s | {wb:.1f} s | {la} / {lb} | {codes} | {TARGETS[name]} |")  # fmt: skip
+    body = "\n".join(lines) + "\n\nCommands timed:\n\n" + "\n".join(
+        f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`"
+        for name in names
+    )
+    print(body)
+    if not args.no_write:
+        cmd = f"python bench/bench_cli.py --baseline {label} --repeat {args.repeat}"
+        cmd += "".join(f" --only {n}" for n in args.only)
+        write_section("cli", "Commands: CPU and wall, side by side with main before issue 38", cmd, body)
+
+
+if __name__ == "__main__":
+    main()
