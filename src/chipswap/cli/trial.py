@@ -100,7 +100,7 @@ def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
 
 def _pin_layout(
     result: Any, wl: Any, catalog: Any, stack: str, model_spec: str, task: str | None,
-    tp: int | None, batch: int | None,
+    tp: int | None, batch: int | None, candidate: str | None = None,
 ) -> Any:  # fmt: skip
     """The plan's result with the layout to measure of the trial's candidate pinned (--tp / --batch): only
     for a candidate with no projected figure (outside what the calibration covers); the pinned layout is
@@ -110,7 +110,7 @@ def _pin_layout(
     from chipswap.projection import api
     from chipswap.trial.spec import pick_candidate
 
-    cand = pick_candidate(result)
+    cand = pick_candidate(result, candidate)
     fleet = cand.fleet
     if getattr(fleet, "to_measure", None) is None:
         raise ChipswapError(
@@ -135,71 +135,28 @@ def _pin_layout(
     return replace(result, candidates=tuple(pinned if c is cand else c for c in result.candidates))
 
 
-def _trial(
-    workload: Path | None = typer.Argument(None, help="Workload TOML (default: the bundled Llama example)."),
-    example: str | None = typer.Option(None, "--example", help="A bundled example instead of a file."),
-    out: Path = typer.Option(Path("chipswap-trial"), "--out", help="Folder to write the kit into."),
-    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
-    stack: str | None = typer.Option(
-        None, "--stack", help="Neuron serving stack: nxdi-vllm (default) or nxdi-tgi (LLMs only)."
-    ),
-    gpu_endpoint: str | None = typer.Option(
-        None, "--gpu-endpoint", metavar="URL", help="Today's GPU endpoint to bench as the baseline."
-    ),
-    catalog_file: Path | None = typer.Option(
-        None, "--catalog", metavar="FILE", help="Price with this catalog."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print trial.json instead of the summary."),
-    tp: int | None = typer.Option(
-        None, "--tp", help="Pin the TP degree of a candidate with no projected figure (the layout measured)."
-    ),
-    batch: int | None = typer.Option(
-        None, "--batch", help="Pin the batch of a candidate with no projected figure (the layout measured)."
-    ),
-) -> None:
-    """Write the trial kit for the plan's best Neuron candidate (see HELP)."""
-    from chipswap.cli.plan import DEFAULT_EXAMPLE, example_path
-    from chipswap.economics.catalog_io import load_catalog
-    from chipswap.plan import run_plan
-    from chipswap.plan.workload_file import load_workload
-    from chipswap.textsafe import one_line
-    from chipswap.trial.kit import render_kit
-    from chipswap.trial.spec import build_spec, check_stack
-    from chipswap.trial.write import check_out, write_kit
+def trial_spec(
+    result: Any,
+    wl: Any,
+    path: Path,
+    *,
+    catalog: Any,
+    stack: str | None = None,
+    endpoint: str | None = None,
+    workload: Path | None = None,
+    example: str | None = None,
+    candidate: str | None = None,
+    tp: int | None = None,
+    batch: int | None = None,
+) -> tuple[Any, str | None]:
+    """(TrialSpec, traffic.csv text) for a plan's result: what `chipswap trial` renders, and what
+    `chipswap plan` costs when its verdict is "measure first"."""
+    from chipswap.trial.spec import build_spec
 
-    if workload is not None and example is not None:
-        raise ChipswapError("give a workload file or --example, not both; drop one of them")
-    if workload is not None and workload.is_dir():
-        raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
-    check_out(out, force)
-    if stack is not None:
-        check_stack(stack)
-    for flag, value, hi in (("--tp", tp, 256), ("--batch", batch, 4096)):
-        if value is not None and not 1 <= value <= hi:
-            raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")
-    name = example or DEFAULT_EXAMPLE
-    path = workload if workload is not None else example_path(name)
-    catalog = load_catalog(catalog_file)
-    wl = load_workload(path, catalog)
-    endpoint = gpu_endpoint if gpu_endpoint is not None else getattr(wl.fleet, "endpoint", None)
-    if endpoint is not None:
-        from chipswap.bench.job import check_url
-
-        endpoint = check_url(endpoint)
-    if wl.kind != "serving":
-        from chipswap.trial.spec import NothingToTrial
-
-        raise NothingToTrial(
-            f"nothing to trial: chipswap trial measures a serving workload and {path} is kind = {wl.kind!r}; "
-            "benchmark training runs with your own job"
-        )
-    if wl.traffic is None:
-        raise ChipswapError(f"{path}: a serving workload needs [traffic] for the trial's load")
-    result = run_plan(wl, path, catalog=catalog)
     base = path.parent
     model_name, model_spec, source, task = _model(wl, base)
     if tp is not None or batch is not None:
-        result = _pin_layout(result, wl, catalog, _stack(wl, stack), model_spec, task, tp, batch)
+        result = _pin_layout(result, wl, catalog, _stack(wl, stack), model_spec, task, tp, batch, candidate)
     tsource, trace, csv_text, steady = _traffic(wl, result, base)
     spec = build_spec(
         result,
@@ -218,12 +175,134 @@ def _trial(
         gpu_term=wl.fleet.term,
         gpu_endpoint=endpoint,
         gpu_stack=wl.fleet.gpu_stack,
-        workload_label=str(path) if workload is not None else f"example {name}",
-        workload_arg=str(workload.resolve()) if workload is not None else None,  # the README runs in the kit
-        example=None if workload is not None else name,
+        workload_label=str(path) if workload is not None else f"example {example}",
+        workload_arg=str(workload.resolve()) if workload is not None else None,
+        example=None if workload is not None else example,
+        candidate=candidate,
     )
-    files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)
-    write_kit(out, files, force=force)
+    return spec, csv_text
+
+
+def measure_quote(result: Any, wl: Any, path: Path, catalog: Any, workload_arg: str) -> Any:
+    """The plan's result with its "measure first" verdict completed: what the trial of the named candidate
+    costs (trial/costing: instance-hours, on-demand or Capacity Block) and the exact next command.
+    `workload_arg`: the workload as shell words (a quoted path, or "--example NAME"). Unchanged when the
+    verdict is not "measure first"."""
+    from dataclasses import replace
+
+    from chipswap.trial.costing import trial_cost
+
+    m = getattr(result.verdict, "measure", None)
+    if m is None or wl.traffic is None:
+        return result
+    try:
+        spec, _csv = trial_spec(result, wl, path, catalog=catalog, workload=path, candidate=m.target)
+    except ChipswapError as exc:
+        words = f"not costed: {exc}"
+    else:
+        words = trial_cost(spec).line(spec.neuron.instance, spec.neuron.term)
+    cmd = f"chipswap trial {workload_arg} --candidate {m.target}"
+    return replace(result, verdict=replace(result.verdict, measure=replace(m, trial=words, next=cmd)))
+
+
+def _trial(
+    workload: Path | None = typer.Argument(None, help="Workload TOML (default: the bundled Llama example)."),
+    example: str | None = typer.Option(None, "--example", help="A bundled example instead of a file."),
+    out: Path = typer.Option(Path("chipswap-trial"), "--out", help="Folder to write the kit into."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out folder."),
+    stack: str | None = typer.Option(
+        None, "--stack", help="Neuron serving stack: nxdi-vllm (default) or nxdi-tgi (LLMs only)."
+    ),
+    gpu_endpoint: str | None = typer.Option(
+        None, "--gpu-endpoint", metavar="URL", help="Today's GPU endpoint to bench as the baseline."
+    ),
+    catalog_file: Path | None = typer.Option(
+        None, "--catalog", metavar="FILE", help="Price with this catalog (default: the defaults file's)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print trial.json instead of the summary."),
+    tp: int | None = typer.Option(
+        None, "--tp", help="Pin the TP degree of a candidate with no projected figure (the layout measured)."
+    ),
+    batch: int | None = typer.Option(
+        None, "--batch", help="Pin the batch of a candidate with no projected figure (the layout measured)."
+    ),
+    candidate: str | None = typer.Option(
+        None,
+        "--candidate",
+        metavar="INSTANCE",
+        help="Trial this Neuron candidate (default: the one a 'measure first' verdict names, else the plan's "
+        "pick).",
+    ),
+    no_aws: bool = typer.Option(
+        False, "--no-aws", help="Do not ask AWS about capacity and quotas: use the shipped snapshot."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No stage progress on stderr."),
+) -> None:
+    """Write the trial kit for the plan's best Neuron candidate (see HELP)."""
+    from chipswap.cli.config import settings, workload_defaults
+    from chipswap.cli.plan import DEFAULT_EXAMPLE, _capacity_check, example_path
+    from chipswap.cli.stages import StageProgress
+    from chipswap.economics.catalog_io import load_catalog
+    from chipswap.plan import run_plan
+    from chipswap.plan.workload_file import load_workload
+    from chipswap.textsafe import one_line
+    from chipswap.trial.kit import render_kit
+    from chipswap.trial.spec import check_stack
+    from chipswap.trial.write import check_out, write_kit
+
+    if workload is not None and example is not None:
+        raise ChipswapError("give a workload file or --example, not both; drop one of them")
+    if workload is not None and workload.is_dir():
+        raise ChipswapError(f"workload {workload} is a directory; pass a workload .toml file")
+    check_out(out, force)
+    if stack is not None:
+        check_stack(stack)
+    for flag, value, hi in (("--tp", tp, 256), ("--batch", batch, 4096)):
+        if value is not None and not 1 <= value <= hi:
+            raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")
+    name = example or DEFAULT_EXAMPLE
+    path = workload if workload is not None else example_path(name)
+    found = settings({"catalog": catalog_file, "catalog:flag": "--catalog"})
+    catalog = load_catalog(found["catalog"].value)
+    wl = load_workload(path, catalog, defaults=workload_defaults(found))
+    endpoint = gpu_endpoint if gpu_endpoint is not None else getattr(wl.fleet, "endpoint", None)
+    if endpoint is not None:
+        from chipswap.bench.job import check_url
+
+        endpoint = check_url(endpoint)
+    if wl.kind != "serving":
+        from chipswap.trial.spec import NothingToTrial
+
+        raise NothingToTrial(
+            f"nothing to trial: chipswap trial measures a serving workload and {path} is kind = {wl.kind!r}; "
+            "benchmark training runs with your own job"
+        )
+    if wl.traffic is None:
+        raise ChipswapError(f"{path}: a serving workload needs [traffic] for the trial's load")
+    bar = StageProgress("chipswap trial", quiet=quiet or as_json, quiet_start_s=0.0)
+    bar.say("planning (the trial measures the plan's candidate)")
+    try:
+        result = run_plan(
+            wl, path, catalog=catalog, progress=bar.say, capacity_check=_capacity_check(catalog, no_aws)
+        )
+        bar.say("writing the kit")
+        spec, csv_text = trial_spec(
+            result,
+            wl,
+            path,
+            catalog=catalog,
+            stack=stack,
+            endpoint=endpoint,
+            workload=workload,
+            example=name,
+            candidate=candidate,
+            tp=tp,
+            batch=batch,
+        )
+        files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)
+        write_kit(out, files, force=force)
+    finally:
+        bar.close()
     if as_json:
         typer.echo(files["trial.json"][0], nl=False)
         return

@@ -80,3 +80,44 @@ def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -
         low, high = (1 - b / 100).quantize(Decimal("0.1")), (1 - a / 100).quantize(Decimal("0.1"))
         return f"costs {low}x to {high}x as much"
     return f"{saving_words(a)} to {saving_words(b)}"
+
+
+def measure_rows(result: Any) -> list[str]:
+    """A "measure first" verdict's detail: why no figure, the fix first, what flips it, the trial's cost and
+    the next command ([] for any other verdict)."""
+    from chipswap.verdict.rules import measure_lines
+
+    m = getattr(getattr(result, "verdict", None), "measure", None)
+    return list(measure_lines(m)) if m is not None else []
+
+
+def right_sizing_line(result: Any) -> str:
+    """Today's GPU fleet against the fleet the traffic needs, as a headline beside the answer (no port):
+    "right-size: 2 x p5.4xlarge instead of 8 saves $30,134.40 a month (75.0%) without a port"; "" when the
+    fleet is already that size, or is not sized."""
+    gpu = getattr(result, "gpu_fleet", None)
+    today = getattr(result, "monthly_today", None)
+    needed = getattr(gpu, "count", None)
+    n = getattr(result, "fleet_count", None)
+    if getattr(result, "kind", "") != "serving" or needed is None or today is None or n is None:
+        return ""
+    now = result.monthly_now.value
+    if needed >= n or today.value <= 0:
+        return ""
+    gain = today.value - now
+    floor = str(getattr(gpu, "min_count_why", "") or "")
+    why = f" ({floor})" if floor else ""
+    return (
+        f"right-size: {needed} x {result.fleet_instance} instead of {n}{why} {monthly_delta_words(gain)} "
+        f"({gain / today.value * 100:.1f}%) without a port"
+    )
+
+
+def candidate_reason(result: Any, instance: str) -> str:
+    """ " — <why it cannot be chosen>" for a candidate with a reason (no figure, misses the SLO, no price);
+    "" for the GPU fleet and a candidate that can be chosen."""
+    for c in getattr(result, "candidates", ()):
+        if c.instance == instance and c.excluded:
+            text = str(c.excluded).split(" (issue ")[0].replace(" — measure it (chipswap trial):", ":")
+            return f" — {text}"
+    return ""

@@ -1,0 +1,150 @@
+"""Issue 39: the fourth answer, "measure first"; the decision first (a reason on every candidate line, the
+right-sizing headline); the trial names exactly the candidate the verdict names."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+
+from chipswap.verdict.rules import (
+    CLOSE,
+    MEASURE,
+    MOVE_INF,
+    STAY,
+    VERDICTS,
+    Facts,
+    Unmeasured,
+    decide,
+    measure_lines,
+)
+
+
+def clean(**kw: object) -> Facts:
+    """A serving workload that passes every rule: 50% saving, payback month 1."""
+    base = Facts(
+        kind="serving",
+        target_kind="inferentia",
+        target="inf2.xlarge",
+        research_churn=False,
+        custom_cuda_kernels=False,
+        model_changes_per_month=0.0,
+        readiness_blockers=0,
+        peak_to_mean=1.3,
+        mean_rps=20.0,
+        horizon_months=12,
+        monthly_now_usd=Decimal("40000"),
+        monthly_after_usd=Decimal("20000"),
+        porting_usd=Decimal("16000"),
+        payback_month=1,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+COVERAGE = Unmeasured(
+    "inf2.24xlarge",
+    "coverage",
+    "outside what the calibration covers: MoE model",
+    "the move flips at >= 25.9 requests/s per inf2.24xlarge within the SLO",
+)
+NO_PICK = {"target": None, "target_kind": None, "monthly_after_usd": None, "payback_month": None}
+
+
+def test_measure_first_is_a_fourth_answer() -> None:
+    assert MEASURE in VERDICTS and len(set(VERDICTS)) == 5
+
+
+def test_a_candidate_that_could_win_without_a_figure_is_measure_first() -> None:
+    v = decide(clean(**NO_PICK, unmeasured=(COVERAGE,)))
+    assert v.verdict == MEASURE
+    assert v.measure == COVERAGE
+    assert "inf2.24xlarge" in v.why and "calibration" in v.why
+    # without it the same facts are a plain "stay": nothing to sign off, nothing to measure
+    assert decide(clean(**NO_PICK)).verdict == STAY
+
+
+def test_a_fixable_readiness_blocker_is_a_flip_not_a_reason_to_stay() -> None:
+    blocked = clean(**NO_PICK, readiness_blockers=1, unmeasured=(replace(COVERAGE, fix="port with NxDI MoE"),))
+    assert decide(replace(blocked, blockers_fixable=True)).verdict == MEASURE
+    # a blocker without a known fix stays a screening failure
+    v = decide(replace(blocked, blockers_fixable=False))
+    assert v.verdict == STAY and "standard-architecture" in v.why
+
+
+def test_a_hard_screening_failure_still_stays() -> None:
+    v = decide(clean(**NO_PICK, custom_cuda_kernels=True, unmeasured=(COVERAGE,)))
+    assert v.verdict == STAY and "custom-cuda-kernels" in v.why
+
+
+def test_no_candidate_can_win_says_stay_with_why() -> None:
+    v = decide(clean(**NO_PICK, unmeasured=(), cannot_win="even 2 x inf2.24xlarge cost 9,476.32 USD/month"))
+    assert v.verdict == STAY and "no candidate can win at any throughput" in v.why
+
+
+def test_a_figured_clear_move_is_not_held_back_by_an_unmeasured_other() -> None:
+    assert decide(clean(unmeasured=(COVERAGE,))).verdict == MOVE_INF
+    # ... but when the pick itself is the unmeasured one, its figure does not decide
+    own = replace(COVERAGE, target="inf2.xlarge")
+    assert decide(clean(unmeasured=(own,))).verdict == MEASURE
+
+
+def test_a_close_call_with_a_candidate_to_measure_is_measure_first() -> None:
+    band = Unmeasured("inf2.xlarge", "band", "projected ± 40%: across the band 5% to 45%", "flips at 3 rps")
+    close = clean(band_flip="the move rests on projections")
+    assert decide(close).verdict == CLOSE
+    assert decide(replace(close, unmeasured=(band,))).verdict == MEASURE
+
+
+def test_measure_lines_carry_why_fix_flip_cost_and_command() -> None:
+    u = replace(COVERAGE, fix="port with the fix", trial="Trial: 1.2 h on 1 x inf2.24xlarge = $7.80", next="x")
+    rows = measure_lines(replace(u, next="chipswap trial w.toml --candidate inf2.24xlarge"))
+    assert [r.split(":")[0] for r in rows] == ["why no figure", "first", "what flips it", "the trial", "next"]
+    assert rows[-1].endswith("--candidate inf2.24xlarge")
+
+
+def test_right_sizing_headline_and_candidate_reasons() -> None:
+    from chipswap.report.wording import candidate_reason, right_sizing_line
+
+    r = SimpleNamespace(
+        kind="serving",
+        gpu_fleet=SimpleNamespace(count=2, min_count_why=""),
+        monthly_today=SimpleNamespace(value=Decimal("40179.20")),
+        monthly_now=SimpleNamespace(value=Decimal("10044.80")),
+        fleet_count=8,
+        fleet_instance="p5.4xlarge",
+        candidates=(
+            SimpleNamespace(instance="inf2.24xlarge", excluded="outside what the calibration covers: MoE"),
+            SimpleNamespace(instance="inf2.48xlarge", excluded=None),
+        ),
+    )
+    line = right_sizing_line(r)
+    assert line.startswith("right-size: 2 x p5.4xlarge instead of 8")
+    assert "$30,134.40" in line and "75.0%" in line and "without a port" in line
+    assert candidate_reason(r, "inf2.24xlarge") == " — outside what the calibration covers: MoE"
+    assert candidate_reason(r, "inf2.48xlarge") == ""
+    r.gpu_fleet.count = 8
+    assert right_sizing_line(r) == ""
+
+
+def _cand(name: str, config: object = None, to_measure: object = None) -> SimpleNamespace:
+    fleet = SimpleNamespace(config=config, to_measure=to_measure)
+    return SimpleNamespace(
+        instance=name, kind="inferentia", excluded=None, count=None, meets_slo=None, fleet=fleet,
+        rate=None, monthly_usd=None,
+    )  # fmt: skip
+
+
+def test_the_trial_is_for_exactly_the_candidate_the_verdict_names() -> None:
+    from chipswap.errors import ChipswapError
+    from chipswap.trial.spec import pick_candidate
+
+    cands = (_cand("inf2.24xlarge", to_measure=object()), _cand("inf2.48xlarge", to_measure=object()))
+    result = SimpleNamespace(
+        candidates=cands, best=None, verdict=SimpleNamespace(measure=replace(COVERAGE, target="inf2.48xlarge"))
+    )
+    assert pick_candidate(result).instance == "inf2.48xlarge"
+    assert pick_candidate(result, "inf2.24xlarge").instance == "inf2.24xlarge"
+    with pytest.raises(ChipswapError, match="--candidate trn9.huge is not a Neuron candidate"):
+        pick_candidate(result, "trn9.huge")
