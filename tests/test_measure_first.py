@@ -148,3 +148,70 @@ def test_the_trial_is_for_exactly_the_candidate_the_verdict_names() -> None:
     assert pick_candidate(result, "inf2.24xlarge").instance == "inf2.24xlarge"
     with pytest.raises(ChipswapError, match="--candidate trn9.huge is not a Neuron candidate"):
         pick_candidate(result, "trn9.huge")
+
+
+# ---- through the plan (stated figures: no projection, fast) -------------------------------------------------
+from tests.test_plan import plan, readiness, serving  # noqa: E402,F401  (the fixture and helpers)
+
+
+MOE = {
+    "rule": "CHIP_MOE_ROUTING",
+    "severity": "blocker",
+    "fix": "Route with static shapes: capacity-factor routing (fixed capacity), or NxD Inference's MoE "
+    "modules. The op inventory covers the rest.",
+}
+
+
+@pytest.fixture
+def blocked(monkeypatch: pytest.MonkeyPatch):
+    """The readiness stage standing in with one blocker, with or without a known fix."""
+    from chipswap.plan import ReadinessSummary
+    from chipswap.plan import readiness as readiness_stage
+
+    def use(fix: bool) -> None:
+        finding = MOE if fix else {**MOE, "fix": ""}
+
+        def fake(s: object, shapes: object) -> ReadinessSummary:
+            target = readiness_stage.targets(s)[0]
+            return ReadinessSummary(
+                True, "test", target=target, blockers=1, support_pct=99.0, findings=(finding,)
+            )
+
+        monkeypatch.setattr(readiness_stage, "readiness", fake)
+
+    return use
+
+
+def test_plan_says_measure_first_for_a_candidate_behind_a_fixable_blocker(blocked) -> None:
+    blocked(True)
+    r = plan(serving())
+    assert r.verdict.verdict == MEASURE
+    m = r.verdict.measure
+    assert m is not None and m.target == "inf2.xlarge" and m.cause == "readiness"
+    assert "capacity-factor routing" in m.fix and "(fixed capacity)" not in m.fix  # the fix in a few words
+    assert "requests/s per inf2.xlarge" in m.flip  # the figure that flips it
+    assert r.to_json()["verdict"]["measure"]["target"] == "inf2.xlarge"
+    blocked(False)  # no known fix: a reason to stay, as before
+    r = plan(serving())
+    assert r.verdict.verdict == STAY and "standard-architecture" in r.verdict.why
+
+
+def test_plan_stays_when_a_candidate_cannot_win_at_any_throughput(blocked) -> None:
+    blocked(True)
+    # two trn1.32xlarge (the redundancy floor) cost more than the ten g6e.xlarge: no throughput saves 20%
+    r = plan(
+        serving(
+            targets={"candidates": ["trn1.32xlarge"]},
+            throughput={"candidates": {"trn1.32xlarge": {"requests_per_s": 50.0}}},
+        )
+    )
+    assert r.verdict.verdict == STAY and r.verdict.measure is None
+
+
+def test_n_plus_one_is_redundancy_not_an_slo_miss(readiness) -> None:  # noqa: F811
+    readiness(0)
+    r = plan(serving(traffic={"steady_rps": 0.05}, fleet={"instance": "g6e.xlarge", "count": 1}))
+    notes = " ".join(r.notes)
+    assert "meets the SLO with 1; N+1 asks for 2" in notes
+    assert "USD/month with 1" in notes and "with 2" in notes  # priced both ways
+    assert "misses the SLO" not in notes and "too small for the busiest window" not in notes

@@ -14,10 +14,10 @@ from dataclasses import replace
 from typing import Any
 
 from chipswap.economics import cost
-from chipswap.plan.economics import Scenario, evaluate
+from chipswap.plan.economics import Scenario, economics, evaluate
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.sizing import RateSizer
-from chipswap.plan.verdict import VerdictStage, rate
+from chipswap.plan.verdict import VerdictStage, band_check, rate
 from chipswap.plan.workload import TERMS
 from chipswap.verdict.rules import MOVES, STAY
 from chipswap.verdict.sensitivity import Choice, Flip, Knob, sensitivity
@@ -54,10 +54,21 @@ def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
     if v.best is None:
         return ()
     wl, th = s.workload, s.thresholds
-    facts, scn = v.facts, v.scenario
+    facts, scn = replace(v.facts, band_flip=None), v.scenario
+    base_gpu = economics(scn).gpu_count if scn.gpu_sizer is not None else None
+    best, gpu = v.best, v.gpu
 
     def verdict_of(x: Scenario) -> str:
-        return evaluate(facts, x, th).verdict
+        """The verdict re-planned for the variation `x`: the money re-sized on both sides and the error band
+        checked again (as the plan does), so a row holds when re-run. A variation where no GPU fleet size
+        meets the SLO any more is the objective's lever, not a cost flip: it is not offered here (the
+        objectives' own rows say it)."""
+        if base_gpu is not None and economics(x).gpu_count is None:
+            return v.verdict.verdict
+        band = None
+        if gpu is not None and best.saving_pct is not None:
+            band = band_check(facts, x, th, best, gpu)[0]
+        return evaluate(replace(facts, band_flip=band), x, th).verdict
 
     knobs: list[Knob] = []
     if s.kind == "serving":

@@ -42,6 +42,7 @@ class VerdictStage:
     readiness: ReadinessSummary  # headlined for the pick's target
     gpu_count: int | None  # GPU instances the traffic needs (serving), None when not sized
     notes: tuple[str, ...] = ()
+    gpu: FleetPlan | None = None  # today's GPU type as sized (its throughput band re-checks every flip)
 
 
 def rate(catalog: Any, instance: str, region: str, term: str) -> Figure | None:
@@ -372,7 +373,7 @@ def verdict(
             f"{base_money.gpu_count} x {s.fleet.name} (sized for the busiest window, like the candidates) x "
             f"{base_scn.gpu_rate:.4f} USD/h x {hours} h",
         )
-    notes = list(_gpu_notes(s, today, base_money, gpu))
+    notes = list(_gpu_notes(s, today, base_money, gpu, base_scn))
     gpu_cpm = None
     if s.kind == "serving" and gpu.throughput is not None and base_scn.gpu_rate is not None:
         gpu_cpm = cost.cost_per_million(float(gpu.throughput.value), base_scn.gpu_rate, util)
@@ -459,7 +460,7 @@ def verdict(
     lost = cannot_win(s, traffic, final, base_money)
     if chosen is not None:
         best, scn, facts = chosen
-        facts = replace(facts, unmeasured=unmeasured, blockers_fixable=fixable, cannot_win=lost)
+        facts = replace(facts, unmeasured=unmeasured, blockers_fixable=fixable)
         v = evaluate(facts, scn, th)
         if readiness.checked:
             readiness = readiness.for_target(rules_target(s.catalog.instance(best.instance).family))
@@ -488,6 +489,7 @@ def verdict(
         readiness,
         base_money.gpu_count,
         tuple(notes),
+        gpu,
     )
 
 
@@ -520,11 +522,39 @@ def _no_candidate(s: PlanSetup, cands: list[CandidateResult], fl: FleetsStage) -
     return None
 
 
-def _gpu_notes(s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan) -> tuple[str, ...]:
-    """Today's GPU fleet against the fleet the traffic needs (sized like the candidates)."""
+def _alone(scn: Scenario | None) -> int | None:
+    """The GPU instances the traffic needs without the redundancy floor (None when not sized that way)."""
+    sizer = scn.gpu_sizer if scn is not None else None
+    if sizer is None or not hasattr(sizer, "least"):
+        return None
+    return replace(sizer, least=1).count()  # type: ignore[type-var]
+
+
+def _gpu_notes(
+    s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan, scn: Scenario | None = None
+) -> tuple[str, ...]:
+    """Today's GPU fleet against the fleet the traffic needs (sized like the candidates). A fleet the SLO
+    needs fewer of than the redundancy floor (targets.min_replicas, N+1) is redundancy, not an SLO miss: both
+    sizes are priced."""
     if s.kind != "serving":
         return ()
     n_today, needed = s.workload.fleet.count, money.gpu_count
+    alone = _alone(scn)
+    least = s.workload.targets.min_replicas
+    if needed is not None and alone is not None and alone < needed and n_today < needed and alone <= n_today:
+        rate = scn.gpu_rate if scn is not None else None
+        hours = cost.D(s.workload.fleet.hours_per_month)
+        priced = (
+            f": {cost.monthly_cost(rate, alone, hours).quantize(Decimal('0.01')):,} USD/month with {alone}, "
+            f"{money.monthly_now.quantize(Decimal('0.01')):,} with {needed}"
+            if rate is not None
+            else ""
+        )
+        return (
+            f"today's {n_today} x {gpu.instance} meets the SLO with {alone}; N+1 asks for {needed} "
+            f"(targets.min_replicas = {least}: redundancy, not an SLO miss){priced}; the candidates are held "
+            f"to the same floor, so the saving compares with {needed}",
+        )
     if gpu.meets_slo is False and needed is None:
         floor = f" (its unloaded latency is {gpu.slo_floor_ms:,.0f} ms)" if gpu.slo_floor_ms else ""
         return (f"no number of {gpu.instance} meets the SLO{floor}: the saving compares with today's bill",)

@@ -228,6 +228,7 @@ def render_html(result: Any) -> str:
     tpl = env.from_string(text)
     from chipswap.report.wording import (
         caveat_lines,
+        decision_lines,
         flip_lines,
         monthly_delta_words,
         saving_range_words,
@@ -238,6 +239,7 @@ def render_html(result: Any) -> str:
         r=result,
         v=result.verdict,
         caveats=caveat_lines(result),
+        decision=decision_lines(result),
         flip_lines=flip_lines(result),
         saving_words=saving_words,
         monthly_delta_words=monthly_delta_words,

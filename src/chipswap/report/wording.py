@@ -21,7 +21,12 @@ def flip_lines(result: Any) -> list[str]:
     flips = [f for f in getattr(result, "flips", ()) if f.value is not None or f.knob.endswith(" objective")]
     order = {"toward move": 0, "toward stay": 1}
     flips.sort(key=lambda f: order.get(getattr(f, "direction", ""), 2))
-    return [f"{f.direction}: {f.text}" if getattr(f, "direction", "") else f.text for f in flips]
+    from chipswap.verdict.sensitivity import lever
+
+    def text(f: Any) -> str:
+        return f"{f.text} (lever: {lever(f.knob)})" if f.value is not None else f.text
+
+    return [f"{f.direction}: {text(f)}" if getattr(f, "direction", "") else text(f) for f in flips]
 
 
 def _money(v: Decimal) -> str:
@@ -63,10 +68,20 @@ def caveat_lines(result: Any) -> list[str]:
     qualifier = getattr(v, "qualifier", "")
     if qualifier:
         out.append(f"Before you move: {qualifier}.")
+    priced = getattr(result, "best", None) is not None
     for reason in (*getattr(v, "reasons", ()), *getattr(v, "economics", ())):
         if reason.outcome == "unknown" and not (qualifier and reason.rule == "capacity"):
+            if reason.rule in ("monthly-saving", "payback") and not priced:
+                continue  # no candidate priced: the saving is not a check left undone (the verdict says why)
             out.append(f"Not checked: {reason.text}.")
     return out
+
+
+def decision_lines(result: Any) -> list[str]:
+    """What the answer rests on, beside it: a "measure first" verdict's detail, and the right-sizing of today's
+    GPU fleet (no port)."""
+    rs = right_sizing_line(result)
+    return [*measure_rows(result), *([rs] if rs else [])]
 
 
 def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -> str:

@@ -583,6 +583,10 @@ DECISION_TABLE: tuple[
 
 
 def _economics(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
+    """The saving and the payback against their close-call limits; none when no candidate is priced (the
+    verdict's reason says why, and "saving = never; not checked" would read as a check left undone)."""
+    if facts.monthly_after_usd is None:
+        return ()
     pct = facts.saving_pct
     rows = (
         (
