@@ -215,3 +215,23 @@ def test_n_plus_one_is_redundancy_not_an_slo_miss(readiness) -> None:  # noqa: F
     assert "meets the SLO with 1; N+1 asks for 2" in notes
     assert "USD/month with 1" in notes and "with 2" in notes  # priced both ways
     assert "misses the SLO" not in notes and "too small for the busiest window" not in notes
+
+
+def test_compile_estimate_follows_the_model_size() -> None:
+    """A 20B model (about 40 GiB in bf16) is not costed at the "70B+ models" figure any more."""
+    from chipswap.trial.costing import compile_estimate
+
+    def minutes(gib: float) -> tuple[float, str]:
+        return compile_estimate(SimpleNamespace(mode="llm", weights_gib=gib))  # type: ignore[arg-type]
+
+    small, mid, big = minutes(14.0), minutes(40.0), minutes(140.0)
+    assert small[0] == 15.0 and big[0] == 60.0 and "70B+" in big[1]
+    assert 15.0 < mid[0] < 60.0 and "interpolated by weight size" in mid[1]
+    assert minutes(60.0)[0] > mid[0]  # more weights, more compile time
+
+
+def test_the_fix_is_said_in_a_few_words() -> None:
+    from chipswap.plan.verdict import _first_clause
+
+    fix = str(MOE["fix"]) + " (a (nested) aside)"
+    assert _first_clause(fix) == "Route with static shapes: capacity-factor routing, or NxD Inference's MoE modules"

@@ -603,8 +603,10 @@ def _first_clause(text: str) -> str:
     """A fix in a few words: its first sentence without the parenthesised detail."""
     import re
 
-    first = text.split(". ")[0]
-    return re.sub(r" \([^()]*\)", "", first).strip()
+    first, prev = text.split(". ")[0], ""
+    while prev != first:  # innermost parentheses first, so nested ones go too
+        prev, first = first, re.sub(r" ?\([^()]*\)", "", first)
+    return first.strip()
 
 
 def short_reason(text: str) -> str:
