@@ -599,6 +599,14 @@ def blocker_fix(readiness: ReadinessSummary, target: str | None) -> tuple[int, s
     return int(r.blockers), words
 
 
+TRIAL_DAY_H = 24  # a trial's cost bound in plan: one whole day on one instance (a one-day Capacity Block)
+
+
+def _stake(s: PlanSetup, c: CandidateResult, now: Decimal, hi_pct: Decimal) -> Decimal:
+    """The saving over the horizon at the favourable edge of the band: what a trial could win."""
+    return now * hi_pct / Decimal(100) * Decimal(s.workload.horizon_months)
+
+
 def _first_clause(text: str) -> str:
     """A fix in a few words: its first sentence without the parenthesised detail."""
     import re
@@ -679,12 +687,19 @@ def unmeasured_candidates(
             cause, why = "readiness", f"{fix[0]} readiness blocker(s) on {tgt}: the figure holds once ported"
         elif (
             c.excluded is None
+            and c.throughput.band  # the candidate's own band: a trial of it narrows it (a GPU band it does not)
             and lo is not None
             and hi is not None
             and lo < th.close_margin_pct <= hi
+            and _stake(s, c, base_money.monthly_now, hi) > TRIAL_DAY_H * c.rate.value
+            if c.rate is not None
+            else False
         ):
             cause = "band"
-            why = f"{c.throughput.label}: across the band the saving is {_pct(lo)}% to {_pct(hi)}%"
+            why = (
+                f"{c.instance} throughput {c.throughput.label}: across the band the saving is {_pct(lo)}% to "
+                f"{_pct(hi)}%, and the saving at stake outweighs a trial (at most a day on one instance)"
+            )
         else:
             continue
         rate = c.rate.value if c.rate is not None else Decimal(0)

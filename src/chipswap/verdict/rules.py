@@ -51,9 +51,9 @@ class Thresholds:
 
 # why a candidate that could win has no figure to decide on (Unmeasured.cause)
 UNMEASURED_CAUSES: dict[str, str] = {
-    "coverage": "no figure: outside what the calibration covers",
-    "readiness": "no figure until a fixable readiness blocker is fixed",
-    "band": "its figure's error band straddles the flip point",
+    "coverage": "has no figure: outside what the calibration covers",
+    "readiness": "has no figure until a fixable readiness blocker is fixed",
+    "band": "rests on a projection whose error band straddles the flip point by more than a trial costs",
 }
 
 
@@ -447,7 +447,7 @@ def _costs_more_words(f: Facts) -> str:
 
 
 def _measure_words(u: Unmeasured) -> str:
-    return f"{u.target} could win but has {UNMEASURED_CAUSES[u.cause]}; a trial measures it"
+    return f"{u.target} could win but {UNMEASURED_CAUSES[u.cause]}; a trial measures it"
 
 
 def measure_lines(u: Unmeasured) -> tuple[str, ...]:
