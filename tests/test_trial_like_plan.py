@@ -57,3 +57,34 @@ def test_trial_says_its_stage_from_the_first_second(tmp_path: Path, capsys, monk
     wl.write_text(NO_TARGETS + '[throughput.candidates."inf2.xlarge"]\nrequests_per_s = 1.8\n')
     _code, _out, err = run_inproc(capsys, "trial", str(wl), "--out", str(tmp_path / "k"))
     assert err.splitlines()[0].startswith("chipswap trial: planning"), err
+
+
+def test_the_kit_carries_the_workload_and_its_files(tmp_path: Path) -> None:
+    """The kit's README refers only to files inside the kit: the workload, its model config and its trace are
+    copied under workload/ (a file outside the workload's folder, or a huge one, is not)."""
+    from types import SimpleNamespace
+
+    from chipswap.cli.trial import workload_copy
+
+    (tmp_path / "w.toml").write_text("title = 'x'\n")
+    (tmp_path / "config.json").write_text("{}\n")
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "chat.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    wl = SimpleNamespace(
+        model=SimpleNamespace(config="config.json"), traffic=SimpleNamespace(trace="traces/chat.csv")
+    )
+    files, trace = workload_copy(wl, tmp_path / "w.toml")
+    assert set(files) == {"workload/w.toml", "workload/config.json", "workload/traces/chat.csv"}
+    assert trace == "workload/traces/chat.csv"
+    outside = SimpleNamespace(model=SimpleNamespace(config="../elsewhere.json"), traffic=SimpleNamespace(trace="/abs.csv"))
+    files, trace = workload_copy(outside, tmp_path / "w.toml")
+    assert set(files) == {"workload/w.toml"} and trace is None
+
+
+def test_the_readme_follow_up_runs_from_the_kit_folder() -> None:
+    from types import SimpleNamespace
+
+    from chipswap.trial.readme import plan_command
+
+    cmd = plan_command(SimpleNamespace(workload_arg="workload/w.toml", example=None))  # type: ignore[arg-type]
+    assert cmd == "chipswap plan workload/w.toml --bench results/*.json"

@@ -78,6 +78,45 @@ def _traffic(
     )
 
 
+KIT_WORKLOAD = "workload"  # the kit's copy of the workload and the files it names
+MAX_COPY_BYTES = 64 * 1024 * 1024  # a trace larger than this stays where it is (the README names it)
+
+
+def _inside(base: Path, rel: str | None) -> str | None:
+    """`rel` when it names a text file under the workload's folder (no absolute path, no ".."), else None."""
+    if not rel:
+        return None
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts:
+        return None
+    full = base / p
+    try:
+        if not full.is_file() or full.stat().st_size > MAX_COPY_BYTES:
+            return None
+        full.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return p.as_posix()
+
+
+def workload_copy(wl: Any, path: Path) -> tuple[dict[str, tuple[str, bool]], str | None]:
+    """The workload file and the files it names by a relative path (the model config, the trace), copied
+    into the kit under workload/ so the kit's README refers only to files inside the kit; and the trace's
+    path inside the kit (None when the trace was not copied)."""
+    base = path.parent
+    files = {f"{KIT_WORKLOAD}/{path.name}": (path.read_text(encoding="utf-8"), False)}
+    model = getattr(wl, "model", None)
+    trace = getattr(getattr(wl, "traffic", None), "trace", None)
+    copied_trace = None
+    for rel in (getattr(model, "config", None), None if trace == "bundled" else trace):
+        inside = _inside(base, rel)
+        if inside is not None:
+            files[f"{KIT_WORKLOAD}/{inside}"] = ((base / inside).read_text(encoding="utf-8"), False)
+            if rel == trace:
+                copied_trace = f"{KIT_WORKLOAD}/{inside}"
+    return files, copied_trace
+
+
 def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
     """Quota and offering from `chipswap capacity`'s shipped snapshot (never a live AWS call here)."""
     from chipswap.economics.aws.capacity import gather_capacity
@@ -299,7 +338,16 @@ def _trial(
             tp=tp,
             batch=batch,
         )
+        copied: dict[str, tuple[str, bool]] = {}
+        if workload is not None:
+            from dataclasses import replace
+
+            copied, trace = workload_copy(wl, path)
+            spec = replace(spec, workload_arg=f"{KIT_WORKLOAD}/{path.name}")
+            if trace is not None and spec.traffic.trace is not None:
+                spec = replace(spec, traffic=replace(spec.traffic, trace=trace))
         files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)
+        files.update(copied)
         write_kit(out, files, force=force)
     finally:
         bar.close()
