@@ -19,7 +19,9 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trial.md"
 BEGIN = "<!-- trial-readme: begin (scripts/trial_docs.py writes this block from `chipswap trial`) -->"
 END = "<!-- trial-readme: end -->"
-SUMMARY_BEGIN = "<!-- trial-summary: begin (scripts/trial_docs.py writes this block from `chipswap trial`) -->"
+SUMMARY_BEGIN = (
+    "<!-- trial-summary: begin (scripts/trial_docs.py writes this block from `chipswap trial`) -->"
+)
 SUMMARY_END = "<!-- trial-summary: end -->"
 KIT = "chipswap-trial"
 

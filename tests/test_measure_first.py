@@ -66,7 +66,9 @@ def test_a_candidate_that_could_win_without_a_figure_is_measure_first() -> None:
 
 
 def test_a_fixable_readiness_blocker_is_a_flip_not_a_reason_to_stay() -> None:
-    blocked = clean(**NO_PICK, readiness_blockers=1, unmeasured=(replace(COVERAGE, fix="port with NxDI MoE"),))
+    blocked = clean(
+        **NO_PICK, readiness_blockers=1, unmeasured=(replace(COVERAGE, fix="port with NxDI MoE"),)
+    )
     assert decide(replace(blocked, blockers_fixable=True)).verdict == MEASURE
     # a blocker without a known fix stays a screening failure
     v = decide(replace(blocked, blockers_fixable=False))
@@ -98,7 +100,9 @@ def test_a_close_call_with_a_candidate_to_measure_is_measure_first() -> None:
 
 
 def test_measure_lines_carry_why_fix_flip_cost_and_command() -> None:
-    u = replace(COVERAGE, fix="port with the fix", trial="Trial: 1.2 h on 1 x inf2.24xlarge = $7.80", next="x")
+    u = replace(
+        COVERAGE, fix="port with the fix", trial="Trial: 1.2 h on 1 x inf2.24xlarge = $7.80", next="x"
+    )
     rows = measure_lines(replace(u, next="chipswap trial w.toml --candidate inf2.24xlarge"))
     assert [r.split(":")[0] for r in rows] == ["why no figure", "first", "what flips it", "the trial", "next"]
     assert rows[-1].endswith("--candidate inf2.24xlarge")
@@ -142,7 +146,9 @@ def test_the_trial_is_for_exactly_the_candidate_the_verdict_names() -> None:
 
     cands = (_cand("inf2.24xlarge", to_measure=object()), _cand("inf2.48xlarge", to_measure=object()))
     result = SimpleNamespace(
-        candidates=cands, best=None, verdict=SimpleNamespace(measure=replace(COVERAGE, target="inf2.48xlarge"))
+        candidates=cands,
+        best=None,
+        verdict=SimpleNamespace(measure=replace(COVERAGE, target="inf2.48xlarge")),
     )
     assert pick_candidate(result).instance == "inf2.48xlarge"
     assert pick_candidate(result, "inf2.24xlarge").instance == "inf2.24xlarge"
@@ -150,8 +156,8 @@ def test_the_trial_is_for_exactly_the_candidate_the_verdict_names() -> None:
         pick_candidate(result, "trn9.huge")
 
 
-# ---- through the plan (stated figures: no projection, fast) -------------------------------------------------
-from tests.test_plan import plan, readiness, serving  # noqa: E402,F401  (the fixture and helpers)
+# ---- through the plan (stated figures: no projection, fast) ----------------------------------------------
+from tests.test_plan import plan, readiness, serving  # noqa: E402,F401,I001  (the fixture and helpers)
 
 
 MOE = {
@@ -234,4 +240,29 @@ def test_the_fix_is_said_in_a_few_words() -> None:
     from chipswap.plan.verdict import _first_clause
 
     fix = str(MOE["fix"]) + " (a (nested) aside)"
-    assert _first_clause(fix) == "Route with static shapes: capacity-factor routing, or NxD Inference's MoE modules"
+    assert (
+        _first_clause(fix)
+        == "Route with static shapes: capacity-factor routing, or NxD Inference's MoE modules"
+    )
+
+
+def test_no_priced_candidate_leaves_no_saving_never_not_checked() -> None:
+    """Report loose ends: with nothing priced, no "saving ... = never; not checked" reason and no yellow
+    "Not checked: saving per month" box (the verdict's own reason says why nothing is priced)."""
+    from chipswap.report.wording import caveat_lines
+
+    v = decide(clean(**NO_PICK, unmeasured=(COVERAGE,)))
+    assert v.economics == ()
+    assert not any("never" in r.line() for r in v.reasons)
+    assert caveat_lines(SimpleNamespace(verdict=v, best=None)) == []
+    priced = decide(clean(monthly_after_usd=Decimal("39000")))  # a close call keeps its economics rows
+    assert {r.rule for r in priced.economics} == {"monthly-saving", "payback"}
+
+
+def test_the_readme_says_each_instance_s_share_not_its_capacity() -> None:
+    import inspect
+
+    from chipswap.trial import readme
+
+    src = inspect.getsource(readme)
+    assert "its share of the traffic, not its capacity" in src and 'requests/s per instance."' not in src

@@ -1,5 +1,5 @@
-"""Issue 39, item 6: `chipswap trial` reads the defaults file and CHIPSWAP_* like `plan` (cli/config.py), takes
---no-aws and --candidate, and says which stage it is in from the first second."""
+"""Issue 39, item 6: `chipswap trial` reads the defaults file and CHIPSWAP_* like `plan` (cli/config.py),
+takes --no-aws and --candidate, and says which stage it is in from the first second."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_the_kit_carries_the_workload_and_its_files(tmp_path: Path) -> None:
     copied under workload/ (a file outside the workload's folder, or a huge one, is not)."""
     from types import SimpleNamespace
 
-    from chipswap.cli.trial import workload_copy
+    from chipswap.cli.trialkit import workload_copy
 
     (tmp_path / "w.toml").write_text("title = 'x'\n")
     (tmp_path / "config.json").write_text("{}\n")
@@ -76,7 +76,9 @@ def test_the_kit_carries_the_workload_and_its_files(tmp_path: Path) -> None:
     files, trace = workload_copy(wl, tmp_path / "w.toml")
     assert set(files) == {"workload/w.toml", "workload/config.json", "workload/traces/chat.csv"}
     assert trace == "workload/traces/chat.csv"
-    outside = SimpleNamespace(model=SimpleNamespace(config="../elsewhere.json"), traffic=SimpleNamespace(trace="/abs.csv"))
+    outside = SimpleNamespace(
+        model=SimpleNamespace(config="../elsewhere.json"), traffic=SimpleNamespace(trace="/abs.csv")
+    )
     files, trace = workload_copy(outside, tmp_path / "w.toml")
     assert set(files) == {"workload/w.toml"} and trace is None
 

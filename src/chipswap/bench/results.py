@@ -158,7 +158,7 @@ class BenchResults:
     buckets: tuple[BucketFigures, ...]
     identity: BenchIdentity = field(default_factory=BenchIdentity)
     evidence: Evidence = field(default_factory=Evidence)  # chipswap.bench.evidence: beyond the name
-    offered_rps: float | None = None  # the rate the load generator offered (load.offered_rps), when one was set
+    offered_rps: float | None = None  # the rate offered (load.offered_rps), when one was set
 
 
 @dataclass(frozen=True)

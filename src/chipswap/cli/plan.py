@@ -464,11 +464,12 @@ def _plan(
         bar.close()
     _require_arrival_rates(result, wl, path)
     if getattr(result.verdict, "measure", None) is not None:
-        from chipswap.cli.trial import measure_quote
-
         import shlex
 
-        arg = shlex.quote(str(workload)) if workload is not None else f"--example {example or DEFAULT_EXAMPLE}"
+        from chipswap.cli.trialkit import measure_quote
+
+        named = example or DEFAULT_EXAMPLE
+        arg = shlex.quote(str(workload)) if workload is not None else f"--example {named}"
         result = measure_quote(result, wl, path, catalog or _default_catalog(), arg)
     from chipswap.report.publish import publish_report_set
     from chipswap.textsafe import one_line

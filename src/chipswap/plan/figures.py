@@ -108,9 +108,9 @@ class Chosen:
 
 def pick(figures: Iterable[Figure | None]) -> Chosen:
     """The best-ranked figure (measured > projected > published > stated > assumption); ties keep the first
-    given. None entries (a source that has no figure for this quantity) are skipped. A lower bound (`at_least`:
-    a measurement that never saturated) outranks the others only where they fall below it: a figure above it
-    agrees with it and is used, the bound beside it."""
+    given. None entries (a source that has no figure for this quantity) are skipped. A lower bound
+    (`at_least`: a measurement that never saturated) outranks the others only where they fall below it: a
+    figure above it agrees with it and is used, the bound beside it."""
     given = [f for f in figures if f is not None]
     if not given:
         return Chosen(None)

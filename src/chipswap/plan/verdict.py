@@ -618,7 +618,7 @@ def _first_clause(text: str) -> str:
 
 
 def short_reason(text: str) -> str:
-    """A candidate's reason in one short line: the detail after "(issue ..." and the "measure it" prefix off."""
+    """A candidate's reason in one short line: the "(issue ..." detail and the "measure it" prefix off."""
     t = text.split(" (issue ")[0].replace(" — measure it (chipswap trial):", ":")
     return t if len(t) <= 400 else t[:399] + "…"
 
@@ -640,7 +640,8 @@ def _flip_figure(
         return None
     busiest = traffic.busiest_rps or traffic.peak_rps or traffic.mean_rps if traffic is not None else None
     after = (per_instance * most).quantize(Decimal("0.01"))
-    fleet = f"{most} x {c.instance} at {after:,} USD/month, a clear saving against {now.quantize(Decimal('0.01')):,}"
+    gpu = now.quantize(Decimal("0.01"))
+    fleet = f"{most} x {c.instance} at {after:,} USD/month, a clear saving against {gpu:,}"
     if not busiest:
         return f"a move flips when {fleet} carry the traffic"
     per = busiest / most / s.workload.utilization
@@ -687,7 +688,7 @@ def unmeasured_candidates(
             cause, why = "readiness", f"{fix[0]} readiness blocker(s) on {tgt}: the figure holds once ported"
         elif (
             c.excluded is None
-            and c.throughput.band  # the candidate's own band: a trial of it narrows it (a GPU band it does not)
+            and c.throughput.band  # the candidate's own band: its trial narrows it (not the GPU's)
             and lo is not None
             and hi is not None
             and lo < th.close_margin_pct <= hi

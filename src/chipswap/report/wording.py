@@ -78,8 +78,8 @@ def caveat_lines(result: Any) -> list[str]:
 
 
 def decision_lines(result: Any) -> list[str]:
-    """What the answer rests on, beside it: a "measure first" verdict's detail, and the right-sizing of today's
-    GPU fleet (no port)."""
+    """What the answer rests on, beside it: a "measure first" verdict's detail, and the right-sizing of
+    today's GPU fleet (no port)."""
     rs = right_sizing_line(result)
     return [*measure_rows(result), *([rs] if rs else [])]
 

@@ -402,7 +402,8 @@ class _Assessment:
     @property
     def hard_failed(self) -> tuple[Reason, ...]:
         """Screening failures a measurement cannot change: a readiness blocker with a known fix is a flip
-        (port with the fix, then measure) when a candidate that could win waits on it, not a reason to stay."""
+        (port with the fix, then measure) when a candidate that could win waits on it, not a reason to
+        stay."""
         soft = {"standard-architecture"} if self.facts.blockers_fixable and self.facts.unmeasured else set()
         return tuple(r for r in self.failed if r.rule not in soft)
 
