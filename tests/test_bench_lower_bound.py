@@ -1,6 +1,6 @@
 """Issue 39, item 3: a benchmark that did not saturate (completed rate = offered rate, latency flat) is a
-lower bound on capacity, labelled so; it outranks a projection only above it. Imported runs (`vllm bench serve`'s
-request_rate) and `chipswap bench` files (load.offered_rps) alike."""
+lower bound on capacity, labelled so; it outranks a projection only above it. Imported runs (`vllm bench
+serve`'s request_rate) and `chipswap bench` files (load.offered_rps) alike."""
 
 from __future__ import annotations
 

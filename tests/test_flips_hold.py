@@ -42,7 +42,8 @@ def test_every_printed_cost_row_holds_when_re_planned(no_blockers, rps: float, b
 
 def test_the_spot_row_is_printed_only_when_spot_re_planned_flips(no_blockers) -> None:  # noqa: F811
     """The issue's case: at on-demand the saving is inside the close-call margin; on spot it is over it, but
-    the error band still straddles the flip point, so the re-planned spot verdict is a close call: no spot row."""
+    the error band still straddles the flip point, so the re-planned spot verdict is a close call: no spot
+    row."""
     for rps, band in CASES:
         d = _banded(rps, band)
         r = plan(d)

@@ -65,9 +65,10 @@ def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
         objectives' own rows say it)."""
         if base_gpu is not None and economics(x).gpu_count is None:
             return v.verdict.verdict
-        band = None
-        if gpu is not None and best.saving_pct is not None:
-            band = band_check(facts, x, th, best, gpu)[0]
+        plain = evaluate(facts, x, th).verdict
+        if plain not in MOVES or gpu is None or best.saving_pct is None:
+            return plain  # the band only ever turns a move into a close call
+        band = band_check(facts, x, th, best, gpu)[0]
         return evaluate(replace(facts, band_flip=band), x, th).verdict
 
     knobs: list[Knob] = []
