@@ -221,6 +221,9 @@ def test_n_plus_one_is_redundancy_not_an_slo_miss(readiness) -> None:  # noqa: F
     assert "meets the SLO with 1; N+1 asks for 2" in notes
     assert "USD/month with 1" in notes and "with 2" in notes  # priced both ways
     assert "misses the SLO" not in notes and "too small for the busiest window" not in notes
+    # the bill-size rule reads today's own bill, not the N+1 fleet ("now" not doubled)
+    bill = next(x for x in r.verdict.reasons if x.rule == "bill-size")
+    assert bill.input_value == r.monthly_today.value
 
 
 def test_compile_estimate_follows_the_model_size() -> None:

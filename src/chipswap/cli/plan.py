@@ -152,8 +152,10 @@ def summary_lines(result: object) -> list[str]:
     gpu = getattr(r, "gpu_fleet", None)
     needed = getattr(gpu, "count", None) if getattr(r, "kind", "serving") == "serving" else None
     if today is not None and needed is not None and needed != r.fleet_count:  # type: ignore[attr-defined]
+        n1 = needed > r.fleet_count and "redundancy" in str(getattr(gpu, "min_count_why", ""))  # type: ignore[attr-defined]
+        how = "with N+1 (targets.min_replicas), like the candidates" if n1 else "sized like the candidates"
         lines.append(
-            f"  now:   {fleet} today {_money(today.value)}/month; sized like the candidates: {needed} x "
+            f"  now:   {fleet} today {_money(today.value)}/month; {how}: {needed} x "
             f"{r.fleet_instance} {_money(now)}/month"  # type: ignore[attr-defined]
         )
     else:

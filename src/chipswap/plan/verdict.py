@@ -364,6 +364,8 @@ def verdict(
     )
     base_money = economics(base_scn)
     base_facts = replace(base_facts, monthly_now_usd=base_money.monthly_now)
+    if s.kind == "serving" and _redundancy_only(s, base_money, base_scn):
+        base_facts = replace(base_facts, bill_usd=today.value)  # N+1 is not today's spend
     monthly_now = today
     if s.kind == "serving" and base_money.gpu_count is not None:
         monthly_now = Figure(
@@ -520,6 +522,13 @@ def _no_candidate(s: PlanSetup, cands: list[CandidateResult], fl: FleetsStage) -
     if cands and all(c.excluded for c in cands):
         return "no candidate can be chosen: " + "; ".join(f"{c.instance}: {c.excluded}" for c in cands)
     return None
+
+
+def _redundancy_only(s: PlanSetup, money: Money, scn: Scenario) -> bool:
+    """The like-for-like GPU fleet is larger than today's only by the redundancy floor (N+1)."""
+    needed, alone = money.gpu_count, _alone(scn)
+    n_today = s.workload.fleet.count
+    return needed is not None and alone is not None and alone <= n_today < needed
 
 
 def _alone(scn: Scenario | None) -> int | None:

@@ -111,6 +111,13 @@ class Facts:
     blockers_fixable: bool = False
     # no candidate could win at any throughput (its fewest instances cost too much), in words; None otherwise
     cannot_win: str | None = None
+    # the bill the bill-size rule reads when it is not monthly_now_usd: today's own bill where the like-for-like
+    # GPU fleet is larger only by the redundancy floor (N+1 is not spend the workload has today)
+    bill_usd: Decimal | None = None
+
+    @property
+    def bill_size_usd(self) -> Decimal:
+        return self.bill_usd if self.bill_usd is not None else self.monthly_now_usd
 
     @property
     def mean_tokens_per_s(self) -> float | None:
@@ -234,7 +241,7 @@ SCREENING_RULES: tuple[ScreeningRule, ...] = (
     ),
     ScreeningRule(
         "bill-size",
-        "monthly_now_usd",
+        "bill_size_usd",
         "GPU spend per month (USD)",
         ">=",
         "min_monthly_bill_usd",
