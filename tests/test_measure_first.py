@@ -269,3 +269,18 @@ def test_the_readme_says_each_instance_s_share_not_its_capacity() -> None:
 
     src = inspect.getsource(readme)
     assert "its share of the traffic, not its capacity" in src and 'requests/s per instance."' not in src
+
+
+def test_an_unknown_bar_says_why() -> None:
+    """The cost charts named "not priced, or no fleet size meets the SLO" whatever the cause; now the row's own
+    reason (outside the calibration, MoE)."""
+    from chipswap.report.plots import bars_svg
+
+    svg = bars_svg(
+        "Monthly cost",
+        [("GPU", 100.0, "#000"), ("inf2.24xlarge", None, "#888")],
+        "",
+        "monthly",
+        why=[None, "outside what the calibration covers: MoE model"],
+    )
+    assert "outside what the calibration covers" in svg and "no fleet size meets the SLO" not in svg
