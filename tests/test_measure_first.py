@@ -272,8 +272,8 @@ def test_the_readme_says_each_instance_s_share_not_its_capacity() -> None:
 
 
 def test_an_unknown_bar_says_why() -> None:
-    """The cost charts named "not priced, or no fleet size meets the SLO" whatever the cause; now the row's own
-    reason (outside the calibration, MoE)."""
+    """The cost charts named "not priced, or no fleet size meets the SLO" whatever the cause; now the row's
+    own reason (outside the calibration, MoE)."""
     from chipswap.report.plots import bars_svg
 
     svg = bars_svg(

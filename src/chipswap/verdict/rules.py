@@ -111,8 +111,8 @@ class Facts:
     blockers_fixable: bool = False
     # no candidate could win at any throughput (its fewest instances cost too much), in words; None otherwise
     cannot_win: str | None = None
-    # the bill the bill-size rule reads when it is not monthly_now_usd: today's own bill where the like-for-like
-    # GPU fleet is larger only by the redundancy floor (N+1 is not spend the workload has today)
+    # the bill the bill-size rule reads when it is not monthly_now_usd: today's own bill where the
+    # like-for-like GPU fleet is larger only by the redundancy floor (N+1 is not spend the workload has today)
     bill_usd: Decimal | None = None
 
     @property
