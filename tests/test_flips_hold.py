@@ -24,7 +24,7 @@ def _banded(rps: float, band_pct: float, term: str = "on-demand") -> dict[str, A
     return d
 
 
-CASES = [(0.9, 30.0), (1.2, 40.0), (0.7, 25.0), (1.8, 60.0)]
+CASES = [(0.9, 30.0), (1.2, 40.0), (0.7, 25.0), (1.8, 60.0), (1.0, 80.0), (1.4, 150.0)]
 
 
 @pytest.mark.parametrize(("rps", "band"), CASES)

@@ -53,7 +53,7 @@ class Thresholds:
 UNMEASURED_CAUSES: dict[str, str] = {
     "coverage": "has no figure: outside what the calibration covers",
     "readiness": "has no figure until a fixable readiness blocker is fixed",
-    "band": "rests on a projection whose error band straddles the flip point by more than a trial costs",
+    "band": "rests on a figure whose error band straddles the flip point by more than a trial costs",
 }
 
 
@@ -461,7 +461,7 @@ def _measure_words(u: Unmeasured) -> str:
 def measure_lines(u: Unmeasured) -> tuple[str, ...]:
     """The "measure first" answer in lines: why no figure, the fix first, the figure that flips it, what the
     trial costs and the next command (the terminal, the Markdown and the HTML print the same lines)."""
-    rows = [f"why no figure: {u.why}"]
+    rows = [f"{'why not decided' if u.cause == 'band' else 'why no figure'}: {u.why}"]
     if u.fix:
         rows.append(f"first: {u.fix}")
     rows.append(f"what flips it: {u.flip}")
