@@ -197,6 +197,7 @@ def test_plan_says_measure_first_for_a_candidate_behind_a_fixable_blocker(blocke
     assert "capacity-factor routing" in m.fix and "(fixed capacity)" not in m.fix  # the fix in a few words
     assert "requests/s per inf2.xlarge" in m.flip  # the figure that flips it
     assert r.to_json()["verdict"]["measure"]["target"] == "inf2.xlarge"
+    assert r.flips == ()  # what flips it is the measurement, said above; no knob searched, no objective re-planned
     blocked(False)  # no known fix: a reason to stay, as before
     r = plan(serving())
     assert r.verdict.verdict == STAY and "standard-architecture" in r.verdict.why

@@ -19,7 +19,7 @@ from chipswap.plan.setup import PlanSetup
 from chipswap.plan.sizing import RateSizer
 from chipswap.plan.verdict import VerdictStage, band_check, rate
 from chipswap.plan.workload import TERMS
-from chipswap.verdict.rules import MOVES, STAY
+from chipswap.verdict.rules import MEASURE, MOVES, STAY
 from chipswap.verdict.sensitivity import Choice, Flip, Knob, sensitivity
 
 
@@ -51,7 +51,8 @@ def at_term(s: PlanSetup, scn: Scenario, instance: str, term: str) -> Scenario |
 
 
 def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
-    if v.best is None:
+    # "measure first": what flips it is the measured figure (the verdict's own lines say which), not a knob
+    if v.best is None or v.verdict.verdict == MEASURE:
         return ()
     wl, th = s.workload, s.thresholds
     facts, scn = replace(v.facts, band_flip=None), v.scenario
@@ -188,8 +189,8 @@ def objective_flips(
     (OBJECTIVE_STEPS; GOODPUT_STEPS) whose re-sizing flips the verdict in each direction, kept only when
     re-planning at that value (`replan`: the simulation, fleets and verdict stages run again for that [slo])
     gives that verdict too. `quick`: the verdict from the fleets' size tables (no simulation), to find it."""
-    if v.best is None and not v.candidates:
-        return ()
+    if (v.best is None and not v.candidates) or v.verdict.verdict == MEASURE:
+        return ()  # "measure first": no objective is re-planned (minutes of simulation, both ways)
     slo = s.workload.slo
     out: list[Flip] = []
     done: dict[tuple[str, float], str] = {}
