@@ -149,8 +149,13 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         "## Steps",
         "",
-        "Run every step from this folder: the scripts and `results/` are relative to it, the workload is "
-        "named by its absolute path. A run that stops early or has no successful request ends the script "
+        "Run every step from this folder: the scripts and `results/` are relative to it"
+        + (
+            ", and the workload with the files it names is copied into `workload/`"
+            if (spec.workload_arg or "").startswith("workload/")
+            else ""
+        )
+        + ". A run that stops early or has no successful request ends the script "
         "with one line and a non-zero exit, and writes no `results/` file.",
         "",
         f"1. `./launch.sh` — {'compiles the buckets and ' if spec.mode == 'encoder' else ''}starts "
