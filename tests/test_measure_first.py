@@ -197,7 +197,7 @@ def test_plan_says_measure_first_for_a_candidate_behind_a_fixable_blocker(blocke
     assert "capacity-factor routing" in m.fix and "(fixed capacity)" not in m.fix  # the fix in a few words
     assert "requests/s per inf2.xlarge" in m.flip  # the figure that flips it
     assert r.to_json()["verdict"]["measure"]["target"] == "inf2.xlarge"
-    assert r.flips == ()  # what flips it is the measurement, said above; no knob searched, no objective re-planned
+    assert r.flips == ()  # the measurement flips it; no knob searched
     blocked(False)  # no known fix: a reason to stay, as before
     r = plan(serving())
     assert r.verdict.verdict == STAY and "standard-architecture" in r.verdict.why
@@ -241,7 +241,7 @@ def test_compile_estimate_follows_the_model_size() -> None:
 
 
 def test_the_fix_is_said_in_a_few_words() -> None:
-    from chipswap.plan.verdict import _first_clause
+    from chipswap.plan.measure import _first_clause
 
     fix = str(MOE["fix"]) + " (a (nested) aside)"
     assert (
