@@ -15,33 +15,11 @@ from chipswap.verdict.rules import (
     MOVE_INF,
     STAY,
     VERDICTS,
-    Facts,
     Unmeasured,
     decide,
     measure_lines,
 )
-
-
-def clean(**kw: object) -> Facts:
-    """A serving workload that passes every rule: 50% saving, payback month 1."""
-    base = Facts(
-        kind="serving",
-        target_kind="inferentia",
-        target="inf2.xlarge",
-        research_churn=False,
-        custom_cuda_kernels=False,
-        model_changes_per_month=0.0,
-        readiness_blockers=0,
-        peak_to_mean=1.3,
-        mean_rps=20.0,
-        horizon_months=12,
-        monthly_now_usd=Decimal("40000"),
-        monthly_after_usd=Decimal("20000"),
-        porting_usd=Decimal("16000"),
-        payback_month=1,
-    )
-    return replace(base, **kw)  # type: ignore[arg-type]
-
+from tests.test_verdict import clean
 
 COVERAGE = Unmeasured(
     "inf2.24xlarge",
