@@ -1,10 +1,11 @@
-"""Write the README excerpt in docs/trial.md from the kit `chipswap trial` writes for the bundled example.
+"""Write docs/trial.md's two kit blocks from the kit `chipswap trial` writes for the bundled example: what the
+command prints (the summary and every file of the kit) and the README excerpt.
 
-    python scripts/trial_docs.py            # rewrite the block between the markers in docs/trial.md
-    python scripts/trial_docs.py --check    # exit 1 if the block differs from what the kit writes now
+    python scripts/trial_docs.py            # rewrite the blocks between the markers in docs/trial.md
+    python scripts/trial_docs.py --check    # exit 1 if a block differs from what the kit writes now
 
 The excerpt is the README from its title to the end of its "Steps" section (the launch-keys table and the
-fleet section follow in the docs page itself). tests/test_trial_live.py compares the block with a fresh kit.
+fleet section follow in the docs page itself). tests/test_trial_live.py compares both blocks with a fresh kit.
 Touches only docs/trial.md (and a temporary folder for the kit).
 """
 
@@ -18,6 +19,11 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[1] / "docs" / "trial.md"
 BEGIN = "<!-- trial-readme: begin (scripts/trial_docs.py writes this block from `chipswap trial`) -->"
 END = "<!-- trial-readme: end -->"
+SUMMARY_BEGIN = (
+    "<!-- trial-summary: begin (scripts/trial_docs.py writes this block from `chipswap trial`) -->"
+)
+SUMMARY_END = "<!-- trial-summary: end -->"
+KIT = "chipswap-trial"
 
 
 def excerpt(readme: str) -> str:
@@ -26,40 +32,52 @@ def excerpt(readme: str) -> str:
     return "```\n" + head + "\n```"
 
 
-def block(doc: str) -> str:
-    """The current excerpt in the docs page (between the markers)."""
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{DOC}: markers {BEGIN!r} / {END!r} not found")
-    return doc.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+def block(doc: str, begin: str = BEGIN, end: str = END) -> str:
+    """The current block in the docs page (between the markers)."""
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{DOC}: markers {begin!r} / {end!r} not found")
+    return doc.split(begin, 1)[1].split(end, 1)[0].strip("\n")
 
 
-def replace_block(doc: str, new: str) -> str:
-    before, rest = doc.split(BEGIN, 1)
-    after = rest.split(END, 1)[1]
-    return f"{before}{BEGIN}\n{new}\n{END}{after}"
+def replace_block(doc: str, new: str, begin: str = BEGIN, end: str = END) -> str:
+    before, rest = doc.split(begin, 1)
+    after = rest.split(end, 1)[1]
+    return f"{before}{begin}\n{new}\n{end}{after}"
 
 
-def fresh_readme() -> str:
-    """The README of `chipswap trial` on the bundled example, written into a temporary folder."""
+def fresh_kit() -> tuple[str, str]:
+    """(what `chipswap trial` prints, the README it writes) on the bundled example, in a temporary folder; the
+    folder is named chipswap-trial/ in the printed lines, as the command's default --out."""
     with tempfile.TemporaryDirectory() as tmp:
-        kit = Path(tmp) / "chipswap-trial"
+        kit = Path(tmp) / KIT
         r = subprocess.run(
-            [sys.executable, "-m", "chipswap", "trial", "--out", str(kit)], capture_output=True, text=True
+            [sys.executable, "-m", "chipswap", "trial", "--out", str(kit), "--no-aws", "-q"],
+            capture_output=True,
+            text=True,
         )
         if r.returncode != 0:
             raise SystemExit(f"chipswap trial exited {r.returncode}: {r.stderr.strip()}")
-        return (kit / "README.md").read_text()
+        return r.stdout.replace(str(kit), KIT), (kit / "README.md").read_text()
+
+
+def fresh_readme() -> str:
+    return fresh_kit()[1]
+
+
+def summary(stdout: str) -> str:
+    return "```\n$ chipswap trial\n" + stdout.rstrip("\n") + "\n```"
 
 
 def run(argv: list[str]) -> int:
-    new = excerpt(fresh_readme())
+    out, readme = fresh_kit()
+    new, head = excerpt(readme), summary(out)
     doc = DOC.read_text()
     if "--check" in argv:
-        same = block(doc) == new
-        print("docs/trial.md README excerpt " + ("matches the kit" if same else "differs from the kit"))
+        same = block(doc) == new and block(doc, SUMMARY_BEGIN, SUMMARY_END) == head
+        print("docs/trial.md kit blocks " + ("match the kit" if same else "differ from the kit"))
         return 0 if same else 1
-    DOC.write_text(replace_block(doc, new))
-    print(f"wrote the README excerpt into {DOC}")
+    DOC.write_text(replace_block(replace_block(doc, new), head, SUMMARY_BEGIN, SUMMARY_END))
+    print(f"wrote the kit blocks into {DOC}")
     return 0
 
 

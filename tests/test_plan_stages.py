@@ -19,7 +19,7 @@ from chipswap.plan.economics import Scenario, economics
 from chipswap.plan.figures import Figure, pick, source_kind
 from chipswap.plan.sizing import CurveSizer, RateSizer
 from chipswap.plan.workload_file import parse_workload
-from chipswap.verdict.rules import CLOSE, MOVE_INF, MOVE_TRN, STAY
+from chipswap.verdict.rules import CLOSE, MEASURE, MOVE_INF, MOVE_TRN, STAY
 
 CAT = load_catalog()
 
@@ -141,9 +141,12 @@ def test_flip_inside_the_band_is_a_close_call_naming_the_figure_and_band() -> No
     flip = next(f for f in clear.flips if f.knob == "throughput ratio")
     slower = 1 / float(flip.edge)  # the move flips at this many times slower
     inside = plan(_banded((slower - 1) * 100 + 5))  # a band wider than the flip point
-    assert inside.verdict.verdict == CLOSE
-    why = inside.verdict.why
-    assert "inf2.xlarge throughput" in why and f"±{(slower - 1) * 100 + 5:.0f}%" in why and "inside" in why
+    # issue 39: the candidate's own band straddles the flip point, and a trial costs less than the stake: the
+    # answer is to measure it, naming the figure and its band
+    assert inside.verdict.verdict == MEASURE and "inf2.xlarge" in inside.verdict.why
+    m = inside.verdict.measure
+    assert m.cause == "band" and "inf2.xlarge throughput" in m.why and "across the band" in m.why
+    assert f"± {(slower - 1) * 100 + 5:.0f}%" in m.why
     lo, hi = inside.best.saving_pct_range
     assert lo is not None and hi is not None and lo < inside.best.saving_pct < hi
     outside = plan(_banded((slower - 1) * 100 - 5))  # the band stops short of the flip: still a move

@@ -225,11 +225,15 @@ def test_no_candidate_says_why() -> None:
 
 def test_every_decision_row_is_reachable() -> None:
     """One Facts per row of the decision table, each giving that row's verdict (the rows are data)."""
-    from chipswap.verdict.rules import Reason
+    from chipswap.verdict.rules import Reason, Unmeasured
 
     fail = Reason("overflow", "fail", "gpu", "3% overflow", "overflow share (%)", 3.0, "<= 1%")
     cases = {
+        "no-candidate-can-win": clean(cannot_win="even 2 x inf2.xlarge cost more"),
         "screening-fails": clean(research_churn=True),
+        "measure-first": clean(
+            monthly_after_usd=None, unmeasured=(Unmeasured("inf2.8xlarge", "coverage", "MoE", "flips at 3"),)
+        ),
         "no-candidate": clean(monthly_after_usd=None, payback_month=None),
         "misses-slo": clean(meets_slo=False),
         "costs-more": clean(monthly_after_usd=Decimal("41000"), payback_month=None),

@@ -112,6 +112,7 @@ def _figures(
     prompt: Mapping[str, Any],
     output: Mapping[str, Any],
     measured_at: str,
+    offered_rps: float | None = None,
 ) -> dict[str, Any]:
     """The chipswap.bench/2 document of an imported run (no SLO, so no goodput: throughput is the figure)."""
     errors = max(sent - ok, 0)
@@ -128,7 +129,7 @@ def _figures(
         "machine": None,
         "target": {"url": url or "", "protocol": protocol, "model": model, "server": None},
         "instance": None if instance is None else {"name": instance, "term": None, "region": None},
-        "load": {"trace": f"{tool}'s own load", "imported_from": tool},
+        "load": {"trace": f"{tool}'s own load", "imported_from": tool, "offered_rps": offered_rps},
         "slo": {"e2e_ms": None, "ttft_ms": None, "itl_ms": None},
         "complete": True,
         "stop_reason": "",
@@ -186,6 +187,7 @@ def _vllm(d: Mapping[str, Any], instance: str | None) -> dict[str, Any]:
         prompt=_dist(d.get("input_lens") or []),
         output=_dist(d.get("output_lens") or []),
         measured_at=_text(d.get("date")) or "",
+        offered_rps=_num(d, "request_rate"),  # "inf" (all at once) is no offered rate: None
     )
 
 

@@ -159,6 +159,7 @@ class BenchResults:
     identity: BenchIdentity = field(default_factory=BenchIdentity)
     imported_from: str | None = None  # the peer tool whose file `chipswap bench import` converted
     evidence: Evidence = field(default_factory=Evidence)  # chipswap.bench.evidence: beyond the name
+    offered_rps: float | None = None  # the rate offered (load.offered_rps), when one was set
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,29 @@ class MeasuredServing:
     source: str = "measured"
     note: str = ""
     evidence: Evidence | None = None  # what the file showed (lengths sent, latencies), for later notes
+    # the run did not saturate (it completed what was offered, latency flat): a lower bound on capacity
+    lower_bound: bool = False
+
+
+# a run whose completed rate is within this share of the offered rate kept up with it: not saturated
+KEPT_UP = 0.9  # the trial sweep's own saturation line (trial/benchscript SATURATED_GOODPUT)
+FLAT_P99_OVER_P50 = 3.0  # end-to-end p99 over p50 at most this: latency flat, no queue building
+
+
+def did_not_saturate(results: BenchResults) -> str | None:
+    """Why a run is a lower bound on capacity (completed rate = offered rate, latency flat), in words; None
+    when it saturated or cannot tell (no offered rate: a sweep, or all requests at once)."""
+    offered = results.offered_rps
+    if offered is None or offered <= 0 or results.requests_per_s < KEPT_UP * offered:
+        return None
+    p50, p99 = results.e2e_p50_ms, results.e2e_p99_ms
+    if p50 is not None and p99 is not None and p50 > 0 and p99 > FLAT_P99_OVER_P50 * p50:
+        return None
+    flat = f", latency flat (p99 {p99:,.0f} ms / p50 {p50:,.0f} ms)" if p50 and p99 else ""
+    return (
+        f"lower bound: the run completed {results.requests_per_s:,.3g} of {offered:,.3g} requests/s offered"
+        f"{flat}, so it never reached capacity"
+    )
 
 
 def _where(source: str, field: str) -> str:
@@ -320,6 +344,15 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         )
     ttft = _pct(lat.get("ttft"), source, "latency_ms.ttft")
     itl = _pct(lat.get("itl"), source, "latency_ms.itl")
+    load = doc.get("load")
+    offered_raw = load.get("offered_rps") if isinstance(load, dict) else None
+    offered = (
+        strict_number(offered_raw, _where(source, "load.offered_rps"), lo=0, hi=MAX_RPS)
+        if isinstance(offered_raw, int | float)
+        and not isinstance(offered_raw, bool)
+        and 0 < offered_raw < float("inf")
+        else None
+    )
     return BenchResults(
         source=source,
         protocol=protocol,
@@ -355,6 +388,7 @@ def parse_bench_results(data: Any, source: str = "<data>") -> BenchResults:
         identity=parse_identity(doc.get("identity"), source),
         evidence=parse_evidence(doc, source),
         imported_from=_imported(doc),
+        offered_rps=offered,
     )
 
 
@@ -398,6 +432,9 @@ def measured_serving(results: BenchResults) -> MeasuredServing:
     notes = [f"chipswap bench {results.protocol} {results.measured_at}, {results.ok:,} requests, {basis}"]
     if not results.complete:
         notes.append(f"partial run: {results.stop_reason}")
+    bound = did_not_saturate(results)
+    if bound:
+        notes.append(bound)
     if results.error_rate > 0 or results.reject_rate > 0:
         notes.append(f"errors {results.error_rate:.1%}, rejects {results.reject_rate:.1%}")
     return MeasuredServing(
@@ -410,6 +447,7 @@ def measured_serving(results: BenchResults) -> MeasuredServing:
         basis=basis,
         note="; ".join(notes),
         evidence=results.evidence,
+        lower_bound=bound is not None,
     )
 
 

@@ -152,12 +152,20 @@ def summary_lines(result: object) -> list[str]:
     gpu = getattr(r, "gpu_fleet", None)
     needed = getattr(gpu, "count", None) if getattr(r, "kind", "serving") == "serving" else None
     if today is not None and needed is not None and needed != r.fleet_count:  # type: ignore[attr-defined]
+        n1 = needed > r.fleet_count and "redundancy" in str(getattr(gpu, "min_count_why", ""))  # type: ignore[attr-defined]
+        how = "with N+1 (targets.min_replicas), like the candidates" if n1 else "sized like the candidates"
         lines.append(
-            f"  now:   {fleet} today {_money(today.value)}/month; sized like the candidates: {needed} x "
+            f"  now:   {fleet} today {_money(today.value)}/month; {how}: {needed} x "
             f"{r.fleet_instance} {_money(now)}/month"  # type: ignore[attr-defined]
         )
     else:
         lines.append(f"  now:   {fleet}  {_money(now)}/month")
+    from chipswap.report.wording import measure_rows, right_sizing_line
+
+    lines.extend(f"  {row}" for row in measure_rows(r))
+    rs = right_sizing_line(r)
+    if rs:
+        lines.append(f"  {rs}")
     b = r.best  # type: ignore[attr-defined]
     if b is not None and b.monthly_usd is not None:
         pay = f"pays back in month {b.payback_month}" if b.payback_month else "never pays back"
@@ -186,8 +194,10 @@ def summary_lines(result: object) -> list[str]:
         lines.append(f"  {head}: " + " vs ".join(trains))
     if fleets:
         lines.append("Figures:")
+        from chipswap.report.wording import candidate_reason
+
         for f in fleets:
-            lines.append(f"  {figure_line(f)}")
+            lines.append(f"  {figure_line(f)}{candidate_reason(r, f.instance)}")
             note = str(getattr(getattr(f, "throughput", None), "note", "") or "")
             if note.startswith("run size inferred"):
                 lines.append(f"    {note}")
@@ -207,6 +217,12 @@ def summary_lines(result: object) -> list[str]:
         lines.append("What would flip it:")
         lines.extend(f"  {f}" for f in flips)
     return [one_line(line, 2000) for line in lines]
+
+
+def _default_catalog() -> Any:
+    from chipswap.economics.catalog_io import load_catalog
+
+    return load_catalog(None)
 
 
 def _print_claims(as_json: bool, catalog_file: str | Path | None) -> None:
@@ -449,6 +465,14 @@ def _plan(
     finally:
         bar.close()
     _require_arrival_rates(result, wl, path)
+    if getattr(result.verdict, "measure", None) is not None:
+        import shlex
+
+        from chipswap.cli.trialkit import measure_quote
+
+        named = example or DEFAULT_EXAMPLE
+        arg = shlex.quote(str(workload)) if workload is not None else f"--example {named}"
+        result = measure_quote(result, wl, path, catalog or _default_catalog(), arg)
     from chipswap.report.publish import publish_report_set
     from chipswap.textsafe import one_line
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import typer
 
+from chipswap.cli.trialkit import KIT_WORKLOAD, trial_spec, workload_copy
 from chipswap.errors import ChipswapError
 
 HELP = (
@@ -25,57 +26,6 @@ HELP = (
     "saturation) writing chipswap bench files; cost and duration; prerequisites; Kubernetes manifests and a "
     "SageMaker alternative for the fleet; a README ending in `chipswap plan WORKLOAD --bench results/*.json`."
 )
-
-
-def _stack(wl: Any, given: str | None) -> str:
-    return given or wl.targets.stack
-
-
-def _model(wl: Any, base: Path) -> tuple[str, str, str | None, str | None]:
-    """(name, what chipswap compile takes, the preset's source URL, task)."""
-    m = wl.model
-    if m is None:
-        raise ChipswapError(
-            "the workload has no [model]; a trial needs the model to launch (add [model] preset)"
-        )
-    if m.preset:
-        from chipswap.models import load_preset
-
-        return m.preset, m.preset, str(load_preset(m.preset).get("source", "")), m.task
-    if m.config:
-        path = Path(m.config)
-        path = path if path.is_absolute() else base / path
-        return path.parent.name or path.stem, str(path.resolve()), None, m.task
-    factory = str(m.factory)
-    return factory.rsplit(":", 1)[-1], factory, None, m.task
-
-
-def _traffic(
-    wl: Any, result: Any, base: Path
-) -> tuple[str, str | None, str | None, tuple[int | None, int | None]]:
-    """(source, trace path for the bench, traffic.csv text, steady lengths)."""
-    from chipswap.trial.benchscript import traffic_csv
-
-    tr = wl.traffic
-    steady = (getattr(tr, "prompt_tokens", None), getattr(tr, "output_tokens", None))
-    if tr.trace == "bundled":
-        return "bundled", None, None, steady
-    if tr.trace is not None and tr.columns is None:
-        p = Path(tr.trace)
-        return "file", str((p if p.is_absolute() else base / p).resolve()), None, steady
-    t = result.traffic
-    prompts = [int(x) for x in getattr(t, "prompt_tokens", ())]
-    outs = [int(x) for x in getattr(t, "output_tokens", ())] or None
-    if not prompts and steady[0] is not None:
-        prompts, outs = [int(steady[0])], [int(steady[1] or 1)]
-    if not prompts:
-        raise ChipswapError("the plan read no request lengths to replay; give traffic.trace or prompt_tokens")
-    return (
-        ("steady" if tr.steady_rps is not None else "file-lengths"),
-        None,
-        traffic_csv(prompts, outs),
-        steady,
-    )
 
 
 def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
@@ -98,43 +48,6 @@ def _prerequisites(catalog: Any, instance: str, region: str) -> list[str]:
     return lines
 
 
-def _pin_layout(
-    result: Any, wl: Any, catalog: Any, stack: str, model_spec: str, task: str | None,
-    tp: int | None, batch: int | None,
-) -> Any:  # fmt: skip
-    """The plan's result with the layout to measure of the trial's candidate pinned (--tp / --batch): only
-    for a candidate with no projected figure (outside what the calibration covers); the pinned layout is
-    checked by the projection's own rules (heads, memory)."""
-    from dataclasses import replace
-
-    from chipswap.projection import api
-    from chipswap.trial.spec import pick_candidate
-
-    cand = pick_candidate(result)
-    fleet = cand.fleet
-    if getattr(fleet, "to_measure", None) is None:
-        raise ChipswapError(
-            f"--tp / --batch pin the layout of a candidate with no projected figure; the plan sized "
-            f"{cand.instance} from its projection: drop them (compare layouts with `chipswap project MODEL "
-            f"-i {cand.instance} --tp N --batch B`)"
-        )
-    t = result.traffic
-    prompt = [int(x) for x in getattr(t, "prompt_tokens", ())] or [int(wl.traffic.prompt_tokens or 1)]
-    out = [int(x) for x in getattr(t, "output_tokens", ())] or [int(wl.traffic.output_tokens or 1)]
-    sh = result.shapes
-    p = api.project_serving(
-        api.model_work(model_spec, task=task), cand.instance, prompt_tokens=prompt, output_tokens=out,
-        buckets=list(sh.sequence_buckets) if sh is not None and sh.sequence_buckets else None,
-        catalog=catalog, stack=stack, tp=tp, batch=batch,
-    )  # fmt: skip
-    layout = p.to_measure or p.config
-    if layout is None:
-        raise ChipswapError(f"--tp {tp} / --batch {batch} on {cand.instance}: {p.reason}")
-    layout = replace(layout, why=f"the layout to measure, as pinned (--tp {tp} / --batch {batch})")
-    pinned = replace(cand, fleet=replace(fleet, to_measure=layout))
-    return replace(result, candidates=tuple(pinned if c is cand else c for c in result.candidates))
-
-
 def _trial(
     workload: Path | None = typer.Argument(None, help="Workload TOML (default: the bundled Llama example)."),
     example: str | None = typer.Option(None, "--example", help="A bundled example instead of a file."),
@@ -147,7 +60,7 @@ def _trial(
         None, "--gpu-endpoint", metavar="URL", help="Today's GPU endpoint to bench as the baseline."
     ),
     catalog_file: Path | None = typer.Option(
-        None, "--catalog", metavar="FILE", help="Price with this catalog."
+        None, "--catalog", metavar="FILE", help="Price with this catalog (default: the defaults file's)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print trial.json instead of the summary."),
     tp: int | None = typer.Option(
@@ -156,15 +69,28 @@ def _trial(
     batch: int | None = typer.Option(
         None, "--batch", help="Pin the batch of a candidate with no projected figure (the layout measured)."
     ),
+    candidate: str | None = typer.Option(
+        None,
+        "--candidate",
+        metavar="INSTANCE",
+        help="Trial this Neuron candidate (default: the one a 'measure first' verdict names, else the plan's "
+        "pick).",
+    ),
+    no_aws: bool = typer.Option(
+        False, "--no-aws", help="Do not ask AWS about capacity and quotas: use the shipped snapshot."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No stage progress on stderr."),
 ) -> None:
     """Write the trial kit for the plan's best Neuron candidate (see HELP)."""
-    from chipswap.cli.plan import DEFAULT_EXAMPLE, example_path
+    from chipswap.cli.config import settings, workload_defaults
+    from chipswap.cli.plan import DEFAULT_EXAMPLE, _capacity_check, example_path
+    from chipswap.cli.stages import StageProgress
     from chipswap.economics.catalog_io import load_catalog
     from chipswap.plan import run_plan
     from chipswap.plan.workload_file import load_workload
     from chipswap.textsafe import one_line
     from chipswap.trial.kit import render_kit
-    from chipswap.trial.spec import build_spec, check_stack
+    from chipswap.trial.spec import check_stack
     from chipswap.trial.write import check_out, write_kit
 
     if workload is not None and example is not None:
@@ -179,8 +105,9 @@ def _trial(
             raise ChipswapError(f"{flag} must be 1..{hi}, got {value}; give a positive layout size")
     name = example or DEFAULT_EXAMPLE
     path = workload if workload is not None else example_path(name)
-    catalog = load_catalog(catalog_file)
-    wl = load_workload(path, catalog)
+    found = settings({"catalog": catalog_file, "catalog:flag": "--catalog"})
+    catalog = load_catalog(found["catalog"].value)
+    wl = load_workload(path, catalog, defaults=workload_defaults(found))
     endpoint = gpu_endpoint if gpu_endpoint is not None else getattr(wl.fleet, "endpoint", None)
     if endpoint is not None:
         from chipswap.bench.job import check_url
@@ -195,35 +122,39 @@ def _trial(
         )
     if wl.traffic is None:
         raise ChipswapError(f"{path}: a serving workload needs [traffic] for the trial's load")
-    result = run_plan(wl, path, catalog=catalog)
-    base = path.parent
-    model_name, model_spec, source, task = _model(wl, base)
-    if tp is not None or batch is not None:
-        result = _pin_layout(result, wl, catalog, _stack(wl, stack), model_spec, task, tp, batch)
-    tsource, trace, csv_text, steady = _traffic(wl, result, base)
-    spec = build_spec(
-        result,
-        catalog=catalog,
-        stack=_stack(wl, stack),
-        model_name=model_name,
-        model_spec=model_spec,
-        model_source=source,
-        task=task,
-        traffic_source=tsource,
-        trace=trace,
-        steady_lengths=steady,
-        mode=wl.traffic.mode,
-        pricing_term=wl.pricing.term,
-        region=wl.targets.region or wl.fleet.region,
-        gpu_term=wl.fleet.term,
-        gpu_endpoint=endpoint,
-        gpu_stack=wl.fleet.gpu_stack,
-        workload_label=str(path) if workload is not None else f"example {name}",
-        workload_arg=str(workload.resolve()) if workload is not None else None,  # the README runs in the kit
-        example=None if workload is not None else name,
-    )
-    files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)
-    write_kit(out, files, force=force)
+    bar = StageProgress("chipswap trial", quiet=quiet or as_json, quiet_start_s=0.0)
+    bar.say("planning (the trial measures the plan's candidate)")
+    try:
+        result = run_plan(
+            wl, path, catalog=catalog, progress=bar.say, capacity_check=_capacity_check(catalog, no_aws)
+        )
+        bar.say("writing the kit")
+        spec, csv_text = trial_spec(
+            result,
+            wl,
+            path,
+            catalog=catalog,
+            stack=stack,
+            endpoint=endpoint,
+            workload=workload,
+            example=name,
+            candidate=candidate,
+            tp=tp,
+            batch=batch,
+        )
+        copied: dict[str, tuple[str, bool]] = {}
+        if workload is not None:
+            from dataclasses import replace
+
+            copied, trace = workload_copy(wl, path)
+            spec = replace(spec, workload_arg=f"{KIT_WORKLOAD}/{path.name}")
+            if trace is not None and spec.traffic.trace is not None:
+                spec = replace(spec, traffic=replace(spec.traffic, trace=trace))
+        files = render_kit(spec, _prerequisites(catalog, spec.neuron.instance, spec.neuron.region), csv_text)
+        files.update(copied)
+        write_kit(out, files, force=force)
+    finally:
+        bar.close()
     if as_json:
         typer.echo(files["trial.json"][0], nl=False)
         return

@@ -63,6 +63,7 @@ class Figure:
     source: str
     note: str = ""
     band: float | None = None
+    at_least: bool = False  # a lower bound (a measurement that never saturated): the value or more
 
     @property
     def kind(self) -> str:
@@ -80,10 +81,11 @@ class Figure:
 
     @property
     def label(self) -> str:
-        """ "projected ± 23%", "measured", "assumption": how the report names the figure's origin."""
+        """ "projected ± 23%", "measured", "assumption": how the report names the figure's origin ("measured,
+        a lower bound" for a run that never saturated)."""
         if self.band:
             return f"{self.source} ± {self.band * 100:.0f}%"
-        return self.source
+        return f"{self.source}, a lower bound" if self.at_least else self.source
 
     def text(self, fmt: str = ",.3g") -> str:
         return f"{format(float(self.value), fmt)} {self.unit} ({self.label})"
@@ -106,11 +108,18 @@ class Chosen:
 
 def pick(figures: Iterable[Figure | None]) -> Chosen:
     """The best-ranked figure (measured > projected > published > stated > assumption); ties keep the first
-    given. None entries (a source that has no figure for this quantity) are skipped."""
+    given. None entries (a source that has no figure for this quantity) are skipped. A lower bound
+    (`at_least`: a measurement that never saturated) outranks the others only where they fall below it: a
+    figure above it agrees with it and is used, the bound beside it."""
     given = [f for f in figures if f is not None]
     if not given:
         return Chosen(None)
     order = sorted(range(len(given)), key=lambda i: (rank(given[i].source), i))
+    first = given[order[0]]
+    if first.at_least:
+        above = [i for i in order[1:] if not given[i].at_least and float(given[i].value) > float(first.value)]
+        if above:
+            order = [above[0], *(i for i in order if i != above[0])]
     return Chosen(given[order[0]], tuple(given[i] for i in order[1:]))
 
 

@@ -72,8 +72,10 @@ def _serving_throughput(
     if name in wl.figures:
         given.append(from_input(wl.figures[name].throughput, "throughput", RPS))
     m = s.measured.get(name)
-    if m is not None:
-        given.append(Figure(m.requests_per_s, RPS, m.source, m.note))
+    if m is not None:  # a run that never saturated is a lower bound: it outranks a projection only above it
+        bound = bool(getattr(m, "lower_bound", False))
+        given.append(Figure(m.requests_per_s, RPS + (" (at least)" if bound else ""), m.source, m.note,
+                            at_least=bound))  # fmt: skip
     if tp is not None and is_gpu and tp.gpu_requests_per_s is not None:
         src = workload_source(tp.gpu_source, tp.gpu_note)
         given.append(Figure(tp.gpu_requests_per_s, RPS, src, tp.gpu_note or ""))

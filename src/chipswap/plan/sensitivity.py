@@ -14,12 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 from chipswap.economics import cost
-from chipswap.plan.economics import Scenario, evaluate
+from chipswap.plan.economics import Scenario, economics, evaluate
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.sizing import RateSizer
-from chipswap.plan.verdict import VerdictStage, rate
+from chipswap.plan.verdict import VerdictStage, band_check, rate
 from chipswap.plan.workload import TERMS
-from chipswap.verdict.rules import MOVES, STAY
+from chipswap.verdict.rules import MEASURE, MOVES, STAY
 from chipswap.verdict.sensitivity import Choice, Flip, Knob, sensitivity
 
 
@@ -51,13 +51,26 @@ def at_term(s: PlanSetup, scn: Scenario, instance: str, term: str) -> Scenario |
 
 
 def flips(s: PlanSetup, v: VerdictStage) -> tuple[Flip, ...]:
-    if v.best is None:
+    # "measure first": what flips it is the measured figure (the verdict's own lines say which), not a knob
+    if v.best is None or v.verdict.verdict == MEASURE:
         return ()
     wl, th = s.workload, s.thresholds
-    facts, scn = v.facts, v.scenario
+    facts, scn = replace(v.facts, band_flip=None), v.scenario
+    base_gpu = economics(scn).gpu_count if scn.gpu_sizer is not None else None
+    best, gpu = v.best, v.gpu
 
     def verdict_of(x: Scenario) -> str:
-        return evaluate(facts, x, th).verdict
+        """The verdict re-planned for the variation `x`: the money re-sized on both sides and the error band
+        checked again (as the plan does), so a row holds when re-run. A variation where no GPU fleet size
+        meets the SLO any more is the objective's lever, not a cost flip: it is not offered here (the
+        objectives' own rows say it)."""
+        if base_gpu is not None and economics(x).gpu_count is None:
+            return v.verdict.verdict
+        plain = evaluate(facts, x, th).verdict
+        if plain not in MOVES or gpu is None or best.saving_pct is None:
+            return plain  # the band only ever turns a move into a close call
+        band = band_check(facts, x, th, best, gpu)[0]
+        return evaluate(replace(facts, band_flip=band), x, th).verdict
 
     knobs: list[Knob] = []
     if s.kind == "serving":
@@ -176,8 +189,8 @@ def objective_flips(
     (OBJECTIVE_STEPS; GOODPUT_STEPS) whose re-sizing flips the verdict in each direction, kept only when
     re-planning at that value (`replan`: the simulation, fleets and verdict stages run again for that [slo])
     gives that verdict too. `quick`: the verdict from the fleets' size tables (no simulation), to find it."""
-    if v.best is None and not v.candidates:
-        return ()
+    if (v.best is None and not v.candidates) or v.verdict.verdict == MEASURE:
+        return ()  # "measure first": no objective is re-planned (minutes of simulation, both ways)
     slo = s.workload.slo
     out: list[Flip] = []
     done: dict[tuple[str, float], str] = {}

@@ -22,6 +22,7 @@ from chipswap.errors import ChipswapError
 from chipswap.plan.economics import Money, Scenario, economics, evaluate, held_as_blocks, run_as_block
 from chipswap.plan.figures import Figure
 from chipswap.plan.fleets import FleetsStage
+from chipswap.plan.measure import _pct, cannot_win, unmeasured_candidates
 from chipswap.plan.result import CandidateResult, FleetPlan, ReadinessSummary, ShapeSummary, TrafficSummary
 from chipswap.plan.setup import PlanSetup, rules_target
 from chipswap.verdict.rules import MOVES, Facts, Verdict, decide
@@ -42,6 +43,7 @@ class VerdictStage:
     readiness: ReadinessSummary  # headlined for the pick's target
     gpu_count: int | None  # GPU instances the traffic needs (serving), None when not sized
     notes: tuple[str, ...] = ()
+    gpu: FleetPlan | None = None  # today's GPU type as sized (its throughput band re-checks every flip)
 
 
 def rate(catalog: Any, instance: str, region: str, term: str) -> Figure | None:
@@ -114,10 +116,6 @@ def block_caveat(s: PlanSetup, scn: Scenario, money: Money, r: Any) -> tuple[str
         "a caveat: listed, not decided on",
     )
     return how, reason
-
-
-def _pct(x: Decimal | None) -> str:
-    return "unknown" if x is None else f"{x.quantize(Decimal('0.1'))}"
 
 
 def _saving_range(rng: tuple[Decimal | None, Decimal | None]) -> str:
@@ -363,6 +361,8 @@ def verdict(
     )
     base_money = economics(base_scn)
     base_facts = replace(base_facts, monthly_now_usd=base_money.monthly_now)
+    if s.kind == "serving" and _redundancy_only(s, base_money, base_scn):
+        base_facts = replace(base_facts, bill_usd=today.value)  # N+1 is not today's spend
     monthly_now = today
     if s.kind == "serving" and base_money.gpu_count is not None:
         monthly_now = Figure(
@@ -372,7 +372,7 @@ def verdict(
             f"{base_money.gpu_count} x {s.fleet.name} (sized for the busiest window, like the candidates) x "
             f"{base_scn.gpu_rate:.4f} USD/h x {hours} h",
         )
-    notes = list(_gpu_notes(s, today, base_money, gpu))
+    notes = list(_gpu_notes(s, today, base_money, gpu, base_scn))
     gpu_cpm = None
     if s.kind == "serving" and gpu.throughput is not None and base_scn.gpu_rate is not None:
         gpu_cpm = cost.cost_per_million(float(gpu.throughput.value), base_scn.gpu_rate, util)
@@ -455,15 +455,24 @@ def verdict(
         final.append(replace(c, saving_pct_range=rng))
         if chosen is not None and c is chosen[0]:
             chosen = (final[-1], scn, replace(facts, band_flip=why))
+    unmeasured, fixable = unmeasured_candidates(s, traffic, readiness, final, base_money)
+    lost = cannot_win(s, traffic, final, base_money)
     if chosen is not None:
         best, scn, facts = chosen
+        facts = replace(facts, unmeasured=unmeasured, blockers_fixable=fixable)
         v = evaluate(facts, scn, th)
         if readiness.checked:
             readiness = readiness.for_target(rules_target(s.catalog.instance(best.instance).family))
     else:
         best = None
         scn = base_scn
-        facts = replace(base_facts, no_candidate_why=_no_candidate(s, final, fl))
+        facts = replace(
+            base_facts,
+            no_candidate_why=_no_candidate(s, final, fl),
+            unmeasured=unmeasured,
+            blockers_fixable=fixable,
+            cannot_win=lost,
+        )
         v = decide(facts, th)
     return VerdictStage(
         tuple(final),
@@ -479,6 +488,7 @@ def verdict(
         readiness,
         base_money.gpu_count,
         tuple(notes),
+        gpu,
     )
 
 
@@ -511,11 +521,46 @@ def _no_candidate(s: PlanSetup, cands: list[CandidateResult], fl: FleetsStage) -
     return None
 
 
-def _gpu_notes(s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan) -> tuple[str, ...]:
-    """Today's GPU fleet against the fleet the traffic needs (sized like the candidates)."""
+def _redundancy_only(s: PlanSetup, money: Money, scn: Scenario) -> bool:
+    """The like-for-like GPU fleet is larger than today's only by the redundancy floor (N+1)."""
+    needed, alone = money.gpu_count, _alone(scn)
+    n_today = s.workload.fleet.count
+    return needed is not None and alone is not None and alone <= n_today < needed
+
+
+def _alone(scn: Scenario | None) -> int | None:
+    """The GPU instances the traffic needs without the redundancy floor (None when not sized that way)."""
+    sizer = scn.gpu_sizer if scn is not None else None
+    if sizer is None or not hasattr(sizer, "least"):
+        return None
+    return replace(sizer, least=1).count()  # type: ignore[type-var]
+
+
+def _gpu_notes(
+    s: PlanSetup, today: Figure, money: Money, gpu: FleetPlan, scn: Scenario | None = None
+) -> tuple[str, ...]:
+    """Today's GPU fleet against the fleet the traffic needs (sized like the candidates). A fleet the SLO
+    needs fewer of than the redundancy floor (targets.min_replicas, N+1) is redundancy, not an SLO miss: both
+    sizes are priced."""
     if s.kind != "serving":
         return ()
     n_today, needed = s.workload.fleet.count, money.gpu_count
+    alone = _alone(scn)
+    least = s.workload.targets.min_replicas
+    if needed is not None and alone is not None and alone < needed and n_today < needed and alone <= n_today:
+        rate = scn.gpu_rate if scn is not None else None
+        hours = cost.D(s.workload.fleet.hours_per_month)
+        priced = (
+            f": {cost.monthly_cost(rate, alone, hours).quantize(Decimal('0.01')):,} USD/month with {alone}, "
+            f"{money.monthly_now.quantize(Decimal('0.01')):,} with {needed}"
+            if rate is not None
+            else ""
+        )
+        return (
+            f"today's {n_today} x {gpu.instance} meets the SLO with {alone}; N+1 asks for {needed} "
+            f"(targets.min_replicas = {least}: redundancy, not an SLO miss){priced}; the candidates are held "
+            f"to the same floor, so the saving compares with {needed}",
+        )
     if gpu.meets_slo is False and needed is None:
         floor = f" (its unloaded latency is {gpu.slo_floor_ms:,.0f} ms)" if gpu.slo_floor_ms else ""
         return (f"no number of {gpu.instance} meets the SLO{floor}: the saving compares with today's bill",)

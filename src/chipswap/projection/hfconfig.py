@@ -45,6 +45,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "top_k": (
         "num_experts_per_tok",
         "num_experts_per_token",
+        "experts_per_token",  # gpt-oss gives it beside num_experts_per_tok (the same number)
         "moe_top_k",
         "top_k_experts",
         "moe_k",

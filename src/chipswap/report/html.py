@@ -91,7 +91,10 @@ def _plots(r: Any) -> dict[str, Markup]:
             for c in r.candidates
         ]
         missed = [False] + [c.meets_slo is False for c in r.candidates]
-        out["cpm"] = Markup(bars_svg("Cost per 1M requests per instance type", rows, "", "cpm", apart=missed))
+        why = [None] + [c.excluded for c in r.candidates]
+        out["cpm"] = Markup(
+            bars_svg("Cost per 1M requests per instance type", rows, "", "cpm", apart=missed, why=why)
+        )
     monthly = [(f"GPU: {now_count} x {r.fleet_instance}", float(r.monthly_now.value), NAVY)]
     for c in r.candidates:
         label = f"{c.count} x {c.instance}" if c.count else c.instance
@@ -105,7 +108,14 @@ def _plots(r: Any) -> dict[str, Markup]:
     gpu_missed = getattr(gpu, "meets_slo", None) is False and r.kind == "serving"
     missed_m = [gpu_missed] + [c.meets_slo is False for c in r.candidates]
     out["monthly"] = Markup(
-        bars_svg("Monthly cost, GPU side vs each candidate", monthly, "", "monthly", apart=missed_m)
+        bars_svg(
+            "Monthly cost, GPU side vs each candidate",
+            monthly,
+            "",
+            "monthly",
+            apart=missed_m,
+            why=[None] + [c.excluded for c in r.candidates],
+        )
     )
     saving = saving_plot(r.candidates, float(r.thresholds.close_margin_pct))
     if saving is not None:
@@ -228,6 +238,7 @@ def render_html(result: Any) -> str:
     tpl = env.from_string(text)
     from chipswap.report.wording import (
         caveat_lines,
+        decision_lines,
         flip_lines,
         monthly_delta_words,
         saving_range_words,
@@ -238,6 +249,7 @@ def render_html(result: Any) -> str:
         r=result,
         v=result.verdict,
         caveats=caveat_lines(result),
+        decision=decision_lines(result),
         flip_lines=flip_lines(result),
         saving_words=saving_words,
         monthly_delta_words=monthly_delta_words,

@@ -103,12 +103,16 @@ def render_markdown(r: Any, summary: list[str]) -> str:
     ]
     from chipswap.report.wording import (
         caveat_lines,
+        decision_lines,
         flip_lines,
         monthly_delta_words,
         saving_range_words,
         saving_words,
     )
 
+    decision = decision_lines(r)
+    if decision:
+        out += [f"- {md_text(d, 2000)}" for d in decision] + [""]
     caveats = caveat_lines(r)
     if caveats:
         out += [f"> {md_text(c, 2000)}" for c in caveats] + [""]

@@ -168,13 +168,16 @@ def bars_svg(
     cls: str,
     ranges: Sequence[tuple[float | None, float | None] | None] | None = None,
     apart: Sequence[bool] | None = None,
+    why: Sequence[str | None] | None = None,
 ) -> str:
-    """Horizontal bars (label, value or None = unknown, colour); `ranges` draws each bar's band as an error
+    """Horizontal bars (label, value or None = unknown, colour); `why`: each row's reason when its value is
+    unknown (printed beside it, shortened); `ranges` draws each bar's band as an error
     bar. Money when unit is "" or starts with "/" ("$12.30/h"), else "12.30 unit". `apart` marks rows that
     miss the SLO: drawn hatched in light grey with "misses SLO" (gid missed-N), listed after every row that
     meets it, so such an option is never the lowest solid bar."""
     flags = list(apart or [False] * len(rows))
     order = sorted(range(len(rows)), key=lambda i: flags[i])  # stable: rows meeting the SLO first
+    reasons = [(why[i] if why else None) for i in order]
     rows = [rows[i] for i in order]
     flags = [flags[i] for i in order]
     ranges = [ranges[i] for i in order] if ranges else None
@@ -182,9 +185,12 @@ def bars_svg(
     _vertical_grid(ax)
     labels = [r[0] + ("\n(misses SLO)" if miss else "") for r, miss in zip(rows, flags, strict=True)]
     ys = np.arange(len(rows))[::-1]
-    for y, (_label, v, color), rng, miss in zip(ys, rows, ranges or [None] * len(rows), flags, strict=True):
+    for k, (y, (_label, v, color), rng, miss) in enumerate(
+        zip(ys, rows, ranges or [None] * len(rows), flags, strict=True)
+    ):
         if v is None:
-            ax.text(0, y, "  unknown (not priced, or no fleet size meets the SLO)", va="center", fontsize=8)
+            said = str(reasons[k] or "not priced, or not sized").split(":")[0].split(";")[0][:70]
+            ax.text(0, y, f"  unknown ({said})", va="center", fontsize=8)
             continue
         if miss:
             bar = ax.barh(y, v, color="#e4e4e4", edgecolor=GREY, hatch="///", height=0.62, linewidth=0.8)[0]

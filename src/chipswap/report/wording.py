@@ -21,7 +21,12 @@ def flip_lines(result: Any) -> list[str]:
     flips = [f for f in getattr(result, "flips", ()) if f.value is not None or f.knob.endswith(" objective")]
     order = {"toward move": 0, "toward stay": 1}
     flips.sort(key=lambda f: order.get(getattr(f, "direction", ""), 2))
-    return [f"{f.direction}: {f.text}" if getattr(f, "direction", "") else f.text for f in flips]
+    from chipswap.verdict.sensitivity import lever
+
+    def text(f: Any) -> str:
+        return f"{f.text} (lever: {lever(f.knob)})" if f.value is not None else f.text
+
+    return [f"{f.direction}: {text(f)}" if getattr(f, "direction", "") else text(f) for f in flips]
 
 
 def _money(v: Decimal) -> str:
@@ -63,10 +68,20 @@ def caveat_lines(result: Any) -> list[str]:
     qualifier = getattr(v, "qualifier", "")
     if qualifier:
         out.append(f"Before you move: {qualifier}.")
+    priced = getattr(result, "best", None) is not None
     for reason in (*getattr(v, "reasons", ()), *getattr(v, "economics", ())):
         if reason.outcome == "unknown" and not (qualifier and reason.rule == "capacity"):
+            if reason.rule in ("monthly-saving", "payback") and not priced:
+                continue  # no candidate priced: the saving is not a check left undone (the verdict says why)
             out.append(f"Not checked: {reason.text}.")
     return out
+
+
+def decision_lines(result: Any) -> list[str]:
+    """What the answer rests on, beside it: a "measure first" verdict's detail, and the right-sizing of
+    today's GPU fleet (no port)."""
+    rs = right_sizing_line(result)
+    return [*measure_rows(result), *([rs] if rs else [])]
 
 
 def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -> str:
@@ -80,3 +95,44 @@ def saving_range_words(lo: Decimal | float | None, hi: Decimal | float | None) -
         low, high = (1 - b / 100).quantize(Decimal("0.1")), (1 - a / 100).quantize(Decimal("0.1"))
         return f"costs {low}x to {high}x as much"
     return f"{saving_words(a)} to {saving_words(b)}"
+
+
+def measure_rows(result: Any) -> list[str]:
+    """A "measure first" verdict's detail: why no figure, the fix first, what flips it, the trial's cost and
+    the next command ([] for any other verdict)."""
+    from chipswap.verdict.rules import measure_lines
+
+    m = getattr(getattr(result, "verdict", None), "measure", None)
+    return list(measure_lines(m)) if m is not None else []
+
+
+def right_sizing_line(result: Any) -> str:
+    """Today's GPU fleet against the fleet the traffic needs, as a headline beside the answer (no port):
+    "right-size: 2 x p5.4xlarge instead of 8 saves $30,134.40 a month (75.0%) without a port"; "" when the
+    fleet is already that size, or is not sized."""
+    gpu = getattr(result, "gpu_fleet", None)
+    today = getattr(result, "monthly_today", None)
+    needed = getattr(gpu, "count", None)
+    n = getattr(result, "fleet_count", None)
+    if getattr(result, "kind", "") != "serving" or needed is None or today is None or n is None:
+        return ""
+    now = result.monthly_now.value
+    if needed >= n or today.value <= 0:
+        return ""
+    gain = today.value - now
+    floor = str(getattr(gpu, "min_count_why", "") or "")
+    why = f" ({floor})" if floor else ""
+    return (
+        f"right-size: {needed} x {result.fleet_instance} instead of {n}{why} {monthly_delta_words(gain)} "
+        f"({gain / today.value * 100:.1f}%) without a port"
+    )
+
+
+def candidate_reason(result: Any, instance: str) -> str:
+    """ " — <why it cannot be chosen>" for a candidate with a reason (no figure, misses the SLO, no price);
+    "" for the GPU fleet and a candidate that can be chosen."""
+    for c in getattr(result, "candidates", ()):
+        if c.instance == instance and c.excluded:
+            text = str(c.excluded).split(" (issue ")[0].replace(" — measure it (chipswap trial):", ":")
+            return f" — {text}"
+    return ""

@@ -18,6 +18,7 @@ from chipswap.trial.benchscript import bench_seconds
 from chipswap.trial.spec import TrialSpec
 
 LLM_SMALL_GIB = 16.0  # up to here: the published ~15 min for a ~15 GB LLM applies
+LLM_LARGE_GIB = 130.0  # from here (70B parameters in bf16): the published 30-60 min for 70B+ models, 60 taken
 SETUP_H = 0.5  # launch the instance, pull the image, download the weights
 MIN_PER_ENCODER_SHAPE = 3.0  # "a few minutes" per compile, taken as 3
 
@@ -84,10 +85,19 @@ def compile_estimate(spec: TrialSpec) -> tuple[float, str]:
             "published: ~15 minutes for a ~15 GB LLM, trace + compile at server start (NxDI vLLM user guide "
             "v1, aws-neuron-sdk@81ce03ae vllm-user-guide-v1.rst)",
         )
+    if gib >= LLM_LARGE_GIB:
+        return (
+            60.0,
+            "published: 30-60 minutes for 70B+ models, upper end taken (aws-neuron-sdk@81ce03ae "
+            "autoport-tutorial.rst)",
+        )
+    share = (gib - LLM_SMALL_GIB) / (LLM_LARGE_GIB - LLM_SMALL_GIB)
+    minutes = 15.0 + share * 45.0
     return (
-        60.0,
-        "published: 30-60 minutes for 70B+ models, upper end taken (aws-neuron-sdk@81ce03ae "
-        "autoport-tutorial.rst)",
+        round(minutes, 1),
+        f"assumption: {gib:,.0f} GiB of weights, between the published ~15 minutes for a ~15 GB LLM (NxDI "
+        "vLLM user guide v1) and 30-60 minutes for 70B+ models (autoport tutorial, upper end): "
+        "interpolated by weight size",
     )
 
 

@@ -124,7 +124,8 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         f"- Serving stack: {stack}.",
         f"- Load: the workload's traffic at the busiest window, {fmt_rate_text(spec.traffic.busiest_rps)} "
         + (
-            f"requests/s for the fleet = {fmt_rate(per_instance_rate(spec, n))} requests/s per instance."
+            f"requests/s for the fleet, {fmt_rate(per_instance_rate(spec, n))} requests/s offered to each of "
+            f"the {n.count} instances (its share of the traffic, not its capacity: the sweep measures that)."
             if n.figure_known
             else "requests/s for the fleet; with no figure, one instance is swept up a ladder from "
             f"{fmt_rate(per_instance_rate(spec, n))} requests/s to that rate until it saturates."
@@ -148,8 +149,13 @@ def render_readme(spec: TrialSpec, cost: TrialCost, prereq: list[str]) -> str:
         "",
         "## Steps",
         "",
-        "Run every step from this folder: the scripts and `results/` are relative to it, the workload is "
-        "named by its absolute path. A run that stops early or has no successful request ends the script "
+        "Run every step from this folder: the scripts and `results/` are relative to it"
+        + (
+            ", and the workload with the files it names is copied into `workload/`"
+            if (spec.workload_arg or "").startswith("workload/")
+            else ""
+        )
+        + ". A run that stops early or has no successful request ends the script "
         "with one line and a non-zero exit, and writes no `results/` file.",
         "",
         f"1. `./launch.sh` — {'compiles the buckets and ' if spec.mode == 'encoder' else ''}starts "

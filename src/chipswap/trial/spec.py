@@ -180,15 +180,30 @@ def check_stack(stack: str) -> str:
     return stack
 
 
-def pick_candidate(result: Any) -> Any:
-    """The Neuron candidate to trial: the plan's pick when it is a sized Neuron fleet, else the cheapest
-    Neuron candidate that meets the SLO. Raises NothingToTrial with every candidate's reason."""
+def pick_candidate(result: Any, candidate: str | None = None) -> Any:
+    """The Neuron candidate to trial: `candidate` when named (--candidate); the one a "measure first" verdict
+    names; the plan's pick when it is a sized Neuron fleet; else the cheapest Neuron candidate that meets the
+    SLO. Raises NothingToTrial with every candidate's reason."""
     neuron = [c for c in result.candidates if c.kind in NEURON_KINDS]
     if not neuron:
         raise NothingToTrial(
             "nothing to trial: the workload lists no Neuron candidate; add inf2/trn1/trn2 instance types to "
             "[targets].candidates"
         )
+    measure = getattr(getattr(result, "verdict", None), "measure", None)
+    name = candidate or (measure.target if measure is not None else None)
+    if name is not None:
+        named = [c for c in neuron if c.instance == name]
+        if not named:
+            raise ChipswapError(
+                f"--candidate {name} is not a Neuron candidate of this workload; use one of "
+                + ", ".join(c.instance for c in neuron)
+            )
+        if named[0].fleet is not None and (
+            named[0].fleet.config is not None or _to_measure(named[0]) is not None
+        ):
+            return named[0]
+        raise NothingToTrial(f"nothing to trial on {name}: {named[0].excluded or 'no serving layout fits'}")
     ok = [
         c
         for c in neuron
@@ -247,6 +262,7 @@ def build_spec(
     workload_label: str,
     workload_arg: str | None,
     example: str | None,
+    candidate: str | None = None,
 ) -> TrialSpec:
     """The TrialSpec for a serving plan. `catalog` answers instance(name) for cores/devices/vCPUs."""
     if result.kind != "serving":
@@ -255,7 +271,7 @@ def build_spec(
             f"{result.kind!r}; benchmark training runs with your own job"
         )
     check_stack(stack)
-    cand = pick_candidate(result)
+    cand = pick_candidate(result, candidate)
     unknown = cand.count is None and _to_measure(cand) is not None
     neuron = _target(
         "neuron",
@@ -264,7 +280,7 @@ def build_spec(
         catalog.instance(cand.instance),
         getattr(cand, "term", "") or pricing_term,  # "capacity-block" for a type sold only that way
         region,
-        1 if unknown else int(cand.count),
+        1 if unknown or cand.count is None else int(cand.count),
     )
     gpu = None
     gf = getattr(result, "gpu_fleet", None)
@@ -288,14 +304,20 @@ def build_spec(
     sh = result.shapes
     seq = tuple(int(x) for x in (sh.sequence_buckets if sh is not None else ()))
     dec = tuple(int(x) for x in (sh.decode_buckets if sh is not None else ()))
+    measure = getattr(result.verdict, "measure", None)
     why = (
         "the plan's pick"
         if result.best is not None and result.best.instance == cand.instance
         else "the cheapest Neuron candidate meeting the SLO"
     )
     notes = []
-    if unknown:
+    if candidate is not None:
+        why = "named by --candidate"
+    elif measure is not None and measure.target == cand.instance:
+        why = "the candidate the plan's 'measure first' verdict names"
+    elif unknown:
         why = "the cheapest Neuron candidate by the hour; no candidate has a figure the calibration covers"
+    if unknown:
         notes.append(
             f"No projected figure for {cand.instance}: {cand.excluded or 'outside the calibration'}. "
             + (f"Measured: {cand.fleet.to_measure.why}. " if "pinned" in cand.fleet.to_measure.why else "")

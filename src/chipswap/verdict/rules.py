@@ -28,7 +28,8 @@ STAY = "stay on GPU"
 MOVE_INF = "move serving to Inferentia"
 MOVE_TRN = "move to Trainium"
 CLOSE = "close call — stay"
-VERDICTS: tuple[str, ...] = (STAY, MOVE_INF, MOVE_TRN, CLOSE)
+MEASURE = "measure first"
+VERDICTS: tuple[str, ...] = (STAY, MOVE_INF, MOVE_TRN, CLOSE, MEASURE)
 MOVES: frozenset[str] = frozenset({MOVE_INF, MOVE_TRN})
 
 Outcome = Literal["pass", "fail", "unknown"]
@@ -46,6 +47,32 @@ class Thresholds:
     min_monthly_bill_usd: Decimal = Decimal("2000")
     max_model_changes_per_month: float = 1.0
     min_horizon_months: float = 6.0
+
+
+# why a candidate that could win has no figure to decide on (Unmeasured.cause)
+UNMEASURED_CAUSES: dict[str, str] = {
+    "coverage": "has no figure: outside what the calibration covers",
+    "readiness": "has no figure until a fixable readiness blocker is fixed",
+    "band": "rests on a figure whose error band straddles the flip point by more than a trial costs",
+}
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """A candidate that could win but has no figure to decide on: the fourth answer, "measure first".
+
+    cause: a key of UNMEASURED_CAUSES; why: the one-line reason in words; flip: the figure that would flip the
+    decision to a move, in words; fix: the readiness fix a port needs first ("" when none); trial: what the
+    trial costs, in words, and next: the command that writes its kit (both filled by the caller that can cost
+    a trial kit, `chipswap plan`; "" until then)."""
+
+    target: str
+    cause: str
+    why: str
+    flip: str
+    fix: str = ""
+    trial: str = ""
+    next: str = ""  # the exact next command (`chipswap trial <workload> --candidate <target>`), by the caller
 
 
 @dataclass(frozen=True)
@@ -78,6 +105,19 @@ class Facts:
     no_candidate_why: str | None = None  # why no candidate could be chosen (e.g. no fleet size meets the SLO)
     # LLM traffic: mean prompt + output tokens per request; the traffic-volume rule then counts tokens/s
     tokens_per_request: float | None = None
+    # candidates that could win but have no figure (most promising first): "measure first" names the first
+    unmeasured: tuple[Unmeasured, ...] = ()
+    # every readiness blocker of the candidates in `unmeasured` has a known fix (a flip, not a reason to stay)
+    blockers_fixable: bool = False
+    # no candidate could win at any throughput (its fewest instances cost too much), in words; None otherwise
+    cannot_win: str | None = None
+    # the bill the bill-size rule reads when it is not monthly_now_usd: today's own bill where the
+    # like-for-like GPU fleet is larger only by the redundancy floor (N+1 is not spend the workload has today)
+    bill_usd: Decimal | None = None
+
+    @property
+    def bill_size_usd(self) -> Decimal:
+        return self.bill_usd if self.bill_usd is not None else self.monthly_now_usd
 
     @property
     def mean_tokens_per_s(self) -> float | None:
@@ -201,7 +241,7 @@ SCREENING_RULES: tuple[ScreeningRule, ...] = (
     ),
     ScreeningRule(
         "bill-size",
-        "monthly_now_usd",
+        "bill_size_usd",
         "GPU spend per month (USD)",
         ">=",
         "min_monthly_bill_usd",
@@ -242,6 +282,7 @@ class Verdict:
     reasons: tuple[Reason, ...]
     economics: tuple[Reason, ...] = field(default_factory=tuple)
     qualifier: str = ""  # what a move must do first (e.g. a quota increase), from the capacity rule
+    measure: Unmeasured | None = None  # "measure first": the candidate to trial, why, and what flips it
 
     @property
     def is_move(self) -> bool:
@@ -366,6 +407,14 @@ class _Assessment:
         return tuple(r for r in self.reasons if r.outcome == "fail" and r.rule not in skip)
 
     @property
+    def hard_failed(self) -> tuple[Reason, ...]:
+        """Screening failures a measurement cannot change: a readiness blocker with a known fix is a flip
+        (port with the fix, then measure) when a candidate that could win waits on it, not a reason to
+        stay."""
+        soft = {"standard-architecture"} if self.facts.blockers_fixable and self.facts.unmeasured else set()
+        return tuple(r for r in self.failed if r.rule not in soft)
+
+    @property
     def unknown(self) -> tuple[Reason, ...]:
         return tuple(
             r for r in self.reasons if r.outcome == "unknown" and r.rule != "slo" and r.rule not in CAVEATS
@@ -405,6 +454,36 @@ def _costs_more_words(f: Facts) -> str:
     return "costs as much" if shown == 1 else f"costs {shown}x as much"
 
 
+def _measure_words(u: Unmeasured) -> str:
+    return f"{u.target} could win but {UNMEASURED_CAUSES[u.cause]}; a trial measures it"
+
+
+def measure_lines(u: Unmeasured) -> tuple[str, ...]:
+    """The "measure first" answer in lines: why no figure, the fix first, the figure that flips it, what the
+    trial costs and the next command (the terminal, the Markdown and the HTML print the same lines)."""
+    rows = [f"{'why not decided' if u.cause == 'band' else 'why no figure'}: {u.why}"]
+    if u.fix:
+        rows.append(f"first: {u.fix}")
+    rows.append(f"what flips it: {u.flip}")
+    if u.trial:
+        rows.append(f"the trial: {u.trial}")
+    if u.next:
+        rows.append(f"next: {u.next}")
+    return tuple(rows)
+
+
+def _figured_move(a: _Assessment) -> bool:
+    """Whether the rows after "measure-first" give a move on a candidate that has its figure: then that move
+    stands (a measurement elsewhere could only add to it)."""
+    if a.facts.target is None or a.facts.target in {u.target for u in a.facts.unmeasured} or a.failed:
+        return False
+    rows = DECISION_TABLE[[r[0] for r in DECISION_TABLE].index("measure-first") + 1 :]
+    for _name, test, verdict, _why in rows:
+        if test(a):
+            return (verdict(a) if callable(verdict) else verdict) in MOVES
+    return False
+
+
 def _names(rs: tuple[Reason, ...]) -> str:
     return ", ".join(r.rule for r in rs)
 
@@ -417,10 +496,22 @@ DECISION_TABLE: tuple[
     ...,
 ] = (
     (
-        "screening-fails",
-        lambda a: bool(a.failed),
+        "no-candidate-can-win",
+        lambda a: a.facts.cannot_win is not None,
         STAY,
-        lambda a: f"screening points to GPU: {_names(a.failed)}",
+        lambda a: f"no candidate can win at any throughput: {a.facts.cannot_win}",
+    ),
+    (
+        "screening-fails",
+        lambda a: bool(a.hard_failed),
+        STAY,
+        lambda a: f"screening points to GPU: {_names(a.hard_failed)}",
+    ),
+    (
+        "measure-first",
+        lambda a: bool(a.facts.unmeasured) and not _figured_move(a),
+        MEASURE,
+        lambda a: _measure_words(a.facts.unmeasured[0]),
     ),
     (
         "no-candidate",
@@ -500,6 +591,10 @@ DECISION_TABLE: tuple[
 
 
 def _economics(facts: Facts, th: Thresholds) -> tuple[Reason, ...]:
+    """The saving and the payback against their close-call limits; none when no candidate is priced (the
+    verdict's reason says why, and "saving = never; not checked" would read as a check left undone)."""
+    if facts.monthly_after_usd is None:
+        return ()
     pct = facts.saving_pct
     rows = (
         (
@@ -544,5 +639,6 @@ def decide(facts: Facts, th: Thresholds | None = None) -> Verdict:
     for _name, test, verdict, why in DECISION_TABLE:
         if test(a):
             v = verdict(a) if callable(verdict) else verdict
-            return Verdict(v, why(a), a.reasons, _economics(facts, th))
+            measure = facts.unmeasured[0] if v == MEASURE else None
+            return Verdict(v, why(a), a.reasons, _economics(facts, th), measure=measure)
     raise AssertionError("the decision table ends with a row that always matches")

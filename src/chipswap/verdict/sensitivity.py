@@ -51,6 +51,27 @@ class Flip:
     direction: str = ""  # "toward move" / "toward stay" when the search asked for one; "" any change
 
 
+# the lever each knob pulls: a flip through the money (a fleet re-sized, a price, the porting) or through the
+# objective (a fleet meeting the SLO or not); printed beside every row that flips
+LEVERS: dict[str, str] = {
+    "throughput ratio": "cost: the Neuron fleet re-sized",
+    "GPU throughput ratio": "cost: the GPU fleet re-sized",
+    "engineer-days": "cost: porting",
+    "utilization": "cost: both fleets re-sized",
+    "traffic": "cost: both fleets re-sized",
+    "price term": "cost: the price of both sides",
+    "runs per month": "cost: runs per month",
+    "run time (hours)": "cost: the Neuron run's hours",
+}
+
+
+def lever(knob: str) -> str:
+    """The lever of a knob, in words ("objective: ..." for an SLO knob)."""
+    if knob.endswith(" objective"):
+        return "objective: which fleets meet the SLO"
+    return LEVERS.get(knob, "cost")
+
+
 @dataclass(frozen=True)
 class Shown:
     """How a knob's value is printed: a display number d = to_d(value, base) rounded to `decimals`, its
