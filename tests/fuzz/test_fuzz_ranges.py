@@ -35,7 +35,8 @@ TINY_WORKLOAD = (
     '[throughput.candidates."inf2.xlarge"]\nrequests_per_s = 1.8\n'
 )
 # A command line each flag is added to: cheap commands run for real; a command that would start work
-# (serve, bench, compile, check, trial) is given a missing input, so it stops with one line after its flags parse.
+# (serve, bench, compile, check, trial) is given a missing input, so it stops with one line after its flags
+# parse.
 BASE_ARGV: dict[str, list[str]] = {
     "plan": ["plan", "{work}/w.toml", "--no-aws", "--out", "{out}/report"],
     "shapes": ["shapes", "--json"],
