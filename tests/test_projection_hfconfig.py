@@ -37,6 +37,7 @@ PUBLISHED = [
     ("llama-4-maverick", 400e9, 17e9, True, 0.03),
     ("qwen3-30b-a3b", 30.5e9, 3.3e9, True, 0.03),
     ("mimo-v2-flash", 309e9, 15e9, True, 0.04),
+    ("gpt-oss-20b", 20.9e9, 3.6e9, False, 0.01),
 ]
 
 
@@ -47,7 +48,7 @@ def test_published_configs_give_the_published_parameter_counts(name, total, acti
     if active is not None:
         got = w.active_params - (0 if with_embedding else w.embedding_params)
         assert abs(got - active) / active < tol
-        assert w.active_params < w.params / 5  # sparse: a token uses a small share of the experts
+        assert w.active_params - w.embedding_params < w.params / 5  # sparse: a small share of the experts
 
 
 @pytest.mark.parametrize("name", [p[0] for p in PUBLISHED])
@@ -95,6 +96,43 @@ def test_moe_layer_pattern_fields(over, moe_layers):
     assert w.params - base.params == pytest.approx(
         (48 - moe_layers) * (3 * 2048 * 6144 - (128 * 3 * 2048 * 768 + 2048 * 128)), rel=1e-9
     )
+
+
+def test_gpt_oss_20b_is_read_as_published_aliases_that_agree_are_one_field():
+    cfg = load("gpt-oss-20b")
+    assert cfg["experts_per_token"] == cfg["num_experts_per_tok"] == 4  # the vendor states it twice
+    d = work_of("gpt-oss-20b").dims
+    assert (d.experts, d.experts_per_token) == (32, 4)
+    assert d.sliding_layers == 12 and d.sliding_window == 128  # alternating sliding / full
+    # the shipped preset is the same config
+    assert models.resolve_model("gpt-oss-20b").config["experts_per_token"] == 4
+
+
+@pytest.mark.parametrize(
+    "name,over,words",
+    [
+        ("gpt-oss-20b", {"experts_per_token": 2}, "num_experts_per_tok = 4 and experts_per_token = 2"),
+        ("gpt-oss-20b", {"num_experts": 16}, "num_local_experts = 32 and num_experts = 16"),
+        ("qwen3-30b-a3b", {"n_routed_experts": 64}, "num_experts = 128 and n_routed_experts = 64"),
+        ("seed-oss-36b", {"num_layers": 3}, "num_hidden_layers = 64 and num_layers = 3"),
+    ],
+)
+def test_aliases_that_disagree_are_one_line_naming_both(name, over, words):
+    with pytest.raises(ChipswapError) as e:
+        work_of(name, **over)
+    msg = str(e.value)
+    assert words in msg and "disagree" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "name,over",
+    [
+        ("qwen3-30b-a3b", {"n_routed_experts": 128, "num_local_experts": 128, "moe_top_k": 8}),
+        ("gpt-oss-20b", {"num_experts_per_token": 4, "n_routed_experts": 32}),
+    ],
+)
+def test_aliases_that_agree_read_as_one(name, over):
+    assert work_of(name, **over).dims == work_of(name).dims
 
 
 def test_a_pattern_with_no_moe_layer_is_one_line():

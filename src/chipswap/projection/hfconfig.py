@@ -452,9 +452,33 @@ def attention_shape(
     return kv_heads, (head_dim + v) // 2, note
 
 
+# sizes whose aliases may name different things in one config (a chunk vs a window; a trained context vs
+# a serving one; the logit vs the attention soft-cap): the first alias set is read, the others not compared
+ALIASES_MAY_DIFFER = frozenset({"max_positions", "sliding_window", "softcap"})
+
+
+def check_aliases(cfg: dict[str, Any], where: str) -> None:
+    """Published configs state some sizes twice under two names (gpt-oss: experts_per_token beside
+    num_experts_per_tok): aliases that agree are read as one; aliases that disagree are one line naming
+    both (chipswap would otherwise pick one silently)."""
+    for size, names in FIELDS.items():
+        if size in ALIASES_MAY_DIFFER:
+            continue
+        given = [(k, cfg[k]) for k in names if cfg.get(k) is not None]
+        for key, v in given[1:]:
+            if v != given[0][1]:
+                raise ChipswapError(
+                    f"{where}: config fields {given[0][0]} = {one_line(repr(given[0][1]), 30)} and {key} = "
+                    f"{one_line(repr(v), 30)} name the same {size.replace('_', ' ')} and disagree; fix the "
+                    "config so they agree (or keep one)"
+                )
+
+
 def check_unread_fields(cfg: dict[str, Any], where: str) -> None:
     """Refuse, in one line naming it, a field that changes the work and that chipswap does not read: a
-    known one (UNMODELLED) set to a non-empty value, or an unknown size-like field (SIZE_LIKE)."""
+    known one (UNMODELLED) set to a non-empty value, or an unknown size-like field (SIZE_LIKE); and
+    aliases of one size that disagree (check_aliases)."""
+    check_aliases(cfg, where)
     known = {k for names in FIELDS.values() for k in names} | set(MOE_PATTERN_FIELDS) | set(FLAGS)
     hidden = field(cfg, "hidden")
     for key, v in cfg.items():
