@@ -243,8 +243,10 @@ def test_the_real_model_under_another_name_is_accepted_by_tokenizer_and_metadata
     args = ["plan", str(wl), "--bench", str(b), "--no-aws", "--json", "--out", str(tmp_path / "r")]
     code, out, err = run_inproc(capsys, *args)
     assert code == 0, err
-    gpu = json.loads(out)["gpu_fleet"]["throughput"]
-    assert gpu["source"] == "measured" and LABEL_BOTH in json.dumps(gpu), gpu
+    # accepted: the run is the figure used, or (a lower bound below the projection, issue 39) kept beside it
+    fleet = json.loads(out)["gpu_fleet"]
+    measured = [f for f in (fleet["throughput"], *fleet["overridden"]) if f and f["source"] == "measured"]
+    assert measured and LABEL_BOTH in json.dumps(measured), fleet
     # the same file without the tokenizer's evidence: the name alone decides, and "support-bot-v3" is not
     # tiny-gpt2
     d = json.loads(b.read_text())
