@@ -1,0 +1,83 @@
+"""Worker processes for the plan's independent work (the readiness check beside the fleet simulations, the
+simulations of different fleets and searches beside each other): one small interface, `Workers.submit(fn,
+*args)` -> a `Job` whose `get()` returns fn's value or raises its error.
+
+The work is deterministic and every result is read back in the order the caller chooses, so a plan's figures do
+not depend on how many workers there are. With one core (or off Linux, where a forked worker is not safe)
+there are no workers: `submit` runs the function at once, in this process, exactly as the serial code did.
+Workers are forked when the pool opens (before the plan imports torch), ignore Ctrl-C (the plan's process
+gets it and ends them), and are always ended when the pool closes. May not touch the plan's data: it only
+runs the functions it is given.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+MAX_WORKERS = 8  # a bound whatever the machine: the plan has a few dozen independent searches at most
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, not the machine's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call (not Linux)
+        return max(1, os.cpu_count() or 1)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class Job(Generic[T]):
+    """A submitted call: `get()` waits for it (a worker's) or returns what it already gave (serial)."""
+
+    def __init__(self, pending: Any = None, value: Any = None, error: BaseException | None = None) -> None:
+        self._pending, self._value, self._error = pending, value, error
+
+    def get(self) -> T:
+        if self._pending is not None:
+            return self._pending.get()  # type: ignore[no-any-return]
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[no-any-return]
+
+
+class Workers:
+    """`with Workers(n) as w: a = w.submit(f, x); b = w.submit(g, y); a.get(), b.get()`. n <= 1: serial."""
+
+    def __init__(self, size: int | None = None) -> None:
+        n = available_cores() if size is None else size
+        self.size = max(1, min(MAX_WORKERS, n)) if sys.platform == "linux" else 1
+        self._pool: Any = None
+        if self.size > 1:
+            import multiprocessing
+
+            self._pool = multiprocessing.get_context("fork").Pool(self.size, initializer=_ignore_sigint)
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
+        if self._pool is None:
+            try:
+                return Job(value=fn(*args))
+            except Exception as exc:  # noqa: BLE001 - raised again, unchanged, by get()
+                return Job(error=exc)
+        return Job(self._pool.apply_async(fn, args))
+
+    def close(self) -> None:
+        """End the workers (their results, if any, were read; a late one is not waited for)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
