@@ -13,6 +13,7 @@ runs the functions it is given.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -32,6 +33,16 @@ def available_cores() -> int:
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _by_name(fn: Callable[..., Any]) -> bool:
+    """Can a worker be sent `fn` (a module-level function, sent by name)? A local function or a lambda (a
+    test's stand-in) cannot: it runs here instead."""
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
 
 
 class Job(Generic[T]):
@@ -61,7 +72,7 @@ class Workers:
             self._pool = multiprocessing.get_context("fork").Pool(self.size, initializer=_ignore_sigint)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
-        if self._pool is None:
+        if self._pool is None or not _by_name(fn):
             try:
                 return Job(value=fn(*args))
             except Exception as exc:  # noqa: BLE001 - raised again, unchanged, by get()
