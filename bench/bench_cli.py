@@ -105,8 +105,11 @@ def commands(work: Path) -> dict[str, list[str]]:
         "plan": ["plan", "--example", "llama-serving", "--no-aws", "-q", "--out", str(work / "report")],
         **{
             f"plan-{short}": ["plan", "--example", name, "--no-aws", "-q", "--out", str(work / name)]
-            for short, name in (("classifier", "classifier-serving"), ("finetune", "finetune"),
-                                ("trn2", "trn2-serving"))
+            for short, name in (
+                ("classifier", "classifier-serving"),
+                ("finetune", "finetune"),
+                ("trn2", "trn2-serving"),
+            )
         },  # fmt: skip
         "plan-chat": ["plan", _chat(work), "--no-aws", "-q", "--out", str(work / "chat-report")],
         "project-config": ["project", qwen, "-i", "inf2.48xlarge", "-i", "p5.48xlarge"],
@@ -150,7 +153,8 @@ def main() -> None:
         trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
         rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
         for name in names:
-            run_once(trees[0][1], cmds[name], env, work)  # warm the memo (this tree only has one)
+            if cmds[name][0] != "plan":  # warm the memo (this tree only has one; a plan has nothing to warm)
+                run_once(trees[0][1], cmds[name], env, work)
             for _ in range(args.repeat):
                 for tree, src in trees:
                     got = run_once(src, cmds[name], env, work)
@@ -176,9 +180,13 @@ def main() -> None:
         codes = f"{a[0][2]} / {b[0][2]}"
         lines.append(f"| {' '.join(cmds[name][:1])} ({name}) | {ca:.2f} s | {cb:.2f} s | {ca / cb:.2f}x |"
                      f" {wa:.1f} s | {wb:.1f} s | {la} / {lb} | {codes} | {TARGETS[name]} |")  # fmt: skip
-    body = "\n".join(lines) + "\n\nCommands timed:\n\n" + "\n".join(
-        f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`"
-        for name in names
+    body = (
+        "\n".join(lines)
+        + "\n\nCommands timed:\n\n"
+        + "\n".join(
+            f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`"
+            for name in names
+        )
     )
     print(body)
     if not args.no_write:

@@ -89,7 +89,10 @@ def test_a_plan_is_the_same_with_and_without_workers(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(stage, "readiness", _fake_readiness)  # sent to a worker by name: no export here
     serial = run_plan(_workload(), "w.toml", workers=1)
     pooled = run_plan(_workload(), "w.toml", workers=2)
-    for a, b in ((serial.gpu_fleet, pooled.gpu_fleet), *zip(serial.candidates, pooled.candidates)):
+    for a, b in (
+        (serial.gpu_fleet, pooled.gpu_fleet),
+        *zip(serial.candidates, pooled.candidates, strict=True),
+    ):
         a = getattr(a, "fleet", a)
         b = getattr(b, "fleet", b)
         assert (a.count, a.count_range, a.curve, a.sizing) == (b.count, b.count_range, b.curve, b.sizing)

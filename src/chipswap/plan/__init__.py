@@ -71,7 +71,9 @@ class _Clock:
         self.seconds[name] = round(time.perf_counter() - t, 3)
         return out
 
-    def beside(self, name: str, w: Workers, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> _Beside[R]:
+    def beside(
+        self, name: str, w: Workers, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+    ) -> _Beside[R]:
         """A stage that runs in a worker beside the next ones: its name is said now, its seconds run from now
         until its result is read (`get`)."""
         self.say(name)
@@ -167,7 +169,9 @@ def _run(
             """The verdict for another [slo]: re-sized from the size tables (quick) or re-planned (the
             simulation, fleets and verdict stages run again; the stages before them do not read the SLO)."""
             s2 = replace(s, workload=s.workload.model_copy(update={"slo": slo}))
-            sim2 = simulation.resized(sim, slo) if quick else simulation.simulation(s2, load, sh.summary, pr, w)
+            sim2 = (
+                simulation.resized(sim, slo) if quick else simulation.simulation(s2, load, sh.summary, pr, w)
+            )
             fl2 = fleets.fleets(s2, t, pr, sim2)
             return decide.verdict(s2, summary, sh.summary, rd, fl2).verdict.verdict
 

@@ -392,7 +392,9 @@ def _size_layouts(fleets: list[_Fleet], slo: Any) -> _Sized:
             why = z.message if z is not None and best is None else f"no fewer than {best[0] if best else 0}"
             tried.append(f"{_layout_words(f.lay.config)}: {why}")
             continue
-        tried.append(f"{_layout_words(f.lay.config)}: {z.instances} instance{'s' if z.instances != 1 else ''}")
+        tried.append(
+            f"{_layout_words(f.lay.config)}: {z.instances} instance{'s' if z.instances != 1 else ''}"
+        )
         best = (int(z.instances), f)
     nothing: tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]
     nothing = (0.0, (), {}, None, None)
@@ -560,7 +562,7 @@ def _relaxation(slo: Any, reach: dict[str, float]) -> float:
 
 
 def objective_words(key: str, ms: float) -> str:
-    """"ttft_p99", 2000 -> "TTFT p99 <= 2,000 ms" (TPOT to a tenth of a ms)."""
+    """ "ttft_p99", 2000 -> "TTFT p99 <= 2,000 ms" (TPOT to a tenth of a ms)."""
     from chipswap.simulation.fleet import METRICS
 
     metric, pct = key.rsplit("_p", 1)
@@ -596,8 +598,8 @@ def simulation(
     proj: ProjectionStage,
     workers: Workers | None = None,
 ) -> SimulationStage:
-    """`workers`: where the independent searches run (None: here, one after another); the result is the same.
-    """
+    """Every projected fleet sized by simulation. `workers`: where the independent searches run (None: here,
+    one after another); the result is the same."""
     projected = [p for p in proj.by_instance.values() if p.times is not None and p.excluded is None]
     if s.kind != "serving" or load is None or not projected:
         return SimulationStage()
@@ -624,9 +626,13 @@ def simulation(
     keys = [_same_layouts(p) for p in projected]
     once = [i for i in range(len(projected)) if keys[i] not in keys[:i]]
     first = [projected[i] for i in once]
-    sizing = [w.submit(_size_layouts, [_Fleet(s, load, shapes, x, slo) for x in _layouts(p)], slo) for p in first]
-    sized = [job.get() for job in sizing]
-    searches = [_submit_searches(w, z, p, load) for z, p in zip(sized, first, strict=True)]
+    sizing = [
+        w.submit(_size_layouts, [_Fleet(s, load, shapes, x, slo) for x in _layouts(p)], slo) for p in first
+    ]
+    sized, searches = [], []
+    for job, p in zip(sizing, first, strict=True):  # each fleet's searches start as soon as it is sized
+        sized.append(job.get())
+        searches.append(_submit_searches(w, sized[-1], p, load))
     done = [_one(z, j, load, p, slo) for z, j, p in zip(sized, searches, first, strict=True)]
     out: dict[str, InstanceSim] = {}
     for p, key in zip(projected, keys, strict=True):

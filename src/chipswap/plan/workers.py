@@ -2,12 +2,12 @@
 simulations of different fleets and searches beside each other): one small interface, `Workers.submit(fn,
 *args)` -> a `Job` whose `get()` returns fn's value or raises its error.
 
-The work is deterministic and every result is read back in the order the caller chooses, so a plan's figures do
-not depend on how many workers there are. With one core (or off Linux, where a forked worker is not safe)
+The work is deterministic and every result is read back in the order the caller chooses, so a plan's figures
+do not depend on how many workers there are. With one core (or off Linux, where a forked worker is not safe)
 there are no workers: `submit` runs the function at once, in this process, exactly as the serial code did.
-Workers are forked when the pool opens (before the plan imports torch), ignore Ctrl-C (the plan's process
-gets it and ends them), and are always ended when the pool closes. May not touch the plan's data: it only
-runs the functions it is given.
+Workers are forked when the pool opens (before the plan imports torch); they ignore Ctrl-C (the plan's
+process gets it and ends them), are always ended when the pool closes, and end if the plan's process is
+killed. May not touch the plan's data: it only runs the functions it is given.
 """
 
 from __future__ import annotations
@@ -31,8 +31,16 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _ignore_sigint() -> None:
+def _worker_start() -> None:
+    """In each worker: Ctrl-C is the plan's to handle, and the worker ends when the plan's process does
+    (killed, not only closed: Linux's parent-death signal)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl: the worker ends after its task, when its queue closes
+        pass
 
 
 def _by_name(fn: Callable[..., Any]) -> bool:
@@ -69,7 +77,7 @@ class Workers:
         if self.size > 1:
             import multiprocessing
 
-            self._pool = multiprocessing.get_context("fork").Pool(self.size, initializer=_ignore_sigint)
+            self._pool = multiprocessing.get_context("fork").Pool(self.size, initializer=_worker_start)
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
         if self._pool is None or not _by_name(fn):
@@ -91,4 +99,3 @@ class Workers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
