@@ -170,7 +170,9 @@ def _run(
             simulation, fleets and verdict stages run again; the stages before them do not read the SLO)."""
             s2 = replace(s, workload=s.workload.model_copy(update={"slo": slo}))
             sim2 = (
-                simulation.resized(sim, slo) if quick else simulation.simulation(s2, load, sh.summary, pr, w)
+                simulation.resized(sim, slo)
+                if quick
+                else simulation.simulation(s2, load, sh.summary, pr, w, verdict_only=True)
             )
             fl2 = fleets.fleets(s2, t, pr, sim2)
             return decide.verdict(s2, summary, sh.summary, rd, fl2).verdict.verdict

@@ -420,26 +420,37 @@ def _on_fleet(f: _Fleet, what: str, *args: Any) -> tuple[Any, int, bool]:
     return out, f.runs - before, f.capped
 
 
-def _submit_searches(w: Workers, sized: _Sized, p: Any, load: Load) -> dict[str, Job[Any]]:
+def _speeds(band: float) -> tuple[float, ...]:
+    """The speeds a fleet's capacity is searched at: the band's slow edge, the projection's value, the fast
+    edge."""
+    return (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+
+
+def _submit_searches(
+    w: Workers, sized: _Sized, p: Any, load: Load, verdict_only: bool
+) -> dict[str, Job[Any]]:
     """The searches that follow the layout search, each independent of the others: the capacity per instance
-    (at the projection's value and the band's edges), the size table, and the curve below and above 1x."""
+    (at the projection's value and the band's edges), the size table, and the curve below and above 1x.
+    `verdict_only`: the capacities alone (the verdict reads neither the table nor the curve)."""
     if sized.best is None:
         fl = sized.blocked[4]
         z = fl.sizing if fl is not None else None
-        if fl is None or z is None:
+        if fl is None or z is None or verdict_only:
             return {}
         top = min(MAX_INSTANCES, max(8, 4 * z.lower_bound))
         return {"table": w.submit(_on_fleet, fl, "table", z.lower_bound, top)}
     n, f = sized.best
-    band = float(f.lay.times.band or 0.0)
-    speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+    speeds = _speeds(float(f.lay.times.band or 0.0))
     lay = next((a for a in _layouts(p) if a.config == f.cfg), p)
+    if verdict_only:
+        return {"capacities": w.submit(_on_fleet, f, "capacities", n, speeds, _start_scale(lay, load, n))}
     below = tuple(g for g in CURVE_FACTORS if g < 1.0)
     above = tuple(g for g in CURVE_FACTORS if g > 1.0)
+    top = min(MAX_INSTANCES, max(8, 2 * n + 2))
     jobs = {  # the longest first, so the last one to finish is a short one
         "above": w.submit(_on_fleet, f, "curve_part", above, MAX_INSTANCES) if above else None,
         "capacities": w.submit(_on_fleet, f, "capacities", n, speeds, _start_scale(lay, load, n)),
-        "table": w.submit(_on_fleet, f, "table", f.sizing.lower_bound, min(MAX_INSTANCES, max(8, 2 * n + 2))),
+        "table": w.submit(_on_fleet, f, "table", f.sizing.lower_bound, top),
         "below": w.submit(_on_fleet, f, "curve_part", below, n) if below else None,  # less traffic: <= n
     }
     return {k: j for k, j in jobs.items() if j is not None}
@@ -474,14 +485,14 @@ def _one(sized: _Sized, jobs: dict[str, Job[Any]], load: Load, p: Any, slo: Any)
             table=got["table"][0] if "table" in got else None,
         )
     n, f = best
-    speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+    speeds = _speeds(band)
     gs, _r, capped = got["capacities"]
     caps = [None if g is None else load.rate_rps * g / n for g in gs]
-    table = got["table"][0]
+    table = got["table"][0] if "table" in got else None
     found: dict[float, int | None] = {1.0: n}
     for side in ("below", "above"):
         found.update(got[side][0] if side in got else {})
-    curve = tuple((g, found[g]) for g in CURVE_FACTORS)
+    curve = tuple((g, found[g]) for g in CURVE_FACTORS) if "table" in got else ()
     res = f.sizing.check.result
     batching = f"continuous ({f.policy})" if f.mode == "llm" else "dynamic"
     if capped:
@@ -539,7 +550,7 @@ def resized(stage: SimulationStage, workload_slo: Any) -> SimulationStage:
             sizer = replace(x.sizer, capacity_rps=caps)
         else:  # not feasible at the stated objectives: the count, and the band taken as linear in speed
             b = x.band or 0.0
-            speeds = (1 / (1 + b), 1.0, 1 + b) if b else (1.0,)
+            speeds = _speeds(b)
             caps = tuple(stage.rate_rps / n * sp for sp in speeds)
             sizer = CurveSizer(stage.rate_rps, speeds, caps, "re-sized for the objectives")
         # at a band edge whose unloaded latency misses an objective no size meets it
@@ -597,9 +608,13 @@ def simulation(
     shapes: ShapeSummary | None,
     proj: ProjectionStage,
     workers: Workers | None = None,
+    *,
+    verdict_only: bool = False,
 ) -> SimulationStage:
     """Every projected fleet sized by simulation. `workers`: where the independent searches run (None: here,
-    one after another); the result is the same."""
+    one after another); the result is the same. `verdict_only`: what the verdict reads and no more (a
+    sensitivity's re-plan): each fleet's size and capacity band, without the size table and the fleet-size
+    curve."""
     projected = [p for p in proj.by_instance.values() if p.times is not None and p.excluded is None]
     if s.kind != "serving" or load is None or not projected:
         return SimulationStage()
@@ -632,7 +647,7 @@ def simulation(
     sized, searches = [], []
     for job, p in zip(sizing, first, strict=True):  # each fleet's searches start as soon as it is sized
         sized.append(job.get())
-        searches.append(_submit_searches(w, sized[-1], p, load))
+        searches.append(_submit_searches(w, sized[-1], p, load, verdict_only))
     done = [_one(z, j, load, p, slo) for z, j, p in zip(sized, searches, first, strict=True)]
     out: dict[str, InstanceSim] = {}
     for p, key in zip(projected, keys, strict=True):
