@@ -109,6 +109,9 @@ def run_plan(
     readiness check beside the simulations, the fleets' searches beside each other; None: one per core this
     process may use, 1: none). The result does not depend on it. Raises ChipswapError (one line) on bad
     input."""
+    from chipswap.plan import simulation
+
+    simulation._simulator()  # the simulator's modules load here once, not again in every worker
     with Workers(workers) as w:
         return _run(wl, workload_path, close_margin_pct, progress, bench, catalog, capacity_check,
                     accept_bench_mismatch, w)  # fmt: skip
