@@ -192,7 +192,9 @@ def main() -> None:
     if not args.no_write:
         cmd = f"python bench/bench_cli.py --baseline {label} --repeat {args.repeat}"
         cmd += "".join(f" --only {n}" for n in args.only)
-        write_section("cli", "Commands: CPU and wall, side by side with main before issue 38", cmd, body)
+        write_section(
+            "cli", "Commands: CPU and wall, side by side with a baseline tree (issue 38)", cmd, body
+        )
 
 
 if __name__ == "__main__":
