@@ -99,3 +99,17 @@ def test_a_plan_is_the_same_with_and_without_workers(monkeypatch: pytest.MonkeyP
         assert a.throughput == b.throughput and a.e2e_p99 == b.e2e_p99 and a.ttft_p99 == b.ttft_p99
     assert serial.verdict == pooled.verdict
     assert serial.stage_seconds.keys() == pooled.stage_seconds.keys()  # the same stages, in the same order
+
+
+def _die(_x: int) -> int:
+    os.kill(os.getpid(), 9)
+    return 0
+
+
+def test_a_killed_worker_is_an_error_not_a_hang() -> None:
+    with Workers(2) as w:
+        if w.size == 1:
+            pytest.skip("no worker processes on this platform")
+        job = w.submit(_die, 1)
+        with pytest.raises(ChipswapError, match=r"^a worker process of the plan ended before its result"):
+            job.get()

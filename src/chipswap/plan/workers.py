@@ -5,9 +5,10 @@ simulations of different fleets and searches beside each other): one small inter
 The work is deterministic and every result is read back in the order the caller chooses, so a plan's figures
 do not depend on how many workers there are. With one core (or off Linux, where a forked worker is not safe)
 there are no workers: `submit` runs the function at once, in this process, exactly as the serial code did.
-Workers are forked when the pool opens (before the plan imports torch); they ignore Ctrl-C (the plan's
-process gets it and ends them), are always ended when the pool closes, and end if the plan's process is
-killed. May not touch the plan's data: it only runs the functions it is given.
+Workers are forked when the pool opens (before the plan imports torch or starts a thread); they ignore
+Ctrl-C (the plan's process gets it and ends them), are always ended when the pool closes, and end if the
+plan's process is killed; a worker killed under it is an error, never a hang. May not touch the plan's data:
+it only runs the functions it is given.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import signal
 import sys
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
+
+from chipswap.errors import ChipswapError
 
 T = TypeVar("T")
 MAX_WORKERS = 8  # a bound whatever the machine: the plan has a few dozen independent searches at most
@@ -61,7 +64,15 @@ class Job(Generic[T]):
 
     def get(self) -> T:
         if self._pending is not None:
-            return self._pending.get()  # type: ignore[no-any-return]
+            from concurrent.futures.process import BrokenProcessPool
+
+            try:
+                return self._pending.result()  # type: ignore[no-any-return]
+            except BrokenProcessPool:  # a worker was killed (out of memory?): an error, never a hang
+                raise ChipswapError(
+                    "a worker process of the plan ended before its result (killed, out of memory?); run "
+                    "again, with more memory free"
+                ) from None
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[no-any-return]
@@ -76,8 +87,18 @@ class Workers:
         self._pool: Any = None
         if self.size > 1:
             import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = multiprocessing.get_context("fork").Pool(self.size, initializer=_worker_start)
+            try:
+                self._pool = ProcessPoolExecutor(
+                    self.size, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start
+                )
+                # a first call forks every worker now, while this process runs no other thread (a progress
+                # timer or spinner started later could hold a lock a forked child would then wait on)
+                self._pool.submit(int).result()
+            except OSError:  # no semaphores here (a locked-down container): no workers
+                self.close()
+                self.size = 1
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
         if self._pool is None or not _by_name(fn):
@@ -85,14 +106,19 @@ class Workers:
                 return Job(value=fn(*args))
             except Exception as exc:  # noqa: BLE001 - raised again, unchanged, by get()
                 return Job(error=exc)
-        return Job(self._pool.apply_async(fn, args))
+        return Job(self._pool.submit(fn, *args))
 
     def close(self) -> None:
         """End the workers (their results, if any, were read; a late one is not waited for)."""
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-            self._pool = None
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # started workers, to end them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(timeout=5)
 
     def __enter__(self) -> Workers:
         return self
