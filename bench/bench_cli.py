@@ -115,7 +115,7 @@ def commands(work: Path) -> dict[str, list[str]]:
         "project-config": ["project", qwen, "-i", "inf2.48xlarge", "-i", "p5.48xlarge"],
         "project-train": ["project", llama70, "-i", "p5.48xlarge", "--train-tokens", "2e9", "--nodes", "32"],
         "check-70b": ["check", llama70],
-        "trial": ["trial", "--example", "llama-serving", "--no-aws", "--out", str(work / "kit")],
+        "trial": ["trial", "--example", "llama-serving", "--no-aws", "--force", "--out", str(work / "kit")],
     }
 
 
@@ -153,7 +153,7 @@ def main() -> None:
         trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
         rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
         for name in names:
-            if cmds[name][0] != "plan":  # warm the memo (this tree only has one; a plan has nothing to warm)
+            if cmds[name][0] in ("project", "check"):  # warm the memo (only this tree has one)
                 run_once(trees[0][1], cmds[name], env, work)
             for _ in range(args.repeat):
                 for tree, src in trees:
