@@ -113,3 +113,23 @@ def test_a_killed_worker_is_an_error_not_a_hang() -> None:
         job = w.submit(_die, 1)
         with pytest.raises(ChipswapError, match=r"^a worker process of the plan ended before its result"):
             job.get()
+
+
+def _readiness_fails(s: Any, shapes: Any) -> Any:
+    raise ChipswapError("readiness failed: x; fix it")
+
+
+def _projection_fails(*_a: Any) -> Any:
+    raise ChipswapError("projection failed: y; fix it")
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_the_readiness_error_still_comes_first(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """The readiness check runs beside projection: when both fail, its error is the one reported, as when it
+    ran before projection."""
+    from chipswap.plan import projection, readiness
+
+    monkeypatch.setattr(readiness, "readiness", _readiness_fails)
+    monkeypatch.setattr(projection, "projection", _projection_fails)
+    with pytest.raises(ChipswapError, match=r"^readiness failed: x; fix it$"):
+        run_plan(_workload(), "w.toml", workers=size)
