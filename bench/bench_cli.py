@@ -9,8 +9,12 @@ alternate (this, baseline, this, ...), so a change in the machine's load hits bo
 untimed run of each command on this tree: the "warm" figure is what every call after a config's first costs
 (the first call costs what the baseline does, once per config).
 
-Commands (`--only NAME` to pick; trial is opt-in, it takes minutes on main):
+Commands (`--only NAME` to pick; trial and plan-trn2 are opt-in, they take minutes on main):
 - plan:          chipswap plan --example llama-serving --no-aws (the bundled example; the demo)
+- plan-classifier / plan-finetune / plan-trn2: the other bundled examples (--example NAME --no-aws)
+- plan-chat:     a chat workload (Llama 3 8B, TTFT / TPOT / end-to-end p99 objectives, 4 x g6e.12xlarge today)
+                 on a 20,000-request trace (written by this script: Poisson arrivals at 20 requests/s,
+                 log-normal prompt and answer lengths, fixed seed)
 - project-config: chipswap project CONFIG.json -i inf2.48xlarge -i p5.48xlarge (Qwen2.5-7B's config.json)
 - project-train: chipswap project CONFIG.json -i p5.48xlarge --train-tokens 2e9 --nodes 32 (Llama 3 70B)
 - check-70b:     chipswap check CONFIG.json (Llama 3 70B's config.json, one default shape)
@@ -40,7 +44,48 @@ from _results import ROOT, write_section  # noqa: E402
 
 MODELS = ROOT / "src" / "chipswap" / "data" / "models"
 TARGETS = {"plan": "<= 10 s wall", "project-config": "<= 1 s", "project-train": "<= 1 s",
-           "check-70b": "<= 10 s CPU", "trial": "<= 30 s"}  # fmt: skip
+           "check-70b": "<= 10 s CPU", "trial": "<= 30 s", "plan-classifier": "<= 30 s",
+           "plan-finetune": "<= 30 s", "plan-trn2": "<= 30 s", "plan-chat": "<= 30 s"}  # fmt: skip
+OPT_IN = ("trial", "plan-trn2")
+CHAT = """title = "chat assistant (bench)"
+kind = "serving"
+[model]
+preset = "llama-3-8b"
+task = "causal-lm"
+[traffic]
+trace = "chat.csv"
+mode = "llm"
+burst_window_s = 120
+[fleet]
+instance = "g6e.12xlarge"
+count = 4
+[slo]
+ttft_p99_ms = 1500
+tpot_p99_ms = 80
+e2e_p99_ms = 30000
+[targets]
+candidates = ["inf2.48xlarge", "trn1.32xlarge"]
+[porting]
+engineer_days = 20
+day_rate_usd = 800
+"""
+
+
+def _chat(folder: Path, requests: int = 20_000, rate_rps: float = 20.0) -> str:
+    """The chat workload and its trace (seeded: the same file every run)."""
+    import numpy as np
+
+    rng = np.random.default_rng(38)
+    t = np.cumsum(rng.exponential(1 / rate_rps, requests))
+    prompt = np.clip(rng.lognormal(np.log(1000), 0.6, requests), 16, 7000).astype(int)
+    out = np.clip(rng.lognormal(np.log(300), 0.5, requests), 2, 1000).astype(int)
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    rows += [f"{a:.3f},{p},{o}" for a, p, o in zip(t, prompt, out, strict=True)]
+    d = folder / "chat"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "chat.csv").write_text("\n".join(rows) + "\n")
+    (d / "chat.toml").write_text(CHAT)
+    return str(d / "chat.toml")
 
 
 def _config(preset: str, arch: str, folder: Path) -> str:
@@ -58,10 +103,19 @@ def commands(work: Path) -> dict[str, list[str]]:
     llama70 = _config("llama-3-70b", "LlamaForCausalLM", work)
     return {
         "plan": ["plan", "--example", "llama-serving", "--no-aws", "-q", "--out", str(work / "report")],
+        **{
+            f"plan-{short}": ["plan", "--example", name, "--no-aws", "-q", "--out", str(work / name)]
+            for short, name in (
+                ("classifier", "classifier-serving"),
+                ("finetune", "finetune"),
+                ("trn2", "trn2-serving"),
+            )
+        },  # fmt: skip
+        "plan-chat": ["plan", _chat(work), "--no-aws", "-q", "--out", str(work / "chat-report")],
         "project-config": ["project", qwen, "-i", "inf2.48xlarge", "-i", "p5.48xlarge"],
         "project-train": ["project", llama70, "-i", "p5.48xlarge", "--train-tokens", "2e9", "--nodes", "32"],
         "check-70b": ["check", llama70],
-        "trial": ["trial", "--example", "llama-serving", "--no-aws", "--out", str(work / "kit")],
+        "trial": ["trial", "--example", "llama-serving", "--no-aws", "--force", "--out", str(work / "kit")],
     }
 
 
@@ -85,20 +139,22 @@ def main() -> None:
     ap.add_argument("--baseline", required=True, help="a tree whose src/ to time side by side")
     ap.add_argument("--baseline-label", default="")
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--only", action="append", default=[], help="a command (repeat); default: all but trial")
+    ap.add_argument("--only", action="append", default=[], help="a command (repeat); default: all but "
+                    f"{' and '.join(OPT_IN)}")  # fmt: skip
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     label = args.baseline_label or args.baseline
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         work = Path(tmp)
         cmds = commands(work)
-        names = args.only or [n for n in cmds if n != "trial"]
+        names = args.only or [n for n in cmds if n not in OPT_IN]
         env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none"}
         env["CHIPSWAP_CHECKED_CONFIGS"] = str(work / "memo")
         trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
         rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
         for name in names:
-            run_once(trees[0][1], cmds[name], env, work)  # warm the memo (this tree only has one)
+            if cmds[name][0] in ("project", "check"):  # warm the memo (only this tree has one)
+                run_once(trees[0][1], cmds[name], env, work)
             for _ in range(args.repeat):
                 for tree, src in trees:
                     got = run_once(src, cmds[name], env, work)
@@ -124,15 +180,21 @@ def main() -> None:
         codes = f"{a[0][2]} / {b[0][2]}"
         lines.append(f"| {' '.join(cmds[name][:1])} ({name}) | {ca:.2f} s | {cb:.2f} s | {ca / cb:.2f}x |"
                      f" {wa:.1f} s | {wb:.1f} s | {la} / {lb} | {codes} | {TARGETS[name]} |")  # fmt: skip
-    body = "\n".join(lines) + "\n\nCommands timed:\n\n" + "\n".join(
-        f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`"
-        for name in names
+    body = (
+        "\n".join(lines)
+        + "\n\nCommands timed:\n\n"
+        + "\n".join(
+            f"- {name}: `chipswap {' '.join(Path(x).name if '/' in x else x for x in cmds[name])}`"
+            for name in names
+        )
     )
     print(body)
     if not args.no_write:
         cmd = f"python bench/bench_cli.py --baseline {label} --repeat {args.repeat}"
         cmd += "".join(f" --only {n}" for n in args.only)
-        write_section("cli", "Commands: CPU and wall, side by side with main before issue 38", cmd, body)
+        write_section(
+            "cli", "Commands: CPU and wall, side by side with a baseline tree (issue 38)", cmd, body
+        )
 
 
 if __name__ == "__main__":

@@ -63,8 +63,9 @@ def test_plan_and_project_give_the_same_capacity_and_band_at_the_same_layout(sta
     lay = next(a for a in pick.alternatives if a.config.tp_degree == 8)  # Llama-3.1-8B TP8 x 3 (issue 27)
     cfg = lay.config
     assert cfg.replicas == 3 and 0 < cfg.slot_occupancy < 1
-    sim = simulation._simulator()
-    fleet = simulation._Fleet(sim, s, load, summary, lay, sim[1].Slo(e2e_s=60.0))  # the plan's own setup
+    from chipswap.simulation.fleet import Slo
+
+    fleet = simulation._Fleet(s, load, summary, lay, Slo(e2e_s=60.0))  # the plan's own setup
     assert fleet.setup.max_batch == live_slots(cfg.max_batch, cfg.slot_occupancy) < cfg.max_batch
     assert fleet.setup.batch_sizes == (cfg.max_batch,)  # every step still runs the compiled batch
     project_rps = lay.requests_per_s.value

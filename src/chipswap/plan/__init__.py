@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from chipswap.plan.capacity import CapacityCheck
 from chipswap.plan.figures import Figure
@@ -28,6 +28,7 @@ from chipswap.plan.result import (
     ShapeSummary,
     TrafficSummary,
 )
+from chipswap.plan.workers import Job, Workers
 from chipswap.plan.workload import Workload
 
 if TYPE_CHECKING:
@@ -70,6 +71,25 @@ class _Clock:
         self.seconds[name] = round(time.perf_counter() - t, 3)
         return out
 
+    def beside(
+        self, name: str, w: Workers, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+    ) -> _Beside[R]:
+        """A stage that runs in a worker beside the next ones: its name is said now, its seconds run from now
+        until its result is read (`get`)."""
+        self.say(name)
+        self.seconds[name] = 0.0  # its place in the order the stages started
+        return _Beside(self, name, time.perf_counter(), w.submit(fn, *args, **kwargs))
+
+
+class _Beside(Generic[R]):
+    def __init__(self, clock: _Clock, name: str, t: float, job: Job[R]) -> None:
+        self.clock, self.name, self.t, self.job = clock, name, t, job
+
+    def get(self) -> R:
+        out = self.job.get()
+        self.clock.seconds[self.name] = round(time.perf_counter() - self.t, 3)
+        return out
+
 
 def run_plan(
     wl: Workload,
@@ -81,10 +101,33 @@ def run_plan(
     catalog: Any = None,
     capacity_check: CapacityCheck | None = None,
     accept_bench_mismatch: bool = False,
+    workers: int | None = None,
 ) -> PlanResult:
     """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
     workload's own; `catalog`: a catalog to price with (default: the shipped one); `capacity_check`: the
-    capacity screen of the pick (None: not checked). Raises ChipswapError (one line) on bad input."""
+    capacity screen of the pick (None: not checked); `workers`: processes for the independent work (the
+    readiness check beside the simulations, the fleets' searches beside each other; None: one per core this
+    process may use, 1: none). The result does not depend on it. Raises ChipswapError (one line) on bad
+    input."""
+    from chipswap.plan import simulation
+
+    simulation._simulator()  # the simulator's modules load here once, not again in every worker
+    with Workers(workers) as w:
+        return _run(wl, workload_path, close_margin_pct, progress, bench, catalog, capacity_check,
+                    accept_bench_mismatch, w)  # fmt: skip
+
+
+def _run(
+    wl: Workload,
+    workload_path: str | Path,
+    close_margin_pct: Decimal | None,
+    progress: Callable[[str], None] | None,
+    bench: tuple[Path, ...],
+    catalog: Any,
+    capacity_check: CapacityCheck | None,
+    accept_bench_mismatch: bool,
+    w: Workers,
+) -> PlanResult:
     from chipswap.plan import (
         capacity,
         fleets,
@@ -109,10 +152,15 @@ def run_plan(
         lengths = (t.load.all_prompt_tokens, t.load.all_output_tokens)
         s = _replace(s, measured=with_length_notes(s.measured, *lengths))
     sh = clock.stage("planning shapes", shapes.shapes, s, t)
-    rd = clock.stage("checking readiness", readiness.readiness, s, sh.summary)
+    ready = clock.beside("checking readiness", w, readiness.readiness, s, sh.summary)
     load = t.load if t is not None else None
-    pr = clock.stage("projecting", projection.projection, s, load, sh.summary)
-    sim = clock.stage("simulating fleets", simulation.simulation, s, load, sh.summary, pr)
+    try:
+        pr = clock.stage("projecting", projection.projection, s, load, sh.summary)
+        sim = clock.stage("simulating fleets", simulation.simulation, s, load, sh.summary, pr, w)
+    except Exception:
+        ready.get()  # the readiness check's own error first, as when it ran before these stages
+        raise
+    rd = ready.get()
     fl = clock.stage("choosing figures", fleets.fleets, s, t, pr, sim)
     summary = t.summary if t is not None else None
     v = clock.stage("pricing and deciding", decide.verdict, s, summary, sh.summary, rd, fl)
@@ -124,7 +172,11 @@ def run_plan(
             """The verdict for another [slo]: re-sized from the size tables (quick) or re-planned (the
             simulation, fleets and verdict stages run again; the stages before them do not read the SLO)."""
             s2 = replace(s, workload=s.workload.model_copy(update={"slo": slo}))
-            sim2 = simulation.resized(sim, slo) if quick else simulation.simulation(s2, load, sh.summary, pr)
+            sim2 = (
+                simulation.resized(sim, slo)
+                if quick
+                else simulation.simulation(s2, load, sh.summary, pr, w, verdict_only=True)
+            )
             fl2 = fleets.fleets(s2, t, pr, sim2)
             return decide.verdict(s2, summary, sh.summary, rd, fl2).verdict.verdict
 

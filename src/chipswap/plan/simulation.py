@@ -23,6 +23,7 @@ from chipswap.plan.result import LatencySample, ShapeSummary
 from chipswap.plan.setup import PlanSetup
 from chipswap.plan.sizing import CurveSizer
 from chipswap.plan.traffic import SEED, Load
+from chipswap.plan.workers import Job, Workers
 
 MAX_INSTANCES = 1000  # the largest fleet the sizing search tries; beyond it the SLO counts as unreachable
 CAPACITY_STEPS = 4  # bisection steps for the capacity (the bracket is 15% wide: about 1% left)
@@ -148,8 +149,7 @@ def _simulator() -> Any:
 class _Fleet:
     """One layout of one instance type on the Load: sizes it, checks it at other traffic and speeds."""
 
-    def __init__(self, sim: Any, s: PlanSetup, load: Load, shapes: ShapeSummary | None, lay: Any, slo: Any):
-        self.simulate, self.fleet = sim
+    def __init__(self, s: PlanSetup, load: Load, shapes: ShapeSummary | None, lay: Any, slo: Any):
         self.lay, self.cfg, self.load, self.slo = lay, lay.config, load, slo
         self.mode = s.workload.traffic.mode if s.workload.traffic else "llm"
         prefill = tuple(shapes.sequence_buckets) if shapes and shapes.sequence_buckets else ()
@@ -174,6 +174,18 @@ class _Fleet:
         self.runs = 0
         self.sizing: Any = None
 
+    @property
+    def simulate(self) -> Any:
+        from chipswap.simulation import simulate
+
+        return simulate
+
+    @property
+    def fleet(self) -> Any:
+        from chipswap.simulation import fleet
+
+        return fleet
+
     def table(self, lower: int, top: int) -> Any:
         """chipswap.simulation.fleet.size_table from `lower` to `top` instances: every size when there are at
         most TABLE_SIZES, else TABLE_SIZES spaced geometrically (a count between two is rounded up)."""
@@ -188,11 +200,11 @@ class _Fleet:
             window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
         )  # fmt: skip
 
-    def curve(self, n: int) -> tuple[tuple[float, int | None], ...]:
-        """Fleet size vs traffic, re-planned: size_fleet_sweep on the traffic scaled to each of CURVE_FACTORS
-        (superposition unless the workload asks otherwise); at 1x the size already found (`n`)."""
+    def curve_part(self, factors: tuple[float, ...], cap: int) -> dict[float, int | None]:
+        """Fleet size vs traffic, re-planned for one side of 1x (`factors` all below or all above it):
+        size_fleet_sweep on the traffic scaled to each (superposition unless the workload asks otherwise), up
+        to `cap` instances."""
         ld = self.load
-        factors = [g for g in CURVE_FACTORS if g != 1.0]
         traffics = []
         for g in factors:
             if g not in self._scaled:
@@ -200,20 +212,13 @@ class _Fleet:
                     ld.traffic, g, np.random.default_rng(SEED), method=self.scale_method
                 )
             traffics.append(self._scaled[g])
-        below = [k for k, g in enumerate(factors) if g < 1.0]
-        above = [k for k, g in enumerate(factors) if g > 1.0]
-        found: dict[float, int | None] = {1.0: n}
-        for part, cap in ((below, n), (above, MAX_INSTANCES)):  # less traffic never needs more than n
-            if not part:
-                continue
-            sweep = self.fleet.size_fleet_sweep(
-                [traffics[k] for k in part], self.lay.times, self.setup, self.cfg.replicas, self.slo,
-                mode=self.mode, window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
-                max_instances=cap,
-            )  # fmt: skip
-            self.runs += sum(len(z.probes) for z in sweep)
-            found.update({factors[k]: z.instances for k, z in zip(part, sweep, strict=True)})
-        return tuple((g, found[g]) for g in CURVE_FACTORS)
+        sweep = self.fleet.size_fleet_sweep(
+            traffics, self.lay.times, self.setup, self.cfg.replicas, self.slo,
+            mode=self.mode, window_s=ld.window_s, warmup_s=ld.warmup_s, cooldown_s=ld.cooldown_s,
+            max_instances=cap,
+        )  # fmt: skip
+        self.runs += sum(len(z.probes) for z in sweep)
+        return {g: z.instances for g, z in zip(factors, sweep, strict=True)}
 
     def size(self, cap: int) -> Any:
         """chipswap.simulation.fleet.size_fleet on the busiest window, up to `cap` instances."""
@@ -353,17 +358,28 @@ def _layout_words(cfg: Any) -> str:
     return f"TP{cfg.tp_degree} x {cfg.replicas}"
 
 
-def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any, slo: Any) -> InstanceSim:
-    """Size every layout of one instance type for the SLO and keep the one that needs the fewest instances
-    (ties: the projection's own pick, the highest throughput). A layout is only searched below the best so
-    far."""
+@dataclass
+class _Sized:
+    """One instance type after its layout search (the first phase of sizing it): the layout that needs the
+    fewest instances and that count, or why none meets the SLO."""
+
+    best: tuple[int, _Fleet] | None
+    tried: list[str]
+    floors: list[tuple[float, str]]
+    blocked: tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]
+    runs: int
+
+
+def _size_layouts(fleets: list[_Fleet], slo: Any) -> _Sized:
+    """Size every layout of one instance type (`fleets`, the projection's own pick first) for the SLO and keep
+    the one that needs the fewest instances (ties: the projection's own pick, the highest throughput). A
+    layout is only searched below the best so far."""
     best: tuple[int, _Fleet] | None = None
     tried: list[str] = []
     floors: list[tuple[float, str]] = []
     blocked: list[tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]] = []
     runs = 0
-    for lay in (p, *getattr(p, "alternatives", ())):
-        f = _Fleet(sim, s, load, shapes, lay, slo)
+    for f in fleets:
         cap = MAX_INSTANCES if best is None else best[0] - 1
         z = f.size(max(cap, 1)) if cap >= 1 else None
         runs += f.runs
@@ -374,20 +390,83 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
                 reach, n_reach = f.reach()
                 blocked.append((_relaxation(slo, reach), z.blocking(), reach, n_reach, f))
             why = z.message if z is not None and best is None else f"no fewer than {best[0] if best else 0}"
-            tried.append(f"{_layout_words(lay.config)}: {why}")
+            tried.append(f"{_layout_words(f.lay.config)}: {why}")
             continue
-        tried.append(f"{_layout_words(lay.config)}: {z.instances} instance{'s' if z.instances != 1 else ''}")
+        tried.append(
+            f"{_layout_words(f.lay.config)}: {z.instances} instance{'s' if z.instances != 1 else ''}"
+        )
         best = (int(z.instances), f)
+    nothing: tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]
+    nothing = (0.0, (), {}, None, None)
+    chosen = min(blocked, key=lambda b: b[0]) if blocked and best is None else nothing
+    return _Sized(best, tried, floors, chosen, runs)
+
+
+def _capacities(f: _Fleet, n: int, speeds: tuple[float, ...], start: float) -> list[float | None]:
+    """The traffic scale `n` instances carry within the SLO at each speed: n meets the window and n - 1 does
+    not, so the capacity per instance lies within rate/n .. rate/(n-1); a small fleet is searched (that range
+    is wide), a large one takes rate/n (its count at 1x is exact). The band's edges start from 1x's."""
+    g1 = 1.0
+    if n <= SMALL_FLEET:
+        g1 = _capacity(f, n, 1.0, start, CAPACITY_STEPS) or 1.0
+    return [g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS) for sp in speeds]
+
+
+def _on_fleet(f: _Fleet, what: str, *args: Any) -> tuple[Any, int, bool]:
+    """One independent search on a sized fleet, as a worker runs it: (its result, the simulations it ran,
+    whether a capacity search stopped at the most traffic it simulates)."""
+    before = f.runs
+    out = _capacities(f, *args) if what == "capacities" else getattr(f, what)(*args)
+    return out, f.runs - before, f.capped
+
+
+def _speeds(band: float) -> tuple[float, ...]:
+    """The speeds a fleet's capacity is searched at: the band's slow edge, the projection's value, the fast
+    edge."""
+    return (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
+
+
+def _submit_searches(
+    w: Workers, sized: _Sized, p: Any, load: Load, verdict_only: bool
+) -> dict[str, Job[Any]]:
+    """The searches that follow the layout search, each independent of the others: the capacity per instance
+    (at the projection's value and the band's edges), the size table, and the curve below and above 1x.
+    `verdict_only`: the capacities alone (the verdict reads neither the table nor the curve)."""
+    if sized.best is None:
+        fl = sized.blocked[4]
+        z = fl.sizing if fl is not None else None
+        if fl is None or z is None or verdict_only:
+            return {}
+        top = min(MAX_INSTANCES, max(8, 4 * z.lower_bound))
+        return {"table": w.submit(_on_fleet, fl, "table", z.lower_bound, top)}
+    n, f = sized.best
+    speeds = _speeds(float(f.lay.times.band or 0.0))
+    lay = next((a for a in _layouts(p) if a.config == f.cfg), p)
+    if verdict_only:
+        return {"capacities": w.submit(_on_fleet, f, "capacities", n, speeds, _start_scale(lay, load, n))}
+    below = tuple(g for g in CURVE_FACTORS if g < 1.0)
+    above = tuple(g for g in CURVE_FACTORS if g > 1.0)
+    top = min(MAX_INSTANCES, max(8, 2 * n + 2))
+    jobs = {  # the longest first, so the last one to finish is a short one
+        "above": w.submit(_on_fleet, f, "curve_part", above, MAX_INSTANCES) if above else None,
+        "capacities": w.submit(_on_fleet, f, "capacities", n, speeds, _start_scale(lay, load, n)),
+        "table": w.submit(_on_fleet, f, "table", f.sizing.lower_bound, top),
+        "below": w.submit(_on_fleet, f, "curve_part", below, n) if below else None,  # less traffic: <= n
+    }
+    return {k: j for k, j in jobs.items() if j is not None}
+
+
+def _one(sized: _Sized, jobs: dict[str, Job[Any]], load: Load, p: Any, slo: Any) -> InstanceSim:
+    """One instance type's InstanceSim from its layout search and the searches that followed it."""
+    got = {k: j.get() for k, j in jobs.items()}
+    runs = sized.runs + sum(r for _v, r, _c in got.values())
+    best, tried, floors = sized.best, sized.tried, sized.floors
     what = f"simulated: {load.what}, {load.requests:,} requests in the window"
     # the band of the layout sized (the fewest instances), not of the projection's own pick
     band = float((best[1].lay.times if best is not None else p.times).band or 0.0)
     if best is None:
         floor = min(floors) if floors else (None, "")
-        nothing: tuple[float, tuple[str, ...], dict[str, float], int | None, _Fleet | None]
-        nothing = (0.0, (), {}, None, None)
-        _r, blocking, reach, reach_n, fl = min(blocked, key=lambda b: b[0]) if blocked else nothing
-        z = fl.sizing if fl is not None else None
-        table = fl.table(z.lower_bound, min(MAX_INSTANCES, max(8, 4 * z.lower_bound))) if fl and z else None
+        _r, blocking, reach, reach_n, _fl = sized.blocked
         return InstanceSim(
             p.instance,
             None,
@@ -403,27 +482,20 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
             blocking=blocking,
             reach=reach,
             reach_count=reach_n,
-            table=table,
+            table=got["table"][0] if "table" in got else None,
         )
     n, f = best
-    before = f.runs
-    speeds = (1 / (1 + band), 1.0, 1 + band) if band else (1.0,)
-    # capacity per instance: n meets the window and n - 1 does not, so it lies within rate/n .. rate/(n-1);
-    # a small fleet is searched (that range is wide), a large one takes rate/n (its count at 1x is exact)
-    lay = next((a for a in (p, *getattr(p, "alternatives", ())) if a.config == f.cfg), p)
-    g1 = 1.0
-    if n <= SMALL_FLEET:
-        g1 = _capacity(f, n, 1.0, _start_scale(lay, load, n), CAPACITY_STEPS) or 1.0
-    caps: list[float | None] = []
-    for sp in speeds:
-        g = g1 if sp == 1.0 else _capacity(f, n, sp, g1 * sp, BAND_STEPS)
-        caps.append(None if g is None else load.rate_rps * g / n)
-    table = f.table(f.sizing.lower_bound, min(MAX_INSTANCES, max(8, 2 * n + 2)))
-    curve = f.curve(n)
-    runs += f.runs - before
+    speeds = _speeds(band)
+    gs, _r, capped = got["capacities"]
+    caps = [None if g is None else load.rate_rps * g / n for g in gs]
+    table = got["table"][0] if "table" in got else None
+    found: dict[float, int | None] = {1.0: n}
+    for side in ("below", "above"):
+        found.update(got[side][0] if side in got else {})
+    curve = tuple((g, found[g]) for g in CURVE_FACTORS) if "table" in got else ()
     res = f.sizing.check.result
     batching = f"continuous ({f.policy})" if f.mode == "llm" else "dynamic"
-    if f.capped:
+    if capped:
         what += (
             f"; capacity per instance is a lower bound: the SLO still held at {f.g_max:,.1f}x this traffic, "
             f"the most the search simulates ({MAX_PROBE_REQUESTS:,} requests)"
@@ -453,7 +525,7 @@ def _one(s: PlanSetup, sim: Any, load: Load, shapes: ShapeSummary | None, p: Any
         f.cfg,
         f.lay.times,
         _ms(res.e2e.p50),
-        f.capped,
+        capped,
         objectives={o.key: v * 1000 for o, v in zip(slo.objectives, f.sizing.check.values, strict=True)},
         goodput_pct=f.sizing.check.goodput * 100,
         table=table,
@@ -478,7 +550,7 @@ def resized(stage: SimulationStage, workload_slo: Any) -> SimulationStage:
             sizer = replace(x.sizer, capacity_rps=caps)
         else:  # not feasible at the stated objectives: the count, and the band taken as linear in speed
             b = x.band or 0.0
-            speeds = (1 / (1 + b), 1.0, 1 + b) if b else (1.0,)
+            speeds = _speeds(b)
             caps = tuple(stage.rate_rps / n * sp for sp in speeds)
             sizer = CurveSizer(stage.rate_rps, speeds, caps, "re-sized for the objectives")
         # at a band edge whose unloaded latency misses an objective no size meets it
@@ -501,7 +573,7 @@ def _relaxation(slo: Any, reach: dict[str, float]) -> float:
 
 
 def objective_words(key: str, ms: float) -> str:
-    """"ttft_p99", 2000 -> "TTFT p99 <= 2,000 ms" (TPOT to a tenth of a ms)."""
+    """ "ttft_p99", 2000 -> "TTFT p99 <= 2,000 ms" (TPOT to a tenth of a ms)."""
     from chipswap.simulation.fleet import METRICS
 
     metric, pct = key.rsplit("_p", 1)
@@ -527,19 +599,26 @@ def slo_of(workload_slo: Any) -> Any:
 def _same_layouts(p: Any) -> tuple[Any, ...]:
     """What makes two instance types simulate alike: every layout's configuration (less the instance name)
     and service times (inf2.xlarge and inf2.8xlarge carry the same chip)."""
-    return tuple(
-        (replace(lay.config, instance=""), lay.times) for lay in (p, *getattr(p, "alternatives", ()))
-    )
+    return tuple((replace(lay.config, instance=""), lay.times) for lay in _layouts(p))
 
 
 def simulation(
-    s: PlanSetup, load: Load | None, shapes: ShapeSummary | None, proj: ProjectionStage
+    s: PlanSetup,
+    load: Load | None,
+    shapes: ShapeSummary | None,
+    proj: ProjectionStage,
+    workers: Workers | None = None,
+    *,
+    verdict_only: bool = False,
 ) -> SimulationStage:
+    """Every projected fleet sized by simulation. `workers`: where the independent searches run (None: here,
+    one after another); the result is the same. `verdict_only`: what the verdict reads and no more (a
+    sensitivity's re-plan): each fleet's size and capacity band, without the size table and the fleet-size
+    curve."""
     projected = [p for p in proj.by_instance.values() if p.times is not None and p.excluded is None]
     if s.kind != "serving" or load is None or not projected:
         return SimulationStage()
-    sim = _simulator()
-    if sim is None:
+    if _simulator() is None:
         return SimulationStage(
             notes=(
                 "the fleet simulator is not installed here: projected fleets are sized from the projected "
@@ -556,12 +635,27 @@ def simulation(
                 "state an SLO to size both fleets by simulation",
             )
         )
+    w = workers or Workers(1)
+    # instance types that simulate alike (inf2.xlarge and inf2.8xlarge) are sized once (keys compared, not
+    # hashed: service times need not be hashable)
+    keys = [_same_layouts(p) for p in projected]
+    once = [i for i in range(len(projected)) if keys[i] not in keys[:i]]
+    first = [projected[i] for i in once]
+    sizing = [
+        w.submit(_size_layouts, [_Fleet(s, load, shapes, x, slo) for x in _layouts(p)], slo) for p in first
+    ]
+    sized, searches = [], []
+    for job, p in zip(sizing, first, strict=True):  # each fleet's searches start as soon as it is sized
+        sized.append(job.get())
+        searches.append(_submit_searches(w, sized[-1], p, load, verdict_only))
+    done = [_one(z, j, load, p, slo) for z, j, p in zip(sized, searches, first, strict=True)]
     out: dict[str, InstanceSim] = {}
-    done: list[tuple[tuple[Any, ...], InstanceSim]] = []
-    for p in projected:
-        key = _same_layouts(p)
-        twin = next((r for k, r in done if k == key), None)
-        out[p.instance] = replace(twin, instance=p.instance) if twin else _one(s, sim, load, shapes, p, slo)
-        done.append((key, out[p.instance]))
+    for p, key in zip(projected, keys, strict=True):
+        twin = done[[keys[i] for i in once].index(key)]
+        out[p.instance] = twin if twin.instance == p.instance else replace(twin, instance=p.instance)
     sched = scheduling_summary(s.workload)
     return SimulationStage(out, (sched["line"],), sched, load.rate_rps)
+
+
+def _layouts(p: Any) -> tuple[Any, ...]:
+    return (p, *getattr(p, "alternatives", ()))
