@@ -115,3 +115,38 @@ def stack_load_text(data: StackLoadData, header: str) -> str:
 
 def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+DOCS_MARK = "stack-load"  # docs/simulation.md holds <!-- stack-load --> ... <!-- /stack-load -->
+
+
+def docs_block(data: StackLoadData) -> str:
+    """The part of docs/simulation.md that quotes this file (written by bench/simulation_docs.py; a test
+    compares the two): each stack's rules as the file words them, its held-out knee error, the widening."""
+    lines = [
+        "Generated from `src/chipswap/data/platforms/stack_load.toml` by `python bench/simulation_docs.py` "
+        "(do not edit by hand; `tests/test_stack_load.py` compares).",
+        "",
+        "| stack | policy | decode batch | prefill | admission | KV cache | knee held out by source |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in data.stacks.items():
+        if s.validated:
+            knee = (
+                f"median {s.knee_median:.1%}, largest {s.knee_max:.1%} ({s.knee_runs} runs, "
+                f"{s.knee_sources} source{'s' if s.knee_sources != 1 else ''}); other decode-batch rule "
+                f"{s.knee_median_other:.1%}"
+            )
+        else:
+            knee = f"not validated: capacity band widened {data.widening:.0%}"
+        lines.append(
+            f"| `{name}` | `{s.policy}` | {s.decode_batch} | {s.prefill} | {s.admission} | {s.kv} | {knee} |"
+        )
+    worst = max((s.knee_median for s in data.stacks.values() if s.validated), default=0.0)
+    lines += [
+        "",
+        f"Widening of a stack the sweeps do not validate: **{data.widening:.0%}** (the largest median held-out "
+        f"knee error of a validated stack, {worst:.1%}, rounded up); `project` prints \"band widened "
+        f"{data.widening:.0%}: <stack>'s knee not validated under load\" on its requests/s.",
+    ]
+    return "\n".join(lines)
