@@ -249,10 +249,17 @@ def replica_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_
     every request's batch-1 prefill in series (pausing decode on a stack whose prefills do). context: the
     context a decode step is charged at (default: the mean live context, prompt + output / 2; the product
     passes chipswap.simulation.servicetime.charged_context, the simulator's rule); steps: decode steps per
-    request (default: output; the product passes output - 1, the first token comes from the prefill)."""
+    request (default: output; the product passes output - 1, the first token comes from the prefill). A
+    length mix passes a chipswap.simulation.servicetime.LoadMix as `context`: the step and the prefill are
+    then its averages at the live slots (the simulator's rules over the mix, issue 40)."""
     occ = max(1e-6, schedule.occupancy)
-    step = poly.decode_step_s(batch, int(prompt + output / 2) if context is None else context)
     n = output if steps is None else steps
+    if hasattr(context, "contexts"):  # a length mix (servicetime.LoadMix)
+        live = max(1, round(occ * batch))
+        step = context.mean_of(lambda c: poly.decode_step_s(batch, c), context.contexts(live))
+        pre = context.mean_of(lambda n_: poly.prefill_s(1, n_), context.prefills)
+        return 1.0 / (pre + n * step / (occ * batch))
+    step = poly.decode_step_s(batch, int(prompt + output / 2) if context is None else context)
     return 1.0 / (poly.prefill_s(1, padded_prompt) + n * step / (occ * batch))
 
 
