@@ -28,8 +28,9 @@ Rules per replica, at each step boundary (time t):
 Dispatch: round robin and least loaded (fewest outstanding, counted until a request's last token is out)
 send each arrival to one replica's queue; "shared" keeps one queue that every replica draws from at its step
 boundaries (idle replicas first, lowest number; otherwise the replica with a free slot whose next step
-boundary comes first is claimed, and a claim that cannot take the head passes on). docs/simulation.md lists
-every rule.
+boundary comes first is claimed, and a claim that cannot take the head passes on; a new head gets its own
+claim; a replica short of KV blocks for the head is not claimed; a request preempted there is back at the
+head of the one queue and waits as an arrival does). docs/simulation.md lists every rule.
 
 Pure: numpy and the standard library. No files, clock, printing or torch.
 """
