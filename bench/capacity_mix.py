@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-import _results  # noqa: F401  (puts src/ and the repository root on the path)
 from tests.test_capacity_one_source import _saturation, _spread, _work
 
+import _results  # noqa: F401  (puts src/ and the repository root on the path)
 from chipswap.projection import api
 from chipswap.simulation import simulate as S
 from chipswap.simulation.policies import CHUNKED_PREFILL

@@ -2,8 +2,9 @@
 step calls the ServiceTimes directly and recomputes the batch's context from each running request.
 
 It implements the serving rules written at the top of `chipswap.simulation.simulate` independently of that
-module's skip-ahead tables, heaps and bookkeeping (issue 40: also the paged KV cache with recompute preemption
-and the shared queue, for the policies without chunking: docs/simulation.md, "Every scheduling rule"), so the tests can check the fast simulator against it request by
+module's skip-ahead tables, heaps and bookkeeping (issue 40: also the paged KV cache with recompute
+preemption and the shared queue, for the policies without chunking: docs/simulation.md, "Every scheduling
+rule"), so the tests can check the fast simulator against it request by
 request, and the benchmark can show what skipping ahead buys. It is far too slow for real traces (one Python
 iteration per decode step and a scan over all replicas per event); use
 `chipswap.simulation.simulate.simulate`.
@@ -149,9 +150,8 @@ def simulate_reference(
             if refill[i]:
                 length = refill[i]
             else:
-                length = (
-                    _first_at_least(setup.prefill_buckets, prompts[i]) if setup.prefill_buckets else prompts[i]
-                )
+                buckets = setup.prefill_buckets
+                length = _first_at_least(buckets, prompts[i]) if buckets else prompts[i]
             counters["prefill_padded"] += length
             d = service.prefill_s(1, length)
             call[r] = ("prefill", i)

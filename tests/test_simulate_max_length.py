@@ -59,7 +59,7 @@ def test_a_stated_serving_limit_still_rejects_and_counts() -> None:
 
 def test_the_plans_simulator_takes_max_length_from_the_traffic(tmp_path: Any) -> None:
     """A steady rate with lengths from a histogram: the projection and the simulator see the histogram's
-    lengths (before: the projection was asked for the mean, and its max length dropped the longer requests)."""
+    lengths (before: the projection was asked for a length of None and failed with a TypeError)."""
     from chipswap.plan import run_plan
     from chipswap.plan import simulation as stage
     from chipswap.plan.workload_file import parse_workload

@@ -145,8 +145,8 @@ def docs_block(data: StackLoadData) -> str:
     worst = max((s.knee_median for s in data.stacks.values() if s.validated), default=0.0)
     lines += [
         "",
-        f"Widening of a stack the sweeps do not validate: **{data.widening:.0%}** (the largest median held-out "
-        f"knee error of a validated stack, {worst:.1%}, rounded up); `project` prints \"band widened "
+        f"Widening of a stack the sweeps do not validate: **{data.widening:.0%}** (the largest median "
+        f'held-out knee error of a validated stack, {worst:.1%}, rounded up); `project` prints "band widened '
         f"{data.widening:.0%}: <stack>'s knee not validated under load\" on its requests/s.",
     ]
     return "\n".join(lines)

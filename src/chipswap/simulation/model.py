@@ -413,8 +413,8 @@ def reject_mask(
                 f"{over:,} of {len(traffic):,} requests hold more positions than the replica's max length "
                 f"{setup.max_length:,} (the longest holds {int(total.max()):,}: prompt + output - 1); "
                 f"simulating would drop them: set max_length from the traffic's longest request "
-                f"(setup_from_serving(..., max_length={int(total.max())})), project at the traffic's lengths, "
-                "or pass over_length='reject' to count them as rejected"
+                f"(setup_from_serving(..., max_length={int(total.max())})), project at the traffic's "
+                "lengths, or pass over_length='reject' to count them as rejected"
             )
     rules: list[tuple[str, np.ndarray]] = []
     if setup.prefill_buckets:

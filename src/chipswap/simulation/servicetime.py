@@ -108,7 +108,8 @@ def load_mix(prompt: Any, output: Any, decode_buckets: Any, prefill_length: Any)
         groups = np.array_split(srt, MIX_PREFILLS)
         prefills = tuple((g.size / srt.size, int(round(float(g.mean())))) for g in groups if g.size)
     else:
-        prefills = tuple((c / pre.size, int(x)) for x, c in zip(lengths.tolist(), counts.tolist(), strict=True))
+        pairs = zip(lengths.tolist(), counts.tolist(), strict=True)
+        prefills = tuple((c / pre.size, int(x)) for x, c in pairs)
     return LoadMix(buckets, share, mean_ctx, prefills)
 
 

@@ -56,6 +56,7 @@ from chipswap.projection.platform import (
 from chipswap.projection.serving.moe import expert_weights as _expert_weights
 from chipswap.projection.serving.moe import streamed_params_at, touched_expert_share  # noqa: F401
 from chipswap.projection.work import ModelWork, dtype_bytes
+from chipswap.simulation.servicetime import LoadMix
 
 # the free parameters of one chip family (name -> (meaning, lower bound, upper bound))
 PARAMS: dict[str, tuple[str, float, float]] = {
@@ -243,7 +244,7 @@ def phys_poly(
 
 
 def replica_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_prompt: int,
-                schedule: Schedule, *, context: int | None = None,
+                schedule: Schedule, *, context: int | LoadMix | None = None,
                 steps: float | None = None) -> float:  # fmt: skip
     """Requests/s of one replica at saturation: occupancy x batch sequences decode `output` tokens each,
     every request's batch-1 prefill in series (pausing decode on a stack whose prefills do). context: the
@@ -254,7 +255,7 @@ def replica_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_
     then its averages at the live slots (the simulator's rules over the mix, issue 40)."""
     occ = max(1e-6, schedule.occupancy)
     n = output if steps is None else steps
-    if hasattr(context, "contexts"):  # a length mix (servicetime.LoadMix)
+    if isinstance(context, LoadMix):  # a length mix (servicetime.LoadMix)
         live = max(1, round(occ * batch))
         step = context.mean_of(lambda c: poly.decode_step_s(batch, c), context.contexts(live))
         pre = context.mean_of(lambda n_: poly.prefill_s(1, n_), context.prefills)
