@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from tests.test_capacity_one_source import _saturation, _spread, _work
-
 import _results  # noqa: F401  (puts src/ and the repository root on the path)
-from chipswap.projection import api
-from chipswap.simulation import simulate as S
-from chipswap.simulation.policies import CHUNKED_PREFILL
 
-CASES = (
+CASES = (  # the parameters of tests/test_capacity_one_source.py::test_one_capacity_at_any_length_mix
     ("inf2.48xlarge", 8, 1024, 256, (1024, 2048), (1280, 2048)),
     ("trn2.48xlarge", None, 1500, 250, (512, 1024, 2048), (1024, 2048, 4096)),
     ("g6e.12xlarge", None, 1024, 256, None, None),
@@ -26,19 +21,9 @@ CASES = (
 
 
 def row(instance, tp, prompt, output, buckets, decode, spread):
-    p_all, o_all = _spread(prompt, output, 20_000, spread, seed=0)
-    kw = {"buckets": list(buckets), "decode_buckets": list(decode)} if buckets else {}
-    p = api.project_serving(_work(), instance, prompt_tokens=p_all, output_tokens=o_all, tp=tp, **kw)
-    if buckets:
-        setup = S.setup_from_serving(p.config, prefill_buckets=buckets, decode_buckets=decode)
-        n = 2500
-    else:
-        setup = S.ReplicaSetup(max_batch=p.config.max_batch, policy=CHUNKED_PREFILL, token_budget=8192,
-                               max_length=p.config.max_length)  # fmt: skip
-        n = 20_000
-    per = p.requests_per_s.value / p.config.replicas
-    got = _saturation(p.times, setup, 1, 2 * per, *_spread(prompt, output, n, spread, seed=1))
-    c = p.config
+    from tests.test_capacity_one_source import mix_case  # the cases live with the test
+
+    per, got, c = mix_case(instance, tp, prompt, output, buckets, decode, spread)
     return (f"| {instance} | TP{c.tp_degree} x {c.replicas}, batch {c.max_batch} | {prompt} / {output} | "
             f"{'+-10 %' if spread else 'none'} | {per:.3f} | {got:.3f} | {got / per - 1:+.1%} |")  # fmt: skip
 

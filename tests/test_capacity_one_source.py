@@ -78,6 +78,26 @@ def _saturation(times, setup, replicas: int, rate: float, prompt, output) -> flo
     return (n // 2) / (done[3 * n // 4] - done[n // 4])
 
 
+def mix_case(instance, tp, prompt, output, buckets, decode, spread):
+    """(project's requests/s per replica, the simulated saturation rate of one replica, the config) for one
+    case of test_one_capacity_at_any_length_mix (also bench/capacity_mix.py's table)."""
+    p_all, o_all = _spread(prompt, output, 20_000, spread, seed=0)
+    kw = {"buckets": list(buckets), "decode_buckets": list(decode)} if buckets else {}
+    p = api.project_serving(_work(), instance, prompt_tokens=p_all, output_tokens=o_all, tp=tp, **kw)
+    assert p.fits and p.config.padded is bool(buckets)
+    if buckets:
+        setup = S.setup_from_serving(p.config, prefill_buckets=buckets, decode_buckets=decode)
+        n = 2500
+    else:
+        setup = S.ReplicaSetup(max_batch=p.config.max_batch, policy=CHUNKED_PREFILL, token_budget=8192,
+                               max_length=p.config.max_length)  # fmt: skip
+        n = 20_000
+    per_replica = p.requests_per_s.value / p.config.replicas
+    prompts, outputs = _spread(prompt, output, n, spread, seed=1)
+    got = _saturation(p.times, setup, 1, 2 * per_replica, prompts, outputs)
+    return per_replica, got, p.config
+
+
 @pytest.mark.parametrize("spread", [0.0, 0.1], ids=["same-lengths", "spread-10pct"])
 @pytest.mark.parametrize(
     "instance,tp,prompt,output,buckets,decode",
@@ -94,20 +114,7 @@ def test_one_capacity_at_any_length_mix(instance, tp, prompt, output, buckets, d
     mix crosses a bucket edge). One replica is simulated (the capacity is per replica x replicas); the GPU
     runs project's batch as its slots (the same live state; the plan's KV-limited slots are another
     question: docs/simulation.md)."""
-    p_all, o_all = _spread(prompt, output, 20_000, spread, seed=0)
-    kw = {"buckets": list(buckets), "decode_buckets": list(decode)} if buckets else {}
-    p = api.project_serving(_work(), instance, prompt_tokens=p_all, output_tokens=o_all, tp=tp, **kw)
-    assert p.fits and p.config.padded is bool(buckets)
-    if buckets:
-        setup = S.setup_from_serving(p.config, prefill_buckets=buckets, decode_buckets=decode)
-        n = 2500
-    else:
-        setup = S.ReplicaSetup(max_batch=p.config.max_batch, policy=CHUNKED_PREFILL, token_budget=8192,
-                               max_length=p.config.max_length)  # fmt: skip
-        n = 20_000
-    per_replica = p.requests_per_s.value / p.config.replicas
-    prompts, outputs = _spread(prompt, output, n, spread, seed=1)
-    got = _saturation(p.times, setup, 1, 2 * per_replica, prompts, outputs)
+    per_replica, got, _ = mix_case(instance, tp, prompt, output, buckets, decode, spread)
     assert got == pytest.approx(per_replica, rel=0.02)
 
 
