@@ -179,7 +179,7 @@ def simulate_reference(
             # padding only exists with compiled shapes; a GPU step computes exactly the batch's contexts
             padded = setup.decode_buckets or setup.batch_sizes
             counters["decode_padded"] += batch_of(k) * ctx if padded else sum(contexts)
-            d = service.decode_step_s(batch_of(k), ctx)
+            d = service.decode_step_s(batch_of(k), ctx) + k * setup.live_step_s  # per live sequence
             call[r] = ("decode",)
         else:
             call_end[r] = INF

@@ -138,3 +138,25 @@ def test_the_charged_context_is_the_bucket_of_the_longest_position():
     assert charged_context(1024, 258, (1280, 2048)) == 2048
     assert charged_context(1024, 256, ()) == 1152  # GPU: the mean live context
     assert charged_context(5000, 10, (1024,)) == 5009  # past the largest bucket: the position itself
+
+
+def test_a_step_that_grows_with_the_live_batch_is_still_one_capacity(monkeypatch):
+    """Issue 40: a stack whose decode step grows per live sequence (stack_load.toml's live_step_s, the joint
+    fit's term) runs every compiled slot; `project` (serving/physics.replica_rps) and the simulator
+    (ReplicaSetup.live_step_s, from the projection's config) charge the same step, within 2 %."""
+    from dataclasses import replace
+
+    from chipswap.projection import stack_load as SL
+
+    data = SL.load_stack_load()
+    grown = replace(data, stacks={k: replace(v, live_step_s=4e-4) for k, v in data.stacks.items()})
+    monkeypatch.setattr(SL, "load_stack_load", lambda folder=None: grown)
+    p = api.project_serving(
+        _work(), INF2, prompt_tokens=1024, output_tokens=256, buckets=[1024], decode_buckets=[1280], tp=8,
+    )  # fmt: skip
+    assert p.config.live_step_s == 4e-4 and p.config.slot_occupancy == 1.0
+    setup = S.setup_from_serving(p.config, prefill_buckets=(1024,), decode_buckets=(1280,))
+    assert setup.live_step_s == 4e-4 and setup.max_batch == p.config.max_batch
+    projected = p.requests_per_s.value
+    got = _steady_rps(p.times, setup, p.config.replicas, 2 * projected, 1024, 256, 2500)
+    assert got == pytest.approx(projected, rel=0.02)

@@ -66,12 +66,19 @@ def test_one_held_out_knee_through_the_simulator():
     k = K.knee_of(ctx, run, fitted)
     assert abs(k.error("compiled")) <= 0.15
     assert dict(k.simulated)["compiled"] == pytest.approx(k.projected_rps, rel=0.02)
+    # issue 40: with the step growing per live sequence, `project` and the simulator still charge one step
+    grown = K.knee_of(ctx, run, fitted, live_step_s=4e-4, rules=("compiled",))
+    assert dict(grown.simulated)["compiled"] == pytest.approx(grown.projected_rps, rel=0.02)
+    assert grown.projected_rps < k.projected_rps * 0.95
 
 
 @pytest.mark.slow
 def test_held_out_knees_meet_the_targets_and_are_what_the_file_says():
     knees = K.held_out_knees()
     data = load_stack_load()
+    # issue 40's joint fit is measured, not shipped (docs/simulation.md): no stack carries a step term, so
+    # `project` and these knees use the physical fit's occupancy and a step that does not grow
+    assert all(s.live_step_s is None for s in data.stacks.values())
     for s in K.per_stack(knees, "compiled"):
         assert s.median_abs <= TARGETS[s.stack], s
         assert data.stacks[s.stack].knee_median == pytest.approx(s.median_abs, abs=0.002)

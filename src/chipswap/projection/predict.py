@@ -503,7 +503,8 @@ def _llm_result(
     for b in sizes:
         rps = best.replicas * replica_rps(
             poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad,
-            Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy),
+            Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy,
+                     live_step_s=best.live_step_s),  # fmt: skip
             context=decode_ctx, steps=decode_steps(lengths.mean_output),
         )  # fmt: skip
         tpot = poly.decode_step_s(b, int(lengths.mean_prompt + lengths.mean_output / 2))
@@ -576,6 +577,7 @@ def _config(
         stack=ctx.stack,
         kv_tokens=lay.kv_tokens,
         slot_occupancy=lay.occupancy,
+        live_step_s=lay.live_step_s,
     )
 
 

@@ -62,6 +62,10 @@ class ReplicaSetup:
     # or the workload's overflow policy: rejected and counted) or "refuse" (the limit came from a projection,
     # so such traffic is a setup error: simulate refuses it with the count instead of dropping requests)
     over_length: str = "reject"
+    # the decode step's growth with the live batch (issue 40): seconds added to every decode step per
+    # sequence in flight, on top of decode_step_s(padded batch, context) (a stack's fitted per-sequence
+    # host work, chipswap.projection.stack_load); 0 = the step depends on the padded batch only
+    live_step_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= 1 << 16:
@@ -90,6 +94,9 @@ class ReplicaSetup:
             raise ChipswapError(
                 f"over_length {self.over_length!r} is not known; use one of {', '.join(OVER_LENGTH)}"
             )
+        ls = self.live_step_s
+        if not (isinstance(ls, int | float) and math.isfinite(ls) and 0 <= ls < 1):
+            raise ChipswapError(f"live_step_s {ls!r} is not a per-sequence step time; give seconds in [0, 1)")
         for name in ("token_budget", "kv_blocks"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
@@ -177,6 +184,7 @@ def setup_from_serving(
         token_budget=token_budget if mode == "llm" else 0,
         kv_blocks=kv_blocks,
         over_length=over_length,
+        live_step_s=float(getattr(config, "live_step_s", 0.0) or 0.0) if mode == "llm" else 0.0,
     )
 
 
@@ -375,25 +383,29 @@ class _DecodeTables:
         self.edges = _table_edges(setup, top_context)
         cap = setup.max_length if setup.max_length and not setup.decode_buckets else 0
         self.charged = [min(e, cap) if cap else e for e in self.edges]  # context passed to the service
-        rows = len(setup.batch_sizes) if setup.batch_sizes else setup.max_batch
+        # one table per padded batch, or per live count where the step grows with it (live_step_s)
+        rows = len(setup.batch_sizes) if setup.batch_sizes and not setup.live_step_s else setup.max_batch
         self.dense = (top_context + 2) * (rows + 1) <= DENSE_TABLE_ENTRIES
         self.positions = _cumulative(self.edges, [float(c) for c in self.charged], top_context, self.dense)
-        self._by_padded: dict[int, Cumulative] = {}
+        self._by_padded: dict[tuple[int, float], Cumulative] = {}
         self.by_batch: list[Cumulative | None] = [None] * (setup.max_batch + 1)
 
     def row(self, n: int) -> Cumulative:
         t = self.by_batch[n]
         if t is None:
             pb = self.setup.padded_batch(n)
-            t = self._by_padded.get(pb)
+            extra = n * self.setup.live_step_s  # the step's growth with the live batch
+            key = (pb, extra)
+            t = self._by_padded.get(key)
             if t is None:
                 vals = [
                     _service_value(
                         self.service.decode_step_s(pb, c), f"a decode step at batch {pb}, context {c}"
                     )
+                    + extra
                     for c in self.charged
                 ]
-                t = self._by_padded[pb] = _cumulative(self.edges, vals, self.top, self.dense)
+                t = self._by_padded[key] = _cumulative(self.edges, vals, self.top, self.dense)
             self.by_batch[n] = t
         return t
 

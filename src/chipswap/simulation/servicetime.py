@@ -171,6 +171,8 @@ class ServingConfig:
     # share of the compiled batch slots a saturated replica of this stack keeps busy (the stack's fitted
     # slot_occupancy, Neuron static batching; 1 = every slot): the simulator runs live_slots() sequences
     slot_occupancy: float = 1.0
+    # seconds each decode step grows per live sequence (the stack's fitted term, issue 40; ReplicaSetup)
+    live_step_s: float = 0.0
 
 
 @dataclass(frozen=True)

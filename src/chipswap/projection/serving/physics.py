@@ -125,6 +125,9 @@ class Schedule:
     moe_block: int = MOE_BLOCK_DEFAULT
     host_sampling: bool = False
     note: str = ""
+    # seconds each decode step grows per live sequence (issue 40: the stack's per-sequence host work, fitted
+    # held out on the shared rate sweeps, chipswap.projection.stack_load); the simulator charges the same
+    live_step_s: float = 0.0
 
 
 def moe_tile_factor(work: ModelWork, tokens: int, block: int) -> float:
@@ -252,15 +255,18 @@ def replica_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_
     passes chipswap.simulation.servicetime.charged_context, the simulator's rule); steps: decode steps per
     request (default: output; the product passes output - 1, the first token comes from the prefill). A
     length mix passes a chipswap.simulation.servicetime.LoadMix as `context`: the step and the prefill are
-    then its averages at the live slots (the simulator's rules over the mix, issue 40)."""
+    then its averages at the live slots (the simulator's rules over the mix, issue 40). Each step grows by
+    schedule.live_step_s per live sequence (occupancy x batch), as the simulator's setup charges it."""
     occ = max(1e-6, schedule.occupancy)
     n = output if steps is None else steps
     if isinstance(context, LoadMix):  # a length mix (servicetime.LoadMix)
         live = max(1, round(occ * batch))
         step = context.mean_of(lambda c: poly.decode_step_s(batch, c), context.contexts(live))
+        step += live * schedule.live_step_s
         pre = context.mean_of(lambda n_: poly.prefill_s(1, n_), context.prefills)
         return 1.0 / (pre + n * step / (occ * batch))
     step = poly.decode_step_s(batch, int(prompt + output / 2) if context is None else context)
+    step += occ * batch * schedule.live_step_s  # the step's growth with the live batch
     return 1.0 / (poly.prefill_s(1, padded_prompt) + n * step / (occ * batch))
 
 
