@@ -151,3 +151,23 @@ def test_large_fleet_dispatch_matches_reference(dispatch):
     traffic = _traffic(40.0, 1500, seed=9)
     fast = _agree(traffic, GpuLike(), GPU, replicas, "llm", dispatch)
     assert len(set(fast.replica_of.tolist())) > S.SCAN_REPLICAS // 2
+
+
+@pytest.mark.parametrize("dispatch", S.DISPATCH)
+@pytest.mark.parametrize("setup", [GPU, NEURON], ids=["gpu", "neuron"])
+def test_the_step_grows_with_the_live_batch_as_the_reference_charges_it(setup, dispatch):
+    """Issue 40: ReplicaSetup.live_step_s adds that many seconds per live sequence to every decode step; the
+    reference charges it call by call (k live x live_step_s), the engine through its per-batch tables."""
+    from dataclasses import replace
+
+    traffic = _traffic(6.0, 300, seed=11)
+    grown = _agree(traffic, GpuLike(), replace(setup, live_step_s=3e-3), 2, "llm", dispatch)
+    flat = S.simulate(traffic, GpuLike(), setup, 2, mode="llm", dispatch=dispatch)
+    assert np.nanmean(grown.e2e_s) > np.nanmean(flat.e2e_s)
+
+
+def test_a_bad_live_step_is_one_line():
+    from chipswap.errors import ChipswapError
+
+    with pytest.raises(ChipswapError, match="live_step_s"):
+        S.ReplicaSetup(max_batch=4, live_step_s=-1.0)

@@ -66,12 +66,19 @@ def test_one_held_out_knee_through_the_simulator():
     k = K.knee_of(ctx, run, fitted)
     assert abs(k.error("compiled")) <= 0.15
     assert dict(k.simulated)["compiled"] == pytest.approx(k.projected_rps, rel=0.02)
+    # issue 40: with the step growing per live sequence, `project` and the simulator still charge one step
+    grown = K.knee_of(ctx, run, fitted, live_step_s=4e-4, rules=("compiled",))
+    assert dict(grown.simulated)["compiled"] == pytest.approx(grown.projected_rps, rel=0.02)
+    assert grown.projected_rps < k.projected_rps * 0.95
 
 
 @pytest.mark.slow
 def test_held_out_knees_meet_the_targets_and_are_what_the_file_says():
     knees = K.held_out_knees()
     data = load_stack_load()
+    # issue 40's joint fit is measured, not shipped (docs/simulation.md): no stack carries a step term, so
+    # `project` and these knees use the physical fit's occupancy and a step that does not grow
+    assert all(s.live_step_s is None for s in data.stacks.values())
     for s in K.per_stack(knees, "compiled"):
         assert s.median_abs <= TARGETS[s.stack], s
         assert data.stacks[s.stack].knee_median == pytest.approx(s.median_abs, abs=0.002)
@@ -83,3 +90,28 @@ def test_held_out_knees_meet_the_targets_and_are_what_the_file_says():
 
     med = statistics.median(abs(k.error("live")) for k in sat)
     assert data.stacks["vllm"].knee_median == pytest.approx(med, abs=0.002)
+
+
+def test_the_docs_quote_the_data_file():
+    """docs/simulation.md's stack table, knee errors and widening are the file's (issue 40: the prose said
+    30.2 % / 12.6 % / 31 % while the file said 33.7 % / 14.5 % / 34 %): regenerate with
+    `python bench/simulation_docs.py`."""
+    from pathlib import Path
+
+    from chipswap.projection.stack_load import DOCS_MARK, docs_block
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "simulation.md").read_text()
+    start, end = f"<!-- {DOCS_MARK} -->\n", f"\n<!-- /{DOCS_MARK} -->"
+    assert start in doc and end in doc
+    block = doc.split(start, 1)[1].split(end, 1)[0]
+    data = load_stack_load()
+    assert block == docs_block(data)
+    for s in data.stacks.values():
+        if s.validated:
+            assert f"median {s.knee_median:.1%}" in block
+    assert f"**{data.widening:.0%}**" in block
+    # no knee figure quoted by hand outside the generated block
+    outside = doc.replace(block, "")
+    for s in data.stacks.values():
+        if s.validated:
+            assert f"{s.knee_median * 100:.1f} %" not in outside and f"{s.knee_median:.1%}" not in outside

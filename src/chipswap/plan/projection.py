@@ -86,7 +86,7 @@ def _lengths(s: PlanSetup, load: Load, shapes: ShapeSummary | None, work: Any) -
     shape or the model accepts (they are rejected and reported as overflow, never served)."""
     tr = s.workload.traffic
     assert tr is not None
-    if tr.steady_rps is not None:
+    if tr.steady_rps is not None and tr.histogram is None:
         return np.array([tr.prompt_tokens]), np.array([tr.output_tokens or 0])
     prompt, out = load.all_prompt_tokens, load.all_output_tokens
     limit = work.dims.max_positions or 0

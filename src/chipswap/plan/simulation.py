@@ -138,6 +138,26 @@ def scheduling_summary(workload: Any) -> dict[str, str]:
     }
 
 
+def traffic_max_length(s: PlanSetup, load: Load, prefill_buckets: tuple[int, ...], mode: str) -> int:
+    """The most positions a request of the workload's traffic holds (prompt + output - 1; the prompt for an
+    encoder) among those the plan's shape buckets and the model accept: the simulator's max length, taken
+    from the traffic itself, never from the mean request a projection may have been made at (0: none)."""
+    from chipswap.plan.setup import max_positions
+    from chipswap.simulation.servicetime import positions_held
+
+    p, o = load.all_prompt_tokens, load.all_output_tokens
+    if p.size == 0:
+        return 0
+    held = positions_held(p, o) if mode == "llm" else p
+    keep = np.ones(p.size, dtype=bool)
+    if prefill_buckets:
+        keep &= p <= max(prefill_buckets)
+    limit = max_positions(s.model) or 0
+    if limit:
+        keep &= held <= limit
+    return int(held[keep].max()) if keep.any() else 0
+
+
 def _simulator() -> Any:
     try:
         from chipswap.simulation import fleet, simulate
@@ -167,6 +187,8 @@ class _Fleet:
             policy=self.policy if self.mode == "llm" else None,
             token_budget=budget,
             max_num_seqs=seqs,
+            max_length=traffic_max_length(s, load, prefill, self.mode) or None,
+            over_length="reject",  # the workload's own limit: longer requests are its overflow, counted
         )
         self._scaled: dict[float, Any] = {1.0: load.traffic}
         self.g_max = max(1.0, MAX_PROBE_REQUESTS / max(1, len(load.traffic)))

@@ -123,6 +123,7 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
     (its vendor's where it has no runs of its own: the band of an unseen family then applies), the stack's
     schedule and what the calibration covers."""
     from chipswap.projection.serving.physics import Physics, Schedule
+    from chipswap.projection.stack_load import load_stack_load
 
     data = load_physics()
     if not data:
@@ -153,9 +154,13 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
             "the other families, on its own spec sheet, with the held-out band of an unseen family"
         )
     occ = data["occupancy"].get(stack) or (min(data["occupancy"].values()) if data["occupancy"] else 1.0)
+    live_step = load_stack_load().live_step(stack)
+    if live_step is not None:  # issue 40: every compiled slot live (the admission rule), the step grows
+        occ = 1.0
     schedule = Schedule(
         stack, static_batch=True, prefill_pauses_decode=True, occupancy=occ, host_sampling=sampling == "cpu",
         note="compiled batch (a step costs the compiled batch's step); prefills pause decoding",
+        live_step_s=live_step or 0.0,
     )  # fmt: skip
     return StackContext(
         stack, sampling=sampling, note=note, physics=phys, schedule=schedule,

@@ -83,6 +83,7 @@ class Layout:
     outside: tuple[str, ...] = ()
     padded_heads: int = 0
     occupancy: float = 1.0
+    live_step_s: float = 0.0  # the decode step's growth per live sequence (Schedule.live_step_s)
     notes: tuple[str, ...] = field(default=())
     kv_tokens: int = 0  # KV-cache tokens one replica holds (memory after weights and reserve); 0 = unknown
     lnc: int = 0  # Trainium2 logical core size (TP counted in logical cores); 0 = not a Trn2 layout
@@ -239,7 +240,7 @@ def _evaluate_physics(
     return Layout(
         dtype, compute, tp, replicas, batch, poly, rps, label, bands=tuple(sorted(bands.items())),
         distance=float(len(why)), outside=why, padded_heads=heads if heads != work.dims.heads else 0,
-        occupancy=schedule.occupancy, lnc=lnc,
+        occupancy=schedule.occupancy, lnc=lnc, live_step_s=schedule.live_step_s,
     )  # fmt: skip
 
 

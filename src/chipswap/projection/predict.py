@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +66,13 @@ from chipswap.projection.work import (
     dtype_bytes,
     expected_experts_touched,
 )
-from chipswap.simulation.servicetime import ServingConfig, charged_context, decode_steps, positions_held
+from chipswap.simulation.servicetime import (
+    ServingConfig,
+    charged_context,
+    decode_steps,
+    load_mix,
+    positions_held,
+)
 
 MODES = ("llm", "encoder")
 DTYPE_CHOICES = ("bf16", "any")  # or one weight dtype the platform serves
@@ -211,7 +218,7 @@ def project_serving(
                 (f"TP{t}", f"{t} does not split the {d.heads} attention heads / {d.kv_heads} KV heads evenly")
             )
     mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
-    decode_ctx = _decode_context(lengths, decode_buckets or buckets, platform.padded)
+    decode_ctx = _decode_context(lengths, decode_buckets or buckets, platform.padded, buckets)
     candidates: list[Layout] = []
     alt_candidates: list[Layout] = []
     pbands = _llm_bands(platform)
@@ -425,13 +432,22 @@ def _llm_bands(platform: PlatformModel) -> dict[str, float]:
     return {"out_tok_s": thr, "tpot_s": tpot, "ttft_s": ttft, "e2e_s": max(tpot, ttft)}
 
 
-def _decode_context(lengths: Lengths, decode_buckets: Sequence[int] | None, padded: bool) -> int:
+def _decode_context(
+    lengths: Lengths, decode_buckets: Sequence[int] | None, padded: bool, buckets: Sequence[int] | None = None
+) -> Any:
     """The context `project`'s capacity charges a decode step at: the simulator's rule (charged_context).
     A padded platform given no decode buckets is taken to compile one at the mean request's last position
-    (what chipswap's shape plan does for a traffic of one length)."""
+    (what chipswap's shape plan does for a traffic of one length). A length mix gives a
+    servicetime.LoadMix instead: the step and prefill averaged over the mix by the simulator's rules."""
     if padded and not decode_buckets:
         return int(math.ceil(positions_held(lengths.mean_prompt, lengths.mean_output)))
-    return charged_context(lengths.mean_prompt, lengths.mean_output, decode_buckets if padded else ())
+    one = charged_context(lengths.mean_prompt, lengths.mean_output, decode_buckets if padded else ())
+    if lengths.prompts is None or lengths.outputs is None:
+        return one
+    uniq, inv = np.unique(lengths.prompts, return_inverse=True)
+    pads = np.array([_pad(int(x), buckets, padded) for x in uniq.tolist()], dtype=np.int64)[inv.reshape(-1)]
+    mix = load_mix(lengths.prompts, lengths.outputs, decode_buckets if padded else (), pads)
+    return one if mix is None else mix
 
 
 def _llm_result(
@@ -476,7 +492,7 @@ def _llm_result(
             )
         )
     mean_pad = _pad(int(round(lengths.mean_prompt)), buckets, platform.padded)
-    decode_ctx = _decode_context(lengths, decode_buckets or buckets, platform.padded)
+    decode_ctx = _decode_context(lengths, decode_buckets or buckets, platform.padded, buckets)
     batches = []
     b = 1
     sizes = []
@@ -487,7 +503,8 @@ def _llm_result(
     for b in sizes:
         rps = best.replicas * replica_rps(
             poly, b, lengths.mean_prompt, lengths.mean_output, mean_pad,
-            Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy),
+            Schedule(ctx.stack, static_batch=platform.padded, occupancy=best.occupancy,
+                     live_step_s=best.live_step_s),  # fmt: skip
             context=decode_ctx, steps=decode_steps(lengths.mean_output),
         )  # fmt: skip
         tpot = poly.decode_step_s(b, int(lengths.mean_prompt + lengths.mean_output / 2))
@@ -560,6 +577,7 @@ def _config(
         stack=ctx.stack,
         kv_tokens=lay.kv_tokens,
         slot_occupancy=lay.occupancy,
+        live_step_s=lay.live_step_s,
     )
 
 

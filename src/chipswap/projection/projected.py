@@ -8,7 +8,7 @@ Pure: no I/O, no torch, no clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -102,6 +102,9 @@ class Lengths:
     mean_output: float
     max_total: int  # most positions one request holds: prompt + output - 1 (servicetime.positions_held)
     requests: int
+    # every request's lengths (a length mix: the capacity averages the simulator's charges over them)
+    prompts: np.ndarray | None = field(default=None, repr=False, compare=False)
+    outputs: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @staticmethod
     def of(
@@ -146,7 +149,7 @@ class Lengths:
                 )
                 + (Shape("max", int(p.max()), int(o.max())),)
             )
-        return Lengths(shapes, float(p.mean()), float(o.mean()), total, int(p.size))
+        return Lengths(shapes, float(p.mean()), float(o.mean()), total, int(p.size), p, o)
 
 
 def _pad(length: int, buckets: Sequence[int] | None, padded: bool) -> int:

@@ -47,6 +47,14 @@ class StackLoad:
     knee_median: float = 0.0
     knee_max: float = 0.0
     knee_median_other: float = 0.0
+    # issue 40: seconds each decode step grows per live sequence, fitted on the shared rate sweeps held out
+    # by source (chipswap.projection.fitting.knee.held_out); a stack with a fitted term runs the occupancy
+    # of its admission rule (every compiled slot live at saturation). None: not fitted (the physical fit's
+    # occupancy, no growth)
+    live_step_s: float | None = None
+    tpot_sweeps: int = 0  # shared sweeps whose loaded/idle TPOT ratio the held-out fit reproduces ...
+    tpot_within: int = 0  # ... within 25 % (of tpot_sweeps)
+    tpot_worst: float = 0.0  # the largest |relative error| of that ratio
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,11 @@ class StackLoadData:
         s = self.stacks.get(stack)
         return 0.0 if s is not None and s.validated else self.widening
 
+    def live_step(self, stack: str) -> float | None:
+        """The stack's fitted per-live-sequence step growth (seconds), None where it is not fitted."""
+        s = self.stacks.get(stack)
+        return None if s is None else s.live_step_s
+
 
 def _stack(name: str, d: Any) -> StackLoad:
     where = f"{STACK_LOAD_FILE} stacks.{name}"
@@ -73,11 +86,16 @@ def _stack(name: str, d: Any) -> StackLoad:
         raise ChipswapError(f"{where}.decode_batch is {d['decode_batch']!r}; use compiled or live")
     num = {k: strict_number(d.get(k, 0.0), f"{where}.{k}", lo=0) for k in
            ("knee_median", "knee_max", "knee_median_other")}  # fmt: skip
+    live = d.get("live_step_s")
     return StackLoad(
         name, d["policy"], d["decode_batch"], d["prefill"], d["admission"], d["kv"],
         validated=bool(d.get("validated", False)),
         knee_runs=strict_int(d.get("knee_runs", 0), f"{where}.knee_runs", lo=0, hi=100_000),
         knee_sources=strict_int(d.get("knee_sources", 0), f"{where}.knee_sources", lo=0, hi=10_000), **num,
+        live_step_s=None if live is None else strict_number(live, f"{where}.live_step_s", lo=0, hi=0.5),
+        tpot_sweeps=strict_int(d.get("tpot_sweeps", 0), f"{where}.tpot_sweeps", lo=0, hi=10_000),
+        tpot_within=strict_int(d.get("tpot_within", 0), f"{where}.tpot_within", lo=0, hi=10_000),
+        tpot_worst=strict_number(d.get("tpot_worst", 0.0), f"{where}.tpot_worst", lo=0),
     )  # fmt: skip
 
 
@@ -109,9 +127,56 @@ def stack_load_text(data: StackLoadData, header: str) -> str:
             lines += [f"knee_runs = {s.knee_runs}", f"knee_sources = {s.knee_sources}",
                       f"knee_median = {s.knee_median!r}", f"knee_max = {s.knee_max!r}",
                       f"knee_median_other = {s.knee_median_other!r}"]  # fmt: skip
+        if s.live_step_s is not None:
+            lines += [f"live_step_s = {s.live_step_s!r}", f"tpot_sweeps = {s.tpot_sweeps}",
+                      f"tpot_within = {s.tpot_within}", f"tpot_worst = {s.tpot_worst!r}"]  # fmt: skip
         lines.append("")
     return "\n".join(lines)
 
 
 def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+DOCS_MARK = "stack-load"  # docs/simulation.md holds <!-- stack-load --> ... <!-- /stack-load -->
+
+
+def docs_block(data: StackLoadData) -> str:
+    """The part of docs/simulation.md that quotes this file (written by bench/simulation_docs.py; a test
+    compares the two): each stack's rules as the file words them, its held-out knee error, the widening."""
+    lines = [
+        "Generated from `src/chipswap/data/platforms/stack_load.toml` by `python bench/simulation_docs.py` "
+        "(do not edit by hand; `tests/test_stack_load.py` compares).",
+        "",
+        "| stack | policy | decode batch | prefill | admission | KV cache | knee held out by source | "
+        "decode step under load (issue 40, held out by source) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in data.stacks.items():
+        if s.validated:
+            knee = (
+                f"median {s.knee_median:.1%}, largest {s.knee_max:.1%} ({s.knee_runs} runs, "
+                f"{s.knee_sources} source{'s' if s.knee_sources != 1 else ''}); other decode-batch rule "
+                f"{s.knee_median_other:.1%}"
+            )
+        else:
+            knee = f"not validated: capacity band widened {data.widening:.0%}"
+        if s.live_step_s is None:
+            step = "not fitted (the physical fit's occupancy)"
+        else:
+            step = (
+                f"+{s.live_step_s * 1e3:.2f} ms per live sequence, every compiled slot live; loaded/idle "
+                f"TPOT within 25 % on {s.tpot_within} of {s.tpot_sweeps} sweeps (largest {s.tpot_worst:.1%})"
+            )
+        lines.append(
+            f"| `{name}` | `{s.policy}` | {s.decode_batch} | {s.prefill} | {s.admission} | {s.kv} | {knee} "
+            f"| {step} |"
+        )
+    worst = max((s.knee_median for s in data.stacks.values() if s.validated), default=0.0)
+    lines += [
+        "",
+        f"Widening of a stack the sweeps do not validate: **{data.widening:.0%}** (the largest median "
+        f'held-out knee error of a validated stack, {worst:.1%}, rounded up); `project` prints "band widened '
+        f"{data.widening:.0%}: <stack>'s knee not validated under load\" on its requests/s.",
+    ]
+    return "\n".join(lines)

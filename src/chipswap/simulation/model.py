@@ -33,6 +33,7 @@ DENSE_TABLE_ENTRIES = 8_000_000  # per-token cumulative tables up to this size (
 DEFAULT_CONTEXT_BLOCK = 16  # tokens per KV-cache block on GPUs (vLLM's default block size)
 DEFAULT_MAX_QUEUE_DELAY_S = 0.005
 LOOKUP_MAX_LENGTH = 4_000_000  # prefill times by a table indexed by length up to this length (32 MB)
+OVER_LENGTH = ("reject", "refuse")  # what a request longer than max_length is (ReplicaSetup.over_length)
 CDF_POINTS = 201  # quantiles kept for latency-distribution plots (bounded, whatever the traffic size)
 
 
@@ -57,6 +58,14 @@ class ReplicaSetup:
     policy: str = PREFILL_FIRST  # LLM scheduler policy (chipswap.simulation.policies)
     token_budget: int = 0  # tokens per step with chunked prefill (0: the policy's default, or no chunking)
     kv_blocks: int = 0  # KV-cache blocks of `context_block` tokens per replica (GPU); 0 = never binds
+    # a request holding more than max_length positions: "reject" (a serving limit, e.g. vLLM's max_model_len
+    # or the workload's overflow policy: rejected and counted) or "refuse" (the limit came from a projection,
+    # so such traffic is a setup error: simulate refuses it with the count instead of dropping requests)
+    over_length: str = "reject"
+    # the decode step's growth with the live batch (issue 40): seconds added to every decode step per
+    # sequence in flight, on top of decode_step_s(padded batch, context) (a stack's fitted per-sequence
+    # host work, chipswap.projection.stack_load); 0 = the step depends on the padded batch only
+    live_step_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= 1 << 16:
@@ -81,6 +90,13 @@ class ReplicaSetup:
         if not isinstance(self.context_block, int) or self.context_block < 1:
             raise ChipswapError(f"context block must be an integer >= 1, got {self.context_block!r}; e.g. 16")
         check_policy(self.policy)
+        if self.over_length not in OVER_LENGTH:
+            raise ChipswapError(
+                f"over_length {self.over_length!r} is not known; use one of {', '.join(OVER_LENGTH)}"
+            )
+        ls = self.live_step_s
+        if not (isinstance(ls, int | float) and math.isfinite(ls) and 0 <= ls < 1):
+            raise ChipswapError(f"live_step_s {ls!r} is not a per-sequence step time; give seconds in [0, 1)")
         for name in ("token_budget", "kv_blocks"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
@@ -117,6 +133,8 @@ def setup_from_serving(
     policy: str | None = None,
     token_budget: int = 0,
     max_num_seqs: int = 0,
+    max_length: int | None = None,
+    over_length: str = "refuse",
 ) -> ReplicaSetup:
     """The replica setup of a chosen serving configuration. On Neuron (`config.padded`) an LLM decodes at its
     compiled batch sizes (the max batch when none are listed) and buckets must be given.
@@ -125,7 +143,12 @@ def setup_from_serving(
     `token_budget` is the chunked-prefill budget (and turns chunking on for static slots, a Neuron stack that
     has it). On a GPU whose KV-cache capacity is known (`config.kv_tokens`, from the projection's memory
     model), the KV cache is what limits the batch: slots rise to vLLM's max_num_seqs (`max_num_seqs`, default
-    1024) and the cache holds kv_tokens / 16 blocks."""
+    1024) and the cache holds kv_tokens / 16 blocks.
+
+    `max_length` (default: the configuration's, which a projection sets from the lengths it was given) is the
+    most positions a request may hold; a request beyond it is refused with the count (`over_length="refuse"`,
+    the default: a projection at the mean lengths must not silently drop the longer half of a length mix) or,
+    where the limit is the workload's own (its overflow policy), rejected and counted (`"reject"`)."""
     if mode not in MODES:
         raise ChipswapError(f"simulation mode {mode!r} is not known; use one of {', '.join(MODES)}")
     batch_sizes = tuple(config.batch_sizes)
@@ -155,11 +178,13 @@ def setup_from_serving(
         batch_sizes=batch_sizes,
         prefill_buckets=tuple(int(b) for b in prefill_buckets) if config.padded else (),
         decode_buckets=tuple(int(b) for b in decode_buckets) if config.padded and mode == "llm" else (),
-        max_length=config.max_length,
+        max_length=config.max_length if max_length is None else max_length,
         max_queue_delay_s=max_queue_delay_s,
         policy=policy,
         token_budget=token_budget if mode == "llm" else 0,
         kv_blocks=kv_blocks,
+        over_length=over_length,
+        live_step_s=float(getattr(config, "live_step_s", 0.0) or 0.0) if mode == "llm" else 0.0,
     )
 
 
@@ -358,25 +383,29 @@ class _DecodeTables:
         self.edges = _table_edges(setup, top_context)
         cap = setup.max_length if setup.max_length and not setup.decode_buckets else 0
         self.charged = [min(e, cap) if cap else e for e in self.edges]  # context passed to the service
-        rows = len(setup.batch_sizes) if setup.batch_sizes else setup.max_batch
+        # one table per padded batch, or per live count where the step grows with it (live_step_s)
+        rows = len(setup.batch_sizes) if setup.batch_sizes and not setup.live_step_s else setup.max_batch
         self.dense = (top_context + 2) * (rows + 1) <= DENSE_TABLE_ENTRIES
         self.positions = _cumulative(self.edges, [float(c) for c in self.charged], top_context, self.dense)
-        self._by_padded: dict[int, Cumulative] = {}
+        self._by_padded: dict[tuple[int, float], Cumulative] = {}
         self.by_batch: list[Cumulative | None] = [None] * (setup.max_batch + 1)
 
     def row(self, n: int) -> Cumulative:
         t = self.by_batch[n]
         if t is None:
             pb = self.setup.padded_batch(n)
-            t = self._by_padded.get(pb)
+            extra = n * self.setup.live_step_s  # the step's growth with the live batch
+            key = (pb, extra)
+            t = self._by_padded.get(key)
             if t is None:
                 vals = [
                     _service_value(
                         self.service.decode_step_s(pb, c), f"a decode step at batch {pb}, context {c}"
                     )
+                    + extra
                     for c in self.charged
                 ]
-                t = self._by_padded[pb] = _cumulative(self.edges, vals, self.top, self.dense)
+                t = self._by_padded[key] = _cumulative(self.edges, vals, self.top, self.dense)
             self.by_batch[n] = t
         return t
 
@@ -384,9 +413,21 @@ class _DecodeTables:
 def reject_mask(
     traffic: Traffic, setup: ReplicaSetup, mode: str
 ) -> tuple[np.ndarray, tuple[tuple[str, int], ...]]:
-    """Which requests cannot be served by this setup, and why (reason, count)."""
+    """Which requests cannot be served by this setup, and why (reason, count). With
+    `setup.over_length == "refuse"`, a request longer than `max_length` is a refusal (ChipswapError with the
+    count), never a silent drop."""
     p, o = traffic.prompt_tokens, traffic.output_tokens
     total = positions_held(p, o) if mode == "llm" else p
+    if setup.max_length and setup.over_length == "refuse":
+        over = int(np.count_nonzero(total > setup.max_length))
+        if over:
+            raise ChipswapError(
+                f"{over:,} of {len(traffic):,} requests hold more positions than the replica's max length "
+                f"{setup.max_length:,} (the longest holds {int(total.max()):,}: prompt + output - 1); "
+                f"simulating would drop them: set max_length from the traffic's longest request "
+                f"(setup_from_serving(..., max_length={int(total.max())})), project at the traffic's "
+                "lengths, or pass over_length='reject' to count them as rejected"
+            )
     rules: list[tuple[str, np.ndarray]] = []
     if setup.prefill_buckets:
         rules.append(("prompt longer than the largest prefill bucket", p > setup.prefill_buckets[-1]))

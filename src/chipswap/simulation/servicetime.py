@@ -48,6 +48,71 @@ def charged_context(prompt: float, output: float, decode_buckets: Any = ()) -> i
     return int(prompt + output / 2)
 
 
+MIX_PREFILLS = 256  # most distinct prefill lengths a LoadMix keeps (equal-count groups beyond: GPU prompts)
+
+
+@dataclass(frozen=True)
+class LoadMix:
+    """What a saturated replica's calls are charged at over a length mix (issue 40: one capacity at any
+    length mix): `project` averages its step and its prefill over this, the simulator charges each step and
+    prefill as it comes, by the same rules. At saturation a live slot is at a random decode step of a random
+    request, the request weighted by its decode steps (output - 1) and the step's context uniform over
+    prompt + 1 .. prompt + output - 1. Padded platforms charge a step at the decode bucket of the longest of
+    the `live` slots' contexts (independent slots: P(charged <= bucket) = F(bucket) ** live, F the share of
+    decode steps whose context fits the bucket); GPUs at the batch's mean context, the step-weighted mean.
+    Requests no decode bucket holds are left out (the simulator rejects them)."""
+
+    buckets: tuple[int, ...]  # decode buckets (padded platforms); () on GPUs
+    slot_share: tuple[float, ...]  # per bucket: share of decode steps whose context fits it (ascending)
+    mean_context: int  # GPUs: the step-weighted mean live context
+    prefills: tuple[tuple[float, int], ...]  # (share of requests, prefill length computed: padded on Neuron)
+
+    def contexts(self, live: int) -> tuple[tuple[float, int], ...]:
+        """(share of decode steps, charged context) at `live` sequences in flight."""
+        if not self.buckets:
+            return ((1.0, self.mean_context),)
+        out, below = [], 0.0
+        for b, f in zip(self.buckets, self.slot_share, strict=True):
+            at = min(1.0, f) ** max(1, live)
+            if at > below:
+                out.append((at - below, b))
+            below = max(below, at)
+        return tuple(out)
+
+    def mean_of(self, fn: Any, pairs: tuple[tuple[float, int], ...]) -> float:
+        """The share-weighted mean of fn over (share, value) pairs."""
+        total = sum(w for w, _ in pairs)
+        return sum(w * fn(v) for w, v in pairs) / total
+
+
+def load_mix(prompt: Any, output: Any, decode_buckets: Any, prefill_length: Any) -> LoadMix | None:
+    """The LoadMix of requests (prompt, output arrays; `prefill_length`: each request's computed prefill
+    length, its bucket on Neuron); None when every request is the same (the mean request's rule holds)."""
+    p = np.asarray(prompt, dtype=np.float64).ravel()
+    o = np.asarray(output, dtype=np.float64).ravel()
+    pre = np.asarray(prefill_length, dtype=np.int64).ravel()
+    if p.size < 2 or (np.all(p == p[0]) and np.all(o == o[0])):
+        return None
+    buckets = tuple(sorted(int(b) for b in decode_buckets))
+    steps = np.maximum(o - 1, 0)
+    keep = positions_held(p, o) <= buckets[-1] if buckets else np.ones(p.size, dtype=bool)
+    if not keep.any() or steps[keep].sum() <= 0:
+        return None
+    p, o, steps, pre = p[keep], o[keep], steps[keep], pre[keep]
+    total = float(steps.sum())
+    share = tuple(float(np.clip(b - p, 0, steps).sum()) / total for b in buckets)
+    mean_ctx = int(float((steps * (p + o / 2)).sum()) / total)
+    lengths, counts = np.unique(pre, return_counts=True)
+    if lengths.size > MIX_PREFILLS:  # equal-count groups at their mean length (a GPU prefill is smooth in L)
+        srt = np.sort(pre)
+        groups = np.array_split(srt, MIX_PREFILLS)
+        prefills = tuple((g.size / srt.size, int(round(float(g.mean())))) for g in groups if g.size)
+    else:
+        pairs = zip(lengths.tolist(), counts.tolist(), strict=True)
+        prefills = tuple((c / pre.size, int(x)) for x, c in pairs)
+    return LoadMix(buckets, share, mean_ctx, prefills)
+
+
 def decode_steps(output: float) -> float:
     """Decode steps of a request of `output` tokens (its first token comes from its prefill)."""
     return max(0.0, float(output) - 1.0)
@@ -106,6 +171,8 @@ class ServingConfig:
     # share of the compiled batch slots a saturated replica of this stack keeps busy (the stack's fitted
     # slot_occupancy, Neuron static batching; 1 = every slot): the simulator runs live_slots() sequences
     slot_occupancy: float = 1.0
+    # seconds each decode step grows per live sequence (the stack's fitted term, issue 40; ReplicaSetup)
+    live_step_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ Serving rules (the naive reference implements the same rules independently):
 - Dispatch: round robin (each arrival to the next replica in turn; the default), or least loaded (the replica
   with the fewest outstanding requests, waiting + running, the lowest-numbered one on ties).
 - A request that cannot fit (prompt beyond the largest prefill bucket, prompt + output beyond the largest
-  decode bucket or `max_length`) is rejected and counted, never truncated or resized.
+  decode bucket or `max_length`) is rejected and counted, never truncated or resized; beyond a `max_length`
+  that came from a projection (`ReplicaSetup.over_length == "refuse"`) the traffic is refused with the count.
 """
 
 from __future__ import annotations

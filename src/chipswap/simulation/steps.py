@@ -28,8 +28,9 @@ Rules per replica, at each step boundary (time t):
 Dispatch: round robin and least loaded (fewest outstanding, counted until a request's last token is out)
 send each arrival to one replica's queue; "shared" keeps one queue that every replica draws from at its step
 boundaries (idle replicas first, lowest number; otherwise the replica with a free slot whose next step
-boundary comes first is claimed, and a claim that cannot take the head passes on). docs/simulation.md lists
-every rule.
+boundary comes first is claimed, and a claim that cannot take the head passes on; a new head gets its own
+claim; a replica short of KV blocks for the head is not claimed; a request preempted there is back at the
+head of the one queue and waits as an arrival does). docs/simulation.md lists every rule.
 
 Pure: numpy and the standard library. No files, clock, printing or torch.
 """
@@ -149,6 +150,8 @@ class StepSim:
         self.preemptions = 0
         self._pf: dict[int, float] = {}
         self.shared: deque[int] = deque()
+        self.admits = 0  # requests admitted so far (a claimed replica that admitted none passes its claim on)
+        self.requeued = 0  # shared queue: requests a preemption has just put back (each gets a free slot)
         # round robin: the replica's next arrival (a step that ends before it goes straight on to decoding)
         self.horizon = -INF
         self.alone: tuple[np.ndarray, ...] | None = None  # (requests, arrivals, first tokens, last tokens)
@@ -239,6 +242,7 @@ class StepSim:
 
     def _admit(self, rp: _Replica, r: int, i: int, t: float) -> None:
         rp.queue.popleft()
+        self.admits += 1
         if self.start[i] != self.start[i]:
             self.start[i] = t
         rp.running_n += 1
@@ -271,6 +275,8 @@ class StepSim:
         self.refill[i] = self.prompt[i] + produced
         self.back[i] = (rp, rp.finished)
         rp.queue.appendleft(i)
+        if self.dispatch == "shared":
+            self.requeued += 1
 
     def _may_return(self, rp: _Replica, i: int) -> bool:
         """Whether request i may be admitted on rp: not a request rp preempted, unless a request has left rp
@@ -601,11 +607,7 @@ class StepSim:
                 self.shared.append(i)
                 idle = next((r for r in range(R) if reps[r].idle), -1)
                 if idle >= 0:
-                    rp = reps[idle]
-                    rp.idle = False
-                    nt = rp.event_t = self.boundary(idle, a)
-                    if nt < INF:
-                        push(events, (nt, idle))
+                    self._start(events, idle, a)
                     continue
                 self._claim(events, a)
                 continue
@@ -634,14 +636,43 @@ class StepSim:
                     push(events, (rp.event_t, r))
         self._events_until(events, INF)
 
+    def _start(self, events: list[tuple[float, int]], r: int, t: float) -> None:
+        """Shared queue: idle replica r starts at t (it takes the head of the queue)."""
+        rp = self.reps[r]
+        rp.idle = False
+        nt = rp.event_t = self.boundary(r, t)
+        if nt < INF:
+            heapq.heappush(events, (nt, r))
+
+    def _requeue(self, events: list[tuple[float, int]], t: float, r: int) -> None:
+        """Shared queue: each request replica r preempted at t is back at the head of the queue and waits
+        as an arrival does: an idle replica (the lowest-numbered) starts it at once, else the replica with a
+        free slot whose step boundary comes first is claimed (not r: it takes the request back only after
+        another has left it)."""
+        while self.requeued:
+            self.requeued -= 1
+            idle = next((x for x, rp in enumerate(self.reps) if rp.idle), -1)
+            if idle >= 0:
+                self._start(events, idle, t)
+            else:
+                self._claim(events, t, skip=r)
+
     def _claim(self, events: list[tuple[float, int]], a: float, skip: int = -1) -> None:
         """Shared queue, a request waits at `a`: the unclaimed replica with a free slot that reaches a step
         boundary first (its decode run cut there) is claimed to take the head of the queue (`skip`: the
         replica whose claim just failed; it takes the head at its own next boundary if it can)."""
         best_t, best = INF, -1
         B = self.B
+        if not self.shared:
+            return
+        head = self.shared[0]
+        # with a KV limit, a replica short of blocks for the head (or that preempted it) cannot take it before
+        # a request leaves it, at a step boundary of its own: claiming it would only cut its runs
+        need = self._blocks(self.refill[head] or self.prompt[head]) if self.kv else 0
         for r, rp in enumerate(self.reps):
             if rp.claimed or rp.running_n >= B or r == skip:
+                continue
+            if need and rp.running_n and (need > self.kv - rp.blocks or not self._may_return(rp, head)):
                 continue
             run = rp.run
             if run is None:
@@ -671,12 +702,17 @@ class StepSim:
             if te != rp.event_t:
                 continue
             claimed = rp.claimed
-            head = shared[0] if shared else -1
+            admits = self.admits
             nt = rp.event_t = self.boundary(r, te)
             if nt < INF:
                 heapq.heappush(events, (nt, r))
-            if claimed and shared and shared[0] == head:
-                self._claim(events, te, skip=r)
+            if self.requeued:
+                self._requeue(events, te, r)
+            if shared:
+                if self.admits != admits:  # a new head: the first free slot that can take it is claimed
+                    self._claim(events, te)
+                elif claimed:  # the head it was claimed for still waits: the claim passes on
+                    self._claim(events, te, skip=r)
 
 
 def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:

@@ -56,6 +56,7 @@ from chipswap.projection.platform import (
 from chipswap.projection.serving.moe import expert_weights as _expert_weights
 from chipswap.projection.serving.moe import streamed_params_at, touched_expert_share  # noqa: F401
 from chipswap.projection.work import ModelWork, dtype_bytes
+from chipswap.simulation.servicetime import LoadMix
 
 # the free parameters of one chip family (name -> (meaning, lower bound, upper bound))
 PARAMS: dict[str, tuple[str, float, float]] = {
@@ -124,6 +125,9 @@ class Schedule:
     moe_block: int = MOE_BLOCK_DEFAULT
     host_sampling: bool = False
     note: str = ""
+    # seconds each decode step grows per live sequence (issue 40: the stack's per-sequence host work, fitted
+    # held out on the shared rate sweeps, chipswap.projection.stack_load); the simulator charges the same
+    live_step_s: float = 0.0
 
 
 def moe_tile_factor(work: ModelWork, tokens: int, block: int) -> float:
@@ -243,16 +247,26 @@ def phys_poly(
 
 
 def replica_rps(poly: LlmPoly, batch: int, prompt: float, output: float, padded_prompt: int,
-                schedule: Schedule, *, context: int | None = None,
+                schedule: Schedule, *, context: int | LoadMix | None = None,
                 steps: float | None = None) -> float:  # fmt: skip
     """Requests/s of one replica at saturation: occupancy x batch sequences decode `output` tokens each,
     every request's batch-1 prefill in series (pausing decode on a stack whose prefills do). context: the
     context a decode step is charged at (default: the mean live context, prompt + output / 2; the product
     passes chipswap.simulation.servicetime.charged_context, the simulator's rule); steps: decode steps per
-    request (default: output; the product passes output - 1, the first token comes from the prefill)."""
+    request (default: output; the product passes output - 1, the first token comes from the prefill). A
+    length mix passes a chipswap.simulation.servicetime.LoadMix as `context`: the step and the prefill are
+    then its averages at the live slots (the simulator's rules over the mix, issue 40). Each step grows by
+    schedule.live_step_s per live sequence (occupancy x batch), as the simulator's setup charges it."""
     occ = max(1e-6, schedule.occupancy)
-    step = poly.decode_step_s(batch, int(prompt + output / 2) if context is None else context)
     n = output if steps is None else steps
+    if isinstance(context, LoadMix):  # a length mix (servicetime.LoadMix)
+        live = max(1, round(occ * batch))
+        step = context.mean_of(lambda c: poly.decode_step_s(batch, c), context.contexts(live))
+        step += live * schedule.live_step_s
+        pre = context.mean_of(lambda n_: poly.prefill_s(1, n_), context.prefills)
+        return 1.0 / (pre + n * step / (occ * batch))
+    step = poly.decode_step_s(batch, int(prompt + output / 2) if context is None else context)
+    step += occ * batch * schedule.live_step_s  # the step's growth with the live batch
     return 1.0 / (poly.prefill_s(1, padded_prompt) + n * step / (occ * batch))
 
 
