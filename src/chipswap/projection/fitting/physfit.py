@@ -92,7 +92,7 @@ START = {
 }  # fmt: skip
 BAND_QUANTILE = 0.8
 BAND_KINDS = ("loso", "lomo")  # the default band of a figure (chipswap.projection.serving.coverage)
-WARM_NFEV = 30  # iterations of a held-out fold's fit, started from the full fit's values
+MAX_NFEV = 100  # iterations of a fit (every fit, full or held-out, starts cold from START)
 FAMILY_BAND_MIN = 3  # models a family's held-out figures need for a band of its own (else its vendor's pool)
 OUTSIDE_BAND = 1.0  # no honest band under +-100 %: the figure is refused ("outside what it covers")
 TARGETS = {"median": 0.25, "coverage": 0.80, "half_width": 0.60, "long_prompt": 0.30}
@@ -106,13 +106,11 @@ def padded(prompt: int) -> int:
 @dataclass
 class Context:
     """The fit's inputs. fits: vendor fits already made, by their training rows (a held-out fold that
-    leaves a vendor's rows unchanged reuses its fit); warm: fitted values the folds start from (the full
-    fit's, set by calibrate_physics: same optimum, a few iterations instead of a hundred)."""
+    leaves a vendor's rows unchanged gets the same fit, so it reuses it; every fit starts cold)."""
 
     works: dict[str, ModelWork]
     devices: dict[tuple[str, int], DeviceSpec]  # (chip, lnc) -> one logical device
     fits: dict[tuple[str, ...], Fitted] = field(default_factory=dict)
-    warm: dict[str, float] = field(default_factory=dict)
 
 
 def load_context(runs: list[Run]) -> Context:
@@ -139,7 +137,6 @@ class Fitted:
     physics: dict[str, Physics]
     occupancy: dict[str, float]
     stacks: dict[str, dict[str, float]] = field(default_factory=dict)
-    raw: dict[str, float] = field(default_factory=dict)  # the fit vector by name (warm starts)
 
     def for_family(self, family: str, stack: str = "") -> Physics:
         if family in self.physics:
@@ -334,7 +331,6 @@ def fit(ctx: Context, runs: list[Run]) -> Fitted:
     physics: dict[str, Physics] = {}
     occupancy: dict[str, float] = {}
     stacks: dict[str, dict[str, float]] = {}
-    raw: dict[str, float] = {}
     for vendor in sorted({VENDOR[r.family] for r in runs}):
         mine = [r for r in runs if VENDOR[r.family] == vendor]
         key = tuple(r.row_id for r in mine)
@@ -344,41 +340,125 @@ def fit(ctx: Context, runs: list[Run]) -> Fitted:
         physics.update(got.physics)
         occupancy.update(got.occupancy)
         stacks.update(got.stacks)
-        raw.update(got.raw)
-    return Fitted(physics, occupancy, stacks, raw)
+    return Fitted(physics, occupancy, stacks)
+
+
+def fit_many(ctx: Context, trains: list[list[Run]], processes: int | None = None) -> None:
+    """Make every vendor fit the training sets `trains` need (each vendor's rows once: a set that leaves
+    a vendor's rows as another set has them gets that fit) into ctx.fits, in `processes` worker processes
+    (default: up to 2 cores). Workers are spawned with one BLAS thread each: the fit's small SVDs run
+    10x slower when BLAS threads contend for busy cores."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo: dict[tuple[str, ...], list[Run]] = {}
+    for runs in trains:
+        for vendor in sorted({VENDOR[r.family] for r in runs}):
+            mine = [r for r in runs if VENDOR[r.family] == vendor]
+            key = tuple(r.row_id for r in mine)
+            if key not in ctx.fits:
+                todo.setdefault(key, mine)
+    if not todo:
+        return
+    keys = sorted(todo, key=lambda k: -len(k))  # the largest first: the pool ends together
+    n = max(1, min(len(keys), processes or min(2, os.cpu_count() or 1)))
+    saved = {k: os.environ.get(k) for k in _ONE_THREAD}
+    os.environ.update(_ONE_THREAD)
+    try:
+        spawn = multiprocessing.get_context("spawn")  # a worker that fails to start ends the pool
+        with ProcessPoolExecutor(n, spawn, initializer=_worker_init, initargs=(ctx.works, ctx.devices)) as pool:
+            for key, got in zip(keys, pool.map(_worker_fit, [todo[k] for k in keys]), strict=True):
+                ctx.fits[key] = got
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_WORKER: list[Context] = []  # a fit worker's context (set once per spawned process)
+
+
+def _worker_init(works: dict[str, ModelWork], devices: dict[tuple[str, int], DeviceSpec]) -> None:
+    _WORKER[:] = [Context(works, devices)]
+
+
+def _worker_fit(runs: list[Run]) -> Fitted:
+    return _fit_vendor(_WORKER[0], runs)
+
+
+def _touches(name: str, r: Run) -> bool:
+    """Whether the fit parameter `name` can move run `r`'s predictions (_layout's names: a vendor's
+    values move every run of the vendor; a family's offset its family's runs; a stack's terms and
+    occupancy its stack's runs)."""
+    head, _, rest = name.partition(":")
+    if head == "occ":
+        return r.stack == rest and r.scenario == "throughput"
+    if head == "stack":
+        return r.stack == rest.split(":", 1)[0]
+    if head.startswith("_"):
+        return True
+    return r.family == head
 
 
 def _fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
+    """One vendor's parameters, from the same cold start (START, the layout's defaults) whatever rows it
+    is given: a held-out fold never starts from values fitted on its held-out rows. The Jacobian is taken
+    by forward differences over the runs each parameter touches only (_touches), the rest of its column
+    being 0 exactly; the ridge rows are analytic."""
     from scipy.optimize import least_squares
 
     lay = _layout(runs)
     families = {r.family for r in runs}
+    start = _unpack(lay, np.array(lay.x0), families)
+    published = [
+        [(m, _weight(m), math.log(r.value(m))) for m in predict(ctx, r, start)]  # type: ignore[arg-type]
+        for r in runs
+    ]
+    starts = np.cumsum([0] + [len(p) for p in published])
+    n_rows = int(starts[-1])
+    touched = [[i for i, r in enumerate(runs) if _touches(n, r)] for n in lay.names]
+
+    def block(fitted: Fitted, i: int) -> list[float]:
+        pred = predict(ctx, runs[i], fitted)
+        return [w * (math.log(max(pred[m], 1e-12)) - logv) for m, w, logv in published[i]]
 
     def residuals(x: np.ndarray) -> np.ndarray:
         fitted = _unpack(lay, x, families)
-        res: list[float] = []
-        for r in runs:
-            for m, pred in predict(ctx, r, fitted).items():
-                res.append(_weight(m) * math.log(max(pred, 1e-12) / r.value(m)))  # type: ignore[operator]
-        res += [RIDGE * x[i] for i in lay.ridge]
-        return np.array(res)
+        res = [v for i in range(len(runs)) for v in block(fitted, i)]
+        return np.array(res + [RIDGE * x[i] for i in lay.ridge])
 
-    x0 = [
-        min(max(math.log(ctx.warm[n]), lo + 1e-6), hi - 1e-6) if n in ctx.warm else v
-        for n, v, lo, hi in zip(lay.names, lay.x0, lay.lo, lay.hi, strict=True)
-    ]
+    lo, hi = np.array(lay.lo), np.array(lay.hi)
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        base = residuals(x)
+        jac = np.zeros((len(base), len(x)))
+        for j, rows in enumerate(touched):
+            h = math.sqrt(np.finfo(float).eps) * max(1.0, abs(x[j])) * (1.0 if x[j] >= 0 else -1.0)
+            if not lo[j] <= x[j] + h <= hi[j]:
+                h = -h
+            xp = x.copy()
+            xp[j] += h
+            fitted = _unpack(lay, xp, families)
+            for i in rows:
+                a, b = starts[i], starts[i + 1]
+                jac[a:b, j] = (np.array(block(fitted, i)) - base[a:b]) / h
+        for k, j in enumerate(lay.ridge):
+            jac[n_rows + k, j] = RIDGE
+        return jac
+
     sol = least_squares(
-        residuals, np.array(x0), bounds=(np.array(lay.lo), np.array(lay.hi)), loss="soft_l1",
-        f_scale=0.15, x_scale=1.0, max_nfev=WARM_NFEV if ctx.warm else 100, method="trf", xtol=1e-5,
-        ftol=1e-5,
+        residuals, np.array(lay.x0), jac=jacobian, bounds=(lo, hi), loss="soft_l1", f_scale=0.15,
+        x_scale=1.0, max_nfev=MAX_NFEV, method="trf", xtol=1e-5, ftol=1e-5,
     )  # fmt: skip
     fitted = _unpack(lay, sol.x, families)
-    fitted.raw.update(zip(lay.names, (float(math.exp(v)) for v in sol.x), strict=True))
     return Fitted(
         {k: Physics(p.family, tuple((n, _sig(v)) for n, v in p.values)) for k, p in fitted.physics.items()},
         {k: _sig(v) for k, v in fitted.occupancy.items()},
         {s: {k: _sig(v) for k, v in t.items()} for s, t in fitted.stacks.items()},
-        fitted.raw,
     )
 
 
@@ -445,11 +525,24 @@ def _gpu_table_fit(ctx: Context, runs: list[Run]) -> list[Figure]:
     return out
 
 
+def folds(runs: list[Run], key: Callable[[Run], str]) -> list[tuple[list[Run], list[Run]]]:
+    """(train, test) of each held-out value of `key`."""
+    return [
+        ([r for r in runs if key(r) != fold], [r for r in runs if key(r) == fold])
+        for fold in sorted({key(r) for r in runs})
+    ]
+
+
+HELD_OUT_KEYS: dict[str, Callable[[Run], str]] = {
+    "loso": lambda r: r.source,
+    "lomo": lambda r: r.model,
+    "family": lambda r: r.family,
+}
+
+
 def held_out(ctx: Context, runs: list[Run], key: Callable[[Run], str]) -> list[Figure]:
     out: list[Figure] = []
-    for fold in sorted({key(r) for r in runs}):
-        train = [r for r in runs if key(r) != fold]
-        test = [r for r in runs if key(r) == fold]
+    for train, test in folds(runs, key):
         gpu_test = [r for r in test if VENDOR[r.family] == "nvidia"]
         if gpu_test and not any(VENDOR[r.family] == "nvidia" for r in train):
             out += _gpu_table_fit(ctx, gpu_test)
@@ -491,7 +584,7 @@ REACH = {"prompt": math.log2(59500 / 7400), "tp": 1.0, "params": math.log2(70.6 
 
 
 def family_out(ctx: Context, runs: list[Run]) -> list[Figure]:
-    return held_out(ctx, runs, key=lambda r: r.family)
+    return held_out(ctx, runs, key=HELD_OUT_KEYS["family"])
 
 
 @dataclass
@@ -529,14 +622,20 @@ SPLITS_DOC = {
 }
 
 
-def calibrate_physics(reference: str | Path | None = None) -> PhysCalibration:
+
+
+def calibrate_physics(reference: str | Path | None = None, processes: int | None = None) -> PhysCalibration:
+    """The full fit and every held-out test; the fits all start cold and run in `processes` workers
+    (fit_many)."""
     runs, skipped = read_runs(reference)
     ctx = load_context(runs)
+    trains = [runs] + [tr for key in HELD_OUT_KEYS.values() for tr, _ in folds(runs, key)]
+    trains += [[r for r in runs if tr(r)] for _, _, tr, _ in extrapolations(ctx)]
+    fit_many(ctx, trains, processes)
     fitted = fit(ctx, runs)
-    ctx.warm = dict(fitted.raw)
-    lomo = held_out(ctx, runs, key=lambda r: r.model)
+    lomo = held_out(ctx, runs, key=HELD_OUT_KEYS["lomo"])
     splits = [
-        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=lambda r: r.source))),
+        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=HELD_OUT_KEYS["loso"]))),
         Split("lomo", SPLITS_DOC["lomo"], tuple(lomo)),
         Split("moe", SPLITS_DOC["moe"], tuple(f for f in lomo if ctx.works[f.run.model].is_moe)),
     ]

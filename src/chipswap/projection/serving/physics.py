@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from chipswap.errors import ChipswapError
 from chipswap.projection.platform import (
@@ -110,8 +111,12 @@ class Physics:
     family: str
     values: tuple[tuple[str, float], ...]
 
+    @cached_property
+    def _by_name(self) -> dict[str, float]:
+        return dict(self.values)
+
     def get(self, name: str) -> float:
-        v = dict(self.values).get(name)
+        v = self._by_name.get(name)
         if v is None:
             if name in OPTIONAL:
                 return OPTIONAL[name]
