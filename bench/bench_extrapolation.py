@@ -131,7 +131,8 @@ def must_show(cat) -> str:
     free = project_serving(w, "inf2.48xlarge", prompt_tokens=1500, output_tokens=250, catalog=cat)
     r = pinned.requests_per_s
     c = free.config
-    assert r is not None and c is not None and free.requests_per_s is not None
+    if r is None or c is None or free.requests_per_s is None:
+        return f"no figure: pinned: {pinned.reason or 'a figure'}; free search: {free.reason or 'a figure'}"
     tpot = pinned.shapes[0].tpot.value
     return (
         f"Pinned TP8 x 3, batch 32 (published 5.0-5.3 requests/s, TPOT 26.6-26.9 ms alone): **{r.value:.2f} "
@@ -157,17 +158,19 @@ def trn2_claim(cat) -> str:
         trn = res["trn2.48xlarge"].requests_per_s
         for inst, p in res.items():
             rps, cfg = p.requests_per_s, p.config
-            assert rps is not None and cfg is not None and trn is not None
+            if rps is None or cfg is None:
+                lines.append(f"| {model} | {inst} | - | no figure: {p.reason[:200]} | | | |")
+                continue
             price = None
             if inst == "p5en.48xlarge":
                 found = cat.find_rate(inst, "us-east-1", "on-demand")
                 price = float(found.usd_per_hour) if found is not None else None
             elif inst == "p5e.48xlarge":
                 price = P5E_CAPACITY_BLOCK
-            parity = f"${price * trn.value / rps.value:,.2f}/h (vs ${price:,.2f})" if price else "-"
+            parity = f"${price * trn.value / rps.value:,.2f}/h (vs ${price:,.2f})" if price and trn else "-"
             better = (
                 f"${price * trn.value / rps.value / 1.3:,.2f} / ${price * trn.value / rps.value / 1.4:,.2f}"
-                if price
+                if price and trn
                 else "-"
             )
             lines.append(

@@ -22,6 +22,12 @@ METRICS = ("requests_per_s", "out_tok_s", "tpot_s", "ttft_s")
 DIMENSIONS = (("prompt", "prompt tokens"), ("tp", "TP"), ("params", "B parameters"))
 
 
+KIND_TEXT = {
+    "loso": "leave-one-source-out", "lomo": "leave-one-model-out", "moe": "leave-one-MoE-model-out",
+    "family": "unseen-family", "prompt": "long-prompt", "tp": "TP", "params": "model-size",
+}  # fmt: skip
+
+
 def is_outside(band: float) -> bool:
     return not math.isfinite(band) or band >= OUTSIDE_BAND
 
@@ -103,4 +109,8 @@ class Coverage:
         out = {}
         for m in METRICS:
             out[m] = float("inf") if beyond else max(self.band(k, m, family) for k in kinds)
+        for k in kinds if not beyond else ():  # a held-out error too wide to be a band: say which and how wide
+            b = self.band(k, "requests_per_s", family)
+            if math.isfinite(b) and b >= OUTSIDE_BAND:
+                why.append(f"the {KIND_TEXT.get(k, k)} error of {family} throughput is ±{b * 100:,.0f} %")
         return out, tuple(why)
