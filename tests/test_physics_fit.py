@@ -154,12 +154,13 @@ def long_prompt_fold():
     """The full fit and the fit without prompts over 7.4K, cold, in worker processes (as calibrate
     makes them), and the Trainium2-and-H100 long-prompt figures predicted by the latter."""
     from chipswap.projection.fitting import physfit as F
+    from chipswap.projection.fitting.physpool import fit_many
     from chipswap.projection.fitting.rows import read_runs
 
     runs, skipped = read_runs(REFERENCE)
     ctx = F.load_context(runs)
     short = [r for r in runs if r.prompt <= 7400]
-    F.fit_many(ctx, [runs, short])
+    fit_many(ctx, [runs, short])
     base = F.region(ctx, runs, lambda r: r.prompt <= 7400, lambda r: r.prompt >= 14800)
     return runs, skipped, ctx, short, base
 
@@ -168,6 +169,7 @@ def long_prompt_fold():
 @pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
 def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out(long_prompt_fold):
     from chipswap.projection.fitting import physfit as F
+    from chipswap.projection.fitting.physpool import fit_many
 
     runs, skipped, ctx, short, base = long_prompt_fold
     assert len(runs) >= 280 and any("compile" in s.reason for s in skipped)
@@ -182,7 +184,7 @@ def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out(long
     fold = [r for r in runs if r.prompt >= 14800]
     tampered = short + [replace(r, observed=tuple((m, v * 10) for m, v in r.observed)) for r in fold]
     ctx2 = F.load_context(tampered)
-    F.fit_many(ctx2, [tampered, short])
+    fit_many(ctx2, [tampered, short])
     again = F.region(ctx2, tampered, lambda r: r.prompt <= 7400, lambda r: r.prompt >= 14800)
     assert [f.predicted for f in base] == pytest.approx([f.predicted for f in again], rel=1e-9)
     assert all(math.isfinite(f.predicted) and f.predicted > 0 for f in base)

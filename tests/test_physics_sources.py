@@ -142,7 +142,9 @@ def test_moe_on_a_gpu_goes_through_the_moe_physics_not_the_table_fit():
 def test_a_refused_moe_figure_says_which_held_out_error_and_how_wide(instance):
     from chipswap.projection.platforms import load_physics
 
-    p = project_serving(model_work("gpt-oss-20b"), instance, prompt_tokens=1000, output_tokens=300, catalog=CAT)
+    p = project_serving(
+        model_work("gpt-oss-20b"), instance, prompt_tokens=1000, output_tokens=300, catalog=CAT
+    )
     band = load_physics()["coverage"]["neuron"].band("moe", "requests_per_s", p.family)
     if not is_outside(band):
         assert p.fits, p.reason

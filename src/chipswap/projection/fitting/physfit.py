@@ -52,11 +52,7 @@ FAMILY_PARAMS = (
 )
 VENDOR_PARAMS = {
     "neuron": tuple(k for k in PARAMS if k != "moe_dispatch_s"),
-    "nvidia": tuple(
-        k
-        for k in PARAMS
-        if k not in ("lnc1_eff", "host_sample_s_per_logit", "moe_dispatch_s")
-    ),
+    "nvidia": tuple(k for k in PARAMS if k not in ("lnc1_eff", "host_sample_s_per_logit", "moe_dispatch_s")),
 }
 STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
 # stacks whose version runs the same chips at other efficiencies than the NxD Inference stacks the product
@@ -341,58 +337,11 @@ def fit(ctx: Context, runs: list[Run]) -> Fitted:
         key = tuple(r.row_id for r in mine)
         got = ctx.fits.get(key)
         if got is None:
-            got = ctx.fits[key] = _fit_vendor(ctx, mine)
+            got = ctx.fits[key] = fit_vendor(ctx, mine)
         physics.update(got.physics)
         occupancy.update(got.occupancy)
         stacks.update(got.stacks)
     return Fitted(physics, occupancy, stacks)
-
-
-def fit_many(ctx: Context, trains: list[list[Run]], processes: int | None = None) -> None:
-    """Make every vendor fit the training sets `trains` need (each vendor's rows once: a set that leaves
-    a vendor's rows as another set has them gets that fit) into ctx.fits, in `processes` worker processes
-    (default: up to 2 cores). Workers are spawned with one BLAS thread each: the fit's small SVDs run
-    10x slower when BLAS threads contend for busy cores."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    todo: dict[tuple[str, ...], list[Run]] = {}
-    for runs in trains:
-        for vendor in sorted({VENDOR[r.family] for r in runs}):
-            mine = [r for r in runs if VENDOR[r.family] == vendor]
-            key = tuple(r.row_id for r in mine)
-            if key not in ctx.fits:
-                todo.setdefault(key, mine)
-    if not todo:
-        return
-    keys = sorted(todo, key=lambda k: -len(k))  # the largest first: the pool ends together
-    n = max(1, min(len(keys), processes or min(2, os.cpu_count() or 1)))
-    saved = {k: os.environ.get(k) for k in _ONE_THREAD}
-    os.environ.update(_ONE_THREAD)
-    try:
-        spawn = multiprocessing.get_context("spawn")  # a worker that fails to start ends the pool
-        with ProcessPoolExecutor(n, spawn, initializer=_worker_init, initargs=(ctx.works, ctx.devices)) as pool:
-            for key, got in zip(keys, pool.map(_worker_fit, [todo[k] for k in keys]), strict=True):
-                ctx.fits[key] = got
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-_WORKER: list[Context] = []  # a fit worker's context (set once per spawned process)
-
-
-def _worker_init(works: dict[str, ModelWork], devices: dict[tuple[str, int], DeviceSpec]) -> None:
-    _WORKER[:] = [Context(works, devices)]
-
-
-def _worker_fit(runs: list[Run]) -> Fitted:
-    return _fit_vendor(_WORKER[0], runs)
 
 
 def _touches(name: str, r: Run) -> bool:
@@ -409,7 +358,7 @@ def _touches(name: str, r: Run) -> bool:
     return r.family == head
 
 
-def _fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
+def fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
     """One vendor's parameters, from the same cold start (START, the layout's defaults) whatever rows it
     is given: a held-out fold never starts from values fitted on its held-out rows. The Jacobian is taken
     by forward differences over the runs each parameter touches only (_touches), the rest of its column
@@ -635,8 +584,6 @@ SPLITS_DOC = {
 }
 
 
-
-
 def calibrate_physics(reference: str | Path | None = None, processes: int | None = None) -> PhysCalibration:
     """The full fit and every held-out test; the fits all start cold and run in `processes` workers
     (fit_many)."""
@@ -644,6 +591,8 @@ def calibrate_physics(reference: str | Path | None = None, processes: int | None
     ctx = load_context(runs)
     trains = [runs] + [tr for key in HELD_OUT_KEYS.values() for tr, _ in folds(runs, key)]
     trains += [[r for r in runs if tr(r)] for _, _, tr, _ in extrapolations(ctx)]
+    from chipswap.projection.fitting.physpool import fit_many
+
     fit_many(ctx, trains, processes)
     fitted = fit(ctx, runs)
     lomo = held_out(ctx, runs, key=HELD_OUT_KEYS["lomo"])
@@ -724,7 +673,10 @@ def physics_text(cal: PhysCalibration) -> str:
         f"vllm_gap = {_sig(gap.median_abs, 3) if gap else 0.15!r}",
     ]
     for st, terms in sorted(cal.fitted.stacks.items()):
-        lines += ["", f'[stacks."{st}"]  # a stack\'s terms on its family\'s (multipliers; moe_dispatch_s: seconds)']
+        lines += [
+            "",
+            f"[stacks.\"{st}\"]  # a stack's terms on its family's (multipliers; moe_dispatch_s: seconds)",
+        ]
         lines += [f"{k} = {v!r}" for k, v in sorted(terms.items())]
     lines += ["", "[occupancy]"]
     lines += [f'"{k}" = {v!r}' for k, v in sorted(cal.fitted.occupancy.items())]

@@ -201,8 +201,8 @@ def _sdk_tables(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
             rid = f"{name.rsplit('/', 1)[1]}:{i + 2}"
             model = MODELS.get(r["Model"].strip().lower())
             fam = CHIPS.get(r["Inst. Type"].strip())
-            tok, ttft, tpot = (_num(r[k]) for k in (
-                "Output Token Throughput (tokens/sec)", "TTFT Latency P50 (ms)", "TPOT Latency P50 (ms)"))  # fmt: skip
+            cols = ("Output Token Throughput (tokens/sec)", "TTFT Latency P50 (ms)", "TPOT Latency P50 (ms)")
+            tok, ttft, tpot = (_num(r[k]) for k in cols)
             if model is None or fam is None or not tok or not ttft or not tpot:
                 skipped.append(Skip(rid, f"model {r['Model']!r} / instance {r['Inst. Type']!r} not mapped"))
                 continue

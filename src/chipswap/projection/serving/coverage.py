@@ -109,7 +109,8 @@ class Coverage:
         out = {}
         for m in METRICS:
             out[m] = float("inf") if beyond else max(self.band(k, m, family) for k in kinds)
-        for k in kinds if not beyond else ():  # a held-out error too wide to be a band: say which and how wide
+        # a held-out error too wide to be a band: say which kind and how wide
+        for k in () if beyond else kinds:
             b = self.band(k, "requests_per_s", family)
             if math.isfinite(b) and b >= OUTSIDE_BAND:
                 why.append(f"the {KIND_TEXT.get(k, k)} error of {family} throughput is ±{b * 100:,.0f} %")

@@ -1,0 +1,63 @@
+"""The physical fit's vendor fits, made in worker processes: every distinct (vendor, training rows) fit the
+full fit and the held-out tests need, each once, each from the same cold start (physfit.fit_vendor).
+
+What it is for: chipswap.projection.fitting.physfit.calibrate_physics and tests/test_physics_fit.py. It
+starts processes (spawned, so the BLAS library loads with one thread in them) and sets the BLAS thread
+variables in os.environ while it starts them; it reads and writes no file.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+from chipswap.projection.fitting.physfit import VENDOR, Context, Fitted, fit_vendor
+from chipswap.projection.fitting.rows import Run
+from chipswap.projection.platform import DeviceSpec
+from chipswap.projection.work import ModelWork
+
+
+def fit_many(ctx: Context, trains: list[list[Run]], processes: int | None = None) -> None:
+    """Make every vendor fit the training sets `trains` need (each vendor's rows once: a set that leaves
+    a vendor's rows as another set has them gets that fit) into ctx.fits, in `processes` worker processes
+    (default: up to 2 cores). Workers are spawned with one BLAS thread each: the fit's small SVDs run
+    10x slower when BLAS threads contend for busy cores."""
+    todo: dict[tuple[str, ...], list[Run]] = {}
+    for runs in trains:
+        for vendor in sorted({VENDOR[r.family] for r in runs}):
+            mine = [r for r in runs if VENDOR[r.family] == vendor]
+            key = tuple(r.row_id for r in mine)
+            if key not in ctx.fits:
+                todo.setdefault(key, mine)
+    if not todo:
+        return
+    keys = sorted(todo, key=lambda k: -len(k))  # the largest first: the pool ends together
+    n = max(1, min(len(keys), processes or min(2, os.cpu_count() or 1)))
+    saved = {k: os.environ.get(k) for k in _ONE_THREAD}
+    os.environ.update(_ONE_THREAD)
+    try:
+        spawn = multiprocessing.get_context("spawn")  # a worker that fails to start ends the pool
+        with ProcessPoolExecutor(
+            n, spawn, initializer=_worker_init, initargs=(ctx.works, ctx.devices)
+        ) as pool:
+            for key, got in zip(keys, pool.map(_worker_fit, [todo[k] for k in keys]), strict=True):
+                ctx.fits[key] = got
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+_ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_WORKER: list[Context] = []  # a fit worker's context (set once per spawned process)
+
+
+def _worker_init(works: dict[str, ModelWork], devices: dict[tuple[str, int], DeviceSpec]) -> None:
+    _WORKER[:] = [Context(works, devices)]
+
+
+def _worker_fit(runs: list[Run]) -> Fitted:
+    return fit_vendor(_WORKER[0], runs)
