@@ -23,6 +23,7 @@ from _results import ROOT, write_section  # noqa: E402
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.projection.api import model_work, project_serving
 from chipswap.projection.fitting import physfit as F
+from chipswap.projection.fitting.physcal import calibrate_physics
 
 COMMAND = "PYTHONPATH=src python bench/bench_extrapolation.py"
 FAMILIES = ("Trainium2", "Inferentia2", "Trainium", "H100")
@@ -244,7 +245,7 @@ def _replace_between(path, begin: str, end: str, text: str) -> None:
 
 def main() -> None:
     t0 = time.perf_counter()
-    cal = F.calibrate_physics()
+    cal = calibrate_physics()
     seconds = time.perf_counter() - t0
     if "--write" in sys.argv[1:]:
         print(f"wrote {F.write_physics(cal)}")

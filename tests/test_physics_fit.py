@@ -154,7 +154,7 @@ def long_prompt_fold():
     """The full fit and the fit without prompts over 7.4K, cold, in worker processes (as calibrate
     makes them), and the Trainium2-and-H100 long-prompt figures predicted by the latter."""
     from chipswap.projection.fitting import physfit as F
-    from chipswap.projection.fitting.physpool import fit_many
+    from chipswap.projection.fitting.physcal import fit_many
     from chipswap.projection.fitting.rows import read_runs
 
     runs, skipped = read_runs(REFERENCE)
@@ -169,7 +169,7 @@ def long_prompt_fold():
 @pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
 def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out(long_prompt_fold):
     from chipswap.projection.fitting import physfit as F
-    from chipswap.projection.fitting.physpool import fit_many
+    from chipswap.projection.fitting.physcal import fit_many
 
     runs, skipped, ctx, short, base = long_prompt_fold
     assert len(runs) >= 280 and any("compile" in s.reason for s in skipped)

@@ -6,7 +6,8 @@ the held-out errors of these tests (chipswap.projection.serving.coverage).
 What it is for: `chipswap calibrate` (writes data/platforms/physics.toml; `--check` compares),
 bench/bench_extrapolation.py and tests/test_physics_fit.py. Reads the published runs through
 chipswap.projection.fitting.rows, the shipped presets and the catalog; writes only physics.toml, and only
-when asked to.
+when asked to. The calibration driver (full fit and every held-out test, in worker processes) is
+chipswap.projection.fitting.physcal.
 
 The fit: a robust least squares (soft-L1) on log(predicted / published) of every figure of every run, the
 parameters in log space within PARAMS' bounds; the families of one vendor share the parameters, each
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from chipswap.projection.fitting.rows import METRICS, Run, Skip, read_runs
+from chipswap.projection.fitting.rows import METRICS, Run, Skip
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.serving.physics import (
     PARAMS,
@@ -457,7 +458,7 @@ class Split:
     folds: int = 1
 
 
-def _predict_all(ctx: Context, runs: list[Run], fitted: Fitted) -> list[Figure]:
+def predict_all(ctx: Context, runs: list[Run], fitted: Fitted) -> list[Figure]:
     """The figures of `runs` under `fitted`, but for a MoE run under a stack `fitted` has no MoE terms for
     (a fold that holds out every MoE run of the stack): the product refuses that figure (serving.coverage:
     no MoE serving run fitted), so it is not one a band promises anything about."""
@@ -507,7 +508,7 @@ def held_out(ctx: Context, runs: list[Run], key: Callable[[Run], str]) -> list[F
             out += _gpu_table_fit(ctx, gpu_test)
             test = [r for r in test if r not in gpu_test]
         if test:
-            out += _predict_all(ctx, test, fit(ctx, train))
+            out += predict_all(ctx, test, fit(ctx, train))
     return out
 
 
@@ -517,7 +518,7 @@ def region(
     """Fit on the runs `train` keeps, predict the ones `test` keeps (the rest are in neither)."""
     tr = [r for r in runs if train(r)]
     te = [r for r in runs if test(r)]
-    return _predict_all(ctx, te, fit(ctx, tr)) if te else []
+    return predict_all(ctx, te, fit(ctx, tr)) if te else []
 
 
 def params_b(ctx: Context, r: Run) -> float:
@@ -582,29 +583,6 @@ SPLITS_DOC = {
     "moe": "leave one MoE model out (fit on the other MoE model and every dense run)",
     "size_batch": "fit on dense models <= 8 B at batch <= 8, test dense 30 B and up at batch 32-64",
 }
-
-
-def calibrate_physics(reference: str | Path | None = None, processes: int | None = None) -> PhysCalibration:
-    """The full fit and every held-out test; the fits all start cold and run in `processes` workers
-    (fit_many)."""
-    runs, skipped = read_runs(reference)
-    ctx = load_context(runs)
-    trains = [runs] + [tr for key in HELD_OUT_KEYS.values() for tr, _ in folds(runs, key)]
-    trains += [[r for r in runs if tr(r)] for _, _, tr, _ in extrapolations(ctx)]
-    from chipswap.projection.fitting.physpool import fit_many
-
-    fit_many(ctx, trains, processes)
-    fitted = fit(ctx, runs)
-    lomo = held_out(ctx, runs, key=HELD_OUT_KEYS["lomo"])
-    splits = [
-        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=HELD_OUT_KEYS["loso"]))),
-        Split("lomo", SPLITS_DOC["lomo"], tuple(lomo)),
-        Split("moe", SPLITS_DOC["moe"], tuple(f for f in lomo if ctx.works[f.run.model].is_moe)),
-    ]
-    for kind, title, tr, te in extrapolations(ctx):
-        splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
-    splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
-    return PhysCalibration(runs, skipped, fitted, splits, _predict_all(ctx, runs, fitted))
 
 
 # --- summaries -----------------------------------------------------------------------------------------

@@ -11,11 +11,50 @@ from __future__ import annotations
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
-from chipswap.projection.fitting.physfit import VENDOR, Context, Fitted, fit_vendor
-from chipswap.projection.fitting.rows import Run
+from chipswap.projection.fitting.physfit import (
+    HELD_OUT_KEYS,
+    SPLITS_DOC,
+    VENDOR,
+    Context,
+    Fitted,
+    PhysCalibration,
+    Split,
+    extrapolations,
+    family_out,
+    fit,
+    fit_vendor,
+    folds,
+    held_out,
+    load_context,
+    predict_all,
+    region,
+)
+from chipswap.projection.fitting.rows import Run, read_runs
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.work import ModelWork
+
+
+def calibrate_physics(reference: str | Path | None = None, processes: int | None = None) -> PhysCalibration:
+    """The full fit and every held-out test; the fits all start cold and run in `processes` workers
+    (fit_many)."""
+    runs, skipped = read_runs(reference)
+    ctx = load_context(runs)
+    trains = [runs] + [tr for key in HELD_OUT_KEYS.values() for tr, _ in folds(runs, key)]
+    trains += [[r for r in runs if tr(r)] for _, _, tr, _ in extrapolations(ctx)]
+    fit_many(ctx, trains, processes)
+    fitted = fit(ctx, runs)
+    lomo = held_out(ctx, runs, key=HELD_OUT_KEYS["lomo"])
+    splits = [
+        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=HELD_OUT_KEYS["loso"]))),
+        Split("lomo", SPLITS_DOC["lomo"], tuple(lomo)),
+        Split("moe", SPLITS_DOC["moe"], tuple(f for f in lomo if ctx.works[f.run.model].is_moe)),
+    ]
+    for kind, title, tr, te in extrapolations(ctx):
+        splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
+    splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
+    return PhysCalibration(runs, skipped, fitted, splits, predict_all(ctx, runs, fitted))
 
 
 def fit_many(ctx: Context, trains: list[list[Run]], processes: int | None = None) -> None:
