@@ -8,6 +8,7 @@ variables in os.environ while it starts them; it reads and writes no file.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -31,15 +32,22 @@ from chipswap.projection.fitting.physfit import (
     predict_all,
     region,
 )
-from chipswap.projection.fitting.rows import Run, read_runs
+from chipswap.projection.fitting.rows import Run, Skip, read_runs
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.work import ModelWork
 
 
 def calibrate_physics(reference: str | Path | None = None, processes: int | None = None) -> PhysCalibration:
     """The full fit and every held-out test; the fits all start cold and run in `processes` workers
-    (fit_many)."""
+    (fit_many). The last calibration is kept for the process, keyed by the rows read: the same published
+    rows give the same calibration (`chipswap calibrate` and then `--check` in one process fit once)."""
     runs, skipped = read_runs(reference)
+    return _calibrated(tuple(runs), tuple(skipped), processes)
+
+
+@functools.lru_cache(maxsize=1)
+def _calibrated(rows: tuple[Run, ...], skipped: tuple[Skip, ...], processes: int | None) -> PhysCalibration:
+    runs = list(rows)
     ctx = load_context(runs)
     trains = [runs] + [tr for key in HELD_OUT_KEYS.values() for tr, _ in folds(runs, key)]
     trains += [[r for r in runs if tr(r)] for _, _, tr, _ in extrapolations(ctx)]
@@ -54,7 +62,7 @@ def calibrate_physics(reference: str | Path | None = None, processes: int | None
     for kind, title, tr, te in extrapolations(ctx):
         splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
     splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
-    return PhysCalibration(runs, skipped, fitted, splits, predict_all(ctx, runs, fitted))
+    return PhysCalibration(runs, list(skipped), fitted, splits, predict_all(ctx, runs, fitted))
 
 
 def fit_many(ctx: Context, trains: list[list[Run]], processes: int | None = None) -> None:
