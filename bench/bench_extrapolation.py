@@ -1,16 +1,20 @@
-"""Bench: the physical serving model off the fitted shape. Fits the model on every modern serving run
-(../shared/reference/neuron-benchmarks-modern/), then prints, per chip family and figure, the
-leave-one-source-out error and four extrapolation tests that hold out a whole region (long prompts, TP 4,
-models of 7 B and up, one chip family's stack): median |error|, signed median, band coverage, median band
-half-width, against the targets of issue 27. Writes the section "Projection off the fitted shape" of
-docs/benchmarks.md and the same tables into docs/projection.md (between its extrapolation markers).
+"""Bench: the physical serving model off the fitted shape. Fits the model on every shared serving source
+at once (the modern runs, the trn2-vs-H100 runs, the Neuron SDK decoder tables, the MoE rows), then prints,
+per chip family and figure, the leave-one-source-out error (the default band), leave-one-model-out, leave
+one MoE model out, and the extrapolation tests that hold out a whole region (long prompts, TP 4, models of
+7 B and up, model size x batch, one chip family's stack): median |error|, signed median, band coverage,
+median band half-width, against the targets of issues 27 and 37; then which of the issue's shapes get a
+figure. Writes the section "Projection off the fitted shape" of docs/benchmarks.md and the same tables into
+docs/projection.md (between its extrapolation markers). --write also writes the fitted physics.toml (the
+same file `chipswap calibrate` writes, from the same calibration).
 
-    PYTHONPATH=src python bench/bench_extrapolation.py
+    PYTHONPATH=src python bench/bench_extrapolation.py [--write]
 """
 
 from __future__ import annotations
 
 import re
+import sys
 import time
 
 import numpy as np
@@ -19,11 +23,12 @@ from _results import ROOT, write_section  # noqa: E402
 from chipswap.economics.catalog_io import load_catalog
 from chipswap.projection.api import model_work, project_serving
 from chipswap.projection.fitting import physfit as F
+from chipswap.projection.fitting.physcal import calibrate_physics
 
 COMMAND = "PYTHONPATH=src python bench/bench_extrapolation.py"
-FAMILIES = ("Trainium2", "Inferentia2", "H100")
+FAMILIES = ("Trainium2", "Inferentia2", "Trainium", "H100")
 NAMES = {"out_tok_s": "output tok/s", "requests_per_s": "requests/s", "ttft_s": "TTFT", "tpot_s": "TPOT"}
-EXTRAPOLATIONS = ("prompt", "tp", "params", "family")
+EXTRAPOLATIONS = ("loso", "moe", "prompt", "tp", "params", "size_batch", "family")
 P5E_CAPACITY_BLOCK = 43.26  # USD/h, ../shared/reference/pricing/capacity_blocks_snapshot_2024.csv (Q4 2024)
 
 
@@ -127,7 +132,8 @@ def must_show(cat) -> str:
     free = project_serving(w, "inf2.48xlarge", prompt_tokens=1500, output_tokens=250, catalog=cat)
     r = pinned.requests_per_s
     c = free.config
-    assert r is not None and c is not None and free.requests_per_s is not None
+    if r is None or c is None or free.requests_per_s is None:
+        return f"no figure: pinned: {pinned.reason or 'a figure'}; free search: {free.reason or 'a figure'}"
     tpot = pinned.shapes[0].tpot.value
     return (
         f"Pinned TP8 x 3, batch 32 (published 5.0-5.3 requests/s, TPOT 26.6-26.9 ms alone): **{r.value:.2f} "
@@ -153,17 +159,19 @@ def trn2_claim(cat) -> str:
         trn = res["trn2.48xlarge"].requests_per_s
         for inst, p in res.items():
             rps, cfg = p.requests_per_s, p.config
-            assert rps is not None and cfg is not None and trn is not None
+            if rps is None or cfg is None:
+                lines.append(f"| {model} | {inst} | - | no figure: {p.reason[:200]} | | | |")
+                continue
             price = None
             if inst == "p5en.48xlarge":
                 found = cat.find_rate(inst, "us-east-1", "on-demand")
                 price = float(found.usd_per_hour) if found is not None else None
             elif inst == "p5e.48xlarge":
                 price = P5E_CAPACITY_BLOCK
-            parity = f"${price * trn.value / rps.value:,.2f}/h (vs ${price:,.2f})" if price else "-"
+            parity = f"${price * trn.value / rps.value:,.2f}/h (vs ${price:,.2f})" if price and trn else "-"
             better = (
                 f"${price * trn.value / rps.value / 1.3:,.2f} / ${price * trn.value / rps.value / 1.4:,.2f}"
-                if price
+                if price and trn
                 else "-"
             )
             lines.append(
@@ -188,6 +196,43 @@ def moe_line(cat) -> str:
     )
 
 
+def _band_text(fig) -> str:
+    if fig is None:
+        return "-"
+    band = fig.band
+    return "refused" if band != band or band >= 1.0 else f"{fig.value:,.3g} ±{band * 100:.0f} %"
+
+
+def coverage_table(cat) -> str:
+    """The issue's shapes: dense 8B / 70B at 128-1,500-token prompts on inf2, trn1, trn2, and the MoE
+    models on trn2, inf2, H100: requests/s and TTFT with their bands, or the reason."""
+    lines = [
+        "| model | instance | prompt / output | layout | requests/s | TTFT | TPOT |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    cases = [
+        (m, i, p, 256)
+        for m in ("llama-3.1-8b", "llama-3.3-70b")
+        for i in ("inf2.48xlarge", "trn1.32xlarge", "trn2.48xlarge")
+        for p in (128, 512, 1024, 1500)
+    ] + [
+        (m, i, 1000, 300)
+        for m in ("qwen3-30b-a3b", "gpt-oss-20b", "llama-4-scout")
+        for i in ("trn2.48xlarge", "inf2.48xlarge", "p5.48xlarge")
+    ]
+    for model, inst, prompt, out in cases:
+        p = project_serving(model_work(model), inst, prompt_tokens=prompt, output_tokens=out, catalog=cat)
+        if not p.fits or p.config is None:
+            lines.append(f"| {model} | {inst} | {prompt} / {out} | - | {p.reason[:120]} | | |")
+            continue
+        c, sh = p.config, p.shapes[0]
+        lines.append(
+            f"| {model} | {inst} | {prompt} / {out} | TP{c.tp_degree} x {c.replicas}, batch {c.max_batch} | "
+            f"{_band_text(p.requests_per_s)} | {_band_text(sh.ttft)} | {_band_text(sh.tpot)} |"
+        )
+    return "\n".join(lines)
+
+
 def _replace_between(path, begin: str, end: str, text: str) -> None:
     from chipswap.atomic import atomic_write_text
 
@@ -200,8 +245,13 @@ def _replace_between(path, begin: str, end: str, text: str) -> None:
 
 def main() -> None:
     t0 = time.perf_counter()
-    cal = F.calibrate_physics()
+    cal = calibrate_physics()
     seconds = time.perf_counter() - t0
+    if "--write" in sys.argv[1:]:
+        print(f"wrote {F.write_physics(cal)}")
+        from chipswap.projection.platforms import load_physics
+
+        load_physics.cache_clear()
     cat = load_catalog()
     text = "\n\n".join(
         [
@@ -209,6 +259,9 @@ def main() -> None:
             gpu_feasibility(cal),
             "**Llama 3.1 8B on inf2.48xlarge at 1,500 / 250**: " + must_show(cat),
             "**MoE**: " + moe_line(cat),
+            "**The issue's shapes** (issue 37: short and chat prompts on every Neuron family, MoE on Neuron "
+            "and H100; `chipswap project MODEL -i INSTANCE --prompt-tokens P --output-tokens O`):",
+            coverage_table(cat),
             "**Trn2 vs p5e / p5en at 1,500 / 250** (whole instance; p5e/p5en under the GPU default stack "
             "vllm):",
             trn2_claim(cat),

@@ -140,40 +140,67 @@ def test_figures_beyond_the_calibration_are_refused_not_numbers():
     from chipswap.projection.platforms import load_physics
 
     fam = load_physics()["coverage"]["neuron"].band("family", "ttft_s", "Trainium3")
+    tok = load_physics()["coverage"]["neuron"].band("family", "requests_per_s", "Trainium3")
+    if is_outside(tok):  # since issue 37 (three Neuron families) the unseen-family test refuses throughput
+        assert not p.fits and "Trainium3 has no fitted runs" in p.reason and OUTSIDE in p.reason
+        return
     assert is_outside(fam) and is_outside(p.shapes[0].ttft.band)
     rps = p.requests_per_s
-    tok = load_physics()["coverage"]["neuron"].band("family", "requests_per_s", "Trainium3")
-    assert p.fits and rps is not None and rps.band >= tok and not is_outside(tok)
+    assert p.fits and rps is not None and rps.band >= tok
+
+
+@pytest.fixture(scope="module")
+def long_prompt_fold():
+    """The full fit and the fit without prompts over 7.4K, cold, in worker processes (as calibrate
+    makes them), and the Trainium2-and-H100 long-prompt figures predicted by the latter."""
+    from chipswap.projection.fitting import physfit as F
+    from chipswap.projection.fitting.physcal import fit_many
+    from chipswap.projection.fitting.rows import read_runs
+
+    runs, skipped = read_runs(REFERENCE)
+    ctx = F.load_context(runs)
+    short = [r for r in runs if r.prompt <= 7400]
+    fit_many(ctx, [runs, short])
+    base = F.region(ctx, runs, lambda r: r.prompt <= 7400, lambda r: r.prompt >= 14800)
+    return runs, skipped, ctx, short, base
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
-def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out():
+def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out(long_prompt_fold):
     from chipswap.projection.fitting import physfit as F
-    from chipswap.projection.fitting.rows import read_runs
+    from chipswap.projection.fitting.physcal import fit_many
 
-    runs, skipped = read_runs(REFERENCE)
+    runs, skipped, ctx, short, base = long_prompt_fold
     assert len(runs) >= 280 and any("compile" in s.reason for s in skipped)
-    ctx = F.load_context(runs)
     fitted = F.fit(ctx, runs)
     shipped = __import__("chipswap.projection.platforms", fromlist=["x"]).load_physics()["families"]
     for fam in ("Trainium2", "Inferentia2"):
         for k, v in fitted.physics[fam].values:
             assert shipped[fam].get(k) == pytest.approx(v, rel=5e-3), (fam, k)
-    # a held-out fold's predictions do not move when its published figures are multiplied by 10
+    # a held-out fold's predictions do not move when its published figures are multiplied by 10, even
+    # after a full fit that saw them (as calibrate_physics fits it first), in a context of its own (no fit
+    # reused): the fold starts cold, from nothing fitted on its rows
     fold = [r for r in runs if r.prompt >= 14800]
-    short = [r for r in runs if r.prompt <= 7400]
-    base = F.region(ctx, runs, lambda r: r.prompt <= 7400, lambda r: r.prompt >= 14800)
     tampered = short + [replace(r, observed=tuple((m, v * 10) for m, v in r.observed)) for r in fold]
-    again = F.region(ctx, tampered, lambda r: r.prompt <= 7400, lambda r: r.prompt >= 14800)
+    ctx2 = F.load_context(tampered)
+    fit_many(ctx2, [tampered, short])
+    again = F.region(ctx2, tampered, lambda r: r.prompt <= 7400, lambda r: r.prompt >= 14800)
     assert [f.predicted for f in base] == pytest.approx([f.predicted for f in again], rel=1e-9)
-    # Trainium2 long prompts, fitted without them: TTFT and output tok/s within 30 % (issue 27)
+    assert all(math.isfinite(f.predicted) and f.predicted > 0 for f in base)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
+def test_trainium2_long_prompts_fitted_without_them_are_within_30_percent(long_prompt_fold):
+    """Issue 27's target: TTFT and output tok/s of Trainium2 at 14.8K-59.5K prompts, fitted on prompts up
+    to 7.4K, median |error| <= 30 % (docs/projection.md quotes the measured figures)."""
+    base = long_prompt_fold[-1]
     errs = {}
     for m in ("ttft_s", "out_tok_s"):
         sel = sorted(abs(f.ratio - 1) for f in base if f.run.family == "Trainium2" and f.metric == m)
         errs[m] = sel[len(sel) // 2]
     assert errs["ttft_s"] <= 0.30 and errs["out_tok_s"] <= 0.30, errs
-    assert all(math.isfinite(f.predicted) and f.predicted > 0 for f in base)
 
 
 def test_project_and_the_simulator_share_one_time_model():

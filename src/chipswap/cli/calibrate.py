@@ -65,8 +65,9 @@ def register(app: typer.Typer) -> None:
             written = [str(p) for p in C.write_families(cal, out)]
             _clear_platform_caches()
         from chipswap.projection.fitting import physfit
+        from chipswap.projection.fitting.physcal import calibrate_physics
 
-        phys_cal = physfit.calibrate_physics(reference)
+        phys_cal = calibrate_physics(reference)
         if physfit.physics_differ(phys_cal, out):
             diff.append("physics")
         if not check:

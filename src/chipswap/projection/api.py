@@ -31,6 +31,7 @@ from chipswap.projection.platforms import load_physics, platform_for_instance
 from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import tp_options as _tp_options
+from chipswap.projection.serving.physics import moe_stack
 from chipswap.projection.stacks import GPU_CALIBRATED_STACK, default_stack, stack_for
 from chipswap.projection.work import ModelWork
 
@@ -162,10 +163,45 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
         note="compiled batch (a step costs the compiled batch's step); prefills pause decoding",
         live_step_s=live_step or 0.0,
     )  # fmt: skip
+    stacks = data.get("stacks", {})
     return StackContext(
         stack, sampling=sampling, note=note, physics=phys, schedule=schedule,
         coverage=data["coverage"].get("neuron"),
+        moe_terms=tuple(sorted(stacks.get(moe_stack(stack), {}).items())),
     )  # fmt: skip
+
+
+def gpu_moe_context(ctx: StackContext, platform: PlatformModel) -> StackContext:
+    """A MoE model on a GPU goes through the physical model (the GPU table fit has no MoE row): the GPU
+    family's fitted parameters (the NVIDIA vendor's on another GPU's spec sheet, with the band of an unseen
+    family), continuous batching, and the MoE kernel terms fitted on the published H100 MoE runs (vLLM, bf16
+    and dynamic fp8: physics.toml stacks.vllm-moe / vllm-moe-fp8). Unchanged when physics.toml has no GPU
+    MoE terms (the table fit then refuses the MoE model)."""
+    from chipswap.projection.serving.physics import Physics, Schedule
+
+    data = load_physics()
+    stacks = data.get("stacks", {}) if data else {}
+    terms = stacks.get(moe_stack("vllm"))
+    cov = data.get("coverage", {}).get("nvidia") if data else None
+    fams = data.get("families", {}) if data else {}
+    phys = fams.get(platform.family) or (
+        Physics(platform.family, fams["_nvidia"].values) if "_nvidia" in fams else None
+    )
+    if not terms or cov is None or phys is None:
+        return ctx
+    note = (
+        f"MoE on {platform.family}: the physical model with the MoE terms fitted on the published H100 vLLM "
+        "MoE runs (MiMo-V2-Flash, MiniMax-M2.5, eager, bf16 and dynamic fp8), not the GPU table fit"
+    )
+    return replace(
+        ctx,
+        physics=phys,
+        schedule=Schedule(ctx.stack or "vllm", static_batch=False, note="continuous batching"),
+        coverage=cov,
+        note="; ".join(x for x in (ctx.note, note) if x),
+        moe_terms=tuple(sorted(terms.items())),
+        moe_fp8_terms=tuple(sorted(stacks.get(moe_stack("vllm", "fp8"), {}).items())),
+    )
 
 
 def _same_core_family(platform: PlatformModel, fitted: dict[str, Any]) -> str | None:
@@ -225,6 +261,8 @@ def project_serving(
     inst = _instance(instance, cat)
     platform = platform_for_instance(inst, cat)
     ctx = stack_context(stack, inst, platform, cat, sampling=sampling) if mode == "llm" else None
+    if ctx is not None and work.is_moe and not inst.is_neuron and ctx.physics is None:
+        ctx = gpu_moe_context(ctx, platform)
     return _project_serving(
         work,
         platform,

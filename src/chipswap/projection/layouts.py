@@ -21,7 +21,7 @@ from typing import Any
 from chipswap.economics.catalog import Instance
 from chipswap.projection.platform import Coefficients, DeviceSpec, LlmPoly, PlatformModel, llm_poly
 from chipswap.projection.serving.coverage import Coverage, is_outside
-from chipswap.projection.serving.physics import Physics, Schedule, phys_poly, replica_rps
+from chipswap.projection.serving.physics import Physics, Schedule, phys_poly, replica_rps, with_stack
 from chipswap.projection.work import ModelWork
 from chipswap.simulation.servicetime import decode_steps, live_slots
 
@@ -55,6 +55,10 @@ class StackContext:
     # widening of the capacity (knee) band for a stack whose saturation rate the shared rate sweeps do not
     # validate (chipswap.projection.stack_load; 0 for a validated stack)
     knee_widening: float = 0.0
+    # the stack's MoE kernel terms fitted on the published MoE runs (physics.toml stacks.<stack>-moe; fp8:
+    # its dynamic-fp8 kernels), applied to a MoE model's physics; () = no MoE run of this stack was fitted
+    moe_terms: tuple[tuple[str, float], ...] = ()
+    moe_fp8_terms: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -221,8 +225,12 @@ def _evaluate_physics(
     schedule, and the bands of the kinds of extrapolation it makes (inf = outside the calibration)."""
     assert ctx.physics is not None and ctx.schedule is not None and ctx.coverage is not None
     kv_dtype = "fp8" if compute == "fp8" else "bf16"
+    physics = ctx.physics
+    moe_terms = ctx.moe_fp8_terms if compute in ("fp8", "int8") else ctx.moe_terms
+    if work.is_moe and moe_terms:
+        physics = with_stack(physics, dict(moe_terms))
     poly = phys_poly(
-        work, device, ctx.physics, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
+        work, device, physics, tp=tp, weight_dtype=dtype, compute_dtype=compute, kv_dtype=kv_dtype,
         lnc=lnc or 2, batch=batch, prompt=mean_pad, schedule=ctx.schedule,
     )  # fmt: skip
     schedule = ctx.schedule
@@ -234,7 +242,7 @@ def _evaluate_physics(
     )  # fmt: skip
     bands, why = ctx.coverage.assess(
         family=ctx.physics.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
-        moe=work.is_moe,
+        moe=work.is_moe, moe_fitted=bool(moe_terms),
     )  # fmt: skip
     heads = padded_heads(work, tp) if platform.padded else 0
     return Layout(

@@ -231,7 +231,8 @@ def load_physics(folder: str | None = None) -> dict[str, Any]:
     """The physical serving model's fitted data (physics.toml, written by `chipswap calibrate`):
     {"families": name -> Physics ("_neuron" / "_nvidia": the vendor's shared values), "occupancy": stack ->
     share, "coverage": vendor -> Coverage, "vllm_gap": the GPU table fit's median error on the published H100
-    vLLM runs}. {} when never written."""
+    vLLM runs, "stacks": stack key -> its fitted terms (the SDK-table stack, MoE kernels)}. {} when never
+    written."""
     from chipswap.projection.serving.coverage import Coverage
     from chipswap.projection.serving.physics import PARAMS, Physics
 
@@ -283,8 +284,18 @@ def load_physics(folder: str | None = None) -> dict[str, Any]:
             reach=reach,
             families=tuple(f for f in families if fams.get(f) is not None),
             max_batch=int(rng.get("batch", [0, 0])[1]),
+            base_kinds=tuple(_str_list(data.get("band_kinds", ["lomo"]), f"{PHYSICS_FILE} band_kinds")),
         )
     gap = strict_number(
         (data.get("gpu") or {}).get("vllm_gap", 0.15), f"{PHYSICS_FILE} gpu.vllm_gap", lo=0, hi=1
     )
-    return {"families": fams, "occupancy": occ, "coverage": coverage, "vllm_gap": gap}
+    stacks = {
+        st: {
+            k: strict_number(v, f"{PHYSICS_FILE} stacks.{st}.{k}", lo=0)
+            for k, v in terms.items()
+            if k in PARAMS
+        }
+        for st, terms in (data.get("stacks") or {}).items()
+        if isinstance(terms, dict)
+    }
+    return {"families": fams, "occupancy": occ, "coverage": coverage, "vllm_gap": gap, "stacks": stacks}

@@ -6,7 +6,8 @@ the held-out errors of these tests (chipswap.projection.serving.coverage).
 What it is for: `chipswap calibrate` (writes data/platforms/physics.toml; `--check` compares),
 bench/bench_extrapolation.py and tests/test_physics_fit.py. Reads the published runs through
 chipswap.projection.fitting.rows, the shipped presets and the catalog; writes only physics.toml, and only
-when asked to.
+when asked to. The calibration driver (full fit and every held-out test, in worker processes) is
+chipswap.projection.fitting.physcal.
 
 The fit: a robust least squares (soft-L1) on log(predicted / published) of every figure of every run, the
 parameters in log space within PARAMS' bounds; the families of one vendor share the parameters, each
@@ -25,16 +26,18 @@ from typing import Any
 
 import numpy as np
 
-from chipswap.projection.fitting.rows import METRICS, Run, Skip, read_runs
+from chipswap.projection.fitting.rows import METRICS, Run, Skip
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.serving.physics import (
     PARAMS,
+    STACK_ABSOLUTE,
     Physics,
     Schedule,
     loaded_itl,
     loaded_ttft,
     phys_poly,
     replica_rps,
+    with_stack,
 )
 from chipswap.projection.work import ModelWork
 
@@ -49,17 +52,34 @@ FAMILY_PARAMS = (
     "collective_s",
 )
 VENDOR_PARAMS = {
-    "neuron": tuple(PARAMS),
-    "nvidia": tuple(
-        k for k in PARAMS if k not in ("lnc1_eff", "link_eff", "collective_s", "host_sample_s_per_logit")
-    ),
+    "neuron": tuple(k for k in PARAMS if k != "moe_dispatch_s"),
+    "nvidia": tuple(k for k in PARAMS if k not in ("lnc1_eff", "host_sample_s_per_logit", "moe_dispatch_s")),
 }
 STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
+# stacks whose version runs the same chips at other efficiencies than the NxD Inference stacks the product
+# assumes (Transformers NeuronX on SDK 2.18): each gets its own log-offset on these terms, pulled to 0 by
+# the ridge; the physics (and the family's parameters the product uses) is shared
+# MoE serving runs its own kernels (expert dispatch, expert parallelism; vLLM's dynamic fp8 its own
+# quantization): its stack key (rows.moe_stack) gets multipliers on the efficiencies down to 1 % and the
+# MoE dispatch term (absolute, STACK_ABSOLUTE), fitted on the MoE rows only
+_EFFS = ("mm_eff", "attn_eff", "bw_eff", "kv_bw_eff")
+_MOE_TERMS = tuple((k, 0.01, 10.0) for k in _EFFS) + (("moe_dispatch_s", *PARAMS["moe_dispatch_s"][1:]),)
+STACK_TERMS: dict[str, tuple[tuple[str, float, float], ...]] = {
+    "tnx-2.18": tuple((k, 0.1, 10.0) for k in (*_EFFS, "prefill_fixed_s", "step_fixed_s")),
+    "nxdi-vllm-moe": _MOE_TERMS,
+    "vllm-moe": _MOE_TERMS,
+    "vllm-moe-fp8": _MOE_TERMS,
+}
+
 # parameters fitted only when a training run exercises them; otherwise they keep their physical default
 # (serving.physics.OPTIONAL): LNC=1 logical cores are one physical core each, whose halved rates the spec
 # sheet already gives, so without an LNC=1 run the efficiency ratio is 1 (left free it wandered to its
 # lower bound in the Inferentia2-only fit, slowing every Trainium2 LNC=1 prediction 10x)
-EXERCISED: dict[str, Callable[[Run], bool]] = {"lnc1_eff": lambda r: r.lnc == 1}
+EXERCISED: dict[str, Callable[[Run], bool]] = {
+    "lnc1_eff": lambda r: r.lnc == 1,
+    "collective_s": lambda r: r.tp > 1,  # GPUs: the TP 8 MoE rows are the only ones
+    "link_eff": lambda r: r.tp > 1,
+}
 RIDGE = 0.5  # weight of a family's log-offset residual (pulls it to the vendor's value)
 START = {
     "mm_eff": 0.4, "attn_eff": 0.2, "attn_tile_tokens": 1024.0, "bw_eff": 0.5, "kv_bw_eff": 0.5,
@@ -68,6 +88,13 @@ START = {
     "host_sample_s_per_logit": 5e-9, "gqa_expand": 0.1,
 }  # fmt: skip
 BAND_QUANTILE = 0.8
+THROUGHPUT = ("requests_per_s", "out_tok_s")  # one quantity for the bands (PhysCalibration.band)
+# the kinds a figure's band is at least (chipswap.projection.serving.coverage). Leave one model out: with
+# cold folds, leaving one source out is +-252 % on Trainium2 throughput (its one long-prompt source held
+# out) and would refuse every Trainium2 figure; the product keeps the leave-one-model-out band and the
+# docs print leave-one-source-out beside it ("loso" here makes it the default)
+BAND_KINDS = ("lomo",)
+MAX_NFEV = 100  # iterations of a fit (every fit, full or held-out, starts cold from START)
 FAMILY_BAND_MIN = 3  # models a family's held-out figures need for a band of its own (else its vendor's pool)
 OUTSIDE_BAND = 1.0  # no honest band under +-100 %: the figure is refused ("outside what it covers")
 TARGETS = {"median": 0.25, "coverage": 0.80, "half_width": 0.60, "long_prompt": 0.30}
@@ -80,8 +107,12 @@ def padded(prompt: int) -> int:
 
 @dataclass
 class Context:
+    """The fit's inputs. fits: vendor fits already made, by their training rows (a held-out fold that
+    leaves a vendor's rows unchanged gets the same fit, so it reuses it; every fit starts cold)."""
+
     works: dict[str, ModelWork]
     devices: dict[tuple[str, int], DeviceSpec]  # (chip, lnc) -> one logical device
+    fits: dict[tuple[str, ...], Fitted] = field(default_factory=dict)
 
 
 def load_context(runs: list[Run]) -> Context:
@@ -95,26 +126,30 @@ def load_context(runs: list[Run]) -> Context:
     for r in runs:
         key = (r.chip, r.lnc)
         if key not in devices:
-            per_chip = {"Trainium2": 8 // r.lnc, "Inferentia2": 2}.get(r.chip, 1)
+            per_chip = {"Trainium2": 8 // r.lnc, "Inferentia2": 2, "Trainium": 2}.get(r.chip, 1)
             devices[key] = device_spec(cat.chip(r.chip), per_chip)
     return Context(works, devices)
 
 
 @dataclass(frozen=True)
 class Fitted:
-    """The fitted parameters: per family (vendor value x family offset) and the stacks' occupancy."""
+    """The fitted parameters: per family (vendor value x family offset), the stacks' occupancy and the
+    STACK_TERMS stacks' multipliers on their family's terms."""
 
     physics: dict[str, Physics]
     occupancy: dict[str, float]
+    stacks: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def for_family(self, family: str) -> Physics:
+    def for_family(self, family: str, stack: str = "") -> Physics:
         if family in self.physics:
-            return self.physics[family]
-        vendor = VENDOR.get(family, "neuron")
-        base = self.physics.get(f"_{vendor}")
-        if base is None:
-            raise KeyError(family)
-        return Physics(family, base.values)
+            p = self.physics[family]
+        else:
+            vendor = VENDOR.get(family, "neuron")
+            base = self.physics.get(f"_{vendor}")
+            if base is None:
+                raise KeyError(family)
+            p = Physics(family, base.values)
+        return with_stack(p, self.stacks.get(stack))
 
 
 def schedule_for(run: Run, fitted: Fitted) -> Schedule:
@@ -131,7 +166,11 @@ def schedule_for(run: Run, fitted: Fitted) -> Schedule:
 def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[str, float]:
     """Every figure the run publishes, predicted through the serving room's functions (table: a chip
     family's table-fit Coefficients to use instead of the physical parameters, for the GPU stack test)."""
-    p = fitted.for_family(run.family) if table is None else Physics(run.family, (("prefill_fixed_s", 0.0),))
+    p = (
+        fitted.for_family(run.family, run.stack)
+        if table is None
+        else Physics(run.family, (("prefill_fixed_s", 0.0),))
+    )
     sched = schedule_for(run, fitted)
     work = ctx.works[run.model]
     gpu = not sched.static_batch
@@ -140,7 +179,8 @@ def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[s
     if table is None:
         poly = phys_poly(
             work, ctx.devices[(run.chip, run.lnc)], p, tp=run.tp, lnc=run.lnc, batch=step_batch,
-            prompt=pad, schedule=sched,
+            prompt=pad, schedule=sched, weight_dtype=run.weight_dtype, compute_dtype=run.compute_dtype,
+            kv_dtype="bf16",
         )  # fmt: skip
     else:
         from chipswap.projection.platform import llm_poly
@@ -155,7 +195,12 @@ def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[s
         )
     context = int(run.prompt + run.output / 2)
     out: dict[str, float] = {}
-    if run.scenario == "sync":
+    if run.scenario == "static":
+        # one compiled batch: its prompts prefilled together, then decoded together to the end
+        ttft = poly.prefill_s(run.batch, pad)
+        tpot = poly.decode_step_s(run.batch, context)
+        out = {"ttft_s": ttft, "tpot_s": tpot, "requests_per_s": run.batch / (ttft + (run.output - 1) * tpot)}
+    elif run.scenario == "sync":
         ttft = poly.prefill_s(1, pad)
         tpot = poly.decode_step_s(step_batch, context)
         out = {"ttft_s": ttft, "tpot_s": tpot, "requests_per_s": 1.0 / (ttft + (run.output - 1) * tpot)}
@@ -171,6 +216,13 @@ def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[s
             "tpot_s": poly.decode_step_s(live, context),
             "ttft_s": first + (groups - 1.0) / 2.0 * live / rr,
         }
+    elif run.concurrency and run.concurrency < run.batch:
+        # fewer users than the compiled batch: every step costs the compiled batch; the users' prefills
+        # (all arriving at once) run in series before their decode
+        users = run.concurrency
+        step = poly.decode_step_s(run.batch, context)
+        rr = users / (users * poly.prefill_s(1, pad) + run.output * step)
+        out = {"requests_per_s": rr, "tpot_s": step, "ttft_s": loaded_ttft(poly, rr, pad, users, 1.0)}
     else:
         rr = replica_rps(poly, run.batch, run.prompt, run.output, pad, sched)
         out = {
@@ -193,10 +245,12 @@ def _kv_slots(ctx: Context, run: Run) -> int:
     dev = ctx.devices[(run.chip, run.lnc)]
     free = (
         dev.memory_bytes * GPU_MEMORY_UTILIZATION
-        - work.weight_bytes("bf16") / run.tp
+        - work.weight_bytes(run.weight_dtype) / run.tp
         - GPU_ACTIVATION_RESERVE
     )
     per_seq = work.kv_bytes_per_token("bf16", run.tp) * (run.prompt + run.output)
+    if per_seq <= 0:
+        return run.batch
     return int(max(0.0, free) // per_seq)
 
 
@@ -239,6 +293,13 @@ def _layout(runs: list[Run]) -> _Layout:
     for s in STACK_OCCUPANCY:
         if any(r.stack == s and r.scenario == "throughput" for r in runs):
             lay.add(f"occ:{s}", 0.05, 1.0, 0.7)
+    for s, terms in STACK_TERMS.items():
+        if any(r.stack == s for r in runs) and any(r.stack != s for r in runs):
+            for k, lo, hi in terms:
+                if k in STACK_ABSOLUTE:
+                    lay.add(f"stack:{s}:{k}", lo, hi, 1e-3)
+                else:  # a version's offset is pulled to 0; MoE kernels are only what their rows say
+                    lay.add(f"stack:{s}:{k}", lo, hi, 1.0, ridge=not s.endswith(("-moe", "-fp8")))
     return lay
 
 
@@ -253,7 +314,12 @@ def _unpack(lay: _Layout, x: np.ndarray, families: set[str]) -> Fitted:
             own = {k: min(val, PARAMS[k][2]) for k, val in own.items()}
             physics[fam] = Physics(fam, tuple(own.items()))
     occ = {n.split(":", 1)[1]: vals[n] for n in lay.names if n.startswith("occ:")}
-    return Fitted(physics, occ)
+    stacks: dict[str, dict[str, float]] = {}
+    for n in lay.names:
+        if n.startswith("stack:"):
+            _, st, k = n.split(":", 2)
+            stacks.setdefault(st, {})[k] = vals[n]
+    return Fitted(physics, occ, stacks)
 
 
 def _weight(metric: str) -> float:
@@ -266,36 +332,88 @@ def fit(ctx: Context, runs: list[Run]) -> Fitted:
     separately (they share nothing)."""
     physics: dict[str, Physics] = {}
     occupancy: dict[str, float] = {}
+    stacks: dict[str, dict[str, float]] = {}
     for vendor in sorted({VENDOR[r.family] for r in runs}):
-        got = _fit_vendor(ctx, [r for r in runs if VENDOR[r.family] == vendor])
+        mine = [r for r in runs if VENDOR[r.family] == vendor]
+        key = tuple(r.row_id for r in mine)
+        got = ctx.fits.get(key)
+        if got is None:
+            got = ctx.fits[key] = fit_vendor(ctx, mine)
         physics.update(got.physics)
         occupancy.update(got.occupancy)
-    return Fitted(physics, occupancy)
+        stacks.update(got.stacks)
+    return Fitted(physics, occupancy, stacks)
 
 
-def _fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
+def _touches(name: str, r: Run) -> bool:
+    """Whether the fit parameter `name` can move run `r`'s predictions (_layout's names: a vendor's
+    values move every run of the vendor; a family's offset its family's runs; a stack's terms and
+    occupancy its stack's runs)."""
+    head, _, rest = name.partition(":")
+    if head == "occ":
+        return r.stack == rest and r.scenario == "throughput"
+    if head == "stack":
+        return r.stack == rest.split(":", 1)[0]
+    if head.startswith("_"):
+        return True
+    return r.family == head
+
+
+def fit_vendor(ctx: Context, runs: list[Run]) -> Fitted:
+    """One vendor's parameters, from the same cold start (START, the layout's defaults) whatever rows it
+    is given: a held-out fold never starts from values fitted on its held-out rows. The Jacobian is taken
+    by forward differences over the runs each parameter touches only (_touches), the rest of its column
+    being 0 exactly; the ridge rows are analytic."""
     from scipy.optimize import least_squares
 
     lay = _layout(runs)
     families = {r.family for r in runs}
+    start = _unpack(lay, np.array(lay.x0), families)
+    published = [
+        [(m, _weight(m), math.log(r.value(m))) for m in predict(ctx, r, start)]  # type: ignore[arg-type]
+        for r in runs
+    ]
+    starts = np.cumsum([0] + [len(p) for p in published])
+    n_rows = int(starts[-1])
+    touched = [[i for i, r in enumerate(runs) if _touches(n, r)] for n in lay.names]
+
+    def block(fitted: Fitted, i: int) -> list[float]:
+        pred = predict(ctx, runs[i], fitted)
+        return [w * (math.log(max(pred[m], 1e-12)) - logv) for m, w, logv in published[i]]
 
     def residuals(x: np.ndarray) -> np.ndarray:
         fitted = _unpack(lay, x, families)
-        res: list[float] = []
-        for r in runs:
-            for m, pred in predict(ctx, r, fitted).items():
-                res.append(_weight(m) * math.log(max(pred, 1e-12) / r.value(m)))  # type: ignore[operator]
-        res += [RIDGE * x[i] for i in lay.ridge]
-        return np.array(res)
+        res = [v for i in range(len(runs)) for v in block(fitted, i)]
+        return np.array(res + [RIDGE * x[i] for i in lay.ridge])
+
+    lo, hi = np.array(lay.lo), np.array(lay.hi)
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        base = residuals(x)
+        jac = np.zeros((len(base), len(x)))
+        for j, rows in enumerate(touched):
+            h = math.sqrt(np.finfo(float).eps) * max(1.0, abs(x[j])) * (1.0 if x[j] >= 0 else -1.0)
+            if not lo[j] <= x[j] + h <= hi[j]:
+                h = -h
+            xp = x.copy()
+            xp[j] += h
+            fitted = _unpack(lay, xp, families)
+            for i in rows:
+                a, b = starts[i], starts[i + 1]
+                jac[a:b, j] = (np.array(block(fitted, i)) - base[a:b]) / h
+        for k, j in enumerate(lay.ridge):
+            jac[n_rows + k, j] = RIDGE
+        return jac
 
     sol = least_squares(
-        residuals, np.array(lay.x0), bounds=(np.array(lay.lo), np.array(lay.hi)), loss="soft_l1",
-        f_scale=0.15, x_scale=1.0, max_nfev=100, method="trf", xtol=1e-5, ftol=1e-5,
+        residuals, np.array(lay.x0), jac=jacobian, bounds=(lo, hi), loss="soft_l1", f_scale=0.15,
+        x_scale=1.0, max_nfev=MAX_NFEV, method="trf", xtol=1e-5, ftol=1e-5,
     )  # fmt: skip
     fitted = _unpack(lay, sol.x, families)
     return Fitted(
         {k: Physics(p.family, tuple((n, _sig(v)) for n, v in p.values)) for k, p in fitted.physics.items()},
         {k: _sig(v) for k, v in fitted.occupancy.items()},
+        {s: {k: _sig(v) for k, v in t.items()} for s, t in fitted.stacks.items()},
     )
 
 
@@ -340,9 +458,14 @@ class Split:
     folds: int = 1
 
 
-def _predict_all(ctx: Context, runs: list[Run], fitted: Fitted) -> list[Figure]:
+def predict_all(ctx: Context, runs: list[Run], fitted: Fitted) -> list[Figure]:
+    """The figures of `runs` under `fitted`, but for a MoE run under a stack `fitted` has no MoE terms for
+    (a fold that holds out every MoE run of the stack): the product refuses that figure (serving.coverage:
+    no MoE serving run fitted), so it is not one a band promises anything about."""
     out = []
     for r in runs:
+        if ctx.works[r.model].is_moe and r.stack not in fitted.stacks:
+            continue
         for m, v in predict(ctx, r, fitted).items():
             out.append(Figure(r, m, v, r.value(m)))  # type: ignore[arg-type]
     return out
@@ -362,17 +485,30 @@ def _gpu_table_fit(ctx: Context, runs: list[Run]) -> list[Figure]:
     return out
 
 
+def folds(runs: list[Run], key: Callable[[Run], str]) -> list[tuple[list[Run], list[Run]]]:
+    """(train, test) of each held-out value of `key`."""
+    return [
+        ([r for r in runs if key(r) != fold], [r for r in runs if key(r) == fold])
+        for fold in sorted({key(r) for r in runs})
+    ]
+
+
+HELD_OUT_KEYS: dict[str, Callable[[Run], str]] = {
+    "loso": lambda r: r.source,
+    "lomo": lambda r: r.model,
+    "family": lambda r: r.family,
+}
+
+
 def held_out(ctx: Context, runs: list[Run], key: Callable[[Run], str]) -> list[Figure]:
     out: list[Figure] = []
-    for fold in sorted({key(r) for r in runs}):
-        train = [r for r in runs if key(r) != fold]
-        test = [r for r in runs if key(r) == fold]
+    for train, test in folds(runs, key):
         gpu_test = [r for r in test if VENDOR[r.family] == "nvidia"]
         if gpu_test and not any(VENDOR[r.family] == "nvidia" for r in train):
             out += _gpu_table_fit(ctx, gpu_test)
             test = [r for r in test if r not in gpu_test]
         if test:
-            out += _predict_all(ctx, test, fit(ctx, train))
+            out += predict_all(ctx, test, fit(ctx, train))
     return out
 
 
@@ -382,7 +518,7 @@ def region(
     """Fit on the runs `train` keeps, predict the ones `test` keeps (the rest are in neither)."""
     tr = [r for r in runs if train(r)]
     te = [r for r in runs if test(r)]
-    return _predict_all(ctx, te, fit(ctx, tr)) if te else []
+    return predict_all(ctx, te, fit(ctx, tr)) if te else []
 
 
 def params_b(ctx: Context, r: Run) -> float:
@@ -397,6 +533,9 @@ def extrapolations(ctx: Context) -> list[tuple[str, str, Callable[[Run], bool], 
         ("tp", "fit on TP <= 2, test TP 4", lambda r: r.tp <= 2, lambda r: r.tp == 4),
         ("params", "fit on models <= 1.7 B, test 7 B and up", lambda r: params_b(ctx, r) <= 1.8,
          lambda r: params_b(ctx, r) >= 7.0),
+        ("size_batch", SPLITS_DOC["size_batch"],
+         lambda r: params_b(ctx, r) <= 8.1 and r.batch <= 8 and not ctx.works[r.model].is_moe,
+         lambda r: params_b(ctx, r) >= 30.0 and 32 <= r.batch <= 64 and not ctx.works[r.model].is_moe),
     ]  # fmt: skip
 
 
@@ -405,7 +544,7 @@ REACH = {"prompt": math.log2(59500 / 7400), "tp": 1.0, "params": math.log2(70.6 
 
 
 def family_out(ctx: Context, runs: list[Run]) -> list[Figure]:
-    return held_out(ctx, runs, key=lambda r: r.family)
+    return held_out(ctx, runs, key=HELD_OUT_KEYS["family"])
 
 
 @dataclass
@@ -422,8 +561,11 @@ class PhysCalibration:
     def band(self, kind: str, vendor: str, metric: str, family: str = "") -> float:
         """80th percentile of |log error| of the kind's held-out figures of this vendor (or of `family`,
         where they span at least FAMILY_BAND_MIN models) and metric, as a relative half-width (inf when the
-        test has no such figure)."""
-        figs = [f for f in self.split(kind).figures if VENDOR[f.run.family] == vendor and f.metric == metric]
+        test has no such figure). Requests/s and output tok/s are one throughput (a run's predicted and
+        published ratio differ only by its realized output), so their figures are pooled: a source that
+        publishes only tokens/s (the SDK tables) measures the requests/s band too."""
+        same = THROUGHPUT if metric in THROUGHPUT else (metric,)
+        figs = [f for f in self.split(kind).figures if VENDOR[f.run.family] == vendor and f.metric in same]
         own = [f for f in figs if f.run.family == family]
         sel = [f.log_error for f in (own if len({f.run.model for f in own}) >= FAMILY_BAND_MIN else figs)]
         if not sel:
@@ -438,21 +580,9 @@ SPLITS_DOC = {
     "tp": "fit on TP <= 2, test TP 4",
     "params": "fit on models <= 1.7 B, test 7 B and up",
     "family": "fit without the chip family's stack, test it",
+    "moe": "leave one MoE model out (fit on the other MoE model and every dense run)",
+    "size_batch": "fit on dense models <= 8 B at batch <= 8, test dense 30 B and up at batch 32-64",
 }
-
-
-def calibrate_physics(reference: str | Path | None = None) -> PhysCalibration:
-    runs, skipped = read_runs(reference)
-    ctx = load_context(runs)
-    fitted = fit(ctx, runs)
-    splits = [
-        Split("loso", SPLITS_DOC["loso"], tuple(held_out(ctx, runs, key=lambda r: r.source))),
-        Split("lomo", SPLITS_DOC["lomo"], tuple(held_out(ctx, runs, key=lambda r: r.model))),
-    ]
-    for kind, title, tr, te in extrapolations(ctx):
-        splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
-    splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
-    return PhysCalibration(runs, skipped, fitted, splits, _predict_all(ctx, runs, fitted))
 
 
 # --- summaries -----------------------------------------------------------------------------------------
@@ -500,12 +630,16 @@ def physics_text(cal: PhysCalibration) -> str:
     lines = [
         "# Physical serving model: fitted parameters per chip family and the bands of each kind of",
         "# extrapolation. GENERATED by `chipswap calibrate` (make calibrate) from",
-        "# ../shared/reference/neuron-benchmarks-modern/; do not edit by hand. The time model is",
+        "# ../shared/reference/neuron-benchmarks-modern/ and the Neuron SDK decoder tables; do not edit by",
+        "# hand. The time model is",
         "# chipswap.projection.serving.physics; the fit chipswap.projection.fitting.physfit.",
         "schema = 1",
         f"runs = {len(cal.runs)}",
         f"skipped = {len(cal.skipped)}",
         f"sources = {_toml_list(sorted({r.source for r in cal.runs}))}",
+        "# the kinds every figure's band is at least (physfit.BAND_KINDS; loso: leave one source out,",
+        "# lomo: leave one model out)",
+        f"band_kinds = {_toml_list(list(BAND_KINDS))}",
     ]
     for fam, p in sorted(cal.fitted.physics.items()):
         lines += ["", f'[families."{fam}"]']
@@ -516,6 +650,12 @@ def physics_text(cal: PhysCalibration) -> str:
         "[gpu]  # the GPU table fit (TensorRT-LLM rows) on the published H100 vLLM runs: median |error|",
         f"vllm_gap = {_sig(gap.median_abs, 3) if gap else 0.15!r}",
     ]
+    for st, terms in sorted(cal.fitted.stacks.items()):
+        lines += [
+            "",
+            f"[stacks.\"{st}\"]  # a stack's terms on its family's (multipliers; moe_dispatch_s: seconds)",
+        ]
+        lines += [f"{k} = {v!r}" for k, v in sorted(terms.items())]
     lines += ["", "[occupancy]"]
     lines += [f'"{k}" = {v!r}' for k, v in sorted(cal.fitted.occupancy.items())]
     groups = [(v, v, "") for v in ("neuron", "nvidia")] + [

@@ -1,10 +1,13 @@
 """The published serving runs the physical model is fitted on, normalised: every usable row of
 ../shared/reference/neuron-benchmarks-modern/ (llm_serving.csv: optimum-neuron TGI / vLLM on inf2 and trn2;
 trn2_vs_h100_qwen_small_2026.csv: vLLM on NxD Inference on trn2 at LNC 1/2 and vLLM on H100, prompts
-3.7K-59.5K), with the reason each skipped row was skipped.
+3.7K-59.5K) and of the Neuron SDK's decoder tables (../shared/reference/neuron-benchmarks/
+{inf2,trn1}_{latency,throughput}_data_decoder.csv: Transformers NeuronX on SDK 2.18, inf2 and trn1, prompts
+128-8,192, a static batch) and the MoE rows (moe_trn2_vs_h100_2026.csv: MiMo-V2-Flash and MiniMax-M2.5 on
+trn2 TP64 and H100 TP8), with the reason each skipped row was skipped.
 
 What it is for: chipswap.projection.fitting.physfit (the fit and its held-out / extrapolation tests) and
-bench/bench_extrapolation.py. Reads only those two CSV files; writes nothing.
+bench/bench_extrapolation.py. Reads only those CSV files; writes nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +18,20 @@ from pathlib import Path
 
 from chipswap.datafile import read_text
 from chipswap.errors import ChipswapError
+from chipswap.projection.serving.physics import moe_stack
 
 DEFAULT_REFERENCE = Path("../shared/reference")
 MODERN = "neuron-benchmarks-modern/llm_serving.csv"
 QWEN_SMALL = "neuron-benchmarks-modern/trn2_vs_h100_qwen_small_2026.csv"
+MOE = "neuron-benchmarks-modern/moe_trn2_vs_h100_2026.csv"
+MOE_SOURCE = "moe-trn2-vs-h100"
+SDK_TABLES = tuple(
+    f"neuron-benchmarks/{chip}_{kind}_data_decoder.csv"
+    for chip in ("inf2", "trn1")
+    for kind in ("latency", "throughput")
+)
+SDK_SOURCE = "neuron-sdk-2.18-tables"
+SDK_STACK = "tnx-2.18"  # Transformers NeuronX (chipswap.projection.stacks)
 METRICS = ("out_tok_s", "requests_per_s", "ttft_s", "tpot_s")
 # the published model names -> shipped presets (same layer sizes)
 MODELS = {
@@ -30,21 +43,36 @@ MODELS = {
     "qwen/qwen3-1.7b": "qwen3-1.7b",
     "qwen/qwen2-1.5b": "qwen2-1.5b",
     "qwen/qwen2.5-7b": "qwen2.5-7b",
+    # the Neuron SDK 2.18 decoder tables
+    "llama-3-8b": "llama-3-8b",
+    "llama-3-70b": "llama-3-70b",
+    "llama-2-7b": "llama-2-7b",
+    "llama-2-13b": "llama-2-13b",
+    "llama-2-70b": "llama-2-70b",
+    "codellama-13b-hf": "codellama-13b",
+    "mistral-7b-instruct-v0.2": "mistral-7b-v0.2",
+    # the MoE serving rows
+    "xiaomimimo/mimo-v2-flash": "mimo-v2-flash",
+    "minimaxai/minimax-m2.5": "minimax-m2.5",
 }
 # published accelerator -> (chip family, catalog chip, instance the row is scored on)
 CHIPS = {
     "Inferentia2": ("Inferentia2", "Inferentia2", "inf2.48xlarge"),
     "Trainium2": ("Trainium2", "Trainium2", "trn2.48xlarge"),
     "H100": ("H100", "H100", "p5.48xlarge"),
+    "Inf2.48xlarge": ("Inferentia2", "Inferentia2", "inf2.48xlarge"),
+    "trn1.32xlarge": ("Trainium", "Trainium", "trn1.32xlarge"),
 }
 
 
 @dataclass(frozen=True)
 class Run:
     """One published serving run. scenario: "sync" (one request at a time), "throughput" (guidellm at its
-    configured users: capacity, slot occupancy fitted per stack) or "closed" (vllm bench serve with
-    `batch` concurrent users and waves x batch requests, request rate inf). lnc: logical core size on
-    Trainium2 (2 elsewhere, unused). output: realized mean output tokens (published tok/s / requests/s)."""
+    configured users: capacity, slot occupancy fitted per stack), "closed" (vllm bench serve with
+    `batch` concurrent users and waves x batch requests, request rate inf) or "static" (the SDK tables: one
+    compiled batch of `batch` sequences prefilled together, then decoded together to the end). lnc:
+    logical core size on Trainium2 (2 elsewhere, unused). output: realized mean output tokens (published
+    tok/s / requests/s). weight_dtype: the stored weights (the SDK's Llama-3-8B rows: int8, bf16 matmuls)."""
 
     row_id: str
     source: str
@@ -63,6 +91,9 @@ class Run:
     sampling: str
     observed: tuple[tuple[str, float], ...]
     where: str = ""
+    weight_dtype: str = "bf16"
+    compute_dtype: str = "bf16"
+    concurrency: int = 0  # users of a closed run when fewer than the compiled batch (0: = batch)
 
     def value(self, metric: str) -> float | None:
         return dict(self.observed).get(metric)
@@ -160,11 +191,79 @@ def _qwen_small(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
         )  # fmt: skip
 
 
+def _sdk_tables(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
+    """The SDK's decoder tables: a static batch (TTFT: the batch's prefill; TPOT: a step of the compiled
+    batch; output tok/s over the whole run). The throughput table repeats some latency rows (batch 1):
+    each distinct run once."""
+    seen: set[tuple[str, ...]] = set()
+    for name in SDK_TABLES:
+        for i, r in enumerate(_read(ref / name)):
+            rid = f"{name.rsplit('/', 1)[1]}:{i + 2}"
+            model = MODELS.get(r["Model"].strip().lower())
+            fam = CHIPS.get(r["Inst. Type"].strip())
+            cols = ("Output Token Throughput (tokens/sec)", "TTFT Latency P50 (ms)", "TPOT Latency P50 (ms)")
+            tok, ttft, tpot = (_num(r[k]) for k in cols)
+            if model is None or fam is None or not tok or not ttft or not tpot:
+                skipped.append(Skip(rid, f"model {r['Model']!r} / instance {r['Inst. Type']!r} not mapped"))
+                continue
+            key = (model, fam[0], r["Batch Size"], r["Input Length"], r["Output Length"], r["TP Degree"])
+            if key in seen:
+                skipped.append(Skip(rid, "the same run as a latency-table row"))
+                continue
+            seen.add(key)
+            wdt = "int8" if r["Weight Storage Data Type"].strip().lower() == "int8" else "bf16"
+            obs = (("out_tok_s", tok), ("ttft_s", ttft / 1e3), ("tpot_s", tpot / 1e3))
+            runs.append(
+                Run(
+                    row_id=rid, source=SDK_SOURCE, family=fam[0], chip=fam[1], stack=SDK_STACK, model=model,
+                    tp=int(r["TP Degree"]), lnc=2, batch=int(r["Batch Size"]), replicas=1,
+                    prompt=int(r["Input Length"]), output=float(r["Output Length"]), scenario="static",
+                    waves=1.0, sampling="device", observed=obs, weight_dtype=wdt,
+                    where=f"aws-neuron-sdk {name} (Neuron {r['Neuron Version']})",
+                )
+            )  # fmt: skip
+
+
+def _moe(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
+    """The MoE rows (SOURCES.md caveats): trn2 at TP64 / EP64 with a compiled batch of max-num-seqs and
+    fewer users; H100 eager vLLM at TP8 in dynamic fp8 or bf16. The H100 MiniMax bf16 rows are tier B: their
+    TTFT (and the TPOT derived from it) is the whole request, so only their throughput is read."""
+    for i, r in enumerate(_read(ref / MOE)):
+        rid = f"moe_trn2_vs_h100_2026.csv:{i + 2}"
+        model = MODELS.get(r["model"].strip().lower())
+        fam = CHIPS.get(r["accelerator"].strip())
+        rps, tok = _num(r["requests_per_s"]), _num(r["output_tok_s_total"])
+        if model is None or fam is None or not rps or not tok:
+            skipped.append(Skip(rid, f"model {r['model']!r} / chip {r['accelerator']!r} not mapped"))
+            continue
+        gpu = r["side"] == "gpu"
+        fp8 = r["precision"].strip().startswith("fp8")
+        users = int(_num(r["concurrency"]) or 1)
+        obs = [("requests_per_s", rps), ("out_tok_s", tok)]
+        if r["tier"].strip() == "A":
+            obs += [("ttft_s", float(r["ttft_ms_mean"]) / 1e3), ("tpot_s", float(r["tpot_ms_mean"]) / 1e3)]
+        stack = "vllm" if gpu else "nxdi-vllm"
+        dt = "fp8" if fp8 else "bf16"
+        runs.append(
+            Run(
+                row_id=rid, source=MOE_SOURCE, family=fam[0], chip=fam[1], stack=moe_stack(stack, dt),
+                model=model, tp=int(r["tp"]), lnc=int(_num(r["lnc"]) or 2),
+                batch=users if gpu else int(_num(r["batch_size"]) or users), replicas=1,
+                prompt=int(r["input_len"]), output=tok / rps, scenario="closed", waves=1.0, sampling="device",
+                observed=tuple(obs), weight_dtype=dt, compute_dtype=dt, concurrency=0 if gpu else users,
+                where=f"{r['source_url_or_repo_path'][:80]} @ {r['source_commit_or_version'][:10]}",
+            )
+        )  # fmt: skip
+
+
 def read_runs(reference: str | Path | None = None) -> tuple[list[Run], list[Skip]]:
-    """Every usable run of the two modern tables, and the skipped rows with their reason."""
+    """Every usable run of the modern tables, the SDK decoder tables and the MoE rows, and the skipped rows
+    with their reason."""
     ref = Path(reference or DEFAULT_REFERENCE)
     runs: list[Run] = []
     skipped: list[Skip] = []
     _modern(ref, runs, skipped)
     _qwen_small(ref, runs, skipped)
+    _sdk_tables(ref, runs, skipped)
+    _moe(ref, runs, skipped)
     return runs, skipped

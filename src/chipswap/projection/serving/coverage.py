@@ -22,6 +22,12 @@ METRICS = ("requests_per_s", "out_tok_s", "tpot_s", "ttft_s")
 DIMENSIONS = (("prompt", "prompt tokens"), ("tp", "TP"), ("params", "B parameters"))
 
 
+KIND_TEXT = {
+    "loso": "leave-one-source-out", "lomo": "leave-one-model-out", "moe": "leave-one-MoE-model-out",
+    "family": "unseen-family", "prompt": "long-prompt", "tp": "TP", "params": "model-size",
+}  # fmt: skip
+
+
 def is_outside(band: float) -> bool:
     return not math.isfinite(band) or band >= OUTSIDE_BAND
 
@@ -39,6 +45,12 @@ class Coverage:
     max_batch: int = 0
     # (family, bands as above): a family with enough held-out figures of its own
     family_bands: tuple[tuple[str, tuple[tuple[str, tuple[tuple[str, float], ...]], ...]], ...] = ()
+    # the kinds every figure's band is at least (physics.toml band_kinds, written by the fit: leave one
+    # source out and leave one model out since issue 37; leave one model out before)
+    base_kinds: tuple[str, ...] = ("lomo",)
+
+    def has_kind(self, kind: str) -> bool:
+        return any(k == kind and per for k, per in self.bands)
 
     def band(self, kind: str, metric: str, family: str = "") -> float:
         bands = dict(self.family_bands).get(family, self.bands)
@@ -47,10 +59,14 @@ class Coverage:
         return float("inf") if v is None else v
 
     def assess(
-        self, *, family: str, tp: int, prompt: float, params_b: float, batch: int, moe: bool
-    ) -> tuple[dict[str, float], tuple[str, ...]]:
-        """(band per metric, why the projection is off the data). A band is inf where no test reached."""
-        kinds = ["lomo"]
+        self, *, family: str, tp: int, prompt: float, params_b: float, batch: int, moe: bool,
+        moe_fitted: bool = False,
+    ) -> tuple[dict[str, float], tuple[str, ...]]:  # fmt: skip
+        """(band per metric, why the projection is off the data). A band is inf where no test reached. The
+        base band is the leave-one-source-out error of the family and figure (the next source a user
+        brings is a new source), never under the leave-one-model-out one; a MoE model under a stack with
+        fitted MoE terms adds the leave-one-MoE-model-out kind."""
+        kinds = [k for k in self.base_kinds if self.has_kind(k)] or ["lomo"]
         why: list[str] = []
         reach = dict(self.reach)
         values = {"prompt": prompt, "tp": float(tp), "params": params_b}
@@ -78,14 +94,24 @@ class Coverage:
         if family not in self.families:
             kinds.append("family")
             why.append(f"{family} has no fitted runs (predicted from {', '.join(self.families)})")
-        if moe:
+        if moe and moe_fitted and self.has_kind("moe"):
+            kinds.append("moe")
+            why.append(
+                "MoE model: the stack's MoE terms are fitted on two MoE models of one source; the band is "
+                "the error of holding one of them out"
+            )
+        elif moe:
             beyond = True
             why.append(
-                "MoE model: no MoE serving run is in the fitted data, so no held-out test measured this "
-                "error "
-                "(issue 27: a physics-only projection of Qwen3-30B-A3B on trn2 was 5x off on TTFT)"
+                "MoE model: no MoE serving run of this stack is in the fitted data, so no held-out test "
+                "measured this error"
             )
         out = {}
         for m in METRICS:
             out[m] = float("inf") if beyond else max(self.band(k, m, family) for k in kinds)
+        # a held-out error too wide to be a band: say which kind and how wide
+        for k in () if beyond else kinds:
+            b = self.band(k, "requests_per_s", family)
+            if math.isfinite(b) and b >= OUTSIDE_BAND:
+                why.append(f"the {KIND_TEXT.get(k, k)} error of {family} throughput is ±{b * 100:,.0f} %")
         return out, tuple(why)

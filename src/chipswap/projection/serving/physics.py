@@ -32,6 +32,8 @@ One replica of `tp` devices (logical NeuronCores or GPUs), L prompt tokens, B se
   mm_eff(T) = mm_eff x T / (T padded to the MoE block): MoE expert matmuls see L x k / E tokens each
   MoE decode bytes: the experts a batch of B touches, E x (1 - (1 - k/E)^B) per MoE layer (+ shared)
   LNC=1 on Trainium2: every efficiency x lnc1_eff (a logical core is one physical core, not two)
+  MoE kernels: + MoE layers x moe_dispatch_s per decode step and per prefill call (a stack's term: the
+                  MoE stack terms of chipswap.projection.fitting.physfit.STACK_TERMS)
 
 The stack's scheduling terms (Schedule): compiled static batch (a Neuron step costs the compiled batch's
 step whatever is live) or continuous batching; prefills pause decode; the share of slots a saturated
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from chipswap.errors import ChipswapError
 from chipswap.projection.platform import (
@@ -87,9 +90,18 @@ PARAMS: dict[str, tuple[str, float, float]] = {
         1e-12,
         1e-7,
     ),
+    "moe_dispatch_s": (
+        "seconds per MoE layer per decode step and per prefill call (routing, expert dispatch and "
+        "combine across the expert-parallel group): a term of a stack's MoE kernels",
+        1e-7,
+        0.1,
+    ),
 }
 # parameters that only some families use (Trainium2 only has an LNC setting)
-OPTIONAL = {"lnc1_eff": 1.0, "host_sample_s_per_logit": 0.0, "gqa_expand": 0.0}
+OPTIONAL = {"lnc1_eff": 1.0, "host_sample_s_per_logit": 0.0, "gqa_expand": 0.0, "moe_dispatch_s": 0.0}
+# a family fitted on TP 1 runs only (a held-out fold of the GPU runs) predicts TP > 1 with these
+# (assumption: NVLink-class collectives at half the link rate, 10 us per all-reduce step)
+OPTIONAL_COLLECTIVES = {"collective_s": 1e-5, "link_eff": 0.5}
 MOE_BLOCK_DEFAULT = 1  # tokens an expert's matmul is padded to (1 = no padding)
 
 
@@ -100,15 +112,40 @@ class Physics:
     family: str
     values: tuple[tuple[str, float], ...]
 
+    @cached_property
+    def _by_name(self) -> dict[str, float]:
+        return dict(self.values)
+
     def get(self, name: str) -> float:
-        v = dict(self.values).get(name)
+        v = self._by_name.get(name)
         if v is None:
             if name in OPTIONAL:
                 return OPTIONAL[name]
+            if name in OPTIONAL_COLLECTIVES:
+                return OPTIONAL_COLLECTIVES[name]
             raise ChipswapError(
                 f"{self.family}: physical parameter {name} is not calibrated; re-run calibrate"
             )
         return v
+
+
+def moe_stack(stack: str, compute_dtype: str = "bf16") -> str:
+    """The stack-terms key of MoE serving on `stack` (chipswap.projection.fitting.physfit.STACK_TERMS): MoE
+    runs its own kernels (expert dispatch, expert parallelism), vLLM's dynamic fp8 its own."""
+    return f"{stack}-moe" + ("-fp8" if compute_dtype in ("fp8", "int8") else "")
+
+
+STACK_ABSOLUTE = frozenset({"moe_dispatch_s"})  # stack terms that are values, not multipliers
+
+
+def with_stack(p: Physics, terms: dict[str, float] | None) -> Physics:
+    """A family's parameters under a stack's fitted terms (chipswap.projection.fitting.physfit.STACK_TERMS:
+    multipliers on the family's efficiencies, capped at their bound; STACK_ABSOLUTE: values)."""
+    if not terms:
+        return p
+    vals = {k: min(v * terms.get(k, 1.0), PARAMS[k][2]) for k, v in p.values}
+    vals.update({k: v for k, v in terms.items() if k in STACK_ABSOLUTE})
+    return Physics(p.family, tuple(vals.items()))
 
 
 @dataclass(frozen=True)
@@ -203,6 +240,8 @@ def phys_poly(
     kv_hbm = device.hbm_bytes_s * p.get("kv_bw_eff") * scale
     wb = dtype_bytes(weight_dtype)
     lat = collective_latency_s(work, tp, p, device)
+    if d.experts:  # the MoE kernels' fixed cost per MoE layer, per step and per prefill call
+        lat += (d.moe_layers or d.layers) * p.get("moe_dispatch_s")
     comm = collective_volume_s(work, tp, device, p)
     block = schedule.moe_block if schedule is not None else MOE_BLOCK_DEFAULT
     expert_flops = 2.0 * _expert_weights(work) * (d.experts_per_token / d.experts if d.experts else 0.0)
