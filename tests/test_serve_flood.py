@@ -182,7 +182,9 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout():
         held.append(s)
         t0 = time.monotonic()
         ((took, raw),) = _until_closed([s], {s.fileno(): t0}, 30).values()
-        assert _status(raw) == 200 and took is not None and limits.keep_alive_s <= took < 20
+        # the server's keep-alive clock starts when it has written the answer, a little before the client's t0
+        # can be taken on a busy machine: a 10 % allowance below, a generous one above
+        assert _status(raw) == 200 and took is not None and 0.9 * limits.keep_alive_s <= took < 20
 
 
 def test_limits_out_of_range_are_one_line_errors():

@@ -50,14 +50,15 @@ engineer_days = 5
 
 def test_an_outside_projection_names_the_layout_to_measure():
     w = model_work(resolve_model("llama-3-8b"))
-    p = api.project_serving(w, "inf2.48xlarge", prompt_tokens=64, output_tokens=16)
+    # 8 tokens: 4 doublings under the shortest fitted prompt (128 since issue 37 fitted the SDK tables)
+    p = api.project_serving(w, "inf2.48xlarge", prompt_tokens=8, output_tokens=16)
     assert not p.fits and p.reason.startswith(OUTSIDE) and p.requests_per_s is None
     m = p.to_measure
     assert m is not None and m.tp_degree * m.replicas <= 24 and m.max_batch >= 1
     assert f"a trial measures TP{m.tp_degree} x {m.replicas} replicas" in p.reason
     assert p.as_dict()["to_measure"]["figure"].startswith("unknown")
     # memory fit: no other layout holds more sequences at once
-    pinned = api.project_serving(w, "inf2.48xlarge", prompt_tokens=64, output_tokens=16, tp=8, batch=4)
+    pinned = api.project_serving(w, "inf2.48xlarge", prompt_tokens=8, output_tokens=16, tp=8, batch=4)
     assert (pinned.to_measure.tp_degree, pinned.to_measure.max_batch) == (8, 4) and "pinned" in pinned.reason
     # inside the calibration there is no layout "to measure": the figure is projected
     inside = api.project_serving(w, "inf2.48xlarge", prompt_tokens=2000, output_tokens=200)
