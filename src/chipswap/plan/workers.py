@@ -34,6 +34,14 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _threads() -> int:
+    """Python threads in this process (a server, a test runner's channel, a timer). Native pools (BLAS) are
+    not counted: OpenBLAS re-creates its own after a fork."""
+    import threading
+
+    return threading.active_count()
+
+
 def _worker_start() -> None:
     """In each worker: Ctrl-C is the plan's to handle, and the worker ends when the plan's process does
     (killed, not only closed: Linux's parent-death signal)."""
@@ -84,6 +92,10 @@ class Workers:
     def __init__(self, size: int | None = None) -> None:
         n = available_cores() if size is None else size
         self.size = max(1, min(MAX_WORKERS, n)) if sys.platform == "linux" else 1
+        if size is None and _threads() > 1:
+            # a fork from a process that runs other threads can copy a lock one of them holds, and the child
+            # waits on it forever (seen: a plan run inside a test runner with server threads): serial here
+            self.size = 1
         self._pool: Any = None
         if self.size > 1:
             import multiprocessing
