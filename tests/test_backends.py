@@ -55,6 +55,7 @@ def test_neuron_backend_says_sdk_missing(tmp_path):
 
 def test_onnxruntime_roundtrip_and_shape_check(tmp_path):
     be = get_backend("onnxruntime")
+    torch.manual_seed(0)  # the same weights and input on every run: a float32 difference is not a draw
     m = MLP().eval()
     x = torch.randn(2, 16)
     files = be.compile(m, {"x": x}, tmp_path, flags={"exporter": "legacy"})
@@ -64,7 +65,9 @@ def test_onnxruntime_roundtrip_and_shape_check(tmp_path):
     with torch.no_grad():
         ref = m(x)
     assert len(got) == 2
-    assert max(float((g - r).abs().max()) for g, r in zip(got, ref, strict=True)) < 1e-5
+    # float32 through another runtime: agreement to rounding (relative 1e-4), not bit for bit
+    pairs = zip(got, ref, strict=True)
+    assert all(torch.allclose(torch.as_tensor(g), r, rtol=1e-4, atol=1e-5) for g, r in pairs)
     with pytest.raises(ChipswapError, match=r"shape \[2, 17\].*compiled for \[2, 16\]"):
         art({"x": torch.randn(2, 17)})
     # ONNX Runtime itself validates shapes too (the static graph), not only our check
