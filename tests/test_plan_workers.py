@@ -133,3 +133,19 @@ def test_the_readiness_error_still_comes_first(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(projection, "projection", _projection_fails)
     with pytest.raises(ChipswapError, match=r"^readiness failed: x; fix it$"):
         run_plan(_workload(), "w.toml", workers=size)
+
+
+def test_no_fork_while_another_python_thread_runs() -> None:
+    """A fork copies the locks other threads hold; a plan inside a server or a test runner's channel stays
+    serial by default (it hung once in a forked child), an explicit size is the caller's choice."""
+    import threading
+
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        with Workers() as w:
+            assert w.size == 1
+    finally:
+        stop.set()
+        t.join()
