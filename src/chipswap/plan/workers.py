@@ -5,7 +5,8 @@ simulations of different fleets and searches beside each other): one small inter
 The work is deterministic and every result is read back in the order the caller chooses, so a plan's figures
 do not depend on how many workers there are. With one core (or off Linux, where a forked worker is not safe)
 there are no workers: `submit` runs the function at once, in this process, exactly as the serial code did.
-Workers are forked when the pool opens (before the plan imports torch or starts a thread); they ignore
+Workers are forked when the pool opens (before the plan imports torch or starts a thread), by default only
+in a process that runs no other Python thread (a fork copies locks those threads hold); they ignore
 Ctrl-C (the plan's process gets it and ends them), are always ended when the pool closes, and end if the
 plan's process is killed; a worker killed under it is an error, never a hang. May not touch the plan's data:
 it only runs the functions it is given.
