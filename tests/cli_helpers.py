@@ -86,3 +86,12 @@ def run_cli_many(*commands: list[str], timeout: float = 300) -> list[tuple[int, 
     )
     assert "@@RESULTS@@" in r.stdout, r.stderr[-3000:]
     return [tuple(x) for x in json.loads(r.stdout.split("@@RESULTS@@", 1)[1])]
+
+
+def measured_figures(fleet: dict[str, Any], source_prefix: str = "measured") -> list[dict[str, Any]]:
+    """The figures of a report's fleet that a bench run measured (source starting with `source_prefix`): the
+    figure used, or, when the run never saturated and the projection above it is used (a lower bound, issue
+    39), the run kept beside it in `overridden`."""
+    figures = (fleet["throughput"], *fleet.get("overridden", ()))
+    return [f for f in figures if f and str(f.get("source", "")).startswith(source_prefix)]
+

@@ -30,7 +30,7 @@ from chipswap.bench.evidence import (
     ttft_floor_ms,
     workload_lengths,
 )
-from tests.cli_helpers import run_inproc
+from tests.cli_helpers import measured_figures, run_inproc
 
 # mistralai/Mistral-Nemo-Instruct-2407 config.json (huggingface.co, the published dimensions)
 MISTRAL_NEMO = {
@@ -245,7 +245,7 @@ def test_the_real_model_under_another_name_is_accepted_by_tokenizer_and_metadata
     assert code == 0, err
     # accepted: the run is the figure used, or (a lower bound below the projection, issue 39) kept beside it
     fleet = json.loads(out)["gpu_fleet"]
-    measured = [f for f in (fleet["throughput"], *fleet["overridden"]) if f and f["source"] == "measured"]
+    measured = measured_figures(fleet)
     assert measured and LABEL_BOTH in json.dumps(measured), fleet
     # the same file without the tokenizer's evidence: the name alone decides, and "support-bot-v3" is not
     # tiny-gpt2

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import run_inproc
+from tests.cli_helpers import measured_figures, run_inproc
 from tests.serve_helpers import free_port, run_app, stop_process
 from tests.trial_helpers import script_env
 
@@ -185,12 +185,12 @@ def test_bench_step_against_a_real_openai_server_feeds_plan_bench(tmp_path, caps
     code, out, err = run_inproc(capsys, *args, "--accept-bench-mismatch", *benches)
     assert code == 0, err
     result = json.loads(out)
-    neuron = next(c for c in result["candidates"] if c["instance"] == "inf2.48xlarge")["fleet"]["throughput"]
-    gpu = result["gpu_fleet"]["throughput"]
-    for fig, side in ((neuron, "neuron"), (gpu, "gpu")):
+    neuron = next(c for c in result["candidates"] if c["instance"] == "inf2.48xlarge")["fleet"]
+    for fleet, side in ((neuron, "neuron"), (result["gpu_fleet"], "gpu")):
         picked = json.loads((kit / f"results/{side}.json").read_text())
-        assert fig["source"].startswith("measured; mismatch accepted")
-        assert fig["value"] == pytest.approx(picked["goodput"]["requests_per_s"], rel=1e-3)
+        # used, or (a lower bound below the projection, issue 39) kept beside the projection
+        values = [f["value"] for f in measured_figures(fleet, "measured; mismatch accepted")]
+        assert values == [pytest.approx(picked["goodput"]["requests_per_s"], rel=1e-3)], fleet
 
 
 def _readme_steps(readme: str) -> list[str]:
@@ -211,7 +211,7 @@ def test_encoder_kit_readme_runs_end_to_end_from_the_kit_folder(tmp_path, capsys
         "./launch.sh",
         "./bench.sh neuron",
         "./stop.sh",
-        f"chipswap plan {wl.resolve()} --bench results/*.json",
+        f"chipswap plan workload/{wl.name} --bench results/*.json",  # the kit's copy (issue 39)
     ]
     port = free_port()
     env = script_env(
@@ -256,7 +256,7 @@ def test_encoder_kit_readme_runs_end_to_end_from_the_kit_folder(tmp_path, capsys
     r = step(steps[3] + " --no-aws --json --out report --accept-bench-mismatch", 600)
     assert r.returncode == 0, r.stderr[-2000:]
     fleet = next(c for c in json.loads(r.stdout)["candidates"] if c["instance"] == "inf2.xlarge")["fleet"]
-    assert fleet["throughput"]["source"].startswith("measured; mismatch accepted: another machine")
+    assert measured_figures(fleet, "measured; mismatch accepted: another machine"), fleet
 
 
 def test_the_docs_readme_excerpt_is_the_kits(tmp_path):
@@ -324,8 +324,9 @@ def test_trial_on_the_classifier_example_writes_the_whole_kit(tmp_path, capsys):
 
 def test_nothing_to_trial_is_one_line(tmp_path, capsys):
     code, out, err = run_inproc(
-        capsys, "trial", str(_llm(tmp_path, "p99_ms = 1")), "--out", str(tmp_path / "k")
+        capsys, "trial", str(_llm(tmp_path, "p99_ms = 1")), "--out", str(tmp_path / "k"), "-q"
     )
+    # -q: without the stage lines (issue 39) stderr is the error alone, one line
     assert code == 2 and err.count("\n") == 1 and "nothing to trial: no Neuron candidate meets the SLO" in err
     # the blocking objective is named with its value (issue 30), not an unloaded latency of another one
     assert "end-to-end p99 alone is" in err and "> 1 ms" in err and not (tmp_path / "k").exists()

@@ -18,8 +18,8 @@ from chipswap.trial.costing import trial_cost
 from chipswap.trial.spec import UNKNOWN_FIGURE
 from tests.cli_helpers import run_inproc
 
-# 8-token prompts: 4 doublings below the shortest fitted prompt (128 since issue 37), beyond every held-out test's
-# reach
+# 8-token prompts: 4 doublings below the shortest fitted prompt (128 since issue 37), beyond every held-out
+# test's reach
 WORKLOAD = """title = "short prompts outside the calibration"
 kind = "serving"
 
