@@ -149,3 +149,24 @@ def test_no_fork_while_another_python_thread_runs() -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_no_fork_while_a_thread_started_without_threading_runs() -> None:
+    """pytest-xdist's channel thread is started by `_thread` directly, unseen by `threading.active_count()`:
+    a plan inside an xdist worker forked and a child hung. Such a thread keeps the pool serial too."""
+    import _thread
+    import threading
+
+    started, stop = threading.Event(), threading.Event()
+
+    def body() -> None:
+        started.set()
+        stop.wait()
+
+    _thread.start_new_thread(body, ())
+    started.wait(10)
+    try:
+        with Workers() as w:
+            assert w.size == 1
+    finally:
+        stop.set()

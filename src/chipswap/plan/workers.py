@@ -36,11 +36,13 @@ def available_cores() -> int:
 
 
 def _threads() -> int:
-    """Python threads in this process (a server, a test runner's channel, a timer). Native pools (BLAS) are
-    not counted: OpenBLAS re-creates its own after a fork."""
-    import threading
+    """Python threads in this process, the main one included (a server, a timer, a test runner's channel).
+    `_thread._count` also sees threads started without `threading` (pytest-xdist's execnet channel is one:
+    `threading.active_count()` missed it and a forked worker hung). Native pools (BLAS) are not counted:
+    OpenBLAS re-creates its own after a fork."""
+    import _thread
 
-    return threading.active_count()
+    return 1 + _thread._count()
 
 
 def _worker_start() -> None:
