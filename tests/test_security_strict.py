@@ -82,6 +82,9 @@ def test_security_doc_states_the_exit_codes_as_they_are():
     ("argv", "msg"),
     [
         (["shapes", "--max-buckets", "1000000000"], "--max-buckets must be at most 256"),
+        # issue 42's scale-20 fuzz: --decode-k 1000000000 planned every decode length as a bucket (23 s CPU)
+        (["shapes", "--decode-k", "1000000000"], "--decode-k must be at most 256"),
+        (["shapes", "-k", "257"], "-k must be at most 256"),
         (["shapes", "--max-batch", "99999999"], "--max-batch must be from 1 to 4,096"),
         (["shapes", "--align", "0"], "--align must be from 1 to 65,536"),
         (["project", "tiny-bert", "-i", "inf2.xlarge", "--nodes", "999999999"], "--nodes 1..100000"),

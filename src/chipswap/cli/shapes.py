@@ -237,7 +237,11 @@ def _count_flags(**v: int | None) -> None:
     big = 1 << 20  # model sizes (hidden, layers, heads): far above any real model
     _bounded_int_flags(
         {
-            "--max-buckets": (v["max_buckets"], None, MAX_BUCKETS),  # -k: the planner bounds it by the trace
+            # each bucket is a compiled graph: a handful are planned; the planner's work grows with the count
+            # (--decode-k 1e9 ran 23 s before this bound: the trace's thousands of decode lengths as buckets)
+            "--max-buckets": (v["max_buckets"], None, MAX_BUCKETS),
+            "-k": (v["k"], None, MAX_BUCKETS),  # below 1, or above the trace's lengths: the planner says so
+            "--decode-k": (v["decode_k"], None, MAX_BUCKETS),
             "--align": (v["align"], 1, 65_536),
             "--max-batch": (v["max_batch"], 1, MAX_BATCH_BUCKET),
             "--hidden-size": (v["hidden_size"], 1, big),
@@ -337,6 +341,8 @@ def register(app: typer.Typer) -> None:
         mode = mode.strip().lower()
         _count_flags(
             max_buckets=max_buckets,
+            k=k,
+            decode_k=decode_k,
             align=align,
             max_batch=max_batch,
             hidden_size=hidden_size,
