@@ -5,10 +5,11 @@ run.
 Each run is a fresh `python -m chipswap ...` process; CPU is the child's user + system seconds (getrusage),
 the figure that is comparable on a shared machine; wall depends on the load, which is quoted. The two trees
 alternate (this, baseline, this, ...), so a change in the machine's load hits both alike; medians of
-`--repeat` runs. Python's bytecode cache is on (PYTHONPYCACHEPREFIX in a temporary folder, as an installed
-package has its .pyc files), both trees compiled before the first run. project and check run
-as the first call for their config: each timed run gets an empty accepted-config memo
-(chipswap.models.checked), so nothing a previous run learnt is reused.
+`--repeat` runs. Each tree runs from a copy of its src/ with its bytecode compiled first (as an installed
+package has its .pyc files; `--no-bytecode`: from the trees themselves under PYTHONDONTWRITEBYTECODE, every
+run compiling chipswap's modules, as rounds 1 and 2 measured). project and check run as the first call for
+their config: each timed run gets an empty accepted-config memo (chipswap.models.checked), so nothing a
+previous run learnt is reused.
 
 Commands (`--only NAME` to pick; trial and plan-trn2 are opt-in, they take minutes on main):
 - plan:          chipswap plan --example llama-serving --no-aws (the bundled example; the demo)
@@ -22,9 +23,10 @@ Commands (`--only NAME` to pick; trial and plan-trn2 are opt-in, they take minut
 - trial:         chipswap trial (opt-in: --only trial)
 
     python bench/bench_cli.py --baseline /tmp/base [--baseline-label 31a66e0] [--repeat 1] [--no-write]
+        [--only NAME ...] [--section NAME] [--no-bytecode]
     git archive 31a66e0 | tar -x -C /tmp/base      # the baseline tree
 
-Writes its section of docs/benchmarks.md via bench/_results.write_section("cli", ...).
+Writes its section of docs/benchmarks.md via bench/_results.write_section("cli", ...) (or `--section NAME`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,6 +123,15 @@ def commands(work: Path) -> dict[str, list[str]]:
     }
 
 
+def _compiled(src: Path, dest: Path) -> str:
+    """A copy of a tree's src/ with its bytecode compiled (an installed package has its .pyc files; the
+    checkouts are left as they are), so neither tree pays for compiling chipswap in a timed run."""
+    shutil.copytree(src, dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "src")], check=False,
+                   stdout=subprocess.DEVNULL, timeout=600)  # fmt: skip
+    return str(dest / "src")
+
+
 def run_once(src: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int, float]:
     """(cpu s, wall s, exit code, 1-min load average at the start) of one fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -143,6 +155,7 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], help="a command (repeat); default: all but "
                     f"{' and '.join(OPT_IN)}")  # fmt: skip
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--no-bytecode", action="store_true", help="no .pyc files: every run compiles chipswap")
     ap.add_argument("--section", default="cli", help="the docs/benchmarks.md section to write (a run of a "
                     "few commands can go to its own section and leave the full table as it is)")  # fmt: skip
     args = ap.parse_args()
@@ -151,18 +164,20 @@ def main() -> None:
         work = Path(tmp)
         cmds = commands(work)
         names = args.only or [n for n in cmds if n not in OPT_IN]
-        env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none", "PYTHONPYCACHEPREFIX": str(work / "pyc")}
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
+        env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none"}
+        if args.no_bytecode:  # every run compiles chipswap's modules again (a checkout under
+            env["PYTHONDONTWRITEBYTECODE"] = "1"  # PYTHONDONTWRITEBYTECODE, as round 1 and 2 measured)
+            trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
+        else:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            trees = (("this", _compiled(ROOT / "src", work / "this")),
+                     ("baseline", _compiled(Path(args.baseline) / "src", work / "baseline")))  # fmt: skip
         rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
         runs = iter(range(10**6))
 
         def memo() -> dict[str, str]:  # an empty accepted-config memo: every project / check is a first call
             return {**env, "CHIPSWAP_CHECKED_CONFIGS": str(work / f"memo-{next(runs)}")}
 
-        for _tree, src in trees:  # the bytecode of both trees, compiled once (not timed)
-            subprocess.run([sys.executable, "-m", "compileall", "-q", src], env=env, check=False,
-                           stdout=subprocess.DEVNULL, timeout=600)  # fmt: skip
         for name in names:
             for _ in range(args.repeat):
                 for tree, src in trees:
@@ -173,8 +188,11 @@ def main() -> None:
     lines = [
         f"Each command in a fresh process, this tree and the baseline (`{label}`) alternating, median of "
         f"{args.repeat}; CPU = user + system seconds of the process (comparable under load), wall depends on "
-        "the load (1-minute load average at the start of each run, quoted). Bytecode cached (as installed); "
-        "project and check are each the first call for their config (an empty accepted-config memo per run).",
+        "the load (1-minute load average at the start of each run, quoted). "
+        + ("No bytecode cache (every run compiles chipswap's modules); " if args.no_bytecode
+           else "Bytecode cached (as installed); ")
+        + "project and check are each the first call for their config (an empty accepted-config memo per "
+        "run).",
         "",
         "| command | CPU this | CPU baseline | CPU ratio | wall this | wall baseline | load (this / base)"
         " | exit | target |",
@@ -200,7 +218,7 @@ def main() -> None:
     print(body)
     if not args.no_write:
         cmd = f"python bench/bench_cli.py --baseline {label} --repeat {args.repeat}"
-        cmd += "".join(f" --only {n}" for n in args.only)
+        cmd += "".join(f" --only {n}" for n in args.only) + (" --no-bytecode" if args.no_bytecode else "")
         title = "Commands: CPU and wall, side by side with a baseline tree (issue 38)"
         if args.section != "cli":
             cmd += f" --section {args.section}"
