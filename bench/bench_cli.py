@@ -189,8 +189,11 @@ def main() -> None:
         f"Each command in a fresh process, this tree and the baseline (`{label}`) alternating, median of "
         f"{args.repeat}; CPU = user + system seconds of the process (comparable under load), wall depends on "
         "the load (1-minute load average at the start of each run, quoted). "
-        + ("No bytecode cache (every run compiles chipswap's modules); " if args.no_bytecode
-           else "Bytecode cached (as installed); ")
+        + (
+            "No bytecode cache (every run compiles chipswap's modules); "
+            if args.no_bytecode
+            else "Bytecode cached (as installed); "
+        )
         + "project and check are each the first call for their config (an empty accepted-config memo per "
         "run).",
         "",
