@@ -19,6 +19,7 @@ from chipswap.errors import ChipswapError
 from chipswap.models import checked, quickcheck, resolve
 from chipswap.models.quickcheck import COMMON, FAMILIES, accepts, installed_transformers
 from tests.cli_helpers import run_json
+from tests.test_models_checked import count_builds
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "src" / "chipswap" / "data" / "models"
@@ -181,17 +182,7 @@ def test_what_it_accepts_transformers_builds(family, tmp_path):
 
 @pytest.fixture
 def no_memo(tmp_path, monkeypatch):
-    monkeypatch.setenv(checked.ENV_VAR, str(tmp_path / "memo"))
-    monkeypatch.setattr(checked, "_SEEN", set())
-    builds: list[str] = []
-    real = resolve.build_model
-
-    def counting(ref, **kw):
-        builds.append(ref.name)
-        return real(ref, **kw)
-
-    monkeypatch.setattr(resolve, "build_model", counting)
-    return builds
+    return count_builds(tmp_path, monkeypatch)
 
 
 def _write(tmp_path: Path, cfg: dict, name: str = "m") -> Path:
