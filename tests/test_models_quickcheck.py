@@ -88,6 +88,15 @@ def test_another_transformers_version_or_task_or_family_means_the_slow_check():
     assert not accepts({**cfg, "quantization_config": {"quant_method": "fp8"}}, "causal-lm", VERSION)
 
 
+def test_any_value_of_any_key_is_an_answer_never_an_exception():
+    """Data is only looked at: every probe value under every key (the rope table first, so it is read before
+    the sizes it is compared with) gives True or False."""
+    base = {"rope_scaling": ROPE, **_tiny("llama")}
+    for key in sorted({**COMMON, **FAMILIES["llama"]}):
+        for v in (*PROBES, {"a": [1]}, [[1]], 10**400, "x" * 10**5):
+            assert accepts({**base, key: v}, "causal-lm", VERSION) in (True, False)
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_shipped_preset_of_a_known_family_is_accepted_and_transformers_agrees(name, tmp_path):
     cfg = _preset_config(name)

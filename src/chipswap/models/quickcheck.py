@@ -90,10 +90,10 @@ def _rope(v: Any, cfg: dict[str, Any]) -> bool:
     if not isinstance(v, dict) or set(v) != _ROPE_KEYS or v["rope_type"] != "llama3":
         return False
     factor, low, high = v["factor"], v["low_freq_factor"], v["high_freq_factor"]
-    orig = v["original_max_position_embeddings"]
-    if not (_number(factor) and _number(low) and _number(high) and _int(orig)):
+    orig, positions = v["original_max_position_embeddings"], cfg.get("max_position_embeddings")
+    if not (_number(factor) and _number(low) and _number(high) and _int(orig) and _int(positions)):
         return False
-    return factor >= 1 and 0 < low < high <= 1e6 and 1 <= orig <= cfg.get("max_position_embeddings", 0)
+    return factor >= 1 and 0 < low < high <= 1e6 and 1 <= orig <= positions
 
 
 _KINDS = {
