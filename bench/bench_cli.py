@@ -5,9 +5,11 @@ run.
 Each run is a fresh `python -m chipswap ...` process; CPU is the child's user + system seconds (getrusage),
 the figure that is comparable on a shared machine; wall depends on the load, which is quoted. The two trees
 alternate (this, baseline, this, ...), so a change in the machine's load hits both alike; medians of
-`--repeat` runs. The accepted-config memo (chipswap.models.checked) lives in a temporary folder, warmed by one
-untimed run of each command on this tree: the "warm" figure is what every call after a config's first costs
-(the first call costs what the baseline does, once per config).
+`--repeat` runs. Each tree runs from a copy of its src/ with its bytecode compiled first (as an installed
+package has its .pyc files; `--no-bytecode`: from the trees themselves under PYTHONDONTWRITEBYTECODE, every
+run compiling chipswap's modules, as rounds 1 and 2 measured). project and check run as the first call for
+their config: each timed run gets an empty accepted-config memo (chipswap.models.checked), so nothing a
+previous run learnt is reused.
 
 Commands (`--only NAME` to pick; trial and plan-trn2 are opt-in, they take minutes on main):
 - plan:          chipswap plan --example llama-serving --no-aws (the bundled example; the demo)
@@ -21,9 +23,10 @@ Commands (`--only NAME` to pick; trial and plan-trn2 are opt-in, they take minut
 - trial:         chipswap trial (opt-in: --only trial)
 
     python bench/bench_cli.py --baseline /tmp/base [--baseline-label 31a66e0] [--repeat 1] [--no-write]
+        [--only NAME ...] [--section NAME] [--no-bytecode]
     git archive 31a66e0 | tar -x -C /tmp/base      # the baseline tree
 
-Writes its section of docs/benchmarks.md via bench/_results.write_section("cli", ...).
+Writes its section of docs/benchmarks.md via bench/_results.write_section("cli", ...) (or `--section NAME`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -119,6 +123,15 @@ def commands(work: Path) -> dict[str, list[str]]:
     }
 
 
+def _compiled(src: Path, dest: Path) -> str:
+    """A copy of a tree's src/ with its bytecode compiled (an installed package has its .pyc files; the
+    checkouts are left as they are), so neither tree pays for compiling chipswap in a timed run."""
+    shutil.copytree(src, dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "src")], check=False,
+                   stdout=subprocess.DEVNULL, timeout=600)  # fmt: skip
+    return str(dest / "src")
+
+
 def run_once(src: str, argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, int, float]:
     """(cpu s, wall s, exit code, 1-min load average at the start) of one fresh process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -142,6 +155,9 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], help="a command (repeat); default: all but "
                     f"{' and '.join(OPT_IN)}")  # fmt: skip
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--no-bytecode", action="store_true", help="no .pyc files: every run compiles chipswap")
+    ap.add_argument("--section", default="cli", help="the docs/benchmarks.md section to write (a run of a "
+                    "few commands can go to its own section and leave the full table as it is)")  # fmt: skip
     args = ap.parse_args()
     label = args.baseline_label or args.baseline
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
@@ -149,23 +165,37 @@ def main() -> None:
         cmds = commands(work)
         names = args.only or [n for n in cmds if n not in OPT_IN]
         env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none"}
-        env["CHIPSWAP_CHECKED_CONFIGS"] = str(work / "memo")
-        trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
+        if args.no_bytecode:  # every run compiles chipswap's modules again (a checkout under
+            env["PYTHONDONTWRITEBYTECODE"] = "1"  # PYTHONDONTWRITEBYTECODE, as round 1 and 2 measured)
+            trees = (("this", str(ROOT / "src")), ("baseline", str(Path(args.baseline) / "src")))
+        else:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            trees = (("this", _compiled(ROOT / "src", work / "this")),
+                     ("baseline", _compiled(Path(args.baseline) / "src", work / "baseline")))  # fmt: skip
         rows: dict[tuple[str, str], list[tuple[float, float, int, float]]] = {}
+        runs = iter(range(10**6))
+
+        def memo() -> dict[str, str]:  # an empty accepted-config memo: every project / check is a first call
+            return {**env, "CHIPSWAP_CHECKED_CONFIGS": str(work / f"memo-{next(runs)}")}
+
         for name in names:
-            if cmds[name][0] in ("project", "check"):  # warm the memo (only this tree has one)
-                run_once(trees[0][1], cmds[name], env, work)
             for _ in range(args.repeat):
                 for tree, src in trees:
-                    got = run_once(src, cmds[name], env, work)
+                    got = run_once(src, cmds[name], memo(), work)
                     rows.setdefault((name, tree), []).append(got)
                     print(f"{name:15} {tree:9} cpu {got[0]:7.2f} s  wall {got[1]:7.2f} s  exit {got[2]}"
                           f"  load {got[3]:.2f}", flush=True)  # fmt: skip
     lines = [
         f"Each command in a fresh process, this tree and the baseline (`{label}`) alternating, median of "
         f"{args.repeat}; CPU = user + system seconds of the process (comparable under load), wall depends on "
-        "the load (1-minute load average at the start of each run, quoted). This tree's figures are with the "
-        "accepted-config memo warm (every call after a config's first).",
+        "the load (1-minute load average at the start of each run, quoted). "
+        + (
+            "No bytecode cache (every run compiles chipswap's modules); "
+            if args.no_bytecode
+            else "Bytecode cached (as installed); "
+        )
+        + "project and check are each the first call for their config (an empty accepted-config memo per "
+        "run).",
         "",
         "| command | CPU this | CPU baseline | CPU ratio | wall this | wall baseline | load (this / base)"
         " | exit | target |",
@@ -191,10 +221,12 @@ def main() -> None:
     print(body)
     if not args.no_write:
         cmd = f"python bench/bench_cli.py --baseline {label} --repeat {args.repeat}"
-        cmd += "".join(f" --only {n}" for n in args.only)
-        write_section(
-            "cli", "Commands: CPU and wall, side by side with a baseline tree (issue 38)", cmd, body
-        )
+        cmd += "".join(f" --only {n}" for n in args.only) + (" --no-bytecode" if args.no_bytecode else "")
+        title = "Commands: CPU and wall, side by side with a baseline tree (issue 38)"
+        if args.section != "cli":
+            cmd += f" --section {args.section}"
+            title += f": {', '.join(names)}"
+        write_section(args.section, title, cmd, body)
 
 
 if __name__ == "__main__":

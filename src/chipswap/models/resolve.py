@@ -14,6 +14,7 @@ from chipswap.errors import ChipswapError
 from chipswap.models.build import build_model
 from chipswap.models.checked import already_checked, config_key, remember
 from chipswap.models.entry import _import_factory, _split_factory
+from chipswap.models.quickcheck import accepts, installed_transformers
 from chipswap.models.spec import (
     _ARCH_TASKS,
     _DEFAULT_TASK,
@@ -114,7 +115,11 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     guessed = task is None and _task_from_config(cfg) is None
     t = task or _task_from_config(cfg) or "base"
     key = config_key(cfg, t)  # a config transformers accepted before is not checked again (models/checked.py)
-    if already_checked(key):
+    # a config of a family whose transformers config class chipswap mirrors, with every key and value known,
+    # is accepted from the config alone (models/quickcheck.py: no torch, no build); anything else is checked
+    # by transformers, with the same error lines as before
+    known = already_checked(key) or accepts(cfg, t, installed_transformers())
+    if known:
         _validate_hf_config(cfg, str(f), build=False)  # the cheap checks (model_type, bounds) still run
     else:
         _validate_hf_config(cfg, str(f))
@@ -122,8 +127,8 @@ def _config_ref(p: Path, spec: str, task: str | None) -> ModelRef:
     ref = ModelRef(
         kind="hf-config", name=one_line(name, 80), config=_normalize(cfg), task=t, source=str(f), path=str(f),
         task_guessed=guessed,
-    )
-    if already_checked(key):
+    )  # fmt: skip
+    if known:
         return ref
     # some checks (e.g. heads vs hidden size) only run when the model is built: build once on meta
     try:
