@@ -10,26 +10,12 @@ import pytest
 
 from chipswap.errors import ChipswapError
 from chipswap.models import checked, resolve
+from tests.model_helpers import count_builds
 
 CFG = {
     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 128, "hidden_size": 32,
     "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
 }  # fmt: skip
-
-
-def count_builds(tmp_path, monkeypatch) -> list[str]:
-    """An empty memo under tmp_path, and the name of every config resolve_model builds on meta to check it."""
-    monkeypatch.setenv(checked.ENV_VAR, str(tmp_path / "memo"))
-    monkeypatch.setattr(checked, "_SEEN", set())
-    calls: list[str] = []
-    real = resolve.build_model
-
-    def counting(ref, **kw):
-        calls.append(ref.name)
-        return real(ref, **kw)
-
-    monkeypatch.setattr(resolve, "build_model", counting)
-    return calls
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from chipswap.errors import ChipswapError
 from chipswap.models import checked, quickcheck, resolve
 from chipswap.models.quickcheck import COMMON, FAMILIES, accepts, installed_transformers
 from tests.cli_helpers import run_json
-from tests.test_models_checked import count_builds
+from tests.model_helpers import count_builds
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "src" / "chipswap" / "data" / "models"
