@@ -21,7 +21,7 @@ from chipswap.simulation.policies import (
     STACK_POLICY,
     scheduler_policy_for,
 )
-from chipswap.simulation.steps import simulate_steps
+from chipswap.simulation.simulate import simulate_steps
 from tests.sim_services import GpuLike, TokenLinear
 from tests.test_simulate_exact import GPU as EXACT_GPU
 from tests.test_simulate_exact import NEURON as EXACT_NEURON

@@ -64,9 +64,9 @@ from chipswap.simulation.model import (
     reject_mask,
     setup_from_serving,
 )
-from chipswap.simulation.policies import DYNAMIC_BATCHING, scheduler_policy_for
+from chipswap.simulation.policies import CHUNKED_PREFILL, DYNAMIC_BATCHING, scheduler_policy_for
 from chipswap.simulation.servicetime import ServiceTimes, positions_held
-from chipswap.simulation.steps import needs_steps, simulate_steps
+from chipswap.simulation.steps import StepSim
 from chipswap.simulation.traffic import (
     DEFAULT_SCALE_METHOD,
     MAX_REQUESTS,
@@ -328,4 +328,52 @@ def _summarize(
         start_s=run.start,
         replica_of=run.replica_of,
         measured=measured,
+    )
+
+
+def needs_steps(traffic: Traffic, setup: ReplicaSetup, accepted: np.ndarray, dispatch: str) -> bool:
+    """Whether this run needs the step scheduler: chunked prefill, a shared queue, or a KV cache that could
+    fill up (otherwise the closed-form engine's rules are exactly the policy's)."""
+    if setup.policy == CHUNKED_PREFILL or setup.token_budget or dispatch == "shared":
+        return True
+    if not setup.kv_blocks or accepted.size == 0:
+        return False
+    longest = int(positions_held(traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]).max())
+    return setup.max_batch * -(-longest // setup.context_block) > setup.kv_blocks
+
+
+def simulate_steps(
+    traffic: Traffic, service: ServiceTimes, setup: ReplicaSetup, R: int, accepted: np.ndarray, dispatch: str
+) -> _Run:
+    """Run the step scheduler; the result in the closed-form engine's format."""
+    p, o = traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]
+    top = int(positions_held(p, o).max()) if accepted.size else 1
+    tables = _DecodeTables(service, setup, top)
+    sim = StepSim(
+        traffic, service, setup, R, accepted, dispatch, tables, padded_lengths(p, setup.prefill_buckets)
+    )
+    sim.run()
+    e2e, ttft, start = np.asarray(sim.e2e), np.asarray(sim.ttft), np.asarray(sim.start)
+    if sim.alone is not None:
+        idx, a, first, last = sim.alone
+        start[idx], ttft[idx], e2e[idx] = a, first, last
+    replica_of = np.asarray(sim.replica_of, dtype=np.int64)
+    steps = np.maximum(o - 1, 0)
+    real = int((steps * p + steps * (steps + 1) // 2).sum())
+    padded = bool(setup.decode_buckets or setup.batch_sizes)
+    busy = np.asarray([rp.busy for rp in sim.reps])
+    return _Run(
+        ttft=ttft,
+        e2e=e2e,
+        start=start,
+        replica_of=replica_of,
+        busy=busy,
+        calls=sum(rp.steps for rp in sim.reps),
+        prefill_tokens=int(p.sum()),
+        prefill_padded=int(padded_lengths(p, setup.prefill_buckets).sum()),
+        decode_positions=real,
+        decode_padded=int(round(sum(rp.pad for rp in sim.reps))) if padded else real,
+        slots=int(steps.sum()),
+        padded_slots=sum(rp.pad_slots for rp in sim.reps) if padded else int(steps.sum()),
+        preemptions=sim.preemptions,
     )

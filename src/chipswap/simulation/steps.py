@@ -47,7 +47,6 @@ import numpy as np
 
 from chipswap.simulation.model import _take
 from chipswap.simulation.policies import CHUNKED_PREFILL
-from chipswap.simulation.servicetime import positions_held
 
 INF = float("inf")
 
@@ -75,6 +74,10 @@ class _Replica:
         "pending",
         "claimed",
         "finished",
+        "grown",
+        "phase",
+        "ahead",
+        "stale",
     )
 
     def __init__(self, queue: deque[int]) -> None:
@@ -100,6 +103,16 @@ class _Replica:
         self.pending: deque[float] = deque()  # loads to drop at these (future) times: completions at the end
         # of a step that was still running when they were scheduled
         self.finished = 0  # requests that have left this replica (a preempted request waits for one)
+        # KV blocks of decoding requests, kept per class, not per request (a step would otherwise visit
+        # every running request): request i holds max(held[i], ceil((key[i] + grown) / block)) blocks;
+        # `phase[p]` counts the requests whose blocks follow the ceiling (key mod block = p); `ahead` is a
+        # heap of (step, request, join) of those still within the blocks they were given at admission (a
+        # prompt padded to its bucket, say) until that step. `dec` entries of preempted requests stay in the
+        # heap (`stale` of them) and are skipped when they come up.
+        self.grown = 0  # the decode step the decoding requests' blocks are allocated to
+        self.phase: list[int] = []
+        self.ahead: list[tuple[int, int, int]] = []
+        self.stale = 0
 
 
 class StepSim:
@@ -156,6 +169,11 @@ class StepSim:
         self.horizon = -INF
         self.alone: tuple[np.ndarray, ...] | None = None  # (requests, arrivals, first tokens, last tokens)
         self.reps = [_Replica(self.shared if dispatch == "shared" else deque()) for _ in range(R)]
+        self.fin = [0] * n  # the finish step of a decoding request's `dec` entry
+        self.on: list[_Replica | None] = [None] * n  # the replica a request decodes on
+        self.joins = [0] * n  # times a request has started decoding (tells a stale `ahead` entry)
+        for rp in self.reps:
+            rp.phase = [0] * self.block
 
     # -- costs ----------------------------------------------------------------------------------------------
     def pf(self, length: int) -> float:
@@ -211,21 +229,57 @@ class StepSim:
         self.key[i] = k
         rp.key_sum += k
         rp.nr += 1
-        heapq.heappush(rp.dec, (rp.it + remaining, i))
+        f = self.fin[i] = rp.it + remaining
+        heapq.heappush(rp.dec, (f, i))
         if self.max_mode:
             heapq.heappush(rp.longest, (-k, i))
         self.running[i] = 1
+        if self.kv:
+            self.on[i] = rp
+            self.joins[i] += 1
+            b = self.block
+            if -(-(k + rp.grown) // b) >= self.held[i]:
+                rp.phase[k % b] += 1
+            else:  # it holds more than its positions need until step (held - 1) * block - key + 1
+                heapq.heappush(rp.ahead, ((self.held[i] - 1) * b - k + 1, i, self.joins[i]))
 
     def _retire(self, rp: _Replica, t: float, later: bool = False) -> None:
         """Decoding requests whose last step is done by now leave at t (`later`: t is the end of a step
         that has just started, so the dispatcher still counts them until t)."""
         dec, it = rp.dec, rp.it
         while dec and dec[0][0] <= it:
-            i = heapq.heappop(dec)[1]
+            f, i = heapq.heappop(dec)
+            if rp.stale and not self._valid(rp, f, i):
+                rp.stale -= 1
+                continue
             self.running[i] = 0
             rp.key_sum -= self.key[i]
             rp.nr -= 1
+            if self.kv:
+                self._release(rp, i)
             self._leave(rp, i, t, later)
+
+    def _valid(self, rp: _Replica, f: int, i: int) -> bool:
+        """Whether a `dec` entry is the request's current one (not left behind by a preemption)."""
+        return bool(self.running[i]) and self.fin[i] == f and self.on[i] is rp
+
+    def _next_finish(self, rp: _Replica) -> int:
+        """The step at which the next decoding request finishes (stale entries dropped first)."""
+        dec = rp.dec
+        while rp.stale and not self._valid(rp, *dec[0]):
+            heapq.heappop(dec)
+            rp.stale -= 1
+        return dec[0][0]
+
+    def _release(self, rp: _Replica, i: int) -> None:
+        """A decoding request stops decoding: its blocks (as allocated to `grown`) leave their class and are
+        set in held[i], which `_leave` or `_preempt` frees."""
+        k, b = self.key[i], self.block
+        ceil = -(-(k + rp.grown) // b)
+        if ceil >= self.held[i]:
+            rp.phase[k % b] -= 1
+            self.held[i] = ceil
+        # else: its `ahead` entry is dropped when it comes up (no longer running there)
 
     def _leave(self, rp: _Replica, i: int, t: float, later: bool = False) -> None:
         self.e2e[i] = t
@@ -256,18 +310,18 @@ class StepSim:
         i = rp.dec_order.pop()
         rp.running_n -= 1
         self.preemptions += 1
-        rp.blocks -= self.held[i]
-        self.held[i] = 0
         if i in rp.partial:
             rp.partial.remove(i)
         elif self.running[i]:
+            self._release(rp, i)
             self.running[i] = 0
             # context of step s is key + s = prompt + done at join + (s - join step)
             self.done_steps[i] = self.key[i] + rp.it - self.prompt[i]
             rp.key_sum -= self.key[i]
             rp.nr -= 1
-            rp.dec = [e for e in rp.dec if e[1] != i]
-            heapq.heapify(rp.dec)
+            rp.stale += 1  # its `dec` entry stays in the heap until it comes up
+        rp.blocks -= self.held[i]
+        self.held[i] = 0
         # recompute: the prompt and every token it had produced (the first, from its prefill, and one per
         # decode step); it returns to the head of the queue and, on this replica, waits for a request to
         # leave first (otherwise two requests that do not fit together preempt each other step after step)
@@ -283,7 +337,6 @@ class StepSim:
         since (or nothing runs there)."""
         b = self.back.get(i)
         return b is None or b[0] is not rp or b[1] != rp.finished or not rp.running_n
-
 
     # -- one replica's step boundary ------------------------------------------------------------------------
     def boundary(self, r: int, t: float) -> float:
@@ -301,7 +354,7 @@ class StepSim:
             rp.it += m
             if rp.dec and rp.dec[0][0] <= rp.it:
                 self._retire(rp, t)
-            if self.kv and rp.nr:
+            if self.kv:
                 self._grow(rp, 0)  # the blocks of the positions the run wrote (taken as they are written)
         q = rp.queue
         if self.chunked:
@@ -347,7 +400,7 @@ class StepSim:
         per_step = self.budget - nr
         total = self.refill[i] or self.plen[i]
         k = -(-(total - self.filled[i]) // per_step)
-        if per_step <= 0 or k < 2 or (nr and rp.dec[0][0] - rp.it < k):
+        if per_step <= 0 or k < 2 or (nr and self._next_finish(rp) - rp.it < k):
             return t
         cost = self.pf(total) - self.pf(self.filled[i])
         if nr:
@@ -436,29 +489,39 @@ class StepSim:
             if not defer:
                 self._grow(rp, steps)
             return steps
-        key, held = self.key, self.held
         while rp.nr:
-            b, s = self.block, rp.it + 1
-            need = [i for _, i in rp.dec if -(-(key[i] + s) // b) > held[i]]
-            if len(need) <= self.kv - rp.blocks:
-                for i in need:
-                    held[i] += 1
-                rp.blocks += len(need)
+            # the requests whose next position starts a block (none when a chunked step that then had no
+            # prefill to run has already allocated this step)
+            need = rp.phase[-rp.it % self.block] if rp.grown == rp.it else 0
+            if need <= self.kv - rp.blocks:
+                self._grow(rp, 1)
                 return 1
             self._preempt(rp)
         return 0
 
     def _grow(self, rp: _Replica, steps: int) -> None:
-        """Allocate the blocks `steps` decode steps need (exact per request)."""
-        b, key, held = self.block, self.key, self.held
-        s = rp.it + steps
+        """Allocate the blocks the decode steps up to `rp.it + steps` need (exact per request): a request
+        whose blocks follow ceil((key + s) / block) crosses ((key + grown - 1) mod block + k) // block block
+        edges in k more steps, so each class of key mod block is counted at once."""
+        b, g = self.block, rp.grown
+        to = rp.it + steps
+        k = to - g
+        if k <= 0:
+            return
         added = 0
-        for _, i in rp.dec:
-            add = -(-(key[i] + s) // b) - held[i]
-            if add > 0:
-                held[i] += add
-                added += add
+        for p, c in enumerate(rp.phase):
+            if c:
+                added += c * (((p + g - 1) % b + k) // b)
+        ahead = rp.ahead
+        while ahead and ahead[0][0] <= to:  # requests whose positions reach past the blocks they were given
+            _, i, join = heapq.heappop(ahead)
+            if not self.running[i] or self.joins[i] != join:
+                continue  # left or preempted meanwhile (its blocks were freed then)
+            key = self.key[i]
+            added += -(-(key + to) // b) - self.held[i]
+            rp.phase[key % b] += 1
         rp.blocks += added
+        rp.grown = to
 
     def _account(self, rp: _Replica, c0: int, m: int) -> None:
         rp.steps += m
@@ -472,7 +535,7 @@ class StepSim:
         if not rp.nr:
             rp.idle = True
             return INF
-        m = rp.dec[0][0] - rp.it
+        m = self._next_finish(rp) - rp.it
         if self.kv:
             m = self._make_room(rp, m, defer=True)
             if not rp.nr:
@@ -713,53 +776,3 @@ class StepSim:
                     self._claim(events, te)
                 elif claimed:  # the head it was claimed for still waits: the claim passes on
                     self._claim(events, te, skip=r)
-
-
-def needs_steps(traffic: Any, setup: Any, accepted: np.ndarray, dispatch: str) -> bool:
-    """Whether this run needs the step scheduler: chunked prefill, a shared queue, or a KV cache that could
-    fill up (otherwise the closed-form engine's rules are exactly the policy's)."""
-    if setup.policy == CHUNKED_PREFILL or setup.token_budget or dispatch == "shared":
-        return True
-    if not setup.kv_blocks or accepted.size == 0:
-        return False
-    longest = int(positions_held(traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]).max())
-    return setup.max_batch * -(-longest // setup.context_block) > setup.kv_blocks
-
-
-def simulate_steps(
-    traffic: Any, service: Any, setup: Any, R: int, accepted: np.ndarray, dispatch: str
-) -> Any:
-    """Run the step scheduler; the result in the closed-form engine's format."""
-    from chipswap.simulation.model import _DecodeTables, _Run, padded_lengths
-
-    p, o = traffic.prompt_tokens[accepted], traffic.output_tokens[accepted]
-    top = int(positions_held(p, o).max()) if accepted.size else 1
-    tables = _DecodeTables(service, setup, top)
-    sim = StepSim(
-        traffic, service, setup, R, accepted, dispatch, tables, padded_lengths(p, setup.prefill_buckets)
-    )
-    sim.run()
-    e2e, ttft, start = np.asarray(sim.e2e), np.asarray(sim.ttft), np.asarray(sim.start)
-    if sim.alone is not None:
-        idx, a, first, last = sim.alone
-        start[idx], ttft[idx], e2e[idx] = a, first, last
-    replica_of = np.asarray(sim.replica_of, dtype=np.int64)
-    steps = np.maximum(o - 1, 0)
-    real = int((steps * p + steps * (steps + 1) // 2).sum())
-    padded = bool(setup.decode_buckets or setup.batch_sizes)
-    busy = np.asarray([rp.busy for rp in sim.reps])
-    return _Run(
-        ttft=ttft,
-        e2e=e2e,
-        start=start,
-        replica_of=replica_of,
-        busy=busy,
-        calls=sum(rp.steps for rp in sim.reps),
-        prefill_tokens=int(p.sum()),
-        prefill_padded=int(padded_lengths(p, setup.prefill_buckets).sum()),
-        decode_positions=real,
-        decode_padded=int(round(sum(rp.pad for rp in sim.reps))) if padded else real,
-        slots=int(steps.sum()),
-        padded_slots=sum(rp.pad_slots for rp in sim.reps) if padded else int(steps.sum()),
-        preemptions=sim.preemptions,
-    )
