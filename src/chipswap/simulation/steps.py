@@ -110,7 +110,7 @@ class _Replica:
         # prompt padded to its bucket, say) until that step. `dec` entries of preempted requests stay in the
         # heap (`stale` of them) and are skipped when they come up.
         self.grown = 0  # the decode step the decoding requests' blocks are allocated to
-        self.phase: list[int] = []
+        self.phase: dict[int, int] = {}
         self.ahead: list[tuple[int, int, int]] = []
         self.stale = 0
 
@@ -172,8 +172,6 @@ class StepSim:
         self.fin = [0] * n  # the finish step of a decoding request's `dec` entry
         self.on: list[_Replica | None] = [None] * n  # the replica a request decodes on
         self.joins = [0] * n  # times a request has started decoding (tells a stale `ahead` entry)
-        for rp in self.reps:
-            rp.phase = [0] * self.block
 
     # -- costs ----------------------------------------------------------------------------------------------
     def pf(self, length: int) -> float:
@@ -239,7 +237,8 @@ class StepSim:
             self.joins[i] += 1
             b = self.block
             if -(-(k + rp.grown) // b) >= self.held[i]:
-                rp.phase[k % b] += 1
+                p = k % b
+                rp.phase[p] = rp.phase.get(p, 0) + 1
             else:  # it holds more than its positions need until step (held - 1) * block - key + 1
                 heapq.heappush(rp.ahead, ((self.held[i] - 1) * b - k + 1, i, self.joins[i]))
 
@@ -277,7 +276,12 @@ class StepSim:
         k, b = self.key[i], self.block
         ceil = -(-(k + rp.grown) // b)
         if ceil >= self.held[i]:
-            rp.phase[k % b] -= 1
+            p = k % b
+            c = rp.phase[p] - 1
+            if c:
+                rp.phase[p] = c
+            else:
+                del rp.phase[p]
             self.held[i] = ceil
         # else: its `ahead` entry is dropped when it comes up (no longer running there)
 
@@ -492,7 +496,7 @@ class StepSim:
         while rp.nr:
             # the requests whose next position starts a block (none when a chunked step that then had no
             # prefill to run has already allocated this step)
-            need = rp.phase[-rp.it % self.block] if rp.grown == rp.it else 0
+            need = rp.phase.get(-rp.it % self.block, 0) if rp.grown == rp.it else 0
             if need <= self.kv - rp.blocks:
                 self._grow(rp, 1)
                 return 1
@@ -508,10 +512,10 @@ class StepSim:
         k = to - g
         if k <= 0:
             return
-        added = 0
-        for p, c in enumerate(rp.phase):
-            if c:
-                added += c * (((p + g - 1) % b + k) // b)
+        if k == 1:  # one step: the class whose next position starts a block
+            added = rp.phase.get(-g % b, 0)
+        else:
+            added = sum(c * (((p + g - 1) % b + k) // b) for p, c in rp.phase.items())
         ahead = rp.ahead
         while ahead and ahead[0][0] <= to:  # requests whose positions reach past the blocks they were given
             _, i, join = heapq.heappop(ahead)
@@ -519,7 +523,8 @@ class StepSim:
                 continue  # left or preempted meanwhile (its blocks were freed then)
             key = self.key[i]
             added += -(-(key + to) // b) - self.held[i]
-            rp.phase[key % b] += 1
+            p = key % b
+            rp.phase[p] = rp.phase.get(p, 0) + 1
         rp.blocks += added
         rp.grown = to
 
