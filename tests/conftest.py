@@ -7,7 +7,9 @@ a deadline: a busy machine must not turn a slow example into a failure. The `mot
 server per module) is shared by the AWS tests. The cache signing key (chipswap.compile.signing) lives in a
 temporary folder for the whole run (``CHIPSWAP_CACHE_KEY``, inherited by xdist workers and subprocesses),
 never in the user's config folder; so does the memo of config.json files transformers accepted
-(``CHIPSWAP_CHECKED_CONFIGS``, chipswap.models.checked), shared by the run's workers.
+(``CHIPSWAP_CHECKED_CONFIGS``, chipswap.models.checked), shared by the run's workers. The plan's readiness
+memo (chipswap.readiness.memo) is off unless a test turns it on (``CHIPSWAP_READINESS_MEMO``): a test that
+plans must run the readiness check it asks for, whatever an earlier test planned.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
         _KEY_DIR.append(tempfile.mkdtemp(prefix="chipswap-test-checked-"))
         os.environ["CHIPSWAP_CHECKED_CONFIGS"] = _KEY_DIR[-1]
+    os.environ.setdefault("CHIPSWAP_READINESS_MEMO", "off")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

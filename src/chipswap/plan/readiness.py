@@ -2,18 +2,19 @@
 
 Input: PlanSetup and the ShapeSummary. Output: ReadinessSummary. The readiness check is reached through
 `run_check` only; a 2-layer copy stands for a transformer whose layers are all alike (same operators and
-dtypes).
-May not write anything.
+dtypes). A result is kept in the readiness memo (chipswap.readiness.memo) and read back by a later plan of the
+same model, shapes, rules and library versions. May write nothing but that memo.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass, replace
 from typing import Any
 
 from chipswap.plan.result import ReadinessSummary, ShapeSummary, jsonable
 from chipswap.plan.setup import PlanSetup, rules_target
+from chipswap.readiness import memo
 
 
 def _finding_dict(f: Any) -> dict[str, Any]:
@@ -66,11 +67,6 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
     tgts = targets(s)
     if not tgts:
         return ReadinessSummary(False, "no Neuron candidate to check against")
-    target, others = tgts[0], tgts[1:]
-    from chipswap.models import representative
-
-    what = "the full model" if wl.model.full_check else representative(ref)[1]
-    what = what.replace("--full-model exports", "model.full_check = true exports")  # the workload's key
     # One representative shape: batch 1 at the largest planned sequence bucket. A transformer's operator
     # inventory does not depend on the sequence length, so one export stands for every bucket.
     max_pos = int((getattr(ref, "config", None) or {}).get("max_position_embeddings") or 0) or None
@@ -80,6 +76,53 @@ def readiness(s: PlanSetup, shapes: ShapeSummary | None) -> ReadinessSummary:
         seq, why = max_pos, f"the model's max_position_embeddings {max_pos}, below the planned buckets"
     t0 = time.perf_counter()
     training = s.kind == "training"
+    key = memo.memo_key(
+        ref, seq=seq, why=why, targets=list(tgts), task=wl.model.task, full=bool(wl.model.full_check),
+        training=training,
+    )  # fmt: skip
+    remembered = _from_doc(memo.recall(key))
+    if remembered is not None:
+        return replace(remembered, note=f"{remembered.note} (read from the readiness memo: {MEMO_WORDS})")
+    summary = _checked(s, ref, tgts, seq, why, training, t0)
+    memo.remember(key, _to_doc(summary))
+    return summary
+
+
+MEMO_WORDS = "the same model config, shapes, rules and library versions were checked before"
+
+
+def _to_doc(r: ReadinessSummary) -> dict[str, Any]:
+    doc = {f.name: getattr(r, f.name) for f in fields(r)}
+    doc["findings"] = list(r.findings)
+    doc["by_target"] = {t: [b, pct, list(fs)] for t, (b, pct, fs) in r.by_target.items()}
+    return doc
+
+
+def _from_doc(doc: dict[str, Any] | None) -> ReadinessSummary | None:
+    """A memo entry back as a summary; None when it does not have the summary's shape."""
+    if doc is None or set(doc) != {f.name for f in fields(ReadinessSummary)}:
+        return None
+    try:
+        by_target = {
+            str(t): (int(b), None if pct is None else float(pct), tuple(dict(x) for x in fs))
+            for t, (b, pct, fs) in doc["by_target"].items()
+        }
+        return ReadinessSummary(
+            **{**doc, "findings": tuple(dict(x) for x in doc["findings"]), "by_target": by_target}
+        )
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _checked(
+    s: PlanSetup, ref: Any, tgts: tuple[str, ...], seq: int, why: str, training: bool, t0: float
+) -> ReadinessSummary:
+    from chipswap.models import representative
+
+    wl = s.workload
+    target, others = tgts[0], tgts[1:]
+    what = "the full model" if wl.model.full_check else representative(ref)[1]
+    what = what.replace("--full-model exports", "model.full_check = true exports")  # the workload's key
     # Token models are checked at the planned length; vision/audio models (no input_ids) and factories at the
     # inputs the model's own forward signature and config call for.
     token_model = ref.kind != "factory" and "input_ids" in _input_names(ref, wl.model.task)
