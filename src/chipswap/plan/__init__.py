@@ -180,6 +180,15 @@ def _run(
             fl2 = fleets.fleets(s2, t, pr, sim2)
             return decide.verdict(s2, summary, sh.summary, rd, fl2).verdict.verdict
 
+        def again_all(slos: list[Any]) -> list[str]:
+            """Re-plans side by side (threads here, each submitting its simulations to the workers)."""
+            if w.size <= 1 or len(slos) <= 1:
+                return [again(x, False) for x in slos]
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(len(slos), 8)) as threads:  # they wait on the workers
+                return list(threads.map(lambda x: again(x, False), slos))
+
         fp = fp + clock.stage(
             "objectives' sensitivity",
             sensitivity.objective_flips,
@@ -187,6 +196,7 @@ def _run(
             v,
             lambda x: again(x, True),
             lambda x: again(x, False),
+            again_all,
         )
     checked, cap_notes = clock.stage(
         "checking capacity", capacity.capacity, s, v.verdict, v.best, capacity_check

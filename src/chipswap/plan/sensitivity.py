@@ -182,18 +182,51 @@ def _shown(key: str, value: float) -> str:
     return f"{value:g}%" if key == "goodput_pct" else objective_words(key, value).split(" <= ")[1]
 
 
+def _to_replan(
+    v: VerdictStage, slo: Any, quick: Callable[[Any], str]
+) -> dict[tuple[str, float], Any]:
+    """Every value the search below may re-plan ([slo] by (objective, value), in the order it would): per
+    direction and objective, the first CONFIRM_TRIES values whose re-sizing flips the verdict."""
+    out: dict[tuple[str, float], Any] = {}
+    for _direction, toward in directions(v.verdict.verdict):
+        for key, _label, base, values, _unit in _ladders(slo):
+            tried = 0
+            for value in values:
+                try:
+                    x = _set(slo, key, value)
+                except ValueError:
+                    continue
+                if value == base or not toward(quick(x)):
+                    continue
+                out.setdefault((key, value), x)
+                tried += 1
+                if tried >= CONFIRM_TRIES:
+                    break
+    return out
+
+
 def objective_flips(
-    s: PlanSetup, v: VerdictStage, quick: Callable[[Any], str], replan: Callable[[Any], str]
+    s: PlanSetup,
+    v: VerdictStage,
+    quick: Callable[[Any], str],
+    replan: Callable[[Any], str],
+    replan_all: Callable[[list[Any]], list[str]] | None = None,
 ) -> tuple[Flip, ...]:
     """Every stated objective (and goodput) as a sensitivity: the nearest value on the ladder
     (OBJECTIVE_STEPS; GOODPUT_STEPS) whose re-sizing flips the verdict in each direction, kept only when
     re-planning at that value (`replan`: the simulation, fleets and verdict stages run again for that [slo])
-    gives that verdict too. `quick`: the verdict from the fleets' size tables (no simulation), to find it."""
+    gives that verdict too. `quick`: the verdict from the fleets' size tables (no simulation), to find it.
+    `replan_all`: re-plans several [slo] side by side (each re-plan is deterministic, so running every
+    value the search may reach at once, before it, gives the same flips sooner on idle cores; a value the
+    search stops before is work spent for nothing)."""
     if (v.best is None and not v.candidates) or v.verdict.verdict == MEASURE:
         return ()  # "measure first": no objective is re-planned (minutes of simulation, both ways)
     slo = s.workload.slo
     out: list[Flip] = []
     done: dict[tuple[str, float], str] = {}
+    if replan_all is not None:
+        ahead = _to_replan(v, slo, quick)
+        done.update(zip(ahead, replan_all(list(ahead.values())), strict=True))
     for direction, toward in directions(v.verdict.verdict):
         for key, label, base, values, unit in _ladders(slo):
             tried: list[float] = []
