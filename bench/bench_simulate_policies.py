@@ -10,6 +10,9 @@ the machine's load hits every policy alike; the median of `--repeat` runs is rep
 - neuron-static-slots: compiled batch 32, prefill and decode buckets; the closed-form engine.
 - neuron-static-slots with 1024-token chunked prefill (nxdi-vllm with chunking on); the step scheduler.
 - prefill-first behind one shared queue; the step scheduler's event list.
+- busy chunked-prefill + KV cache: the plan's capacity searches at a large GPU (issue 38): prompts of 1,024
+  and answers of 256 tokens, Poisson at 50/s on 8 replicas of batch 1,024 with 20,000 blocks each (running
+  batches of a few hundred, the KV cache binds: preemptions), least loaded.
 
     python bench/bench_simulate_policies.py [--requests 1000000] [--repeat 3] [--no-write]
     python bench/bench_simulate_policies.py --baseline /tmp/base   # and a baseline tree's src/, same run
@@ -46,6 +49,7 @@ from chipswap.traffic import bundled_trace_path, read_trace  # noqa: E402
 
 TARGET_S = 5.0
 BUCKETS = (512, 1024, 2048, 4096, 8192, 16384)
+BUSY = "busy chunked-prefill + KV cache"
 
 
 def _neuron(chunk: int) -> S.ReplicaSetup:
@@ -73,22 +77,33 @@ CASES: dict[str, tuple[S.ReplicaSetup, str]] = {
     "neuron-static-slots": (_neuron(0), "round_robin"),
     "neuron-static-slots, chunked 1024": (_neuron(1024), "round_robin"),
     "prefill-first, shared queue": (S.ReplicaSetup(max_batch=32, max_length=16384), "shared"),
+    BUSY: (
+        S.ReplicaSetup(max_batch=1024, max_length=16384, policy="chunked-prefill", kv_blocks=20_000),
+        "least_loaded",
+    ),
 }
+BUSY_RATE_RPS, BUSY_REPLICAS = 50.0, 8
 
 
-def _traffic(n: int) -> S.Traffic:
-    trace = read_trace(bundled_trace_path())
-    bundled = S.make_traffic(trace.timestamps_s, trace.prompt_tokens, trace.output_tokens)
+def _case(name: str, n: int, bundled: S.Traffic | None = None) -> tuple[S.Traffic, int]:
+    """The traffic and replica count of a case: the bundled trace's lengths at RATE_RPS on REPLICAS, or the
+    busy case's fixed lengths."""
     rng = np.random.default_rng(SEED)
-    return S.traffic_with_lengths(S.poisson_arrivals(RATE_RPS, rng, n=n), bundled, rng)
+    if name == BUSY:
+        arrivals = S.poisson_arrivals(BUSY_RATE_RPS, rng, n=n)
+        return S.make_traffic(arrivals, np.full(n, 1024), np.full(n, 256)), BUSY_REPLICAS
+    if bundled is None:
+        trace = read_trace(bundled_trace_path())
+        bundled = S.make_traffic(trace.timestamps_s, trace.prompt_tokens, trace.output_tokens)
+    return S.traffic_with_lengths(S.poisson_arrivals(RATE_RPS, rng, n=n), bundled, rng), REPLICAS
 
 
 def _worker(name: str, n: int) -> None:
     """Time one case once (in its own process) and print `seconds cpu-seconds utilization preemptions`."""
-    big = _traffic(n)
+    big, replicas = _case(name, n)
     setup, dispatch = CASES[name]
     t0, c0 = time.perf_counter(), time.process_time()
-    r = S.simulate(big, GpuLikeStepTimes(), setup, REPLICAS, dispatch=dispatch)
+    r = S.simulate(big, GpuLikeStepTimes(), setup, replicas, dispatch=dispatch)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"{wall:.4f} {cpu:.4f} {r.utilization:.4f} {r.preemptions}")
 
@@ -170,16 +185,15 @@ def main() -> None:
         return
     trace = read_trace(bundled_trace_path())
     bundled = S.make_traffic(trace.timestamps_s, trace.prompt_tokens, trace.output_tokens)
-    rng = np.random.default_rng(SEED)
-    big = S.traffic_with_lengths(S.poisson_arrivals(RATE_RPS, rng, n=args.requests), bundled, rng)
     service = GpuLikeStepTimes()
     load_before = os.getloadavg()[0]
     times: dict[str, list[float]] = {name: [] for name in CASES}
     results: dict[str, S.SimResult] = {}
     for _ in range(args.repeat):
         for name, (setup, dispatch) in CASES.items():
+            big, replicas = _case(name, args.requests, bundled)
             t0 = time.perf_counter()
-            results[name] = S.simulate(big, service, setup, REPLICAS, dispatch=dispatch)
+            results[name] = S.simulate(big, service, setup, replicas, dispatch=dispatch)
             times[name].append(time.perf_counter() - t0)
             print(f"{name}: {times[name][-1]:.2f} s", flush=True)
     load_after = os.getloadavg()[0]
