@@ -442,10 +442,11 @@ def _plan(
         wl = with_slo_flags(wl, slo)
 
     from chipswap.cli.stages import StageProgress
-    from chipswap.plan import run_plan
+    from chipswap.plan import open_workers, run_plan
     from chipswap.report.html import render_html
     from chipswap.report.markdown import render_markdown
 
+    pool = open_workers()  # before the spinner's thread: the workers fork only in a one-thread process
     bar = StageProgress("chipswap plan", quiet=quiet)
     bar.say("reading the workload and the bench files")
     progress = bar.say
@@ -459,11 +460,13 @@ def _plan(
             catalog=catalog,
             capacity_check=_capacity_check(catalog, no_aws),
             accept_bench_mismatch=accept_bench_mismatch,
+            pool=pool,
         )
     except ChipswapError as exc:
         raise ChipswapError(workload_trace_hint(str(exc), path)) from None
     finally:
         bar.close()
+        pool.close()
     _require_arrival_rates(result, wl, path)
     if getattr(result.verdict, "measure", None) is not None:
         import shlex

@@ -86,7 +86,7 @@ def _trial(
     from chipswap.cli.plan import DEFAULT_EXAMPLE, _capacity_check, example_path
     from chipswap.cli.stages import StageProgress
     from chipswap.economics.catalog_io import load_catalog
-    from chipswap.plan import run_plan
+    from chipswap.plan import open_workers, run_plan
     from chipswap.plan.workload_file import load_workload
     from chipswap.textsafe import one_line
     from chipswap.trial.kit import render_kit
@@ -122,12 +122,15 @@ def _trial(
         )
     if wl.traffic is None:
         raise ChipswapError(f"{path}: a serving workload needs [traffic] for the trial's load")
+    pool = open_workers()  # before the progress timer's thread: the workers fork only in a one-thread process
     bar = StageProgress("chipswap trial", quiet=quiet or as_json, quiet_start_s=0.0)
     bar.say("planning (the trial measures the plan's candidate)")
     try:
-        result = run_plan(
-            wl, path, catalog=catalog, progress=bar.say, capacity_check=_capacity_check(catalog, no_aws)
-        )
+        with pool:
+            result = run_plan(
+                wl, path, catalog=catalog, progress=bar.say, capacity_check=_capacity_check(catalog, no_aws),
+                pool=pool,
+            )  # fmt: skip
         bar.say("writing the kit")
         spec, csv_text = trial_spec(
             result,

@@ -52,6 +52,7 @@ __all__ = [
     "ReadinessSummary",
     "ShapeSummary",
     "TrafficSummary",
+    "open_workers",
     "run_plan",
 ]
 
@@ -102,19 +103,29 @@ def run_plan(
     capacity_check: CapacityCheck | None = None,
     accept_bench_mismatch: bool = False,
     workers: int | None = None,
+    pool: Workers | None = None,
 ) -> PlanResult:
     """The whole plan for one workload. `bench`: `chipswap bench` result files (measured figures) beside the
     workload's own; `catalog`: a catalog to price with (default: the shipped one); `capacity_check`: the
     capacity screen of the pick (None: not checked); `workers`: processes for the independent work (the
     readiness check beside the simulations, the fleets' searches beside each other; None: one per core this
-    process may use, 1: none). The result does not depend on it. Raises ChipswapError (one line) on bad
-    input."""
+    process may use, 1: none; `pool`: workers the caller opened, see `open_workers`, left open). The result
+    does not depend on them. Raises ChipswapError (one line) on bad input."""
+    if pool is not None:
+        return _run(wl, workload_path, close_margin_pct, progress, bench, catalog, capacity_check,
+                    accept_bench_mismatch, pool)  # fmt: skip
+    with open_workers(workers) as w:
+        return _run(wl, workload_path, close_margin_pct, progress, bench, catalog, capacity_check,
+                    accept_bench_mismatch, w)  # fmt: skip
+
+
+def open_workers(workers: int | None = None) -> Workers:
+    """The plan's worker processes, forked now: a command opens them before it starts a progress spinner or
+    timer (a thread), since the pool forks only in a process that runs no other thread."""
     from chipswap.plan import simulation
 
     simulation._simulator()  # the simulator's modules load here once, not again in every worker
-    with Workers(workers) as w:
-        return _run(wl, workload_path, close_margin_pct, progress, bench, catalog, capacity_check,
-                    accept_bench_mismatch, w)  # fmt: skip
+    return Workers(workers)
 
 
 def _run(
