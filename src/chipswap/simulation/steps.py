@@ -493,6 +493,12 @@ class StepSim:
             if not defer:
                 self._grow(rp, steps)
             return steps
+        return self._room_for_one_step(rp)
+
+    def _room_for_one_step(self, rp: _Replica) -> int:
+        """Fewer free blocks than decoding requests: one step, if the requests whose next position starts
+        a block can have one each; else preempt (the most recent first) until they can. 1, or 0 when none
+        is left decoding."""
         while rp.nr:
             # the requests whose next position starts a block (none when a chunked step that then had no
             # prefill to run has already allocated this step)
