@@ -8,8 +8,8 @@ server per module) is shared by the AWS tests. The cache signing key (chipswap.c
 temporary folder for the whole run (``CHIPSWAP_CACHE_KEY``, inherited by xdist workers and subprocesses),
 never in the user's config folder; so does the memo of config.json files transformers accepted
 (``CHIPSWAP_CHECKED_CONFIGS``, chipswap.models.checked), shared by the run's workers. The plan's readiness
-memo (chipswap.readiness.memo) is off unless a test turns it on (``CHIPSWAP_READINESS_MEMO``): a test that
-plans must run the readiness check it asks for, whatever an earlier test planned.
+memo (chipswap.plan.readiness_memo) is off unless a test turns it on (``CHIPSWAP_READINESS_MEMO``): a test
+that plans must run the readiness check it asks for, whatever an earlier test planned.
 """
 
 from __future__ import annotations

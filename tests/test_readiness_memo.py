@@ -1,6 +1,7 @@
-"""The plan's readiness memo (chipswap.readiness.memo, issue 38): a re-plan of the same model reads the result
-it computed before; anything the result depends on changes the key; an entry that the user's key did not sign,
-that was edited, or that is malformed is ignored (the check runs again); factories are never memoised."""
+"""The plan's readiness memo (chipswap.plan.readiness_memo, issue 38): a re-plan of the same model reads the
+result it computed before; anything the result depends on changes the key; an entry that the user's key did
+not sign, that was edited, or that is malformed is ignored (the check runs again); factories are never
+memoised."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 
 from chipswap.models.spec import ModelRef
 from chipswap.plan import readiness as stage
+from chipswap.plan import readiness_memo as memo
 from chipswap.plan.result import ReadinessSummary
-from chipswap.readiness import memo
 
 FINDING = {"rule": "r1", "severity": "blocker", "title": "t", "other_locations": ["a:1", "b:2"], "count": 2}
 

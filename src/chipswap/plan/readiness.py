@@ -2,8 +2,8 @@
 
 Input: PlanSetup and the ShapeSummary. Output: ReadinessSummary. The readiness check is reached through
 `run_check` only; a 2-layer copy stands for a transformer whose layers are all alike (same operators and
-dtypes). A result is kept in the readiness memo (chipswap.readiness.memo) and read back by a later plan of the
-same model, shapes, rules and library versions. May write nothing but that memo.
+dtypes). A result is kept in the readiness memo (chipswap.plan.readiness_memo) and read back by a later
+plan of the same model, shapes, rules and library versions. May write nothing but that memo.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from dataclasses import asdict, fields, is_dataclass, replace
 from typing import Any
 
+from chipswap.plan import readiness_memo as memo
 from chipswap.plan.result import ReadinessSummary, ShapeSummary, jsonable
 from chipswap.plan.setup import PlanSetup, rules_target
-from chipswap.readiness import memo
 
 
 def _finding_dict(f: Any) -> dict[str, Any]:

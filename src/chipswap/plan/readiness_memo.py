@@ -5,11 +5,12 @@ again (about 10 s of CPU, a third of `chipswap plan`; issue 38).
 The key is the SHA-256 of everything the result depends on: the model's config as resolved (preset or
 config.json; never a factory or an exported program, whose code can change behind the same name), the task,
 the input shapes, the rules targets, full/representative, training, the installed torch and transformers
-versions, and the bytes of chipswap's readiness and models packages and of the Neuron rule tables
-(data/neuron_rules), so an upgrade or an edit re-checks. An entry is JSON, tagged with an HMAC-SHA256
-under the user's cache key (chipswap.compile.signing: the same key, kept outside the memo folder): an
-entry nobody signed with that key, a malformed one, or one over MAX_ENTRY_BYTES is ignored and the check
-runs again. Names on disk are the hex key only; nothing read from an entry becomes a path or code.
+versions, and the bytes of chipswap's readiness and models packages, of the Neuron rule tables
+(data/neuron_rules) and of this stage, so an upgrade or an edit re-checks. An entry is JSON, tagged
+with an HMAC-SHA256 under the user's cache key (chipswap.compile.signing: the same key, kept outside the
+memo folder): an entry nobody signed with that key, a malformed one, or one over MAX_ENTRY_BYTES is ignored
+and the check runs again. Names on disk are the hex key only; nothing read from an entry becomes a path or
+code.
 
 Where: ``$CHIPSWAP_READINESS_MEMO`` (a folder, or ``off``), default the user's cache folder
 ``chipswap/readiness``. At most MAX_ENTRIES entries; writing is best effort (an unwritable folder means the
@@ -28,7 +29,8 @@ ENV_VAR = "CHIPSWAP_READINESS_MEMO"
 MAX_ENTRIES = 512
 MAX_ENTRY_BYTES = 4 << 20
 SCHEMA = "chipswap.readiness-memo/1"
-_PACKAGES = ("readiness", "models", "data/neuron_rules")  # the checking code and its rule tables
+# the checking code, its rule tables, and this stage's code
+_PACKAGES = ("readiness", "models", "data/neuron_rules", "plan/readiness.py", "plan/readiness_memo.py")
 _SALT: list[str] = []
 
 
@@ -45,7 +47,7 @@ def _salt() -> str:
                 h.update(f"{dist}=none\n".encode())
         root = Path(__file__).resolve().parent.parent
         for pkg in _PACKAGES:
-            for f in sorted((root / pkg).rglob("*")):
+            for f in sorted((root / pkg).rglob("*")) if (root / pkg).is_dir() else [root / pkg]:
                 if f.is_file() and f.suffix in (".py", ".json", ".toml", ".yaml", ".csv"):
                     h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
         _SALT.append(h.hexdigest())
