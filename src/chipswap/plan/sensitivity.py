@@ -9,8 +9,9 @@ itself is chipswap.verdict.sensitivity (pure); every evaluation here is a pure r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 from chipswap.economics import cost
@@ -182,27 +183,19 @@ def _shown(key: str, value: float) -> str:
     return f"{value:g}%" if key == "goodput_pct" else objective_words(key, value).split(" <= ")[1]
 
 
-def _to_replan(
-    v: VerdictStage, slo: Any, quick: Callable[[Any], str]
-) -> dict[tuple[str, float], Any]:
-    """Every value the search below may re-plan ([slo] by (objective, value), in the order it would): per
-    direction and objective, the first CONFIRM_TRIES values whose re-sizing flips the verdict."""
-    out: dict[tuple[str, float], Any] = {}
-    for _direction, toward in directions(v.verdict.verdict):
-        for key, _label, base, values, _unit in _ladders(slo):
-            tried = 0
-            for value in values:
-                try:
-                    x = _set(slo, key, value)
-                except ValueError:
-                    continue
-                if value == base or not toward(quick(x)):
-                    continue
-                out.setdefault((key, value), x)
-                tried += 1
-                if tried >= CONFIRM_TRIES:
-                    break
-    return out
+def _flipping(
+    slo: Any, key: str, base: float, values: list[float], toward: Callable[[str], bool],
+    quick: Callable[[str, float, Any], str],
+) -> Iterator[tuple[float, Any]]:
+    """(value, [slo] at it) for each value on one objective's ladder, nearest first, whose re-sizing flips
+    the verdict `toward` the direction."""
+    for value in values:
+        try:
+            x = _set(slo, key, value)
+        except ValueError:  # e.g. a p50 tightened above the p99: not a value to offer
+            continue
+        if value != base and toward(quick(key, value, x)):
+            yield value, x
 
 
 def objective_flips(
@@ -224,38 +217,42 @@ def objective_flips(
     slo = s.workload.slo
     out: list[Flip] = []
     done: dict[tuple[str, float], str] = {}
-    if replan_all is not None:
-        ahead = _to_replan(v, slo, quick)
+    resized: dict[tuple[str, float], str] = {}
+
+    def quick_at(key: str, value: float, x: Any) -> str:
+        if (key, value) not in resized:
+            resized[(key, value)] = quick(x)
+        return resized[(key, value)]
+
+    ladders = [(d, toward, rung) for d, toward in directions(v.verdict.verdict) for rung in _ladders(slo)]
+    if replan_all is not None:  # every value the search below may re-plan, in its order
+        ahead: dict[tuple[str, float], Any] = {}
+        for _d, toward, (key, _label, base, values, _unit) in ladders:
+            for value, x in islice(_flipping(slo, key, base, values, toward, quick_at), CONFIRM_TRIES):
+                ahead.setdefault((key, value), x)
         done.update(zip(ahead, replan_all(list(ahead.values())), strict=True))
-    for direction, toward in directions(v.verdict.verdict):
-        for key, label, base, values, unit in _ladders(slo):
-            tried: list[float] = []
-            confirmed: Flip | None = None
-            for value in values:
-                try:
-                    x = _set(slo, key, value)
-                except ValueError:  # e.g. a p50 tightened above the p99: not a value to offer
-                    continue
-                if value == base or not toward(quick(x)):
-                    continue
-                tried.append(value)
-                after = done[(key, value)] = done.get((key, value)) or replan(x)
-                if toward(after):
-                    looser = value < base if key == "goodput_pct" else value > base
-                    how = "relaxing" if looser else "tightening"
-                    text = f"{how} {label} to {_shown(key, value)} would flip it to '{after}'"
-                    text += " (re-planned at that value)"
-                    confirmed = Flip(f"{label} objective", base, value, after, text, value, direction)
-                    break
-                if len(tried) >= CONFIRM_TRIES:
-                    break
-            if confirmed is None:
-                said = ", ".join(f"{t:g}" for t in tried)
-                unconfirmed = ""
-                if tried:
-                    unconfirmed = f" (re-sizing suggested {said} {unit}; re-planning did not confirm it)"
-                span = f"from {min(values):g} to {max(values):g} {unit}"
-                text = f"no {label} objective {span} changes the verdict {direction}{unconfirmed}"
-                confirmed = Flip(f"{label} objective", base, None, None, text, None, direction)
-            out.append(confirmed)
+    for direction, toward, (key, label, base, values, unit) in ladders:
+        tried: list[float] = []
+        confirmed: Flip | None = None
+        for value, x in _flipping(slo, key, base, values, toward, quick_at):
+            tried.append(value)
+            after = done[(key, value)] = done.get((key, value)) or replan(x)
+            if toward(after):
+                looser = value < base if key == "goodput_pct" else value > base
+                how = "relaxing" if looser else "tightening"
+                text = f"{how} {label} to {_shown(key, value)} would flip it to '{after}'"
+                text += " (re-planned at that value)"
+                confirmed = Flip(f"{label} objective", base, value, after, text, value, direction)
+                break
+            if len(tried) >= CONFIRM_TRIES:
+                break
+        if confirmed is None:
+            said = ", ".join(f"{t:g}" for t in tried)
+            unconfirmed = ""
+            if tried:
+                unconfirmed = f" (re-sizing suggested {said} {unit}; re-planning did not confirm it)"
+            span = f"from {min(values):g} to {max(values):g} {unit}"
+            text = f"no {label} objective {span} changes the verdict {direction}{unconfirmed}"
+            confirmed = Flip(f"{label} objective", base, None, None, text, None, direction)
+        out.append(confirmed)
     return tuple(out)
