@@ -117,12 +117,14 @@ def test_off_and_factories_are_never_memoised(
     assert len(checks) == 4 and not memo_dir.exists()
 
 
+@pytest.mark.parametrize("under", [True, False])
 def test_an_unwritable_memo_only_means_checking_again(
-    tmp_path: Path, checks: list[int], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, checks: list[int], monkeypatch: pytest.MonkeyPatch, under: bool
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setenv(memo.ENV_VAR, str(blocker / "memo"))  # a folder under a file: cannot be made
+    # a folder under a file cannot be made; a file where the folder should be is not one
+    monkeypatch.setenv(memo.ENV_VAR, str(blocker / "memo" if under else blocker))
     monkeypatch.setenv("CHIPSWAP_CACHE_KEY", str(tmp_path / "key" / "cache.key"))
     stage.readiness(setup_for(llama()), SHAPES)
     stage.readiness(setup_for(llama()), SHAPES)
