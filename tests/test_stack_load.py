@@ -6,6 +6,8 @@ gets a wider capacity band."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from chipswap.errors import ChipswapError
@@ -18,6 +20,8 @@ from chipswap.projection.stack_load import load_stack_load
 from chipswap.projection.stacks import stack_ids
 from chipswap.projection.work import work_from_config
 from chipswap.simulation.policies import NEURON_STATIC_SLOTS, STACK_POLICY
+
+MODERN = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "neuron-benchmarks-modern"
 
 TARGETS = {"nxdi-tgi": 0.50, "nxdi-vllm": 0.15}
 
@@ -56,6 +60,10 @@ def test_the_knee_band_is_widened_only_where_the_stack_is_not_validated():
     assert neuron.requests_per_s.band == dict(neuron.bands)["out_tok_s"]
 
 
+@pytest.mark.skipif(
+    not (MODERN / "llm_serving.csv").exists(),
+    reason="../shared/reference/neuron-benchmarks-modern is not checked out",
+)
 def test_one_held_out_knee_through_the_simulator():
     """vLLM on NxD Inference, DP3 x TP8 on inf2.48xlarge, fitted without its source: the simulated
     saturation rate is within 15 % of the published one and within 2 % of `project`'s capacity."""
