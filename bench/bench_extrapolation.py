@@ -28,7 +28,7 @@ from chipswap.projection.fitting.physcal import calibrate_physics
 COMMAND = "PYTHONPATH=src python bench/bench_extrapolation.py"
 FAMILIES = ("Trainium2", "Inferentia2", "Trainium", "H100")
 NAMES = {"out_tok_s": "output tok/s", "requests_per_s": "requests/s", "ttft_s": "TTFT", "tpot_s": "TPOT"}
-EXTRAPOLATIONS = ("loso", "moe", "prompt", "tp", "params", "size_batch", "family")
+EXTRAPOLATIONS = ("loso", "moe", "prompt", "tp", "params", "size_batch", "size_batch_shared", "family")
 P5E_CAPACITY_BLOCK = 43.26  # USD/h, ../shared/reference/pricing/capacity_blocks_snapshot_2024.csv (Q4 2024)
 
 

@@ -536,6 +536,10 @@ def extrapolations(ctx: Context) -> list[tuple[str, str, Callable[[Run], bool], 
         ("size_batch", SPLITS_DOC["size_batch"],
          lambda r: params_b(ctx, r) <= 8.1 and r.batch <= 8 and not ctx.works[r.model].is_moe,
          lambda r: params_b(ctx, r) >= 30.0 and 32 <= r.batch <= 64 and not ctx.works[r.model].is_moe),
+        # the same two-way hold-out at the batches the shared sources hold for 30 B and up (none at 32-64)
+        ("size_batch_shared", SPLITS_DOC["size_batch_shared"],
+         lambda r: params_b(ctx, r) <= 8.1 and r.batch <= 2 and not ctx.works[r.model].is_moe,
+         lambda r: params_b(ctx, r) >= 30.0 and 4 <= r.batch <= 8 and not ctx.works[r.model].is_moe),
     ]  # fmt: skip
 
 
@@ -582,6 +586,7 @@ SPLITS_DOC = {
     "family": "fit without the chip family's stack, test it",
     "moe": "leave one MoE model out (fit on the other MoE model and every dense run)",
     "size_batch": "fit on dense models <= 8 B at batch <= 8, test dense 30 B and up at batch 32-64",
+    "size_batch_shared": "fit on dense models <= 8 B at batch <= 2, test dense 30 B and up at batch 4-8",
 }
 
 
