@@ -151,3 +151,26 @@ def test_a_refused_moe_figure_says_which_held_out_error_and_how_wide(instance):
         return
     assert not p.fits and "MoE" in p.reason
     assert f"leave-one-MoE-model-out error of {p.family} throughput is ±{band * 100:,.0f} %" in p.reason
+
+
+def test_a_projection_says_what_its_band_promises_and_how_far_a_new_source_was_off():
+    """The printed band is leave one model out (physics.toml band_kinds); each Neuron projection names it
+    and the leave-one-source-out error of its family beside it, read from the shipped file, so a user
+    sees how far another stack version or benchmark setup was off. With leave one source out as the band
+    (or no wider) there is nothing to add."""
+    from chipswap.projection.platforms import load_physics
+    from chipswap.projection.predict import _band_kind_note
+
+    shipped = load_physics()
+    p = project_serving(
+        model_work("llama-3.1-8b"), "trn2.48xlarge", prompt_tokens=1000, output_tokens=300, catalog=CAT
+    )
+    cov = _cov(loso=0.4, lomo=0.2)
+    if "loso" not in shipped.get("band_kinds", []):
+        notes = [n for n in p.notes if "leave-one-model-out" in n]
+        assert len(notes) == 1 and "±" in notes[0] and "Trainium2" in notes[0]
+        cov = Coverage(**{**cov.__dict__, "base_kinds": ("lomo",)})
+        assert _band_kind_note(cov, "Trainium2") and "±40%" in _band_kind_note(cov, "Trainium2")[0]
+    assert _band_kind_note(_cov(loso=0.4, lomo=0.2), "Trainium2") == []  # loso is the band already
+    narrow = Coverage(**{**_cov(loso=0.1, lomo=0.2).__dict__, "base_kinds": ("lomo",)})
+    assert _band_kind_note(narrow, "Trainium2") == []

@@ -334,6 +334,8 @@ def project_serving(
             f"the chosen layout lies outside the published rows of {ctx.stack}: {'; '.join(best.outside)}; "
             f"its band is widened to ±{best.band('requests_per_s'):.0%}"
         )
+    if ctx.physics is not None and ctx.coverage is not None:
+        notes.extend(_band_kind_note(ctx.coverage, ctx.physics.family))
     if best.padded_heads:
         notes.append(
             f"attention heads padded from {d.heads} to {best.padded_heads} for TP{best.tp} (as NxDI does)"
@@ -391,6 +393,22 @@ def project_serving(
         candidates + alt_candidates,
         decode_buckets=decode_buckets,
     )
+
+
+def _band_kind_note(coverage: Any, family: str) -> list[str]:
+    """What a printed band promises, where it is narrower than the error of a new source: the bands are
+    the leave-one-model-out error (physics.toml band_kinds); a whole source held out was off by more."""
+    if "loso" in coverage.base_kinds or not coverage.has_kind("loso"):
+        return []
+    lomo = coverage.band("lomo", "requests_per_s", family)
+    loso = coverage.band("loso", "requests_per_s", family)
+    if not (math.isfinite(loso) and loso > lomo):
+        return []
+    return [
+        f"bands are the leave-one-model-out error (±{lomo:.0%} requests/s on {family}: a model the fitted "
+        f"sources lacked, served as they served theirs); a whole source held out was off by ±{loso:.0%} "
+        "(another stack version or benchmark setup can be: measure before committing, chipswap trial)"
+    ]
 
 
 def _kv_per_position(work: ModelWork, kv_dtype: str, tp: int, lengths: Lengths) -> float:
