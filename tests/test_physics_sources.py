@@ -174,3 +174,22 @@ def test_a_projection_says_what_its_band_promises_and_how_far_a_new_source_was_o
     assert _band_kind_note(_cov(loso=0.4, lomo=0.2), "Trainium2") == []  # loso is the band already
     narrow = Coverage(**{**_cov(loso=0.1, lomo=0.2).__dict__, "base_kinds": ("lomo",)})
     assert _band_kind_note(narrow, "Trainium2") == []
+
+
+def test_the_plan_report_lifts_each_familys_band_note_once():
+    """The plan's report prints result notes, not each candidate fleet's: the band notes of its projections
+    go there, once per family, and nothing else from the fleet notes does."""
+    from types import SimpleNamespace
+
+    from chipswap.plan.projection import InstanceProjection, _band_notes
+    from chipswap.projection.predict import BAND_NOTE_START
+
+    a = f"{BAND_NOTE_START} (±21% requests/s on Inferentia2 ...)"
+    b = f"{BAND_NOTE_START} (±17% requests/s on Trainium ...)"
+    out = {
+        "inf2.xlarge": InstanceProjection("inf2.xlarge", detail=SimpleNamespace(notes=(a, "other"))),
+        "inf2.48xlarge": InstanceProjection("inf2.48xlarge", detail=SimpleNamespace(notes=(a,))),
+        "trn1.32xlarge": InstanceProjection("trn1.32xlarge", detail=SimpleNamespace(notes=(b, 3))),
+        "g6e.12xlarge": InstanceProjection("g6e.12xlarge"),
+    }
+    assert _band_notes(out) == (a, b)

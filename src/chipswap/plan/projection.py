@@ -245,4 +245,13 @@ def projection(s: PlanSetup, load: Load | None, shapes: ShapeSummary | None) -> 
             out[inst.name] = _serving(s, engine, work, inst, load, shapes)
         else:
             out[inst.name] = _training(s, engine, work, inst)
-    return ProjectionStage(out, weights, True)
+    return ProjectionStage(out, weights, True, _band_notes(out))
+
+
+def _band_notes(out: dict[str, InstanceProjection]) -> tuple[str, ...]:
+    """What the candidates' bands promise (one note per chip family, from the projection), for the report:
+    the fleet notes that carry them are not printed there."""
+    from chipswap.projection.predict import BAND_NOTE_START
+
+    found = (n for x in out.values() for n in getattr(x.detail, "notes", ()) or ())
+    return tuple(dict.fromkeys(n for n in found if isinstance(n, str) and n.startswith(BAND_NOTE_START)))

@@ -395,6 +395,9 @@ def project_serving(
     )
 
 
+BAND_NOTE_START = "bands are the leave-one-model-out error"  # the plan lifts these notes into its report
+
+
 def _band_kind_note(coverage: Any, family: str) -> list[str]:
     """What a printed band promises, where it is narrower than the error of a new source: the bands are
     the leave-one-model-out error (physics.toml band_kinds); a whole source held out was off by more."""
@@ -405,7 +408,7 @@ def _band_kind_note(coverage: Any, family: str) -> list[str]:
     if not (math.isfinite(loso) and loso > lomo):
         return []
     return [
-        f"bands are the leave-one-model-out error (±{lomo:.0%} requests/s on {family}: a model the fitted "
+        f"{BAND_NOTE_START} (±{lomo:.0%} requests/s on {family}: a model the fitted "
         f"sources lacked, served as they served theirs); a whole source held out was off by ±{loso:.0%} "
         "(another stack version or benchmark setup can be: measure before committing, chipswap trial)"
     ]
