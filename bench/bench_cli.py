@@ -171,7 +171,8 @@ def main() -> None:
         names = args.only or [n for n in cmds if n not in OPT_IN]
         unknown = [n for n in names if n not in cmds]
         if unknown:
-            print(f"bench_cli: no command {', '.join(unknown)}; choose from {', '.join(cmds)}", file=sys.stderr)
+            choices = ", ".join(cmds)
+            print(f"bench_cli: no command {', '.join(unknown)}; choose from {choices}", file=sys.stderr)
             raise SystemExit(2)
         env = {**os.environ, "CHIPSWAP_PROJECT_CONFIG": "none", "CHIPSWAP_CACHE_KEY": str(work / "key" / "k")}
         if args.no_bytecode:  # every run compiles chipswap's modules again (a checkout under

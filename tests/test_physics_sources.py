@@ -174,6 +174,8 @@ def test_a_projection_says_what_its_band_promises_and_how_far_a_new_source_was_o
     assert _band_kind_note(_cov(loso=0.4, lomo=0.2), "Trainium2") == []  # loso is the band already
     narrow = Coverage(**{**_cov(loso=0.1, lomo=0.2).__dict__, "base_kinds": ("lomo",)})
     assert _band_kind_note(narrow, "Trainium2") == []
+    lomo_only = Coverage(**{**cov.__dict__, "base_kinds": ("lomo",)})
+    assert _band_kind_note(lomo_only, "L40S") == []  # no fitted runs: its band is the unseen-family one
 
 
 def test_the_plan_report_lifts_each_familys_band_note_once():

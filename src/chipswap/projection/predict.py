@@ -395,22 +395,23 @@ def project_serving(
     )
 
 
-BAND_NOTE_START = "bands are the leave-one-model-out error"  # the plan lifts these notes into its report
+BAND_NOTE_START = "bands start from the leave-one-model-out error"  # the plan lifts these notes to its report
 
 
 def _band_kind_note(coverage: Any, family: str) -> list[str]:
-    """What a printed band promises, where it is narrower than the error of a new source: the bands are
-    the leave-one-model-out error (physics.toml band_kinds); a whole source held out was off by more."""
-    if "loso" in coverage.base_kinds or not coverage.has_kind("loso"):
+    """What a printed band promises, where it is narrower than the error of a new source: the bands start
+    from the leave-one-model-out error (physics.toml band_kinds), widened off the fitted runs; a whole
+    source held out was off by more. A family without fitted runs has the unseen-family band instead."""
+    if "loso" in coverage.base_kinds or not coverage.has_kind("loso") or family not in coverage.families:
         return []
     lomo = coverage.band("lomo", "requests_per_s", family)
     loso = coverage.band("loso", "requests_per_s", family)
     if not (math.isfinite(loso) and loso > lomo):
         return []
     return [
-        f"{BAND_NOTE_START} (±{lomo:.0%} requests/s on {family}: a model the fitted "
-        f"sources lacked, served as they served theirs); a whole source held out was off by ±{loso:.0%} "
-        "(another stack version or benchmark setup can be: measure before committing, chipswap trial)"
+        f"{BAND_NOTE_START} (±{lomo:.0%} requests/s on {family}: a model the fitted sources lacked, served "
+        f"as they served theirs), wider off the fitted runs; a whole source held out was off by ±{loso:.0%} "
+        "(another stack version or setup can be: measure before committing)"
     ]
 
 
