@@ -400,8 +400,9 @@ BAND_NOTE_START = "bands start from the leave-one-model-out error"  # the plan l
 
 def _band_kind_note(coverage: Any, family: str) -> list[str]:
     """What a printed band promises, where it is narrower than the error of a new source: the bands start
-    from the leave-one-model-out error (physics.toml band_kinds), widened off the fitted runs; a whole
-    source held out was off by more. A family without fitted runs has the unseen-family band instead."""
+    from the leave-one-model-out error (physics.toml band_kinds), widened off the fitted runs; with a whole
+    source held out the errors were wider (their 80th percentile is quoted). A family without fitted runs
+    has the unseen-family band instead."""
     if "loso" in coverage.base_kinds or not coverage.has_kind("loso") or family not in coverage.families:
         return []
     lomo = coverage.band("lomo", "requests_per_s", family)
@@ -410,8 +411,8 @@ def _band_kind_note(coverage: Any, family: str) -> list[str]:
         return []
     return [
         f"{BAND_NOTE_START} (±{lomo:.0%} requests/s on {family}: a model the fitted sources lacked, served "
-        f"as they served theirs), wider off the fitted runs; a whole source held out was off by ±{loso:.0%} "
-        "(another stack version or setup can be: measure before committing)"
+        f"as they served theirs), wider off the fitted runs; with a whole source held out, 80% fell within "
+        f"±{loso:.0%} (another stack version or setup can be that far off: measure first)"
     ]
 
 
