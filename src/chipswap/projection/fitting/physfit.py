@@ -533,14 +533,24 @@ def extrapolations(ctx: Context) -> list[tuple[str, str, Callable[[Run], bool], 
         ("tp", "fit on TP <= 2, test TP 4", lambda r: r.tp <= 2, lambda r: r.tp == 4),
         ("params", "fit on models <= 1.7 B, test 7 B and up", lambda r: params_b(ctx, r) <= 1.8,
          lambda r: params_b(ctx, r) >= 7.0),
-        ("size_batch", SPLITS_DOC["size_batch"],
-         lambda r: params_b(ctx, r) <= 8.1 and r.batch <= 8 and not ctx.works[r.model].is_moe,
-         lambda r: params_b(ctx, r) >= 30.0 and 32 <= r.batch <= 64 and not ctx.works[r.model].is_moe),
+        _size_batch(ctx, "size_batch", 8, (32, 64)),
         # the same two-way hold-out at the batches the shared sources hold for 30 B and up (none at 32-64)
-        ("size_batch_shared", SPLITS_DOC["size_batch_shared"],
-         lambda r: params_b(ctx, r) <= 8.1 and r.batch <= 2 and not ctx.works[r.model].is_moe,
-         lambda r: params_b(ctx, r) >= 30.0 and 4 <= r.batch <= 8 and not ctx.works[r.model].is_moe),
+        _size_batch(ctx, "size_batch_shared", 2, (4, 8)),
     ]  # fmt: skip
+
+
+def _size_batch(
+    ctx: Context, kind: str, fit_batch: int, test_batches: tuple[int, int]
+) -> tuple[str, str, Callable[[Run], bool], Callable[[Run], bool]]:
+    """Fit on dense models <= 8 B at batch <= fit_batch, test dense 30 B and up at batches in test_batches."""
+    lo, hi = test_batches
+
+    def dense(r: Run) -> bool:
+        return not ctx.works[r.model].is_moe
+
+    return (kind, SPLITS_DOC[kind],
+            lambda r: params_b(ctx, r) <= 8.1 and r.batch <= fit_batch and dense(r),
+            lambda r: params_b(ctx, r) >= 30.0 and lo <= r.batch <= hi and dense(r))  # fmt: skip
 
 
 # how far each test reaches beyond its training data, in doublings (the distance a band is valid to)
