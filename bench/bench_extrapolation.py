@@ -26,7 +26,7 @@ from chipswap.projection.fitting import physfit as F
 from chipswap.projection.fitting.physcal import calibrate_physics
 
 COMMAND = "PYTHONPATH=src python bench/bench_extrapolation.py"
-FAMILIES = ("Trainium2", "Inferentia2", "Trainium", "H100")
+FAMILIES = ("Trainium2", "Inferentia2", "Trainium", "H100", "H200", "L40S", "A100", "B200")
 NAMES = {"out_tok_s": "output tok/s", "requests_per_s": "requests/s", "ttft_s": "TTFT", "tpot_s": "TPOT"}
 EXTRAPOLATIONS = ("loso", "moe", "prompt", "tp", "params", "size_batch", "size_batch_shared", "family")
 P5E_CAPACITY_BLOCK = 43.26  # USD/h, ../shared/reference/pricing/capacity_blocks_snapshot_2024.csv (Q4 2024)
@@ -78,7 +78,8 @@ def body(cal: F.PhysCalibration, seconds: float) -> str:
     fams = {r.family for r in cal.runs}
     parts = [
         f"{len(cal.runs)} runs fitted ({', '.join(f'{f} {sum(r.family == f for r in cal.runs)}' for f in sorted(fams))}), "  # noqa: E501
-        f"{len(cal.skipped)} skipped (Poisson-load runs, compile / load failures); calibration with every "
+        f"{len(cal.skipped)} skipped (Poisson-load runs, compile / load failures, GPU tables without a "
+        "batch or a prompt length); calibration with every "
         f"held-out fit {seconds:.0f} s on this machine. Error = predicted / published - 1; the band of a "
         "figure "
         "is the 80th percentile of |log error| of that kind of extrapolation, pooled over the vendor's "
@@ -101,16 +102,16 @@ def gpu_feasibility(cal: F.PhysCalibration) -> str:
     shapes (B prompts arriving at once finish their prefills no faster than one after another at 100 % of
     peak: mean TTFT >= (B + 1) / 2 x prefill FLOPs / peak), and the GPU table fit's error without them."""
     ctx = F.load_context(cal.runs)
+    figs = [f for f in cal.split("gpu_table").figures if f.metric == "out_tok_s"]
     fast = set()
-    for r in cal.runs:
+    for r in (f.run for f in figs):
         ttft = r.value("ttft_s")
-        if F.VENDOR[r.family] != "nvidia" or ttft is None:
+        if ttft is None:
             continue
         w, d = ctx.works[r.model], ctx.works[r.model].dims
         flops = 2 * w.matmul_params * r.prompt + 2 * d.heads * d.head_dim * d.layers * r.prompt**2
         if ttft < (r.batch + 1) / 2 * flops / ctx.devices[(r.chip, r.lnc)].need_peak("bf16"):
             fast.add(r.row_id)
-    figs = [f for f in cal.split("family").figures if f.run.family == "H100" and f.metric == "out_tok_s"]
     rest = [abs(f.ratio - 1) for f in figs if f.run.row_id not in fast]
     gone = [abs(f.ratio - 1) for f in figs if f.run.row_id in fast]
     rest_s, gone_s = _abs(float(np.median(rest))), _abs(float(np.median(gone)))

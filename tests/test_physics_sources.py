@@ -125,17 +125,33 @@ def test_moe_models_project_on_neuron_and_h100_with_a_band(model, instance):
     assert any("MoE" in n for n in p.notes)
 
 
-def test_moe_on_a_gpu_goes_through_the_moe_physics_not_the_table_fit():
-    from chipswap.projection.api import gpu_moe_context, stack_context
-    from chipswap.projection.platforms import platform_for
+def test_an_llm_on_a_gpu_goes_through_the_physics_not_the_table_fit():
+    """Dense and MoE alike (issue 37 item 4): the GPU family's fitted parameters, continuous batching; a MoE
+    model adds the MoE kernel terms; `--stack trtllm` carries TensorRT-LLM's fitted terms."""
+    from chipswap.projection.api import TRTLLM_TERMS, gpu_physics_context, stack_context
+    from chipswap.projection.platforms import load_physics, platform_for
 
     inst = CAT.instance("p5.48xlarge")
     plat = platform_for("H100", CAT)
     table = stack_context(None, inst, plat, CAT)
     assert table.physics is None
-    ctx = gpu_moe_context(table, plat)
-    assert ctx.physics is not None and ctx.moe_terms and ctx.schedule is not None
-    assert not ctx.schedule.static_batch  # continuous batching on GPUs
+    moe = gpu_physics_context(table, plat, moe=True)
+    assert moe.physics is not None and moe.moe_terms and moe.schedule is not None
+    assert not moe.schedule.static_batch  # continuous batching on GPUs
+    dense = gpu_physics_context(table, plat, moe=False)
+    fitted, stacks = load_physics()["families"]["H100"], load_physics()["stacks"]
+    assert dense.physics is not None and not dense.moe_terms and dense.extra_band == 0.0
+    assert dense.physics.get("attn_eff") == pytest.approx(
+        min(1.0, fitted.get("attn_eff") * stacks["vllm"]["attn_eff"])
+    )
+    trt = gpu_physics_context(stack_context("trtllm", inst, plat, CAT), plat, moe=False)
+    assert trt.physics is not None
+    assert trt.physics.get("attn_eff") == pytest.approx(
+        min(1.0, fitted.get("attn_eff") * stacks[TRTLLM_TERMS]["attn_eff"])
+    )
+    p = project_serving(model_work("llama-3.1-8b"), "p5.48xlarge", prompt_tokens=1000, output_tokens=300,
+                        catalog=CAT)  # fmt: skip
+    assert p.fits and any("physical model" in n for n in p.notes)
 
 
 @pytest.mark.parametrize("instance", ["trn2.48xlarge", "inf2.48xlarge", "trn1.32xlarge"])

@@ -31,7 +31,7 @@ from chipswap.projection.platforms import load_physics, platform_for_instance
 from chipswap.projection.predict import ServingProjection
 from chipswap.projection.predict import project_serving as _project_serving
 from chipswap.projection.predict import tp_options as _tp_options
-from chipswap.projection.serving.physics import moe_stack
+from chipswap.projection.serving.physics import moe_stack, with_stack
 from chipswap.projection.stacks import GPU_CALIBRATED_STACK, default_stack, stack_for
 from chipswap.projection.work import ModelWork
 
@@ -171,12 +171,18 @@ def physics_context(stack: str, platform: PlatformModel, *, sampling: str = "dev
     )  # fmt: skip
 
 
-def gpu_moe_context(ctx: StackContext, platform: PlatformModel) -> StackContext:
-    """A MoE model on a GPU goes through the physical model (the GPU table fit has no MoE row): the GPU
-    family's fitted parameters (the NVIDIA vendor's on another GPU's spec sheet, with the band of an unseen
-    family), continuous batching, and the MoE kernel terms fitted on the published H100 MoE runs (vLLM, bf16
-    and dynamic fp8: physics.toml stacks.vllm-moe / vllm-moe-fp8). Unchanged when physics.toml has no GPU
-    MoE terms (the table fit then refuses the MoE model)."""
+# the TensorRT-LLM version whose fitted terms a `--stack trtllm` projection carries (physics.toml stacks;
+# the newest of the published TensorRT-LLM tables)
+TRTLLM_TERMS = "trtllm-1.0"
+
+
+def gpu_physics_context(ctx: StackContext, platform: PlatformModel, *, moe: bool) -> StackContext:
+    """An LLM on a GPU goes through the physical model: the GPU family's fitted parameters (fitted on the
+    published TensorRT-LLM tables and vLLM runs; the NVIDIA vendor's on another GPU's spec sheet, with the
+    band of an unseen family), continuous batching, TensorRT-LLM's fitted terms under `--stack trtllm`, and
+    for a MoE model the MoE kernel terms fitted on the published H100 MoE runs (vLLM, bf16 and dynamic fp8:
+    physics.toml stacks.vllm-moe / vllm-moe-fp8). Unchanged (the GPU table fit) when physics.toml has no
+    NVIDIA family, or for a MoE model no GPU MoE terms (the table fit then refuses the MoE model)."""
     from chipswap.projection.serving.physics import Physics, Schedule
 
     data = load_physics()
@@ -187,20 +193,39 @@ def gpu_moe_context(ctx: StackContext, platform: PlatformModel) -> StackContext:
     phys = fams.get(platform.family) or (
         Physics(platform.family, fams["_nvidia"].values) if "_nvidia" in fams else None
     )
-    if not terms or cov is None or phys is None:
+    if (moe and not terms) or cov is None or phys is None:
         return ctx
+    stack = ctx.stack or "vllm"
+    # the stack's own fitted terms: vLLM's, or the newest TensorRT-LLM's; a MoE model runs vLLM's MoE
+    # kernels (the only GPU MoE runs published), whose terms were fitted on top of vLLM's
+    key = "vllm" if moe or stack != "trtllm" else TRTLLM_TERMS
+    own = stacks.get(key)
+    runs = "TensorRT-LLM 0.9, 0.15 and 1.0 tables and vLLM on H100"
+    fitted_stack = moe or stack in ("vllm", "trtllm")
+    extra = 0.0 if fitted_stack else _gpu_stack_gap()
     note = (
         f"MoE on {platform.family}: the physical model with the MoE terms fitted on the published H100 vLLM "
         "MoE runs (MiMo-V2-Flash, MiniMax-M2.5, eager, bf16 and dynamic fp8), not the GPU table fit"
+        if moe
+        else f"{stack} on {platform.family}: the physical model fitted on the published GPU runs ({runs}), "
+        f"with {key}'s fitted terms"
+        + (
+            ""
+            if fitted_stack
+            else f" (no published {stack} GPU run states its prompt length: run as vLLM, band widened by "
+            f"{extra:.0%}, the GPU table fit's median error on the published vLLM runs: one calibration "
+            "on another stack's runs)"
+        )
     )
     return replace(
         ctx,
-        physics=phys,
-        schedule=Schedule(ctx.stack or "vllm", static_batch=False, note="continuous batching"),
+        physics=with_stack(phys, own),
+        schedule=Schedule(stack, static_batch=False, note="continuous batching"),
         coverage=cov,
-        note="; ".join(x for x in (ctx.note, note) if x),
-        moe_terms=tuple(sorted(terms.items())),
-        moe_fp8_terms=tuple(sorted(stacks.get(moe_stack("vllm", "fp8"), {}).items())),
+        extra_band=extra,
+        note=note,
+        moe_terms=tuple(sorted(terms.items())) if moe and terms else (),
+        moe_fp8_terms=tuple(sorted(stacks.get(moe_stack("vllm", "fp8"), {}).items())) if moe else (),
     )
 
 
@@ -261,8 +286,8 @@ def project_serving(
     inst = _instance(instance, cat)
     platform = platform_for_instance(inst, cat)
     ctx = stack_context(stack, inst, platform, cat, sampling=sampling) if mode == "llm" else None
-    if ctx is not None and work.is_moe and not inst.is_neuron and ctx.physics is None:
-        ctx = gpu_moe_context(ctx, platform)
+    if ctx is not None and not inst.is_neuron and ctx.physics is None:
+        ctx = gpu_physics_context(ctx, platform, moe=work.is_moe)
     return _project_serving(
         work,
         platform,

@@ -37,8 +37,10 @@ from chipswap.projection.fitting import (
 from chipswap.projection.platform import DeviceSpec
 from chipswap.projection.platforms import FamilySpec, GroupSpec, device_spec, load_families, shipped_dir
 from chipswap.projection.reference_tables import (
+    GPU_PRECISION,
     Skipped,
     _chip_for,
+    _gpu_chip,
     _int,
     _Models,
     _neuron_source,
@@ -145,27 +147,6 @@ def _neuron_decoder(
             )
 
 
-def _gpu_chip(accel: str, variant: str) -> tuple[str | None, str]:
-    v = variant.lower()
-    if accel == "A100":
-        if "pcie" in v:
-            return None, "A100 PCIe: no AWS instance carries it"
-        if "40gb" in v:
-            return "A100", ""
-        return "A100-80GB", "" if "80gb" in v else "variant not stated: A100-SXM4-80GB assumed"
-    if accel in ("H100", "H200", "L40S", "B200", "A10G"):
-        return accel, ""
-    return None, f"{accel}: no AWS instance family in the catalog"
-
-
-_PRECISION = {  # published precision -> (weights, matmuls, KV cache)
-    "FP8": ("fp8", "fp8", "fp8"),
-    "FP16": ("fp16", "fp16", "bf16"),
-    "Mixed": ("fp16", "fp16", "bf16"),
-    "FP4": ("fp4", "fp4", "fp8"),
-}
-
-
 def _gpu_inference(ref: Path, models: _Models, out: list[BenchRow], skipped: list[Skipped]) -> None:
     fname = "llm_inference.csv"
     for line, r in _read_csv(ref / "gpu-benchmarks" / fname):
@@ -187,10 +168,10 @@ def _gpu_inference(ref: Path, models: _Models, out: list[BenchRow], skipped: lis
                 )
             )
             continue
-        if r["precision"] not in _PRECISION:
+        if r["precision"] not in GPU_PRECISION:
             skipped.append(Skipped(rid, f"precision {r['precision']!r} not modelled"))
             continue
-        wdt, cdt, kvdt = _PRECISION[r["precision"]]
+        wdt, cdt, kvdt = GPU_PRECISION[r["precision"]]
         sid = r["source_id"]
         scenario = "latency" if "latency" in sid else ("static" if "static" in sid else "ifb")
         if scenario == "latency":

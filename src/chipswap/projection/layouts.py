@@ -244,6 +244,8 @@ def _evaluate_physics(
         family=ctx.physics.family, tp=tp, prompt=mean_prompt, params_b=work.params / 1e9, batch=batch,
         moe=work.is_moe, moe_fitted=bool(moe_terms),
     )  # fmt: skip
+    if ctx.extra_band:  # a stack with no published runs of its own (assumption, stated in ctx.note)
+        bands = {m: (1.0 + b) * (1.0 + ctx.extra_band) - 1.0 for m, b in bands.items()}
     heads = padded_heads(work, tp) if platform.padded else 0
     return Layout(
         dtype, compute, tp, replicas, batch, poly, rps, label, bands=tuple(sorted(bands.items())),

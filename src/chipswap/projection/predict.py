@@ -103,14 +103,20 @@ def _coefficient_ok(platform: PlatformModel, coef: Coefficients, compute_dtype: 
     return ""
 
 
+# stacks with published fp8 dense serving runs in the physical fit (TensorRT-LLM 0.9, 0.15 and 1.0 FP8
+# on H100, H200 and L40S; chipswap.projection.fitting.rows)
+FP8_STACKS = frozenset({"trtllm"})
+
+
 def _physics_ok(ctx: StackContext, compute_dtype: str) -> str:
-    """'' when the physical model is calibrated for this compute dtype (16-bit only: no fp8 serving run
-    was published), else why not."""
-    if compute_dtype in ("bf16", "fp16"):
+    """'' when the physical model is calibrated for this compute dtype under the stack (16-bit everywhere;
+    fp8 only where its dense runs were published), else why not."""
+    if compute_dtype in ("bf16", "fp16") or (compute_dtype == "fp8" and ctx.stack in FP8_STACKS):
         return ""
+    hint = "; TensorRT-LLM's are: --stack trtllm" if ctx.stack == "vllm" and compute_dtype == "fp8" else ""
     return (
-        f"{compute_dtype} compute not calibrated under {ctx.stack} (no published {compute_dtype} serving "
-        "runs)"
+        f"{compute_dtype} compute not calibrated under {ctx.stack} (no published {compute_dtype} dense "
+        f"serving runs{hint})"
     )
 
 

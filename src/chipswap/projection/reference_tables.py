@@ -1,8 +1,8 @@
 """Reading the published benchmark tables: CSV rows (size-bounded), positive finite numbers, the benchmark
 model names of benchmark_models.toml, the Neuron tables' source line, and why a row was skipped.
 
-Shared by calibration.py, calibration_encoders.py and training/fit.py; reads only the files it is given (no
-fitting, no writing); may not import calibration.py (which imports it).
+Shared by calibration.py, calibration_encoders.py, training/fit.py and fitting/rows.py; reads only the files
+it is given (no fitting, no writing); may not import calibration.py (which imports it).
 """
 
 from __future__ import annotations
@@ -90,3 +90,26 @@ def _neuron_source(fname: str) -> str:
 def _chip_for(instance_type: str, catalog: Catalog) -> tuple[str, str]:
     inst = catalog.instance(instance_type.strip().lower())
     return inst.name, inst.accelerator
+
+
+def _gpu_chip(accel: str, variant: str) -> tuple[str | None, str]:
+    """(catalog chip, note) of a published NVIDIA accelerator and variant; (None, why) where no AWS
+    instance carries it."""
+    v = variant.lower()
+    if accel == "A100":
+        if "pcie" in v:
+            return None, "A100 PCIe: no AWS instance carries it"
+        if "40gb" in v:
+            return "A100", ""
+        return "A100-80GB", "" if "80gb" in v else "variant not stated: A100-SXM4-80GB assumed"
+    if accel in ("H100", "H200", "L40S", "B200", "A10G"):
+        return accel, ""
+    return None, f"{accel}: no AWS instance family in the catalog"
+
+
+GPU_PRECISION = {  # published precision -> (weights, matmuls, KV cache)
+    "FP8": ("fp8", "fp8", "fp8"),
+    "FP16": ("fp16", "fp16", "bf16"),
+    "Mixed": ("fp16", "fp16", "bf16"),
+    "FP4": ("fp4", "fp4", "fp8"),
+}

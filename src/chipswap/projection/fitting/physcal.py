@@ -27,6 +27,7 @@ from chipswap.projection.fitting.physfit import (
     fit,
     fit_vendor,
     folds,
+    gpu_table_fit,
     held_out,
     load_context,
     predict_all,
@@ -62,6 +63,8 @@ def _calibrated(rows: tuple[Run, ...], skipped: tuple[Skip, ...], processes: int
     for kind, title, tr, te in extrapolations(ctx):
         splits.append(Split(kind, title, tuple(region(ctx, runs, tr, te))))
     splits.append(Split("family", SPLITS_DOC["family"], tuple(family_out(ctx, runs))))
+    vllm = [r for r in runs if r.stack == "vllm"]  # the published H100 vLLM runs
+    splits.append(Split("gpu_table", SPLITS_DOC["gpu_table"], tuple(gpu_table_fit(ctx, vllm))))
     return PhysCalibration(runs, list(skipped), fitted, splits, predict_all(ctx, runs, fitted))
 
 

@@ -33,6 +33,7 @@ from chipswap.projection.serving.physics import (
     STACK_ABSOLUTE,
     Physics,
     Schedule,
+    base_stack,
     loaded_itl,
     loaded_ttft,
     phys_poly,
@@ -41,7 +42,10 @@ from chipswap.projection.serving.physics import (
 )
 from chipswap.projection.work import ModelWork
 
-VENDOR = {"Trainium2": "neuron", "Inferentia2": "neuron", "Trainium": "neuron", "H100": "nvidia"}
+VENDOR = {
+    "Trainium2": "neuron", "Inferentia2": "neuron", "Trainium": "neuron",
+    "H100": "nvidia", "H200": "nvidia", "L40S": "nvidia", "A100": "nvidia", "B200": "nvidia",
+}  # fmt: skip
 FAMILY_PARAMS = (
     "mm_eff",
     "attn_eff",
@@ -56,16 +60,22 @@ VENDOR_PARAMS = {
     "nvidia": tuple(k for k in PARAMS if k not in ("lnc1_eff", "host_sample_s_per_logit", "moe_dispatch_s")),
 }
 STACK_OCCUPANCY = ("nxdi-vllm", "nxdi-tgi")
-# stacks whose version runs the same chips at other efficiencies than the NxD Inference stacks the product
-# assumes (Transformers NeuronX on SDK 2.18): each gets its own log-offset on these terms, pulled to 0 by
-# the ridge; the physics (and the family's parameters the product uses) is shared
+# stacks whose version runs the same chips at other efficiencies than the stacks the product assumes (NxD
+# Inference on Neuron, vLLM on GPUs): Transformers NeuronX on SDK 2.18 and TensorRT-LLM 0.9, 0.15 and 1.0
+# (their own kernels and schedulers) each get their own log-offset on these terms, pulled to 0 by the
+# ridge; the physics (and the family's parameters the product uses) is shared
 # MoE serving runs its own kernels (expert dispatch, expert parallelism; vLLM's dynamic fp8 its own
 # quantization): its stack key (rows.moe_stack) gets multipliers on the efficiencies down to 1 % and the
 # MoE dispatch term (absolute, STACK_ABSOLUTE), fitted on the MoE rows only
 _EFFS = ("mm_eff", "attn_eff", "bw_eff", "kv_bw_eff")
 _MOE_TERMS = tuple((k, 0.01, 10.0) for k in _EFFS) + (("moe_dispatch_s", *PARAMS["moe_dispatch_s"][1:]),)
+_VERSION_TERMS = tuple((k, 0.1, 10.0) for k in (*_EFFS, "prefill_fixed_s", "step_fixed_s"))
 STACK_TERMS: dict[str, tuple[tuple[str, float, float], ...]] = {
-    "tnx-2.18": tuple((k, 0.1, 10.0) for k in (*_EFFS, "prefill_fixed_s", "step_fixed_s")),
+    "tnx-2.18": _VERSION_TERMS,
+    "vllm": _VERSION_TERMS,
+    "trtllm-0.9": _VERSION_TERMS,
+    "trtllm-0.15": _VERSION_TERMS,
+    "trtllm-1.0": _VERSION_TERMS,
     "nxdi-vllm-moe": _MOE_TERMS,
     "vllm-moe": _MOE_TERMS,
     "vllm-moe-fp8": _MOE_TERMS,
@@ -115,13 +125,26 @@ class Context:
     fits: dict[tuple[str, ...], Fitted] = field(default_factory=dict)
 
 
+def run_work(model: str) -> ModelWork:
+    """The work of a run's model: a shipped preset, else (the GPU tables' GPT-J 6B and Falcon 180B) its
+    entry in benchmark_models.toml."""
+    from chipswap.models import preset_names
+    from chipswap.projection.api import model_work
+
+    if model in preset_names():
+        return model_work(model)
+    from chipswap.projection.platforms import shipped_dir
+    from chipswap.projection.reference_tables import _Models
+
+    return _Models(shipped_dir()).works[model]
+
+
 def load_context(runs: list[Run]) -> Context:
     from chipswap.economics.catalog_io import load_catalog
-    from chipswap.projection.api import model_work
     from chipswap.projection.platforms import device_spec
 
     cat = load_catalog()
-    works = {m: model_work(m) for m in sorted({r.model for r in runs})}
+    works = {m: run_work(m) for m in sorted({r.model for r in runs})}
     devices = {}
     for r in runs:
         key = (r.chip, r.lnc)
@@ -149,6 +172,9 @@ class Fitted:
             if base is None:
                 raise KeyError(family)
             p = Physics(family, base.values)
+        base = base_stack(stack)
+        if base != stack:  # a MoE stack's terms on top of its dense stack's
+            p = with_stack(p, self.stacks.get(base))
         return with_stack(p, self.stacks.get(stack))
 
 
@@ -180,7 +206,7 @@ def predict(ctx: Context, run: Run, fitted: Fitted, table: Any = None) -> dict[s
         poly = phys_poly(
             work, ctx.devices[(run.chip, run.lnc)], p, tp=run.tp, lnc=run.lnc, batch=step_batch,
             prompt=pad, schedule=sched, weight_dtype=run.weight_dtype, compute_dtype=run.compute_dtype,
-            kv_dtype="bf16",
+            kv_dtype=run.kv_dtype,
         )  # fmt: skip
     else:
         from chipswap.projection.platform import llm_poly
@@ -248,7 +274,7 @@ def _kv_slots(ctx: Context, run: Run) -> int:
         - work.weight_bytes(run.weight_dtype) / run.tp
         - GPU_ACTIVATION_RESERVE
     )
-    per_seq = work.kv_bytes_per_token("bf16", run.tp) * (run.prompt + run.output)
+    per_seq = work.kv_bytes_per_token(run.kv_dtype, run.tp) * (run.prompt + run.output)
     if per_seq <= 0:
         return run.batch
     return int(max(0.0, free) // per_seq)
@@ -353,7 +379,8 @@ def _touches(name: str, r: Run) -> bool:
     if head == "occ":
         return r.stack == rest and r.scenario == "throughput"
     if head == "stack":
-        return r.stack == rest.split(":", 1)[0]
+        st = rest.split(":", 1)[0]
+        return r.stack == st or base_stack(r.stack) == st
     if head.startswith("_"):
         return True
     return r.family == head
@@ -471,7 +498,7 @@ def predict_all(ctx: Context, runs: list[Run], fitted: Fitted) -> list[Figure]:
     return out
 
 
-def _gpu_table_fit(ctx: Context, runs: list[Run]) -> list[Figure]:
+def gpu_table_fit(ctx: Context, runs: list[Run]) -> list[Figure]:
     """H100 vLLM runs held out as a stack: predicted with the NVIDIA table fit (TensorRT-LLM rows; the
     product's GPU calibration) through the same harness."""
     from chipswap.economics.catalog_io import load_catalog
@@ -505,7 +532,7 @@ def held_out(ctx: Context, runs: list[Run], key: Callable[[Run], str]) -> list[F
     for train, test in folds(runs, key):
         gpu_test = [r for r in test if VENDOR[r.family] == "nvidia"]
         if gpu_test and not any(VENDOR[r.family] == "nvidia" for r in train):
-            out += _gpu_table_fit(ctx, gpu_test)
+            out += gpu_table_fit(ctx, gpu_test)
             test = [r for r in test if r not in gpu_test]
         if test:
             out += predict_all(ctx, test, fit(ctx, train))
@@ -597,7 +624,10 @@ SPLITS_DOC = {
     "moe": "leave one MoE model out (fit on the other MoE model and every dense run)",
     "size_batch": "fit on dense models <= 8 B at batch <= 8, test dense 30 B and up at batch 32-64",
     "size_batch_shared": "fit on dense models <= 8 B at batch <= 2, test dense 30 B and up at batch 4-8",
+    "gpu_table": "the GPU table fit (the product's dense GPU projection) on the published H100 vLLM runs",
 }
+# the splits whose errors are bands (physics.toml [bands]); gpu_table measures the other time model
+BAND_SPLITS = tuple(k for k in SPLITS_DOC if k != "gpu_table")
 
 
 # --- summaries -----------------------------------------------------------------------------------------
@@ -659,7 +689,7 @@ def physics_text(cal: PhysCalibration) -> str:
     for fam, p in sorted(cal.fitted.physics.items()):
         lines += ["", f'[families."{fam}"]']
         lines += [f"{k} = {v!r}" for k, v in p.values]
-    gap = summarize(cal, "family", "H100", "out_tok_s")
+    gap = summarize(cal, "gpu_table", "H100", "out_tok_s")
     lines += [
         "",
         "[gpu]  # the GPU table fit (TensorRT-LLM rows) on the published H100 vLLM runs: median |error|",
@@ -682,6 +712,8 @@ def physics_text(cal: PhysCalibration) -> str:
             f"[bands.{name}]  # relative half-width: 80th percentile of the kind's held-out |log error|",
         ]
         for s in cal.splits:
+            if s.kind not in BAND_SPLITS:
+                continue
             vals = {m: cal.band(s.kind, vendor, m, fam) for m in METRICS}
             lines.append(
                 f"{s.kind} = {{ "
@@ -707,11 +739,7 @@ def _toml_list(xs: list[str]) -> str:
 
 
 def _envelope(cal: PhysCalibration) -> dict[str, dict[str, tuple[float, float]]]:
-    ctx_params = {r.model: 0.0 for r in cal.runs}
-    from chipswap.projection.api import model_work
-
-    for m in ctx_params:
-        ctx_params[m] = round(model_work(m).params / 1e9, 3)
+    ctx_params = {m: round(run_work(m).params / 1e9, 3) for m in {r.model for r in cal.runs}}
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for vendor in sorted({VENDOR[r.family] for r in cal.runs}):
         sel = [r for r in cal.runs if VENDOR[r.family] == vendor]

@@ -4,10 +4,14 @@ trn2_vs_h100_qwen_small_2026.csv: vLLM on NxD Inference on trn2 at LNC 1/2 and v
 3.7K-59.5K) and of the Neuron SDK's decoder tables (../shared/reference/neuron-benchmarks/
 {inf2,trn1}_{latency,throughput}_data_decoder.csv: Transformers NeuronX on SDK 2.18, inf2 and trn1, prompts
 128-8,192, a static batch) and the MoE rows (moe_trn2_vs_h100_2026.csv: MiMo-V2-Flash and MiniMax-M2.5 on
-trn2 TP64 and H100 TP8), with the reason each skipped row was skipped.
+trn2 TP64 and H100 TP8) and TensorRT-LLM's tables (../shared/reference/gpu-benchmarks/llm_inference.csv: 0.9's
+static batch at peak throughput and batch-1 first-token latency on H100, H200, L40S and A100; 0.15's and
+1.0's in-flight batching at peak throughput on H100, H200, L40S, A100 and B200), with the reason each
+skipped row was skipped.
 
 What it is for: chipswap.projection.fitting.physfit (the fit and its held-out / extrapolation tests) and
-bench/bench_extrapolation.py. Reads only those CSV files; writes nothing.
+bench/bench_extrapolation.py. Reads only those CSV files and the shipped benchmark_models.toml (the GPU
+tables' model names); writes nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +36,23 @@ SDK_TABLES = tuple(
 )
 SDK_SOURCE = "neuron-sdk-2.18-tables"
 SDK_STACK = "tnx-2.18"  # Transformers NeuronX (chipswap.projection.stacks)
+GPU_TABLES = "gpu-benchmarks/llm_inference.csv"
+# TensorRT-LLM's tables: published source id -> (source, stack). 0.9's static-batch and first-token tables
+# are one page and version (one source); each stack version gets its own terms (physfit.STACK_TERMS)
+TRTLLM = {
+    "trtllm-v0.9.0-static": ("trtllm-0.9-tables", "trtllm-0.9"),
+    "trtllm-v0.9.0-latency": ("trtllm-0.9-tables", "trtllm-0.9"),
+    "trtllm-v0.15.0-ifb": ("trtllm-0.15-ifb", "trtllm-0.15"),
+    "trtllm-v1.0-perf-overview": ("trtllm-1.0-ifb", "trtllm-1.0"),
+}
+# the chips of the GPU tables the physical model has a family for (physfit.VENDOR)
+GPU_FAMILY = {
+    "H100": "H100", "H200": "H200", "L40S": "L40S", "A100": "A100", "A100-80GB": "A100", "B200": "B200",
+}  # fmt: skip
+# in-flight batching at peak throughput (every request queued at t=0): trtllm-bench sizes the live batch
+# by the KV cache at the dataset's prompt + output (physfit._kv_slots), up to this many sequences
+# (assumption: the published rows state no batch; their largest KV-bound batch is below it)
+IFB_MAX_BATCH = 4096
 METRICS = ("out_tok_s", "requests_per_s", "ttft_s", "tpot_s")
 # the published model names -> shipped presets (same layer sizes)
 MODELS = {
@@ -70,7 +91,9 @@ class Run:
     """One published serving run. scenario: "sync" (one request at a time), "throughput" (guidellm at its
     configured users: capacity, slot occupancy fitted per stack), "closed" (vllm bench serve with
     `batch` concurrent users and waves x batch requests, request rate inf) or "static" (the SDK tables: one
-    compiled batch of `batch` sequences prefilled together, then decoded together to the end). lnc:
+    compiled batch of `batch` sequences prefilled together, then decoded together to the end) or
+    "saturated" (a GPU server's peak throughput with every request queued: as many sequences live as the KV
+    cache holds, up to `batch`). lnc:
     logical core size on Trainium2 (2 elsewhere, unused). output: realized mean output tokens (published
     tok/s / requests/s). weight_dtype: the stored weights (the SDK's Llama-3-8B rows: int8, bf16 matmuls)."""
 
@@ -93,6 +116,7 @@ class Run:
     where: str = ""
     weight_dtype: str = "bf16"
     compute_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
     concurrency: int = 0  # users of a closed run when fewer than the compiled batch (0: = batch)
 
     def value(self, metric: str) -> float | None:
@@ -256,9 +280,56 @@ def _moe(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
         )  # fmt: skip
 
 
+def _gpu_tables(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
+    """TensorRT-LLM's tables: 0.9's static batch at its peak-throughput size (output tok/s of the TP group;
+    gptSessionBenchmark: the batch prefilled together, then decoded together) and batch-1 first-token
+    latency (output length 1); 0.15's and 1.0's in-flight batching at peak throughput (trtllm-bench, every
+    request queued at t=0: "saturated"). The TGI SageMaker rows publish no prompt length."""
+    from chipswap.projection.platforms import shipped_dir
+    from chipswap.projection.reference_tables import GPU_PRECISION, _gpu_chip, _Models
+
+    names = _Models(shipped_dir())
+    for i, r in enumerate(_read(ref / GPU_TABLES)):
+        rid = f"llm_inference.csv:{i + 2}"
+        sid = r["source_id"]
+        if sid not in TRTLLM:
+            skipped.append(Skip(rid, f"{sid}: the prompt length is not published"))
+            continue
+        chip, _ = _gpu_chip(r["accelerator"].strip(), r["accelerator_variant"])
+        model = names.find(r["model"])
+        if model is None or chip not in GPU_FAMILY or r["precision"] not in GPU_PRECISION:
+            why = (
+                "no dense entry in benchmark_models.toml (MoE: no TensorRT-LLM MoE terms)"
+                if model is None
+                else "no AWS instance or precision not modelled"
+            )
+            skipped.append(Skip(rid, f"{r['model']} on {r['accelerator']} {r['precision']}: {why}"))
+            continue
+        latency = "latency" in sid
+        fig = _num(r["ttft_ms_mean"] if latency else r["output_tok_s_total"])
+        if not fig:
+            skipped.append(Skip(rid, "no figure published"))
+            continue
+        obs = (("ttft_s", fig / 1e3),) if latency else (("out_tok_s", fig),)
+        wdt, cdt, kvdt = GPU_PRECISION[r["precision"]]
+        static = sid.startswith("trtllm-v0.9.0")
+        source, stack = TRTLLM[sid]
+        runs.append(
+            Run(
+                row_id=rid, source=source, family=GPU_FAMILY[chip], chip=chip, stack=stack, model=model,
+                tp=int(r["tp"]) * int(r["pp"] or 1), lnc=2,
+                batch=int(r["batch_size"]) if static else IFB_MAX_BATCH, replicas=1,
+                prompt=int(r["input_len"]), output=float(r["output_len"]),
+                scenario="static" if static else "saturated", waves=1.0, sampling="device", observed=obs,
+                weight_dtype=wdt, compute_dtype=cdt, kv_dtype=kvdt,
+                where=f"{r['source_url_or_repo_path'][:80]} ({r['source_commit_or_version']})",
+            )
+        )  # fmt: skip
+
+
 def read_runs(reference: str | Path | None = None) -> tuple[list[Run], list[Skip]]:
-    """Every usable run of the modern tables, the SDK decoder tables and the MoE rows, and the skipped rows
-    with their reason."""
+    """Every usable run of the modern tables, the SDK decoder tables, the MoE rows and TensorRT-LLM's
+    tables, and the skipped rows with their reason."""
     ref = Path(reference or DEFAULT_REFERENCE)
     runs: list[Run] = []
     skipped: list[Skip] = []
@@ -266,4 +337,5 @@ def read_runs(reference: str | Path | None = None) -> tuple[list[Run], list[Skip
     _qwen_small(ref, runs, skipped)
     _sdk_tables(ref, runs, skipped)
     _moe(ref, runs, skipped)
+    _gpu_tables(ref, runs, skipped)
     return runs, skipped

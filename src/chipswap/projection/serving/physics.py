@@ -135,6 +135,12 @@ def moe_stack(stack: str, compute_dtype: str = "bf16") -> str:
     return f"{stack}-moe" + ("-fp8" if compute_dtype in ("fp8", "int8") else "")
 
 
+def base_stack(stack: str) -> str:
+    """The dense stack a MoE stack-terms key runs on ("vllm-moe-fp8" -> "vllm"): a MoE model's terms apply
+    on top of its stack's own."""
+    return stack.removesuffix("-fp8").removesuffix("-moe")
+
+
 STACK_ABSOLUTE = frozenset({"moe_dispatch_s"})  # stack terms that are values, not multipliers
 
 
