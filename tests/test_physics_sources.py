@@ -103,7 +103,7 @@ def test_dense_8b_and_70b_at_short_and_chat_prompts_get_a_figure_with_a_band(mod
 
 NEURON_MOE_MISSED = pytest.mark.xfail(
     strict=True,
-    reason="issue 37 target missed: the leave-one-MoE-model-out error of Neuron throughput is +-167 % "
+    reason="issue 37 target missed: the leave-one-MoE-model-out error of Neuron throughput is +-154 % "
     "(bench/bench_extrapolation.py), so MoE on Neuron is refused with that reason",
 )
 MOE_CASES = [

@@ -100,7 +100,7 @@ START = {
 BAND_QUANTILE = 0.8
 THROUGHPUT = ("requests_per_s", "out_tok_s")  # one quantity for the bands (PhysCalibration.band)
 # the kinds a figure's band is at least (chipswap.projection.serving.coverage). Leave one model out: with
-# cold folds, leaving one source out is +-252 % on Trainium2 throughput (its one long-prompt source held
+# cold folds, leaving one source out is +-251 % on Trainium2 throughput (its one long-prompt source held
 # out) and would refuse every Trainium2 figure; the product keeps the leave-one-model-out band and the
 # docs print leave-one-source-out beside it ("loso" here makes it the default)
 BAND_KINDS = ("lomo",)
@@ -624,7 +624,8 @@ SPLITS_DOC = {
     "moe": "leave one MoE model out (fit on the other MoE model and every dense run)",
     "size_batch": "fit on dense models <= 8 B at batch <= 8, test dense 30 B and up at batch 32-64",
     "size_batch_shared": "fit on dense models <= 8 B at batch <= 2, test dense 30 B and up at batch 4-8",
-    "gpu_table": "the GPU table fit (the product's dense GPU projection) on the published H100 vLLM runs",
+    "gpu_table": "the GPU table fit (TensorRT-LLM rows; GPU encoders, and LLMs before issue 37) on the "
+    "published H100 vLLM runs",
 }
 # the splits whose errors are bands (physics.toml [bands]); gpu_table measures the other time model
 BAND_SPLITS = tuple(k for k in SPLITS_DOC if k != "gpu_table")
