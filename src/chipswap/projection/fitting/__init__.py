@@ -5,7 +5,8 @@ data/platforms/physics.toml when asked.
 
 - tables.py   the SDK / NVIDIA table fit (Transformers NeuronX era and TensorRT-LLM rows; the tnx-2.18 and
               GPU stacks' data in the same time model) and its held-out splits;
-- rows.py     the serving runs (inf2, trn2 at LNC 1/2, H100 vLLM, the SDK and TensorRT-LLM tables), normalised;
+- rows.py     the serving runs (inf2, trn2 at LNC 1/2, H100 vLLM, the SDK and TensorRT-LLM tables),
+              normalised;
 - physfit.py  the physical model's fit across shapes, leave-one-source-out and extrapolation tests, bands.
 """
 
