@@ -18,6 +18,7 @@ no randomness), a second or two per fit.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -133,10 +134,16 @@ def run_work(model: str) -> ModelWork:
 
     if model in preset_names():
         return model_work(model)
+    return _benchmark_works()[model]
+
+
+@functools.lru_cache(maxsize=1)
+def _benchmark_works() -> dict[str, ModelWork]:
+    """benchmark_models.toml's works, read once per process (run_work asks per model)."""
     from chipswap.projection.platforms import shipped_dir
     from chipswap.projection.reference_tables import _Models
 
-    return _Models(shipped_dir()).works[model]
+    return _Models(shipped_dir()).works
 
 
 def load_context(runs: list[Run]) -> Context:

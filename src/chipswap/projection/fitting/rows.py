@@ -37,13 +37,14 @@ SDK_TABLES = tuple(
 SDK_SOURCE = "neuron-sdk-2.18-tables"
 SDK_STACK = "tnx-2.18"  # Transformers NeuronX (chipswap.projection.stacks)
 GPU_TABLES = "gpu-benchmarks/llm_inference.csv"
-# TensorRT-LLM's tables: published source id -> (source, stack). 0.9's static-batch and first-token tables
-# are one page and version (one source); each stack version gets its own terms (physfit.STACK_TERMS)
+# TensorRT-LLM's tables: published source id -> (source, stack, scenario). 0.9's static-batch and
+# first-token tables are one page and version (one source); each stack version gets its own terms
+# (physfit.STACK_TERMS)
 TRTLLM = {
-    "trtllm-v0.9.0-static": ("trtllm-0.9-tables", "trtllm-0.9"),
-    "trtllm-v0.9.0-latency": ("trtllm-0.9-tables", "trtllm-0.9"),
-    "trtllm-v0.15.0-ifb": ("trtllm-0.15-ifb", "trtllm-0.15"),
-    "trtllm-v1.0-perf-overview": ("trtllm-1.0-ifb", "trtllm-1.0"),
+    "trtllm-v0.9.0-static": ("trtllm-0.9-tables", "trtllm-0.9", "static"),
+    "trtllm-v0.9.0-latency": ("trtllm-0.9-tables", "trtllm-0.9", "static"),
+    "trtllm-v0.15.0-ifb": ("trtllm-0.15-ifb", "trtllm-0.15", "saturated"),
+    "trtllm-v1.0-perf-overview": ("trtllm-1.0-ifb", "trtllm-1.0", "saturated"),
 }
 # the chips of the GPU tables the physical model has a family for (physfit.VENDOR)
 GPU_FAMILY = {
@@ -312,15 +313,15 @@ def _gpu_tables(ref: Path, runs: list[Run], skipped: list[Skip]) -> None:
             continue
         obs = (("ttft_s", fig / 1e3),) if latency else (("out_tok_s", fig),)
         wdt, cdt, kvdt = GPU_PRECISION[r["precision"]]
-        static = sid.startswith("trtllm-v0.9.0")
-        source, stack = TRTLLM[sid]
+        source, stack, scenario = TRTLLM[sid]
+        static = scenario == "static"
         runs.append(
             Run(
                 row_id=rid, source=source, family=GPU_FAMILY[chip], chip=chip, stack=stack, model=model,
                 tp=int(r["tp"]) * int(r["pp"] or 1), lnc=2,
                 batch=int(r["batch_size"]) if static else IFB_MAX_BATCH, replicas=1,
                 prompt=int(r["input_len"]), output=float(r["output_len"]),
-                scenario="static" if static else "saturated", waves=1.0, sampling="device", observed=obs,
+                scenario=scenario, waves=1.0, sampling="device", observed=obs,
                 weight_dtype=wdt, compute_dtype=cdt, kv_dtype=kvdt,
                 where=f"{r['source_url_or_repo_path'][:80]} ({r['source_commit_or_version']})",
             )
